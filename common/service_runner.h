@@ -1,0 +1,79 @@
+// ServiceRunner: everything a Folio service process shares around its own gRPC services:
+// the gRPC server (callback API), the standard grpc.health.v1 service, server
+// reflection, the /metrics HTTP endpoint, and graceful shutdown.
+//
+// Health starts NOT_SERVING; the service calls SetServing(kServing) once its part is
+// ready. Shutdown() is written out in three stages: report NOT_SERVING and keep serving
+// for `shutdown_grace` (so load balancers and probes see the change), stop accepting and
+// let in-flight RPCs finish until `drain_timeout`, then cancel whatever is left.
+//
+// Thread-safe.
+#ifndef FOLIO_COMMON_SERVICE_RUNNER_H_
+#define FOLIO_COMMON_SERVICE_RUNNER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
+#include "grpcpp/server.h"
+
+namespace folio {
+
+struct ServerOptions {
+  // The gRPC service name reported on grpc.health.v1 (the empty name "" follows it too).
+  std::string service_name;
+  std::string host = "127.0.0.1";
+  int port = 0;           // 0 picks a free port
+  int metrics_port = 0;   // 0 picks a free port; -1 disables /metrics
+  // Written once the ports are bound: {"grpc_port": N, "metrics_port": M}. Lets a launcher
+  // that asked for port 0 find the service. Empty: not written.
+  std::string port_file;
+  absl::Duration shutdown_grace = absl::Milliseconds(500);
+  absl::Duration drain_timeout = absl::Seconds(10);
+  int max_message_bytes = 64 << 20;
+};
+
+enum class ServingState { kNotServing, kServing };
+
+class ServiceRunner {
+ public:
+  // Builds and starts the server with `services` (not owned; they must outlive the runner)
+  // and the metrics endpoint for `registry` (may be null when metrics_port is -1).
+  static absl::StatusOr<std::unique_ptr<ServiceRunner>> Start(
+      const ServerOptions& options, const std::vector<grpc::Service*>& services,
+      const MetricsRegistry* registry);
+  ~ServiceRunner();
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : -1; }
+  std::string address() const;
+
+  void SetServing(ServingState state);
+
+  // See the class comment. Idempotent.
+  void Shutdown();
+
+ private:
+  explicit ServiceRunner(const ServerOptions& options) : options_(options) {}
+
+  const ServerOptions options_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsServer> metrics_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+// Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later. Call
+// it first thing in main(), then WaitForTerminationSignal() once the service runs.
+void BlockTerminationSignals();
+
+// Waits for SIGINT or SIGTERM and returns its number.
+int WaitForTerminationSignal();
+
+}  // namespace folio
+
+#endif  // FOLIO_COMMON_SERVICE_RUNNER_H_

@@ -1,0 +1,102 @@
+// BlockPool: the physical KV blocks of one model replica, as metadata only (the tensors
+// live in the workers). It keeps a reference count per block, the free queue in eviction
+// order, and the prefix-cache index from content hash to block.
+//
+// Invariants (CheckInvariants() verifies them):
+//  * A block is in the free queue if and only if its ref count is 0.
+//  * The free queue is ordered least recently freed first; Allocate() takes the head.
+//    A freed block that holds a hash stays in the index (reusable by a prefix lookup)
+//    until Allocate() reaches it, which evicts the hash.
+//  * Every hashed block's hash maps back to it in the index, and nothing else does.
+//
+// Thread-compatible: the owner (KvCacheManager) serializes access.
+#ifndef FOLIO_SERVICES_CACHEMGR_BLOCK_POOL_H_
+#define FOLIO_SERVICES_CACHEMGR_BLOCK_POOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "services/cachemgr/block_hash.h"
+#include "services/cachemgr/types.h"
+
+namespace folio::cachemgr {
+
+class BlockPool {
+ public:
+  // All blocks start free, in id order.
+  BlockPool(int32_t num_blocks, int32_t block_size);
+
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t block_size() const { return block_size_; }
+  int32_t num_free() const { return num_free_; }
+  int32_t num_used() const { return num_blocks_ - num_free_; }
+  // Free blocks that still hold a prefix-cache hash.
+  int32_t num_cached_evictable() const { return num_cached_free_; }
+  int64_t num_evictions() const { return num_evictions_; }
+
+  // Takes the head of the free queue, evicting its hash if it has one, and gives it
+  // ref count 1. Requires num_free() > 0.
+  BlockId Allocate();
+
+  // Adds a reference. A block at ref count 0 (a freed, cached block found by a prefix
+  // lookup) leaves the free queue.
+  void AddRef(BlockId id);
+
+  // Drops a reference; at 0 the block goes to the tail of the free queue. Requires a
+  // positive ref count.
+  void Release(BlockId id);
+
+  int32_t ref_count(BlockId id) const { return blocks_[id.value].ref_count; }
+
+  // The block holding exactly `tokens` under `hash`, if cached. The ids are compared, so
+  // a hash collision is a miss, never a wrong answer.
+  std::optional<BlockId> FindCached(const BlockHash& hash,
+                                    absl::Span<const int32_t> tokens) const;
+
+  // Enters a full, computed, in-use block into the prefix-cache index. Returns false
+  // (and changes nothing) when the hash is already cached by another block or the block
+  // already has a hash.
+  bool Register(BlockId id, const BlockHash& hash, absl::Span<const int32_t> tokens);
+
+  bool is_cached(BlockId id) const { return blocks_[id.value].hashed; }
+
+  // Drops every hash and reference: all blocks free, in id order.
+  void Reset();
+
+  // Checks the invariants above; returns Internal with a description on violation.
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct Block {
+    int32_t ref_count = 0;
+    int32_t prev = -1;  // free-queue links; kSentinel-terminated circular list
+    int32_t next = -1;
+    bool hashed = false;
+    BlockHash hash;
+  };
+
+  void PushBack(int32_t id);
+  void Unlink(int32_t id);
+  void EvictHash(int32_t id);
+
+  const int32_t num_blocks_;
+  const int32_t block_size_;
+  const int32_t sentinel_;    // index of the free queue's sentinel node: num_blocks_
+  std::vector<Block> blocks_;  // [num_blocks + 1]; the last entry is the sentinel
+  std::vector<int32_t> block_tokens_;  // [num_blocks, block_size]: ids of hashed blocks
+  absl::flat_hash_map<BlockHash, BlockId> cached_;
+  int32_t num_free_ = 0;
+  int32_t num_cached_free_ = 0;
+  int64_t num_evictions_ = 0;
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_BLOCK_POOL_H_

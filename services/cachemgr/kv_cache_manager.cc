@@ -1,0 +1,220 @@
+#include "services/cachemgr/kv_cache_manager.h"
+
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace folio::cachemgr {
+
+absl::StatusOr<PolicyKind> ParsePolicyKind(const std::string& name) {
+  if (name == "paged") return PolicyKind::kPaged;
+  if (name == "contiguous") return PolicyKind::kContiguous;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown allocation policy '", name, "' (expected paged or contiguous)"));
+}
+
+const char* PolicyKindName(PolicyKind kind) {
+  return kind == PolicyKind::kPaged ? "paged" : "contiguous";
+}
+
+absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
+    const CacheConfig& config) {
+  if (config.block_size <= 0 || config.block_size > kMaxBlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_size must be in [1, ", kMaxBlockSize, "], got ", config.block_size));
+  }
+  if (config.num_blocks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_blocks must be positive, got ", config.num_blocks));
+  }
+  if (int64_t{config.num_blocks} * config.block_size > kMaxPoolSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_blocks * block_size must be at most ", kMaxPoolSlots, ", got ",
+        int64_t{config.num_blocks} * config.block_size));
+  }
+  std::unique_ptr<AllocationPolicy> policy;
+  if (config.policy == PolicyKind::kPaged) {
+    policy = std::make_unique<PagedPolicy>(config.num_blocks, config.block_size,
+                                           config.prefix_caching);
+  } else {
+    policy = std::make_unique<ContiguousPolicy>(config.num_blocks, config.block_size,
+                                                config.rounding);
+  }
+  return absl::WrapUnique(new KvCacheManager(config, std::move(policy)));
+}
+
+KvCacheManager::KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy)
+    : config_(config), policy_(std::move(policy)) {}
+
+const Sequence* KvCacheManager::Find(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+absl::Status KvCacheManager::Validate(const StepRequest& request) const {
+  // What each touched sequence would look like as the request's phases apply.
+  struct Planned {
+    bool live = false;
+    int32_t num_tokens = 0;
+    int32_t max_len = 0;
+  };
+  absl::flat_hash_map<SeqId, Planned> planned;
+  auto state = [&](SeqId id) -> Planned {
+    if (auto it = planned.find(id); it != planned.end()) return it->second;
+    const Sequence* seq = Find(id);
+    if (seq == nullptr) return Planned{};
+    return Planned{true, seq->num_tokens(), seq->max_len};
+  };
+  auto check_tokens = [](SeqId id, absl::Span<const int32_t> tokens) -> absl::Status {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", id.value, ": token id ", tokens[i], " at index ", i, " is negative"));
+      }
+    }
+    return absl::OkStatus();
+  };
+
+  absl::flat_hash_set<SeqId> committed;
+  for (const CommitOp& op : request.commits) {
+    const Sequence* seq = Find(op.seq);
+    if (seq == nullptr) {
+      return absl::NotFoundError(absl::StrCat("commit: sequence ", op.seq.value, " is unknown"));
+    }
+    if (!committed.insert(op.seq).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("commit: sequence ", op.seq.value, " appears twice"));
+    }
+    if (op.num_computed_tokens < seq->num_computed || op.num_computed_tokens > seq->num_tokens()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "commit: sequence ", op.seq.value, " num_computed_tokens ", op.num_computed_tokens,
+          " must be in [", seq->num_computed, ", ", seq->num_tokens(), "]"));
+    }
+  }
+  for (SeqId id : request.frees) {
+    if (!state(id).live) {
+      return absl::NotFoundError(absl::StrCat(
+          "free: sequence ", id.value, " is unknown (never created, or already freed)"));
+    }
+    planned[id] = Planned{};
+  }
+  for (const ForkOp& op : request.forks) {
+    const Planned parent = state(op.parent);
+    if (!parent.live) {
+      return absl::NotFoundError(
+          absl::StrCat("fork: parent sequence ", op.parent.value, " is unknown"));
+    }
+    if (state(op.child).live) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fork: child sequence ", op.child.value, " already exists"));
+    }
+    planned[op.child] = parent;
+  }
+  for (const CreateOp& op : request.creates) {
+    if (state(op.seq).live) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("create: sequence ", op.seq.value, " already exists"));
+    }
+    if (op.max_len <= 0 || op.max_len > kMaxSequenceLength) {
+      return absl::InvalidArgumentError(absl::StrCat("create: sequence ", op.seq.value,
+                                                     " max_len must be in [1, ",
+                                                     kMaxSequenceLength, "], got ", op.max_len));
+    }
+    if (static_cast<int32_t>(op.prompt.size()) > op.max_len) {
+      return absl::InvalidArgumentError(absl::StrCat("create: sequence ", op.seq.value,
+                                                     " prompt of ", op.prompt.size(),
+                                                     " tokens exceeds max_len ", op.max_len));
+    }
+    if (absl::Status s = check_tokens(op.seq, op.prompt); !s.ok()) return s;
+    planned[op.seq] = Planned{true, policy_->CountCachedTokens(op.prompt), op.max_len};
+  }
+  absl::flat_hash_set<SeqId> granted;
+  for (const GrantOp& op : request.grants) {
+    const Planned seq = state(op.seq);
+    if (!seq.live) {
+      return absl::NotFoundError(absl::StrCat("grant: sequence ", op.seq.value, " is unknown"));
+    }
+    if (!granted.insert(op.seq).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grant: sequence ", op.seq.value, " appears twice"));
+    }
+    if (op.token_ids.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grant: sequence ", op.seq.value, " asks for zero tokens"));
+    }
+    if (op.start_pos != seq.num_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grant: sequence ", op.seq.value, " start_pos ", op.start_pos,
+                       " is not its token count ", seq.num_tokens));
+    }
+    const int64_t end = int64_t{op.start_pos} + static_cast<int64_t>(op.token_ids.size());
+    if (end > seq.max_len) {
+      return absl::InvalidArgumentError(absl::StrCat("grant: sequence ", op.seq.value,
+                                                     " would reach ", end,
+                                                     " tokens, past its max_len ", seq.max_len));
+    }
+    if (absl::Status s = check_tokens(op.seq, op.token_ids); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
+  if (absl::Status s = Validate(request); !s.ok()) return s;
+
+  StepResponse response;
+  auto record = [&](const SeqResult& r) {
+    if (r.status == SeqStatus::kNoRoom) ++counters_.num_grant_failures;
+    counters_.num_cow_copies += static_cast<int64_t>(r.copies.size());
+  };
+  for (const CommitOp& op : request.commits) {
+    policy_->Commit(seqs_.at(op.seq), op.num_computed_tokens);
+  }
+  for (SeqId id : request.frees) {
+    auto it = seqs_.find(id);
+    policy_->Free(it->second);
+    seqs_.erase(it);
+  }
+  for (const ForkOp& op : request.forks) {
+    Sequence child{.id = op.child, .max_len = seqs_.at(op.parent).max_len};
+    SeqResult r = policy_->Fork(seqs_.at(op.parent), child);
+    if (r.status == SeqStatus::kOk) seqs_.emplace(op.child, std::move(child));
+    record(r);
+    response.forks.push_back(std::move(r));
+  }
+  for (const CreateOp& op : request.creates) {
+    Sequence seq{.id = op.seq, .max_len = op.max_len};
+    SeqResult r = policy_->Create(seq, op.prompt);
+    counters_.prefix_query_tokens += static_cast<int64_t>(op.prompt.size());
+    counters_.prefix_hit_tokens += r.num_cached_tokens;
+    if (r.status == SeqStatus::kOk) seqs_.emplace(op.seq, std::move(seq));
+    record(r);
+    response.creates.push_back(std::move(r));
+  }
+  for (const GrantOp& op : request.grants) {
+    auto it = seqs_.find(op.seq);
+    SeqResult r;
+    if (it == seqs_.end()) {
+      // Its create or fork in this request found no room.
+      r = SeqResult{.seq = op.seq, .status = SeqStatus::kNoRoom};
+    } else {
+      r = policy_->Grant(it->second, op.token_ids);
+    }
+    record(r);
+    response.grants.push_back(std::move(r));
+  }
+  return response;
+}
+
+CacheStats KvCacheManager::Stats() const {
+  CacheStats stats = counters_;
+  stats.pool = policy_->Stats();
+  stats.num_sequences = static_cast<int64_t>(seqs_.size());
+  return stats;
+}
+
+absl::Status KvCacheManager::CheckInvariants() const { return policy_->CheckInvariants(seqs_); }
+
+}  // namespace folio::cachemgr

@@ -1,0 +1,86 @@
+// KvCacheManager: the cache manager's domain object and the only API the service layer
+// sees. It owns every sequence's record and the allocation policy (paged or contiguous),
+// and applies the batched step of DESIGN.md: commits, frees, forks, creates with prefix
+// lookups, then grants.
+//
+// A step is planned before it is applied: every operation is validated against the
+// state the earlier operations of the same request would leave, so a bad request returns
+// an error and changes nothing. Running out of blocks is not an error: the affected
+// sequence's result says kNoRoom and the sequence is left exactly as it was.
+//
+// Thread-compatible: the service serializes calls.
+#ifndef FOLIO_SERVICES_CACHEMGR_KV_CACHE_MANAGER_H_
+#define FOLIO_SERVICES_CACHEMGR_KV_CACHE_MANAGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/cachemgr/allocation_policy.h"
+#include "services/cachemgr/contiguous_policy.h"
+#include "services/cachemgr/paged_policy.h"
+#include "services/cachemgr/step_types.h"
+
+namespace folio::cachemgr {
+
+enum class PolicyKind { kPaged, kContiguous };
+
+// Parses "paged" or "contiguous".
+absl::StatusOr<PolicyKind> ParsePolicyKind(const std::string& name);
+const char* PolicyKindName(PolicyKind kind);
+
+struct CacheConfig {
+  PolicyKind policy = PolicyKind::kPaged;
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;  // tokens per block
+  PagedPolicy::PrefixCaching prefix_caching = PagedPolicy::PrefixCaching::kEnabled;
+  ContiguousPolicy::Rounding rounding = ContiguousPolicy::Rounding::kExact;
+};
+
+// Limits that keep a bad configure request from allocating without bound.
+inline constexpr int32_t kMaxBlockSize = 1024;
+inline constexpr int64_t kMaxPoolSlots = int64_t{1} << 31;
+inline constexpr int32_t kMaxSequenceLength = 1 << 24;
+
+struct CacheStats {
+  PoolStats pool;
+  int64_t num_sequences = 0;
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up
+  int64_t prefix_hit_tokens = 0;    // of those, found in the cache
+  int64_t num_grant_failures = 0;   // creates, forks and grants answered kNoRoom
+  int64_t num_cow_copies = 0;       // blocks copied on write (and by baseline forks)
+};
+
+class KvCacheManager {
+ public:
+  // InvalidArgument for a block size or block count out of range.
+  static absl::StatusOr<std::unique_ptr<KvCacheManager>> Create(const CacheConfig& config);
+
+  // Applies one batched step; see the class comment.
+  absl::StatusOr<StepResponse> Step(const StepRequest& request);
+
+  CacheStats Stats() const;
+  const CacheConfig& config() const { return config_; }
+
+  // The record of a live sequence, or nullptr.
+  const Sequence* Find(SeqId id) const;
+
+  // Verifies the pool against every live sequence (for tests).
+  absl::Status CheckInvariants() const;
+
+ private:
+  KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy);
+
+  absl::Status Validate(const StepRequest& request) const;
+
+  const CacheConfig config_;
+  std::unique_ptr<AllocationPolicy> policy_;
+  SequenceMap seqs_;
+  CacheStats counters_;  // the pool figures in here are filled in by Stats()
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_KV_CACHE_MANAGER_H_

@@ -1,0 +1,201 @@
+#include "services/cachemgr/paged_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace folio::cachemgr {
+namespace {
+
+int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching)
+    : block_size_(block_size),
+      prefix_caching_(prefix_caching),
+      pool_(num_blocks, block_size),
+      fill_(num_blocks, 0) {}
+
+void PagedPolicy::Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
+                         std::vector<BlockHash>* hashes) const {
+  if (prefix_caching_ == PrefixCaching::kDisabled || prompt.empty()) return;
+  // Never cover the last prompt token: its logits must be computed.
+  const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
+  BlockHash parent = kRootBlockHash;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    auto tokens = prompt.subspan(static_cast<size_t>(i) * block_size_, block_size_);
+    const BlockHash hash = HashBlock(parent, tokens);
+    std::optional<BlockId> hit = pool_.FindCached(hash, tokens);
+    if (!hit.has_value()) break;
+    blocks->push_back(*hit);
+    hashes->push_back(hash);
+    parent = hash;
+  }
+}
+
+int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> hashes;
+  Lookup(prompt, &blocks, &hashes);
+  return static_cast<int32_t>(blocks.size()) * block_size_;
+}
+
+BlockId PagedPolicy::AllocateEmpty() {
+  const BlockId id = pool_.Allocate();
+  fill_[id.value] = 0;
+  return id;
+}
+
+void PagedPolicy::Acquire(BlockId id) {
+  if (pool_.ref_count(id) == 0) num_tokens_stored_ += fill_[id.value];
+  pool_.AddRef(id);
+}
+
+void PagedPolicy::Drop(BlockId id) {
+  if (pool_.ref_count(id) == 1) num_tokens_stored_ -= fill_[id.value];
+  pool_.Release(id);
+}
+
+SeqResult PagedPolicy::Create(Sequence& seq, absl::Span<const int32_t> prompt) {
+  Lookup(prompt, &seq.table, &seq.hashes);
+  for (BlockId id : seq.table) Acquire(id);
+  const int32_t cached = static_cast<int32_t>(seq.table.size()) * block_size_;
+  seq.tokens.assign(prompt.begin(), prompt.begin() + cached);
+  seq.num_computed = cached;
+  SeqResult result{.seq = seq.id};
+  result.entries = seq.table;
+  result.num_tokens = cached;
+  result.num_cached_tokens = cached;
+  return result;
+}
+
+SeqResult PagedPolicy::Fork(const Sequence& parent, Sequence& child) {
+  child.tokens = parent.tokens;
+  child.table = parent.table;
+  child.num_computed = parent.num_computed;
+  child.hashes = parent.hashes;
+  for (BlockId id : child.table) Acquire(id);
+  SeqResult result{.seq = child.id};
+  result.entries = child.table;
+  result.num_tokens = child.num_tokens();
+  return result;
+}
+
+SeqResult PagedPolicy::Grant(Sequence& seq, absl::Span<const int32_t> tokens) {
+  const int32_t old_len = seq.num_tokens();
+  const int32_t new_len = old_len + static_cast<int32_t>(tokens.size());
+  const int32_t table_len = static_cast<int32_t>(seq.table.size());
+  // A partial last block held by others must be copied before this sequence writes.
+  const bool copy_on_write =
+      old_len % block_size_ != 0 && pool_.ref_count(seq.table.back()) > 1;
+  const int32_t blocks_needed =
+      CeilDiv(new_len, block_size_) - table_len + (copy_on_write ? 1 : 0);
+
+  SeqResult result{.seq = seq.id};
+  if (blocks_needed > pool_.num_free()) {
+    result.status = SeqStatus::kNoRoom;
+    result.table_offset = table_len;
+    result.num_tokens = old_len;
+    return result;
+  }
+  result.table_offset = copy_on_write ? table_len - 1 : table_len;
+  if (copy_on_write) {
+    const BlockId src = seq.table.back();
+    const BlockId dst = AllocateEmpty();
+    fill_[dst.value] = fill_[src.value];
+    num_tokens_stored_ += fill_[dst.value];
+    Drop(src);
+    seq.table.back() = dst;
+    result.copies.push_back(BlockCopy{src, dst});
+  }
+  for (int32_t pos = old_len; pos < new_len; ++pos) {
+    if (pos / block_size_ == static_cast<int32_t>(seq.table.size())) {
+      seq.table.push_back(AllocateEmpty());
+    }
+    ++fill_[seq.table[pos / block_size_].value];
+  }
+  num_tokens_stored_ += new_len - old_len;
+  seq.tokens.insert(seq.tokens.end(), tokens.begin(), tokens.end());
+  result.entries.assign(seq.table.begin() + result.table_offset, seq.table.end());
+  result.num_tokens = new_len;
+  return result;
+}
+
+void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
+  seq.num_computed = num_computed;
+  if (prefix_caching_ == PrefixCaching::kDisabled) return;
+  const int32_t full_blocks = num_computed / block_size_;
+  for (int32_t i = static_cast<int32_t>(seq.hashes.size()); i < full_blocks; ++i) {
+    auto tokens = absl::MakeConstSpan(seq.tokens).subspan(
+        static_cast<size_t>(i) * block_size_, block_size_);
+    const BlockHash hash = HashBlock(i == 0 ? kRootBlockHash : seq.hashes.back(), tokens);
+    // A block whose content another block already caches stays unhashed; the chain
+    // goes on regardless, so later blocks still hash by content.
+    pool_.Register(seq.table[i], hash, tokens);
+    seq.hashes.push_back(hash);
+  }
+}
+
+void PagedPolicy::Free(Sequence& seq) {
+  // Tail blocks first: in the free queue they come before the prefix blocks, so they are
+  // evicted first, and the shared prefixes live longest.
+  for (auto it = seq.table.rbegin(); it != seq.table.rend(); ++it) Drop(*it);
+  seq.table.clear();
+}
+
+PoolStats PagedPolicy::Stats() const {
+  PoolStats s;
+  s.num_blocks_total = pool_.num_blocks();
+  s.num_blocks_free = pool_.num_free();
+  s.num_blocks_used = pool_.num_used();
+  s.num_blocks_cached_evictable = pool_.num_cached_evictable();
+  s.num_slots_allocated = static_cast<int64_t>(pool_.num_used()) * block_size_;
+  s.num_tokens_stored = num_tokens_stored_;
+  s.num_evictions = pool_.num_evictions();
+  return s;
+}
+
+absl::Status PagedPolicy::CheckInvariants(const SequenceMap& seqs) const {
+  if (absl::Status s = pool_.CheckInvariants(); !s.ok()) return s;
+  std::vector<int32_t> holders(pool_.num_blocks(), 0);
+  for (const auto& [id, seq] : seqs) {
+    const int32_t n = seq.num_tokens();
+    if (static_cast<int32_t>(seq.table.size()) != CeilDiv(n, block_size_)) {
+      return absl::InternalError(absl::StrCat("sequence ", id.value, " holds ",
+                                              seq.table.size(), " blocks for ", n, " tokens"));
+    }
+    for (size_t i = 0; i < seq.table.size(); ++i) {
+      const BlockId b = seq.table[i];
+      ++holders[b.value];
+      // Every holder of a block sees the same fill: a shared block written in place
+      // would break this for its other holders.
+      const int32_t expected = std::min(block_size_, n - static_cast<int32_t>(i) * block_size_);
+      if (fill_[b.value] != expected) {
+        return absl::InternalError(absl::StrCat("block ", b.value, " of sequence ", id.value,
+                                                " has ", fill_[b.value], " tokens, expected ",
+                                                expected));
+      }
+    }
+  }
+  int64_t stored = 0;
+  for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    if (holders[b] != pool_.ref_count(BlockId{b})) {
+      return absl::InternalError(absl::StrCat("block ", b, " has ref count ",
+                                              pool_.ref_count(BlockId{b}), " but ",
+                                              holders[b], " tables hold it"));
+    }
+    if (holders[b] > 0) stored += fill_[b];
+  }
+  if (stored != num_tokens_stored_) {
+    return absl::InternalError(absl::StrCat("tokens stored counter ", num_tokens_stored_,
+                                            " != ", stored));
+  }
+  if (pool_.num_free() + pool_.num_used() != pool_.num_blocks()) {
+    return absl::InternalError("free + used != total");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace folio::cachemgr

@@ -1,0 +1,58 @@
+// PagedPolicy: PagedAttention's allocation. A sequence holds a block table; a block is
+// taken from the pool only when the previous one is full; forks share blocks through
+// reference counts; writing into a shared partial block first copies it
+// (copy-on-write); full, computed blocks enter the prefix cache and are found again by
+// their chained hash.
+//
+//   logical blocks      0         1         2
+//   seq A table      [  7  ]   [  3  ]   [ 12 .. ]    <- only the last may be partial
+//   seq B (fork)     [  7  ]   [  3  ]   [ 12 .. ]    ref(7) = ref(3) = ref(12) = 2
+//   B appends a token: 12 is shared and partial, so B gets a fresh block 5, the worker
+//   copies 12 -> 5, and B writes into 5. Then ref(12) = 1 and A writes in place.
+//
+// Thread-compatible.
+#ifndef FOLIO_SERVICES_CACHEMGR_PAGED_POLICY_H_
+#define FOLIO_SERVICES_CACHEMGR_PAGED_POLICY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "services/cachemgr/allocation_policy.h"
+#include "services/cachemgr/block_pool.h"
+
+namespace folio::cachemgr {
+
+class PagedPolicy final : public AllocationPolicy {
+ public:
+  enum class PrefixCaching { kDisabled, kEnabled };
+
+  PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching);
+
+  int32_t CountCachedTokens(absl::Span<const int32_t> prompt) const override;
+  SeqResult Create(Sequence& seq, absl::Span<const int32_t> prompt) override;
+  SeqResult Fork(const Sequence& parent, Sequence& child) override;
+  SeqResult Grant(Sequence& seq, absl::Span<const int32_t> tokens) override;
+  void Commit(Sequence& seq, int32_t num_computed) override;
+  void Free(Sequence& seq) override;
+  PoolStats Stats() const override;
+  absl::Status CheckInvariants(const SequenceMap& seqs) const override;
+
+ private:
+  // Walks the prefix cache along `prompt`; fills `blocks` and `hashes` with the hits.
+  void Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
+              std::vector<BlockHash>* hashes) const;
+  BlockId AllocateEmpty();
+  // AddRef/Release that keep num_tokens_stored_ in step with blocks entering or leaving use.
+  void Acquire(BlockId id);
+  void Drop(BlockId id);
+
+  const int32_t block_size_;
+  const PrefixCaching prefix_caching_;
+  BlockPool pool_;
+  std::vector<int32_t> fill_;  // [num_blocks]: tokens written into each block
+  int64_t num_tokens_stored_ = 0;
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_PAGED_POLICY_H_

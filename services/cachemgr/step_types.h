@@ -1,0 +1,78 @@
+// The cache manager's batched step, as native types (service.cc maps the protobuf
+// messages onto these). DESIGN.md, "The cachemgr step RPC", is the contract; in short,
+// one request is applied in this order: commits, frees, forks, creates (with prefix
+// lookups), grants. Plain values; thread-compatible.
+#ifndef FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
+#define FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "services/cachemgr/types.h"
+
+namespace folio::cachemgr {
+
+// The scheduler reports that the KV of the first `num_computed_tokens` tokens of a
+// sequence has been computed; full blocks among them may enter the prefix cache.
+struct CommitOp {
+  SeqId seq;
+  int32_t num_computed_tokens = 0;
+};
+
+// A child sequence that shares all of its parent's blocks.
+struct ForkOp {
+  SeqId parent;
+  SeqId child;
+};
+
+// A new sequence. When `prompt` is given and prefix caching is on, the blocks holding
+// its longest cached prefix are attached at once (never the block of the last prompt
+// token, which must be computed to produce logits).
+struct CreateOp {
+  SeqId seq;
+  int32_t max_len = 0;           // prompt plus output, in tokens
+  std::vector<int32_t> prompt;   // for the prefix lookup; may be empty
+};
+
+// Slots for `token_ids` at positions [start_pos, start_pos + size). start_pos must be the
+// sequence's current token count.
+struct GrantOp {
+  SeqId seq;
+  int32_t start_pos = 0;
+  std::vector<int32_t> token_ids;
+};
+
+struct StepRequest {
+  std::vector<CommitOp> commits;
+  std::vector<SeqId> frees;
+  std::vector<ForkOp> forks;
+  std::vector<CreateOp> creates;
+  std::vector<GrantOp> grants;
+};
+
+enum class SeqStatus {
+  kOk,
+  kNoRoom,  // the pool could not serve it; the sequence was left exactly as it was
+};
+
+// What changed in one sequence's block table: entries from `table_offset` on are
+// replaced by `entries` (the table's new length is table_offset + entries.size()).
+struct SeqResult {
+  SeqId seq;
+  SeqStatus status = SeqStatus::kOk;
+  int32_t table_offset = 0;
+  std::vector<BlockId> entries;
+  std::vector<BlockCopy> copies;  // to run before the step writes
+  int32_t num_tokens = 0;         // the sequence's token count afterwards
+  int32_t num_cached_tokens = 0;  // creates only: tokens found in the prefix cache
+};
+
+struct StepResponse {
+  std::vector<SeqResult> forks;    // one per ForkOp, in order
+  std::vector<SeqResult> creates;  // one per CreateOp, in order
+  std::vector<SeqResult> grants;   // one per GrantOp, in order
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_

@@ -1,0 +1,42 @@
+// Strong identifier types and small value types shared by the cache manager's classes.
+// Plain values; thread-compatible.
+#ifndef FOLIO_SERVICES_CACHEMGR_TYPES_H_
+#define FOLIO_SERVICES_CACHEMGR_TYPES_H_
+
+#include <compare>
+#include <cstdint>
+#include <utility>
+
+namespace folio::cachemgr {
+
+// Index of a physical KV block in the pool: [0, num_blocks).
+struct BlockId {
+  int32_t value = -1;
+  auto operator<=>(const BlockId&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, BlockId id) {
+    return H::combine(std::move(h), id.value);
+  }
+};
+
+// A sequence id, assigned by the scheduler.
+struct SeqId {
+  uint64_t value = 0;
+  auto operator<=>(const SeqId&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, SeqId id) {
+    return H::combine(std::move(h), id.value);
+  }
+};
+
+// A block copy the worker must run before the step that writes into `dst`
+// (copy-on-write, or a baseline fork that shares nothing).
+struct BlockCopy {
+  BlockId src;
+  BlockId dst;
+  bool operator==(const BlockCopy&) const = default;
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_TYPES_H_

@@ -20,6 +20,9 @@ absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &runner->port_);
+  // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port would
+  // silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);

@@ -1,0 +1,298 @@
+#include "common/tokenizer/tokenizer.h"
+
+#include <queue>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "common/tokenizer/utf8.h"
+
+namespace folio {
+namespace {
+
+constexpr char kSpaceSymbol[] = "\xE2\x96\x81";  // U+2581 "▁"
+constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // " ⁇ "
+
+// This Abseil build has its own absl::string_view, distinct from std::string_view.
+absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// Parses "<0xXX>" (upper- or lower-case hex) into its byte; -1 if not that form.
+int ParseBytePiece(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  int value = 0;
+  for (char c : piece.substr(3, 2)) {
+    value *= 16;
+    if (c >= '0' && c <= '9') {
+      value += c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      value += c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      value += c - 'a' + 10;
+    } else {
+      return -1;
+    }
+  }
+  return value;
+}
+
+// One symbol of the text being merged, in a doubly linked list over a vector.
+// A symbol merged into its left neighbour keeps an empty `text`.
+struct Symbol {
+  std::string_view text;
+  int prev;  // -1 at the start
+  int next;  // -1 at the end
+};
+
+// A candidate merge of symbols[left] and symbols[right] into a piece of `length`
+// bytes. Candidates are never removed from the queue when a neighbour changes;
+// a popped candidate is stale, and skipped, when the symbols no longer have the
+// lengths it was made from.
+struct Candidate {
+  float score;
+  int left;
+  int right;
+  size_t length;
+};
+
+// Orders the max-heap: highest score first, then leftmost, as SentencePiece does.
+struct CandidateLess {
+  bool operator()(const Candidate& a, const Candidate& b) const {
+    if (a.score != b.score) return a.score < b.score;
+    return a.left > b.left;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<Tokenizer> Tokenizer::Create(Vocab vocab) {
+  Tokenizer tokenizer(std::move(vocab));
+  absl::Status status = tokenizer.BuildTables();
+  if (!status.ok()) return status;
+  return tokenizer;
+}
+
+absl::Status Tokenizer::BuildTables() {
+  const Vocab& v = vocab_;
+  const size_t n = v.pieces.size();
+  if (n == 0) return absl::InvalidArgumentError("vocab is empty");
+  if (v.scores.size() != n || v.types.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab sizes disagree: ", n, " pieces, ", v.scores.size(),
+                     " scores, ", v.types.size(), " types"));
+  }
+  for (const auto& [name, id] : {std::pair<const char*, int32_t>{"bos_id", v.bos_id},
+                                 {"eos_id", v.eos_id},
+                                 {"unk_id", v.unk_id}}) {
+    if (id < 0 || id >= v.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab ", name, " ", id, " is outside [0, ", v.size(), ")"));
+    }
+  }
+  if (v.types[v.unk_id] != TokenType::kUnknown) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab unk_id ", v.unk_id, " has type ", static_cast<int>(v.types[v.unk_id]),
+        ", want kUnknown"));
+  }
+
+  byte_to_id_.fill(-1);
+  int num_byte_tokens = 0;
+  texts_.assign(n, "");
+  surfaces_.assign(n, TokenSurface{});
+  for (size_t i = 0; i < n; ++i) {
+    const auto id = static_cast<int32_t>(i);
+    const std::string& piece = v.pieces[i];
+    TokenSurface& surface = surfaces_[i];
+    switch (v.types[i]) {
+      case TokenType::kNormal:
+      case TokenType::kUserDefined: {
+        if (piece.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("vocab piece ", id, " is empty"));
+        }
+        auto [it, inserted] = piece_to_id_.emplace(piece, id);
+        if (!inserted) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "vocab piece \"", piece, "\" appears as both id ", it->second, " and ", id));
+        }
+        surface.kind = TokenSurface::Kind::kText;
+        surface.leading_space_strippable = piece.starts_with(kSpaceSymbol);
+        texts_[i] = absl::StrReplaceAll(piece, {{kSpaceSymbol, " "}});
+        break;
+      }
+      case TokenType::kByte: {
+        const int byte = ParseBytePiece(piece);
+        if (byte < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "vocab byte token ", id, " is \"", piece, "\", want the form <0xXX>"));
+        }
+        if (byte_to_id_[byte] >= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "vocab byte ", piece, " appears as both id ", byte_to_id_[byte], " and ", id));
+        }
+        byte_to_id_[byte] = id;
+        ++num_byte_tokens;
+        surface.kind = TokenSurface::Kind::kByte;
+        surface.byte = static_cast<uint8_t>(byte);
+        break;
+      }
+      case TokenType::kUnknown:
+        surface.kind = TokenSurface::Kind::kText;
+        texts_[i] = std::string(kUnknownSurface);
+        break;
+      case TokenType::kUnused:
+        // Never produced by Encode, but decoded as text, as SentencePiece does.
+        surface.kind = TokenSurface::Kind::kText;
+        surface.leading_space_strippable = piece.starts_with(kSpaceSymbol);
+        texts_[i] = absl::StrReplaceAll(piece, {{kSpaceSymbol, " "}});
+        break;
+      case TokenType::kControl:
+        surface.kind = TokenSurface::Kind::kControl;
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "vocab token ", id, " has unknown type ", static_cast<int>(v.types[i])));
+    }
+  }
+  if (num_byte_tokens != 0 && num_byte_tokens != 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab has ", num_byte_tokens,
+        " byte tokens; byte fallback needs all 256 (<0x00>..<0xFF>) or none"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
+                                                       AddBos add_bos) const {
+  if (const size_t bad = utf8::FindInvalid(text); bad != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "text is not valid UTF-8 at byte offset ", bad, " (byte 0x",
+        absl::Hex(static_cast<uint8_t>(text[bad]), absl::kZeroPad2), ")"));
+  }
+  std::vector<int32_t> ids;
+  const bool bos = add_bos == AddBos::kYes ||
+                   (add_bos == AddBos::kVocabDefault && vocab_.add_bos);
+  if (bos) ids.push_back(vocab_.bos_id);
+  if (text.empty()) return ids;
+
+  // Normalise: the dummy prefix, then every space to "▁".
+  std::string normalized;
+  normalized.reserve(3 * (text.size() + 1));  // worst case: all spaces
+  if (vocab_.add_dummy_prefix) normalized.append(kSpaceSymbol);
+  for (char c : text) {
+    if (c == ' ') {
+      normalized.append(kSpaceSymbol);
+    } else {
+      normalized.push_back(c);
+    }
+  }
+
+  // One symbol per character; the text is valid UTF-8, checked above.
+  std::vector<Symbol> symbols;
+  symbols.reserve(normalized.size());
+  for (size_t pos = 0; pos < normalized.size();) {
+    const size_t len = utf8::ClassifyPrefix(std::string_view(normalized).substr(pos)).length;
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({std::string_view(normalized).substr(pos, len), index - 1, index + 1});
+    pos += len;
+  }
+  symbols.back().next = -1;
+
+  std::priority_queue<Candidate, std::vector<Candidate>, CandidateLess> queue;
+  auto maybe_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const std::string_view l = symbols[left].text;
+    // Neighbouring symbols are adjacent in `normalized`, so the merge is a view.
+    const std::string_view merged(l.data(), l.size() + symbols[right].text.size());
+    const auto it = piece_to_id_.find(ToAbsl(merged));
+    if (it == piece_to_id_.end()) return;
+    queue.push({vocab_.scores[it->second], left, right, merged.size()});
+  };
+  for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) maybe_add(i, i + 1);
+
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    Symbol& left = symbols[top.left];
+    Symbol& right = symbols[top.right];
+    if (left.text.empty() || right.text.empty() || left.next != top.right ||
+        left.text.size() + right.text.size() != top.length) {
+      continue;  // stale: one side has merged with something else since
+    }
+    left.text = std::string_view(left.text.data(), top.length);
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.left;
+    right.text = {};
+    maybe_add(left.prev, top.left);
+    maybe_add(top.left, left.next);
+  }
+
+  ids.reserve(ids.size() + symbols.size());
+  for (int i = 0; i >= 0; i = symbols[i].next) AppendSymbolIds(symbols[i].text, &ids);
+  return ids;
+}
+
+void Tokenizer::AppendSymbolIds(std::string_view symbol, std::vector<int32_t>* ids) const {
+  if (const auto it = piece_to_id_.find(ToAbsl(symbol)); it != piece_to_id_.end()) {
+    ids->push_back(it->second);
+    return;
+  }
+  // Only single characters can be missing: merges only ever form known pieces.
+  if (!has_byte_fallback()) {
+    ids->push_back(vocab_.unk_id);
+    return;
+  }
+  for (char c : symbol) ids->push_back(byte_to_id_[static_cast<uint8_t>(c)]);
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids) const {
+  std::string out;
+  std::string byte_run;  // raw bytes of consecutive byte tokens, not yet decoded
+  bool after_bos = false;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= vocab_size()) {
+      return absl::OutOfRangeError(absl::StrCat("token id ", id, " at position ", i,
+                                                " is outside the vocabulary [0, ",
+                                                vocab_size(), ")"));
+    }
+    const TokenSurface& surface = surfaces_[id];
+    if (surface.kind == TokenSurface::Kind::kByte) {
+      byte_run.push_back(static_cast<char>(surface.byte));
+      after_bos = false;
+      continue;
+    }
+    utf8::AppendWithReplacement(byte_run, &out);
+    byte_run.clear();
+    if (surface.kind == TokenSurface::Kind::kControl) {
+      if (id == vocab_.bos_id) after_bos = true;
+      continue;
+    }
+    std::string_view text = texts_[id];
+    if (after_bos && surface.leading_space_strippable) text.remove_prefix(1);
+    after_bos = false;
+    out.append(text);
+  }
+  utf8::AppendWithReplacement(byte_run, &out);
+  return out;
+}
+
+absl::Status Tokenizer::CheckId(int32_t id) const {
+  if (id >= 0 && id < vocab_size()) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("token id ", id,
+                                            " is outside the vocabulary [0, ",
+                                            vocab_size(), ")"));
+}
+
+absl::StatusOr<std::string_view> Tokenizer::TokenToPiece(int32_t id) const {
+  if (absl::Status s = CheckId(id); !s.ok()) return s;
+  return std::string_view(vocab_.pieces[id]);
+}
+
+absl::StatusOr<TokenSurface> Tokenizer::Surface(int32_t id) const {
+  if (absl::Status s = CheckId(id); !s.ok()) return s;
+  TokenSurface surface = surfaces_[id];
+  surface.text = texts_[id];
+  return surface;
+}
+
+}  // namespace folio

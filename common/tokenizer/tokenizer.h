@@ -1,0 +1,116 @@
+// Tokenizer: SentencePiece-BPE encoding and decoding as Llama models use it.
+//
+// Encoding: spaces become "▁" (U+2581), a dummy "▁" is prepended when the vocab asks
+// for it, the text is split into UTF-8 characters, and adjacent symbols are merged
+// greedily, always taking the pair whose merged piece has the highest score (ties go
+// to the leftmost pair). Symbols that are not pieces fall back to byte tokens <0xXX>,
+// or to the unknown token when the vocab has no byte tokens. This reproduces
+// libsentencepiece's BPE model for vocabularies of normal, control, unknown and byte
+// pieces (Llama 2, llama2.c). Not supported: user-defined symbols are merged like
+// normal pieces rather than matched first, and unused pieces are never produced
+// (SentencePiece re-splits them).
+//
+// Decoding rules (see Decode):
+//   - "▁" becomes a space; a byte token contributes its raw byte, and each run of
+//     consecutive byte tokens is decoded as UTF-8 with every byte that is not part
+//     of a valid character replaced by U+FFFD;
+//   - control tokens (BOS, EOS, ...) decode to nothing; the unknown token to " ⁇ ";
+//   - the first visible token after a BOS loses one leading space if its piece
+//     starts with "▁" (the dummy prefix), as in SentencePiece and llama2.c.
+//     Unlike SentencePiece, a sequence that does not start with BOS keeps its leading
+//     space, so decoded continuations of a prompt join up correctly.
+//
+// A Tokenizer is immutable after Create() and thread-safe; copies share nothing.
+#ifndef FOLIO_COMMON_TOKENIZER_TOKENIZER_H_
+#define FOLIO_COMMON_TOKENIZER_TOKENIZER_H_
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/tokenizer/vocab.h"
+
+namespace folio {
+
+// Whether Encode prepends the BOS token.
+enum class AddBos {
+  kNo,
+  kYes,
+  kVocabDefault,  // as Vocab::add_bos says
+};
+
+// What one token contributes to decoded text on its own, before the context rules of
+// Decode (byte runs, the space after BOS) apply.
+struct TokenSurface {
+  enum class Kind {
+    kText,     // normal, user-defined, unused or unknown piece: `text`
+    kByte,     // byte-fallback token: `byte`
+    kControl,  // BOS, EOS and other control tokens: nothing
+  };
+  Kind kind = Kind::kControl;
+  std::string_view text;  // kText only: the piece with "▁" replaced by " "
+  uint8_t byte = 0;       // kByte only
+  // kText only: `text` starts with a space that came from "▁", which Decode drops
+  // when the token is the first visible one after BOS.
+  bool leading_space_strippable = false;
+};
+
+class Tokenizer {
+ public:
+  // Validates `vocab` and builds the lookup tables. InvalidArgument when: the vocab is
+  // empty; pieces, scores and types differ in size; bos/eos/unk ids are out of range
+  // or unk is not of type kUnknown; a normal piece is empty or repeated; a byte piece
+  // is not "<0xXX>" or repeats a byte; some but not all 256 byte tokens are present.
+  static absl::StatusOr<Tokenizer> Create(Vocab vocab);
+
+  // Encodes UTF-8 `text`. InvalidArgument naming the byte offset when `text` is not
+  // valid UTF-8. The empty string encodes to no tokens (just BOS if requested).
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              AddBos add_bos) const;
+
+  // Decodes `ids` by the rules in the file comment. The result is valid UTF-8.
+  // OutOfRange naming the position when an id is not in [0, vocab size).
+  absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
+
+  // The raw vocabulary piece of `id` ("▁the", "<0x0A>", "<s>").
+  // OutOfRange when `id` is not in [0, vocab size).
+  absl::StatusOr<std::string_view> TokenToPiece(int32_t id) const;
+
+  // How `id` decodes on its own; see TokenSurface. OutOfRange as TokenToPiece.
+  absl::StatusOr<TokenSurface> Surface(int32_t id) const;
+
+  const Vocab& vocab() const { return vocab_; }
+  int32_t vocab_size() const { return vocab_.size(); }
+  int32_t bos_id() const { return vocab_.bos_id; }
+  int32_t eos_id() const { return vocab_.eos_id; }
+  // Whether unknown characters fall back to byte tokens (all 256 are present).
+  bool has_byte_fallback() const { return byte_to_id_[0] >= 0; }
+
+ private:
+  explicit Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+
+  absl::Status BuildTables();
+  // Appends the ids for one symbol left after merging.
+  void AppendSymbolIds(std::string_view symbol, std::vector<int32_t>* ids) const;
+  absl::Status CheckId(int32_t id) const;
+
+  Vocab vocab_;
+  // Mergeable pieces (normal and user-defined) -> id.
+  absl::flat_hash_map<std::string, int32_t> piece_to_id_;
+  // [256] byte value -> id of its <0xXX> token; all -1 without byte fallback.
+  std::array<int32_t, 256> byte_to_id_;
+  // [vocab_size] per-token decoding data. surfaces_[i].text is left empty (the
+  // Tokenizer is copyable, so it must not point into texts_); Surface() fills it in.
+  std::vector<std::string> texts_;
+  std::vector<TokenSurface> surfaces_;
+};
+
+}  // namespace folio
+
+#endif  // FOLIO_COMMON_TOKENIZER_TOKENIZER_H_

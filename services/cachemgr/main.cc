@@ -1,0 +1,79 @@
+// folio-cachemgr: the block pool of one model replica, served over gRPC.
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "common/process.h"
+#include "common/service_runner.h"
+#include "glog/logging.h"
+#include "services/cachemgr/service.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
+ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
+ABSL_FLAG(int, metrics_port, 0, "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
+ABSL_FLAG(std::string, policy, "paged",
+          "Allocation policy: paged (PagedAttention) or contiguous (reserve max_len per sequence, "
+          "the baseline).");
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block, unless the Configure RPC says otherwise.");
+ABSL_FLAG(int, num_blocks, 0,
+          "Configure a pool of this many blocks at start-up. 0 (default): wait for the "
+          "scheduler's Configure RPC. Health reports NOT_SERVING until a pool exists.");
+ABSL_FLAG(bool, enable_prefix_caching, true, "Find full computed blocks again by content hash.");
+ABSL_FLAG(bool, round_to_power_of_two, false,
+          "Contiguous policy: round each reservation up to a power of two blocks.");
+ABSL_FLAG(int, shutdown_grace_ms, 500,
+          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
+ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight RPCs finish for this long.");
+
+int main(int argc, char** argv) {
+  folio::BlockTerminationSignals();
+  folio::InitProcess(argc, argv,
+                     "the KV block pool of one model replica.\n"
+                     "Usage: folio-cachemgr [--port=N] [--policy=paged|contiguous] ...");
+  using folio::cachemgr::CacheConfig;
+  CacheConfig defaults;
+  auto policy = folio::cachemgr::ParsePolicyKind(absl::GetFlag(FLAGS_policy));
+  if (!policy.ok()) {
+    LOG(ERROR) << "--policy: " << policy.status().message();
+    return 2;
+  }
+  defaults.policy = *policy;
+  defaults.block_size = absl::GetFlag(FLAGS_block_size);
+  defaults.prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching)
+                                ? folio::cachemgr::PagedPolicy::PrefixCaching::kEnabled
+                                : folio::cachemgr::PagedPolicy::PrefixCaching::kDisabled;
+  defaults.rounding = absl::GetFlag(FLAGS_round_to_power_of_two)
+                          ? folio::cachemgr::ContiguousPolicy::Rounding::kPowerOfTwo
+                          : folio::cachemgr::ContiguousPolicy::Rounding::kExact;
+
+  folio::MetricsRegistry registry;
+  folio::cachemgr::CacheManagerService service(defaults, &registry);
+  folio::ServerOptions options{
+      .service_name = "folio.internal.v1.CacheManager",
+      .host = absl::GetFlag(FLAGS_host),
+      .port = absl::GetFlag(FLAGS_port),
+      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
+      .port_file = absl::GetFlag(FLAGS_port_file),
+      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
+      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  auto runner = folio::ServiceRunner::Start(options, {&service}, &registry);
+  if (!runner.ok()) {
+    LOG(ERROR) << runner.status();
+    return 1;
+  }
+  folio::ServiceRunner* r = runner->get();
+  service.SetOnConfigured([r] { r->SetServing(folio::ServingState::kServing); });
+  if (absl::GetFlag(FLAGS_num_blocks) > 0) {
+    CacheConfig config = defaults;
+    config.num_blocks = absl::GetFlag(FLAGS_num_blocks);
+    if (absl::Status s = service.Configure(config); !s.ok()) {
+      LOG(ERROR) << "--num_blocks: " << s;
+      return 2;
+    }
+  }
+  const int sig = folio::WaitForTerminationSignal();
+  LOG(INFO) << "signal " << sig << ", shutting down";
+  (*runner)->Shutdown();
+  return 0;
+}

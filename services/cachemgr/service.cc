@@ -1,0 +1,254 @@
+#include "services/cachemgr/service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+
+namespace folio::cachemgr {
+namespace pb = folio::internal::v1;
+
+namespace {
+
+StepRequest FromProto(const pb::CacheStepRequest& in) {
+  StepRequest out;
+  for (const pb::Commit& c : in.commits()) {
+    out.commits.push_back(CommitOp{SeqId{c.seq_id()}, c.num_computed_tokens()});
+  }
+  for (uint64_t id : in.frees()) out.frees.push_back(SeqId{id});
+  for (const pb::Fork& f : in.forks()) {
+    out.forks.push_back(ForkOp{SeqId{f.parent_seq_id()}, SeqId{f.child_seq_id()}});
+  }
+  for (const pb::Create& c : in.creates()) {
+    out.creates.push_back(CreateOp{.seq = SeqId{c.seq_id()},
+                                   .max_len = c.max_len(),
+                                   .prompt = {c.prompt_token_ids().begin(),
+                                              c.prompt_token_ids().end()}});
+  }
+  for (const pb::Grant& g : in.grants()) {
+    out.grants.push_back(GrantOp{.seq = SeqId{g.seq_id()},
+                                 .start_pos = g.start_pos(),
+                                 .token_ids = {g.token_ids().begin(), g.token_ids().end()}});
+  }
+  return out;
+}
+
+void ToProto(const SeqResult& in, pb::SequenceResult* out) {
+  out->set_seq_id(in.seq.value);
+  out->set_status(in.status == SeqStatus::kOk ? pb::SequenceResult::OK
+                                              : pb::SequenceResult::NO_ROOM);
+  out->set_table_offset(in.table_offset);
+  for (BlockId b : in.entries) out->add_entries(b.value);
+  for (const BlockCopy& c : in.copies) {
+    pb::BlockCopy* copy = out->add_copies();
+    copy->set_src(c.src.value);
+    copy->set_dst(c.dst.value);
+  }
+  out->set_num_tokens(in.num_tokens);
+  out->set_num_cached_tokens(in.num_cached_tokens);
+}
+
+pb::AllocationPolicy ToProto(PolicyKind kind) {
+  return kind == PolicyKind::kPaged ? pb::ALLOCATION_POLICY_PAGED
+                                    : pb::ALLOCATION_POLICY_CONTIGUOUS;
+}
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
+    : blocks_total(r->AddGauge("folio_cachemgr_blocks_total", "KV blocks in the pool.")),
+      blocks_free(r->AddGauge("folio_cachemgr_blocks_free",
+                              "Free KV blocks, including cached-evictable ones.")),
+      blocks_used(r->AddGauge("folio_cachemgr_blocks_used", "KV blocks held by sequences.")),
+      blocks_cached_evictable(r->AddGauge(
+          "folio_cachemgr_blocks_cached_evictable",
+          "Free KV blocks that still hold a prefix-cache entry (reusable until evicted).")),
+      kv_usage_ratio(r->AddGauge("folio_cachemgr_kv_usage_ratio",
+                                 "Used blocks over total blocks (0 to 1).")),
+      slot_utilization_ratio(r->AddGauge(
+          "folio_cachemgr_slot_utilization_ratio",
+          "Token slots that hold a token over token slots allocated to sequences (0 to 1).")),
+      sequences(r->AddGauge("folio_cachemgr_sequences", "Live sequences.")),
+      prefix_query_tokens(r->AddCounter("folio_cachemgr_prefix_cache_queries_total",
+                                        "Prompt tokens looked up in the prefix cache.")),
+      prefix_hit_tokens(r->AddCounter("folio_cachemgr_prefix_cache_hits_total",
+                                      "Prompt tokens found in the prefix cache.")),
+      grant_failures(r->AddCounter("folio_cachemgr_grant_failures_total",
+                                   "Creates, forks and grants answered NO_ROOM.")),
+      cow_copies(r->AddCounter("folio_cachemgr_cow_copies_total",
+                               "Blocks copied before a write (copy-on-write).")),
+      step_errors(r->AddCounterFamily("folio_cachemgr_step_errors_total",
+                                      "Step RPCs rejected, by gRPC status code.", {"code"})),
+      step_latency(r->AddHistogram("folio_cachemgr_step_latency_seconds",
+                                   "Time to apply one step RPC, in seconds.",
+                                   ExponentialBuckets(1e-6, 2.5, 16))) {}
+
+CacheManagerService::CacheManagerService(const CacheConfig& defaults, MetricsRegistry* registry)
+    : defaults_(defaults), metrics_(registry) {
+  registry->AddCollectHook([this] { RefreshGauges(); });
+}
+
+void CacheManagerService::SetOnConfigured(std::function<void()> callback) {
+  on_configured_ = std::move(callback);
+}
+
+void CacheManagerService::RefreshGauges() {
+  absl::MutexLock lock(&mu_);
+  if (manager_ == nullptr) return;
+  const CacheStats s = manager_->Stats();
+  metrics_.blocks_total.Set(s.pool.num_blocks_total);
+  metrics_.blocks_free.Set(s.pool.num_blocks_free);
+  metrics_.blocks_used.Set(s.pool.num_blocks_used);
+  metrics_.blocks_cached_evictable.Set(s.pool.num_blocks_cached_evictable);
+  metrics_.kv_usage_ratio.Set(static_cast<double>(s.pool.num_blocks_used) /
+                              s.pool.num_blocks_total);
+  metrics_.slot_utilization_ratio.Set(
+      s.pool.num_slots_allocated == 0
+          ? 0.0
+          : static_cast<double>(s.pool.num_tokens_stored) / s.pool.num_slots_allocated);
+  metrics_.sequences.Set(static_cast<double>(s.num_sequences));
+}
+
+absl::Status CacheManagerService::Configure(const CacheConfig& config) {
+  auto manager = KvCacheManager::Create(config);
+  if (!manager.ok()) return manager.status();
+  {
+    absl::MutexLock lock(&mu_);
+    if (manager_ != nullptr && manager_->Stats().num_sequences > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the pool has ", manager_->Stats().num_sequences,
+          " live sequences; call Reset before configuring a new pool"));
+    }
+    manager_ = std::move(*manager);
+  }
+  LOG(INFO) << "pool configured: " << config.num_blocks << " blocks of " << config.block_size
+            << " tokens, policy " << PolicyKindName(config.policy);
+  if (on_configured_) on_configured_();
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CacheManagerService::Configure(grpc::CallbackServerContext* ctx,
+                                                         const pb::ConfigureRequest* request,
+                                                         pb::ConfigureResponse* response) {
+  CacheConfig config = defaults_;
+  config.num_blocks = request->num_blocks();
+  if (request->block_size() != 0) config.block_size = request->block_size();
+  if (request->policy() == pb::ALLOCATION_POLICY_PAGED) config.policy = PolicyKind::kPaged;
+  if (request->policy() == pb::ALLOCATION_POLICY_CONTIGUOUS) {
+    config.policy = PolicyKind::kContiguous;
+  }
+  if (request->disable_prefix_caching()) {
+    config.prefix_caching = PagedPolicy::PrefixCaching::kDisabled;
+  }
+  if (request->round_to_power_of_two()) config.rounding = ContiguousPolicy::Rounding::kPowerOfTwo;
+  if (request->block_size() < 0) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "block_size must be positive, got ", request->block_size())));
+  }
+  const absl::Status status = Configure(config);
+  if (status.ok()) {
+    response->set_num_blocks(config.num_blocks);
+    response->set_block_size(config.block_size);
+    response->set_policy(ToProto(config.policy));
+  }
+  return Finish(ctx, status);
+}
+
+absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
+    const pb::CacheStepRequest& request) {
+  const StepRequest native = FromProto(request);
+  absl::StatusOr<StepResponse> result;
+  {
+    absl::MutexLock lock(&mu_);
+    if (manager_ == nullptr) {
+      return absl::FailedPreconditionError("the block pool is not configured yet");
+    }
+    result = manager_->Step(native);
+  }
+  if (!result.ok()) return result.status();
+  pb::CacheStepResponse response;
+  auto count = [&](const SeqResult& r) {
+    if (r.status == SeqStatus::kNoRoom) metrics_.grant_failures.Increment();
+    metrics_.cow_copies.Increment(static_cast<double>(r.copies.size()));
+  };
+  for (const SeqResult& r : result->forks) {
+    count(r);
+    ToProto(r, response.add_forks());
+  }
+  for (size_t i = 0; i < result->creates.size(); ++i) {
+    const SeqResult& r = result->creates[i];
+    count(r);
+    metrics_.prefix_query_tokens.Increment(static_cast<double>(native.creates[i].prompt.size()));
+    metrics_.prefix_hit_tokens.Increment(r.num_cached_tokens);
+    ToProto(r, response.add_creates());
+  }
+  for (const SeqResult& r : result->grants) {
+    count(r);
+    ToProto(r, response.add_grants());
+  }
+  return response;
+}
+
+grpc::ServerUnaryReactor* CacheManagerService::Step(grpc::CallbackServerContext* ctx,
+                                                    const pb::CacheStepRequest* request,
+                                                    pb::CacheStepResponse* response) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<pb::CacheStepResponse> result = DoStep(*request);
+  metrics_.step_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  if (!result.ok()) {
+    metrics_.step_errors.WithLabels({absl::StatusCodeToString(result.status().code())})
+        .Increment();
+    LOG(WARNING) << "step " << request->step_id() << " rejected: " << result.status();
+    return Finish(ctx, result.status());
+  }
+  *response = std::move(*result);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerContext* ctx,
+                                                        const pb::GetStatsRequest* request,
+                                                        pb::CacheStats* response) {
+  absl::MutexLock lock(&mu_);
+  if (manager_ == nullptr) {
+    response->set_configured(false);
+    return Finish(ctx, absl::OkStatus());
+  }
+  const CacheStats s = manager_->Stats();
+  response->set_configured(true);
+  response->set_policy(ToProto(manager_->config().policy));
+  response->set_block_size(manager_->config().block_size);
+  response->set_num_blocks_total(s.pool.num_blocks_total);
+  response->set_num_blocks_free(s.pool.num_blocks_free);
+  response->set_num_blocks_used(s.pool.num_blocks_used);
+  response->set_num_blocks_cached_evictable(s.pool.num_blocks_cached_evictable);
+  response->set_num_slots_allocated(s.pool.num_slots_allocated);
+  response->set_num_tokens_stored(s.pool.num_tokens_stored);
+  response->set_num_sequences(s.num_sequences);
+  response->set_prefix_query_tokens(s.prefix_query_tokens);
+  response->set_prefix_hit_tokens(s.prefix_hit_tokens);
+  response->set_num_grant_failures(s.num_grant_failures);
+  response->set_num_cow_copies(s.num_cow_copies);
+  response->set_num_evictions(s.pool.num_evictions);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext* ctx,
+                                                     const pb::ResetRequest* request,
+                                                     pb::ResetResponse* response) {
+  absl::MutexLock lock(&mu_);
+  if (manager_ == nullptr) {
+    return Finish(ctx, absl::FailedPreconditionError("the block pool is not configured yet"));
+  }
+  // A fresh manager with the same configuration: every block free, no cached prefix.
+  manager_ = *KvCacheManager::Create(manager_->config());
+  LOG(INFO) << "pool reset";
+  return Finish(ctx, absl::OkStatus());
+}
+
+}  // namespace folio::cachemgr

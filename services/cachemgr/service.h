@@ -1,0 +1,78 @@
+// CacheManagerService: the gRPC face of KvCacheManager (folio.internal.v1.CacheManager).
+// It maps protobuf messages to the domain types and back, maps Status to gRPC codes, and
+// keeps the service's metrics. No allocation logic lives here.
+//
+// Thread-safe: every handler takes mu_ for the few microseconds a step needs and never
+// waits on anything else, so the callback threads do not block.
+#ifndef FOLIO_SERVICES_CACHEMGR_SERVICE_H_
+#define FOLIO_SERVICES_CACHEMGR_SERVICE_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "folio/internal/v1/cachemgr.grpc.pb.h"
+#include "services/cachemgr/kv_cache_manager.h"
+
+namespace folio::cachemgr {
+
+class CacheManagerService final : public folio::internal::v1::CacheManager::CallbackService {
+ public:
+  // `defaults` fills what a Configure request leaves unset. `registry` must outlive the
+  // service.
+  CacheManagerService(const CacheConfig& defaults, MetricsRegistry* registry);
+
+  // Called (outside the lock) each time a pool is configured; the process uses it to
+  // report SERVING.
+  void SetOnConfigured(std::function<void()> callback);
+
+  // Configures a pool directly (the --num_blocks start-up path).
+  absl::Status Configure(const CacheConfig& config);
+
+  grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx,
+                                      const folio::internal::v1::ConfigureRequest* request,
+                                      folio::internal::v1::ConfigureResponse* response) override;
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* ctx,
+                                 const folio::internal::v1::CacheStepRequest* request,
+                                 folio::internal::v1::CacheStepResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
+                                     const folio::internal::v1::GetStatsRequest* request,
+                                     folio::internal::v1::CacheStats* response) override;
+  grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx,
+                                  const folio::internal::v1::ResetRequest* request,
+                                  folio::internal::v1::ResetResponse* response) override;
+
+ private:
+  struct Metrics {
+    explicit Metrics(MetricsRegistry* registry);
+    Gauge& blocks_total;
+    Gauge& blocks_free;
+    Gauge& blocks_used;
+    Gauge& blocks_cached_evictable;
+    Gauge& kv_usage_ratio;
+    Gauge& slot_utilization_ratio;
+    Gauge& sequences;
+    Counter& prefix_query_tokens;
+    Counter& prefix_hit_tokens;
+    Counter& grant_failures;
+    Counter& cow_copies;
+    Family<Counter>& step_errors;
+    Histogram& step_latency;
+  };
+
+  absl::StatusOr<folio::internal::v1::CacheStepResponse> DoStep(
+      const folio::internal::v1::CacheStepRequest& request);
+  void RefreshGauges();
+
+  const CacheConfig defaults_;
+  Metrics metrics_;
+  std::function<void()> on_configured_;
+  absl::Mutex mu_;
+  std::unique_ptr<KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_SERVICE_H_

@@ -1,0 +1,293 @@
+#include "services/worker/model/gguf_model.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/worker/model/mapped_file.h"
+#include "services/worker/model/mapped_weights.h"
+
+namespace folio::worker {
+namespace {
+
+// Reads typed metadata and tensors from one GGUF file, prefixing errors with its name.
+class Reader {
+ public:
+  explicit Reader(const GgufFile& f) : f_(f) {}
+
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(f_.name(), ": ", what));
+  }
+
+  // Wraps a GgufValue accessor error with the key.
+  absl::Status KeyError(absl::string_view key, const absl::Status& s) const {
+    return Error(absl::StrCat("key '", key, "': ", s.message()));
+  }
+
+  // A positive int32; `fallback` (if not null) when the key is absent.
+  absl::StatusOr<int32_t> PositiveInt(absl::string_view key, const int32_t* fallback) const {
+    const GgufValue* v = f_.FindValue(key);
+    if (v == nullptr) {
+      if (fallback != nullptr) return *fallback;
+      return Error(absl::StrCat("missing metadata key '", key, "'"));
+    }
+    absl::StatusOr<int64_t> n = v->AsInt64();
+    if (!n.ok()) return KeyError(key, n.status());
+    if (*n <= 0 || *n > std::numeric_limits<int32_t>::max()) {
+      return Error(absl::StrCat("key '", key, "' is ", *n, ", expected a positive int32"));
+    }
+    return static_cast<int32_t>(*n);
+  }
+
+  absl::StatusOr<float> Float(absl::string_view key, const float* fallback) const {
+    const GgufValue* v = f_.FindValue(key);
+    if (v == nullptr) {
+      if (fallback != nullptr) return *fallback;
+      return Error(absl::StrCat("missing metadata key '", key, "'"));
+    }
+    absl::StatusOr<double> d = v->AsDouble();
+    if (!d.ok()) return KeyError(key, d.status());
+    if (!(*d > 0) || *d > std::numeric_limits<float>::max()) {
+      return Error(absl::StrCat("key '", key, "' is ", *d, ", expected a positive float"));
+    }
+    return static_cast<float>(*d);
+  }
+
+  absl::StatusOr<absl::string_view> String(absl::string_view key) const {
+    const GgufValue* v = f_.FindValue(key);
+    if (v == nullptr) return Error(absl::StrCat("missing metadata key '", key, "'"));
+    absl::StatusOr<absl::string_view> s = v->AsString();
+    if (!s.ok()) return KeyError(key, s.status());
+    return *s;
+  }
+
+  absl::StatusOr<bool> Bool(absl::string_view key, bool fallback) const {
+    const GgufValue* v = f_.FindValue(key);
+    if (v == nullptr) return fallback;
+    absl::StatusOr<bool> b = v->AsBool();
+    if (!b.ok()) return KeyError(key, b.status());
+    return *b;
+  }
+
+  // A token id in [0, vocab_size).
+  absl::StatusOr<int32_t> TokenId(absl::string_view key, int32_t fallback,
+                                  int32_t vocab_size) const {
+    const GgufValue* v = f_.FindValue(key);
+    if (v == nullptr) return fallback;
+    absl::StatusOr<int64_t> n = v->AsInt64();
+    if (!n.ok()) return KeyError(key, n.status());
+    if (*n < 0 || *n >= vocab_size) {
+      return Error(absl::StrCat("key '", key, "' is ", *n, ", outside the vocabulary [0, ",
+                                vocab_size, ")"));
+    }
+    return static_cast<int32_t>(*n);
+  }
+
+  // The tensor `name` as a view of shape `shape` (math order: {out, in} or {n}).
+  absl::StatusOr<TensorView> Tensor(const std::string& name,
+                                    const std::vector<int64_t>& shape) const {
+    const GgufTensorInfo* t = f_.FindTensor(name);
+    if (t == nullptr) return Error(absl::StrCat("missing tensor '", name, "'"));
+    const std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
+    if (got != shape) {
+      return Error(absl::StrCat("tensor '", name, "' has shape [", absl::StrJoin(got, ", "),
+                                "] (GGUF ne {", absl::StrJoin(t->ne, ", "), "}), expected [",
+                                absl::StrJoin(shape, ", "), "]"));
+    }
+    TensorView v;
+    v.dtype = GgmlTypeToDType(t->type);
+    v.data = t->data;
+    v.shape = shape;
+    return v;
+  }
+
+ private:
+  const GgufFile& f_;
+};
+
+#define FOLIO_ASSIGN_OR_RETURN_IMPL(var, tmp, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp.ok()) return tmp.status();               \
+  var = *std::move(tmp)
+#define FOLIO_CONCAT_INNER(a, b) a##b
+#define FOLIO_CONCAT(a, b) FOLIO_CONCAT_INNER(a, b)
+#define ASSIGN_OR_RETURN(var, expr) \
+  FOLIO_ASSIGN_OR_RETURN_IMPL(var, FOLIO_CONCAT(status_or_, __LINE__), expr)
+
+absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c) {
+  ASSIGN_OR_RETURN(absl::string_view arch, r.String("general.architecture"));
+  if (arch != "llama") {
+    return absl::UnimplementedError(absl::StrCat(
+        f.name(), ": architecture '", arch, "' is not supported (only 'llama')"));
+  }
+  c->architecture = "llama";
+  if (f.FindValue("general.name") != nullptr) {
+    ASSIGN_OR_RETURN(absl::string_view name, r.String("general.name"));
+    c->name = std::string(name);
+  }
+  ASSIGN_OR_RETURN(c->dim, r.PositiveInt("llama.embedding_length", nullptr));
+  ASSIGN_OR_RETURN(c->hidden_dim, r.PositiveInt("llama.feed_forward_length", nullptr));
+  ASSIGN_OR_RETURN(c->num_layers, r.PositiveInt("llama.block_count", nullptr));
+  ASSIGN_OR_RETURN(c->num_heads, r.PositiveInt("llama.attention.head_count", nullptr));
+  ASSIGN_OR_RETURN(c->num_kv_heads,
+                   r.PositiveInt("llama.attention.head_count_kv", &c->num_heads));
+  ASSIGN_OR_RETURN(c->max_seq_len, r.PositiveInt("llama.context_length", nullptr));
+  const float default_theta = 10000.0f;
+  ASSIGN_OR_RETURN(c->rope_theta, r.Float("llama.rope.freq_base", &default_theta));
+  ASSIGN_OR_RETURN(c->rms_norm_eps,
+                   r.Float("llama.attention.layer_norm_rms_epsilon", nullptr));
+
+  if (c->dim % c->num_heads != 0) {
+    return r.Error(absl::StrCat("embedding_length ", c->dim,
+                                " is not a multiple of head_count ", c->num_heads));
+  }
+  c->head_dim = c->dim / c->num_heads;
+  if (c->num_kv_heads > c->num_heads || c->num_heads % c->num_kv_heads != 0) {
+    return r.Error(absl::StrCat("head_count ", c->num_heads,
+                                " is not a multiple of head_count_kv ", c->num_kv_heads));
+  }
+  if (c->head_dim % 2 != 0) {
+    return r.Error(absl::StrCat("head dimension ", c->head_dim, " is odd (RoPE needs pairs)"));
+  }
+  ASSIGN_OR_RETURN(int32_t rope_dims, r.PositiveInt("llama.rope.dimension_count", &c->head_dim));
+  if (rope_dims != c->head_dim) {
+    return absl::UnimplementedError(
+        absl::StrCat(f.name(), ": llama.rope.dimension_count ", rope_dims,
+                     " differs from the head dimension ", c->head_dim,
+                     " (partial rotary embeddings are not supported)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadVocab(const GgufFile& f, const Reader& r, Vocab* vocab) {
+  ASSIGN_OR_RETURN(absl::string_view model, r.String("tokenizer.ggml.model"));
+  if (model != "llama") {
+    return absl::UnimplementedError(
+        absl::StrCat(f.name(), ": tokenizer.ggml.model '", model,
+                     "' is not supported (only 'llama', SentencePiece BPE)"));
+  }
+  const GgufValue* tokens = f.FindValue("tokenizer.ggml.tokens");
+  if (tokens == nullptr) return r.Error("missing metadata key 'tokenizer.ggml.tokens'");
+  if (!tokens->is_array() || tokens->array_type() != GgufType::kString ||
+      tokens->array_size() == 0) {
+    return r.Error(absl::StrCat("key 'tokenizer.ggml.tokens' is ", tokens->DebugString(),
+                                ", expected a non-empty array of string"));
+  }
+  const uint64_t n = tokens->array_size();
+  if (n > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return r.Error(absl::StrCat("vocabulary of ", n, " tokens is too large"));
+  }
+  vocab->pieces.resize(n);
+  vocab->scores.assign(n, 0.0f);
+  vocab->types.assign(n, TokenType::kNormal);
+  for (uint64_t i = 0; i < n; ++i) vocab->pieces[i] = std::string(*tokens->ArrayString(i));
+
+  // Parallel arrays must have one entry per token.
+  auto parallel = [&](absl::string_view key) -> absl::StatusOr<const GgufValue*> {
+    const GgufValue* v = f.FindValue(key);
+    if (v == nullptr) return nullptr;
+    if (!v->is_array() || v->array_size() != n) {
+      return r.Error(absl::StrCat("key '", key, "' is ", v->DebugString(), ", expected ", n,
+                                  " numbers (one per token)"));
+    }
+    return v;
+  };
+  ASSIGN_OR_RETURN(const GgufValue* scores, parallel("tokenizer.ggml.scores"));
+  ASSIGN_OR_RETURN(const GgufValue* types, parallel("tokenizer.ggml.token_type"));
+  for (uint64_t i = 0; scores != nullptr && i < n; ++i) {
+    absl::StatusOr<double> s = scores->ArrayDouble(i);
+    if (!s.ok()) return r.KeyError("tokenizer.ggml.scores", s.status());
+    vocab->scores[i] = static_cast<float>(*s);
+  }
+  for (uint64_t i = 0; types != nullptr && i < n; ++i) {
+    absl::StatusOr<int64_t> t = types->ArrayInt64(i);
+    if (!t.ok()) return r.KeyError("tokenizer.ggml.token_type", t.status());
+    if (*t < static_cast<int64_t>(TokenType::kNormal) ||
+        *t > static_cast<int64_t>(TokenType::kByte)) {
+      return r.Error(absl::StrCat("tokenizer.ggml.token_type[", i, "] is ", *t,
+                                  ", expected 1..6"));
+    }
+    vocab->types[i] = static_cast<TokenType>(*t);
+  }
+  const int32_t size = static_cast<int32_t>(n);
+  ASSIGN_OR_RETURN(vocab->bos_id, r.TokenId("tokenizer.ggml.bos_token_id", 1, size));
+  ASSIGN_OR_RETURN(vocab->eos_id, r.TokenId("tokenizer.ggml.eos_token_id", 2, size));
+  ASSIGN_OR_RETURN(vocab->unk_id, r.TokenId("tokenizer.ggml.unknown_token_id", 0, size));
+  ASSIGN_OR_RETURN(vocab->add_bos, r.Bool("tokenizer.ggml.add_bos_token", true));
+  ASSIGN_OR_RETURN(vocab->add_dummy_prefix, r.Bool("tokenizer.ggml.add_space_prefix", true));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
+  const Reader r(f);
+  ModelConfig& c = w->config;
+  if (absl::Status s = ReadConfig(f, r, &c); !s.ok()) return s;
+  if (absl::Status s = ReadVocab(f, r, &w->vocab); !s.ok()) return s;
+  c.vocab_size = w->vocab.size();
+  if (f.FindValue("llama.vocab_size") != nullptr) {
+    ASSIGN_OR_RETURN(int32_t declared, r.PositiveInt("llama.vocab_size", nullptr));
+    if (declared != c.vocab_size) {
+      return r.Error(absl::StrCat("llama.vocab_size ", declared, " differs from the ",
+                                  c.vocab_size, " tokens in tokenizer.ggml.tokens"));
+    }
+  }
+
+  const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
+  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  ASSIGN_OR_RETURN(w->tok_embeddings, r.Tensor("token_embd.weight", {vocab, dim}));
+  ASSIGN_OR_RETURN(w->final_norm, r.Tensor("output_norm.weight", {dim}));
+  if (f.FindTensor("output.weight") == nullptr) {
+    c.tied_embeddings = true;
+    w->lm_head = w->tok_embeddings;
+  } else {
+    ASSIGN_OR_RETURN(w->lm_head, r.Tensor("output.weight", {vocab, dim}));
+    // Converters write a shared classifier out as a second copy (stories260K.gguf
+    // does); recognise it so both formats of one model report the same config and the
+    // forward pass reads one copy.
+    const GgufTensorInfo& emb = *f.FindTensor("token_embd.weight");
+    const GgufTensorInfo& out = *f.FindTensor("output.weight");
+    if (emb.type == out.type && emb.size_bytes == out.size_bytes &&
+        std::memcmp(emb.data, out.data, emb.size_bytes) == 0) {
+      c.tied_embeddings = true;
+      w->lm_head = w->tok_embeddings;
+    }
+  }
+  // Bound the allocation below by the file's contents, not by an untrusted count.
+  constexpr int64_t kTensorsPerLayer = 9;
+  if (int64_t{c.num_layers} * kTensorsPerLayer > static_cast<int64_t>(f.tensors().size())) {
+    return r.Error(absl::StrCat("llama.block_count is ", c.num_layers, " but the file has only ",
+                                f.tensors().size(), " tensors (", kTensorsPerLayer,
+                                " per block)"));
+  }
+  w->layers.assign(static_cast<size_t>(c.num_layers), LayerWeights{});
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    LayerWeights& lw = w->layers[l];
+    const std::string p = absl::StrCat("blk.", l, ".");
+    ASSIGN_OR_RETURN(lw.attn_norm, r.Tensor(p + "attn_norm.weight", {dim}));
+    ASSIGN_OR_RETURN(lw.wq, r.Tensor(p + "attn_q.weight", {q_dim, dim}));
+    ASSIGN_OR_RETURN(lw.wk, r.Tensor(p + "attn_k.weight", {kv_dim, dim}));
+    ASSIGN_OR_RETURN(lw.wv, r.Tensor(p + "attn_v.weight", {kv_dim, dim}));
+    ASSIGN_OR_RETURN(lw.wo, r.Tensor(p + "attn_output.weight", {dim, q_dim}));
+    ASSIGN_OR_RETURN(lw.ffn_norm, r.Tensor(p + "ffn_norm.weight", {dim}));
+    ASSIGN_OR_RETURN(lw.w_gate, r.Tensor(p + "ffn_gate.weight", {hidden, dim}));
+    ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));
+    ASSIGN_OR_RETURN(lw.w_up, r.Tensor(p + "ffn_up.weight", {hidden, dim}));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  const absl::Span<const uint8_t> bytes = file->bytes();
+  auto weights = std::make_unique<MappedModelWeights>(std::move(file));
+  ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Parse(bytes, path));
+  if (absl::Status s = BuildLlamaWeights(gguf, weights.get()); !s.ok()) return s;
+  return std::unique_ptr<ModelWeights>(std::move(weights));
+}
+
+}  // namespace folio::worker

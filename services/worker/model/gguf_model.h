@@ -1,0 +1,36 @@
+// Builds ModelWeights (Llama architecture) from a parsed GGUF file.
+//
+// Reads the llama.* hyper-parameters and the tokenizer.ggml.* vocabulary, finds every
+// tensor by its llama.cpp name, checks its type and shape against the configuration,
+// and points the views at the tensor data inside the parsed span (no copies). GGUF
+// lists dimensions innermost first, so a tensor stored with ne = {in, out} becomes a
+// view of shape {out, in}. A missing output.weight means the classifier is tied to
+// token_embd.weight; so does an output.weight byte-identical to token_embd.weight (a
+// converter's copy of a shared classifier), in which case lm_head views token_embd.
+// Free functions; safe to call from any thread.
+#ifndef FOLIO_SERVICES_WORKER_MODEL_GGUF_MODEL_H_
+#define FOLIO_SERVICES_WORKER_MODEL_GGUF_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/worker/model/gguf.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+// Fills config, tensor views and vocab of `weights` from `gguf`. The views point into
+// the span `gguf` was parsed from. Unimplemented for an architecture other than
+// "llama" or a tokenizer model other than "llama"; InvalidArgument for a missing or
+// ill-typed key, a missing tensor, or a shape that does not match the configuration,
+// each message naming the file and the key or tensor.
+absl::Status BuildLlamaWeights(const GgufFile& gguf, ModelWeights* weights);
+
+// Maps `path`, parses it as GGUF and builds the weights; they own the mapping.
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path);
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_MODEL_GGUF_MODEL_H_

@@ -1,0 +1,58 @@
+// A random-weight Llama model in GGUF form, for benchmarks, tests and fuzz seeds.
+//
+// Weights are drawn from N(0, std) with a seeded generator (so a seed always gives the
+// same file); norm weights are 1. The vocabulary is SentencePiece-style: <unk>, <s>,
+// </s>, the 256 byte-fallback tokens <0x00>..<0xFF>, then filler pieces. All llama.*,
+// general.* and tokenizer.ggml.* metadata that LoadModel and llama.cpp read are
+// written. Free functions; safe to call from any thread.
+#ifndef FOLIO_SERVICES_WORKER_MODEL_RANDOM_MODEL_H_
+#define FOLIO_SERVICES_WORKER_MODEL_RANDOM_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+struct RandomModelOptions {
+  std::string name = "folio-random";
+  int32_t dim = 64;
+  int32_t hidden_dim = 172;
+  int32_t num_layers = 2;
+  int32_t num_heads = 8;
+  int32_t num_kv_heads = 4;
+  int32_t vocab_size = 512;        // at least kMinRandomVocab
+  int32_t context_length = 512;
+  DType dtype = DType::kF32;       // of the matrices; norms are always f32
+  uint64_t seed = 1234;
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-5f;
+  float weight_std = 0.02f;
+  bool tied_embeddings = false;    // omit output.weight
+};
+
+// 3 control tokens + 256 byte tokens.
+inline constexpr int32_t kMinRandomVocab = 259;
+
+// InvalidArgument when the options describe an impossible model (non-positive sizes,
+// dim not divisible by num_heads, odd head_dim, num_heads not a multiple of
+// num_kv_heads, vocab below kMinRandomVocab, q8_0 with dim or hidden_dim not a multiple
+// of 32).
+absl::Status ValidateRandomModelOptions(const RandomModelOptions& options);
+
+// The SentencePiece-style vocabulary described above, `vocab_size` pieces.
+Vocab MakeRandomModelVocab(int32_t vocab_size);
+
+// The GGUF file's bytes.
+absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& options);
+
+// Writes the GGUF file to `path`.
+absl::Status WriteRandomModel(const RandomModelOptions& options, const std::string& path);
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_MODEL_RANDOM_MODEL_H_

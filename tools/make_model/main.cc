@@ -1,0 +1,85 @@
+// folio-make-model: writes a random-weight Llama GGUF model (see
+// services/worker/model/random_model.h) for benchmarks and tests.
+//
+// Example (the shape of bench-28m-f16.gguf):
+//   folio-make-model --out=/tmp/m.gguf --dim=512 --hidden_dim=1408 --layers=8
+//       --heads=8 --kv_heads=4 --vocab=4096 --context=4096 --dtype=f16 --seed=1234
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "services/worker/model/random_model.h"
+
+ABSL_FLAG(std::string, out, "", "Output GGUF path (required).");
+ABSL_FLAG(std::string, name, "folio-random", "general.name of the model.");
+ABSL_FLAG(int32_t, dim, 64, "Model width (llama.embedding_length).");
+ABSL_FLAG(int32_t, hidden_dim, 172, "SwiGLU inner width (llama.feed_forward_length).");
+ABSL_FLAG(int32_t, layers, 2, "Number of transformer blocks.");
+ABSL_FLAG(int32_t, heads, 8, "Attention heads.");
+ABSL_FLAG(int32_t, kv_heads, 4, "Key/value heads (grouped-query attention).");
+ABSL_FLAG(int32_t, vocab, 512, "Vocabulary size (at least 259).");
+ABSL_FLAG(int32_t, context, 512, "llama.context_length.");
+ABSL_FLAG(std::string, dtype, "f32", "Matrix storage type: f32, f16, bf16 or q8_0.");
+ABSL_FLAG(uint64_t, seed, 1234, "Random seed; the same seed gives the same file.");
+ABSL_FLAG(float, rope_theta, 10000.0f, "llama.rope.freq_base.");
+ABSL_FLAG(float, rms_eps, 1e-5f, "llama.attention.layer_norm_rms_epsilon.");
+ABSL_FLAG(bool, tied, false, "Omit output.weight (classifier tied to token_embd).");
+
+int main(int argc, char** argv) {
+  // --help lists the flags of this file (Abseil's default looks for <program>.cc).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "make_model/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "Writes a random-weight Llama GGUF model (weights N(0, 0.02), norms 1, "
+      "SentencePiece-style vocabulary).\nUsage: folio-make-model --out=PATH [options]");
+  absl::ParseCommandLine(argc, argv);
+
+  folio::worker::RandomModelOptions o;
+  o.name = absl::GetFlag(FLAGS_name);
+  o.dim = absl::GetFlag(FLAGS_dim);
+  o.hidden_dim = absl::GetFlag(FLAGS_hidden_dim);
+  o.num_layers = absl::GetFlag(FLAGS_layers);
+  o.num_heads = absl::GetFlag(FLAGS_heads);
+  o.num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  o.vocab_size = absl::GetFlag(FLAGS_vocab);
+  o.context_length = absl::GetFlag(FLAGS_context);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  o.rms_norm_eps = absl::GetFlag(FLAGS_rms_eps);
+  o.tied_embeddings = absl::GetFlag(FLAGS_tied);
+
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "f32") {
+    o.dtype = folio::worker::DType::kF32;
+  } else if (dtype == "f16") {
+    o.dtype = folio::worker::DType::kF16;
+  } else if (dtype == "bf16") {
+    o.dtype = folio::worker::DType::kBF16;
+  } else if (dtype == "q8_0") {
+    o.dtype = folio::worker::DType::kQ8_0;
+  } else {
+    std::cerr << "folio-make-model: --dtype must be f32, f16, bf16 or q8_0, got '" << dtype
+              << "'\n";
+    return 2;
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) {
+    std::cerr << "folio-make-model: --out is required (see --help)\n";
+    return 2;
+  }
+  if (absl::Status s = folio::worker::WriteRandomModel(o, out); !s.ok()) {
+    std::cerr << "folio-make-model: " << s << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << out << "\n";
+  return 0;
+}

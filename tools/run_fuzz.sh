@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the GGUF parser fuzz target with clang (libFuzzer + ASan) in its own build dir
+# and runs it on a scratch copy of the committed seed corpus.
+#
+#   tools/run_fuzz.sh [max_total_time_seconds]   (default 30)
+#
+# Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2).
+# Crashes are written to $FOLIO_FUZZ_BUILD_DIR/fuzz-artifacts/; the committed corpus is
+# never modified.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${FOLIO_FUZZ_BUILD_DIR:-$repo/build-fuzz}"
+seconds="${1:-30}"
+jobs="${JOBS:-2}"
+
+for tool in clang clang++ cmake ninja; do
+  command -v "$tool" >/dev/null || { echo "run_fuzz.sh: $tool not found" >&2; exit 1; }
+done
+
+# Instrument every object (-fsanitize=fuzzer-no-link) so the parser library gives the
+# fuzzer coverage feedback; only the fuzz target links libFuzzer's main.
+cmake -S "$repo" -B "$build" -G Ninja \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer" \
+  -DFOLIO_FUZZ=ON -DFOLIO_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$build" --target gguf_fuzz -j "$jobs"
+
+corpus="$build/fuzz-corpus"
+artifacts="$build/fuzz-artifacts"
+rm -rf "$corpus"
+mkdir -p "$corpus" "$artifacts"
+cp "$repo"/services/worker/model/fuzz_corpus/* "$corpus"/
+
+"$build/bin/gguf_fuzz" "$corpus" \
+  -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
+  -artifact_prefix="$artifacts/" -print_final_stats=1

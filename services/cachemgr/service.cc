@@ -62,7 +62,7 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::S
 }  // namespace
 
 CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
-    : blocks_total(r->AddGauge("folio_cachemgr_blocks_total", "KV blocks in the pool.")),
+    : blocks_total(r->AddGauge("folio_cachemgr_blocks_capacity", "KV blocks in the pool (total).")),
       blocks_free(r->AddGauge("folio_cachemgr_blocks_free",
                               "Free KV blocks, including cached-evictable ones.")),
       blocks_used(r->AddGauge("folio_cachemgr_blocks_used", "KV blocks held by sequences.")),

@@ -91,10 +91,6 @@ int Run() {
   sampling.top_k = absl::GetFlag(FLAGS_top_k);
   sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
   sampling.seed = absl::GetFlag(FLAGS_seed);
-  if (sampling.seed == 0) {
-    sampling.seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-    fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(sampling.seed));
-  }
 
   absl::StatusOr<std::unique_ptr<ModelWeights>> weights = LoadModel(path);
   if (!weights.ok()) {
@@ -139,6 +135,13 @@ int Run() {
   const int32_t max_tokens = std::min<int32_t>(
       std::max(0, absl::GetFlag(FLAGS_max_tokens)),
       config.max_seq_len - static_cast<int32_t>(prompt->size()));
+
+  if (sampling.seed == 0) {
+    sampling.seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+    if (sampling.temperature > 0) {
+      fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(sampling.seed));
+    }
+  }
 
   const cachemgr::SeqId seq_id{1};
   cachemgr::StepRequest create;

@@ -1,0 +1,126 @@
+// Paged vs contiguous attention, decode, at contexts 512, 2048 and 8192 (one run).
+//
+// Shapes are bench-28m's: 8 query heads over 4 KV heads (GQA 2), head_dim 64, f16 KV,
+// 4 sequences decoding one token each, 2 threads. "Paged" scatters each sequence's
+// 16-token blocks randomly over the pool. "Contiguous" gives each sequence one block as
+// long as its context, i.e. the plain [context, kv_heads, head_dim] layout of a
+// non-paged cache, and runs the same kernel code over it, so the difference is the cost
+// of paging alone (block-table lookups and the jumps between blocks).
+//
+// Rates are per second of process CPU time (both threads), not wall time: the build
+// machines are shared, and CPU time is what stays comparable under load.
+//
+//   build-engine/bin/worker_attention_bench
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <sys/mman.h>
+
+#include "benchmark/benchmark.h"
+#include "services/worker/kernels/cache_ops.h"
+#include "services/worker/kernels/half.h"
+#include "services/worker/kernels/paged_attention.h"
+#include "services/worker/kernels/thread_pool.h"
+
+namespace folio::worker::kernels {
+namespace {
+
+constexpr int kNumSeqs = 4;
+constexpr int kNumHeads = 8;
+constexpr int kNumKvHeads = 4;
+constexpr int kHeadDim = 64;
+constexpr int kThreads = 2;
+
+// KV storage as the engine's KvCache allocates it: 2 MiB aligned, transparent huge pages.
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(size_t n) : n_(n) {
+    const size_t bytes = (n * sizeof(uint16_t) + kHuge - 1) / kHuge * kHuge;
+    data_ = static_cast<uint16_t*>(std::aligned_alloc(kHuge, bytes));
+    madvise(data_, bytes, MADV_HUGEPAGE);
+  }
+  ~HugeBuffer() { std::free(data_); }
+  uint16_t& operator[](size_t i) { return data_[i]; }
+  uint16_t* data() { return data_; }
+
+ private:
+  static constexpr size_t kHuge = size_t{2} << 20;
+  size_t n_;
+  uint16_t* data_;
+};
+
+void RunDecodeAttention(benchmark::State& state, bool paged) {
+  const int context = static_cast<int>(state.range(0));
+  const int block_size = paged ? 16 : context;
+  const int blocks_per_seq = (context + block_size - 1) / block_size;
+  const int num_blocks = kNumSeqs * blocks_per_seq;
+
+  KvCacheView kv;
+  kv.dtype = KvDType::kF16;
+  kv.num_blocks = num_blocks;
+  kv.block_size = block_size;
+  kv.num_kv_heads = kNumKvHeads;
+  kv.head_dim = kHeadDim;
+  const size_t elems = static_cast<size_t>(num_blocks) * kv.block_stride();
+  HugeBuffer k(elems), v(elems);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> level(-64, 64);
+  for (size_t i = 0; i < elems; ++i) {
+    k[i] = FloatToHalf(level(rng) / 32.0f);
+    v[i] = FloatToHalf(level(rng) / 32.0f);
+  }
+  kv.k = k.data();
+  kv.v = v.data();
+
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  if (paged) std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<AttentionSeq> seqs;
+  for (int s = 0; s < kNumSeqs; ++s) {
+    seqs.push_back({s, 1, context, ids.data() + s * blocks_per_seq});
+  }
+  const int width = kNumHeads * kHeadDim;
+  std::vector<float> q(kNumSeqs * width), out(kNumSeqs * width);
+  for (float& x : q) x = normal(rng);
+
+  PagedAttentionArgs args;
+  args.q = q.data();
+  args.q_row_stride = width;
+  args.out = out.data();
+  args.out_row_stride = width;
+  args.num_heads = kNumHeads;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  ThreadPool pool(kThreads);
+  for (auto _ : state) {
+    PagedAttention(args, seqs, kv, &pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double kv_bytes = 2.0 * kNumSeqs * context * kNumKvHeads * kHeadDim * sizeof(uint16_t);
+  state.counters["tokens/s"] =
+      benchmark::Counter(kNumSeqs, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_GB/s"] =
+      benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(CpuIsaName(args.isa));
+}
+
+void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
+void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(state, false); }
+
+// Interleaved by context, so both layouts of one context run back to back.
+#define FOLIO_ATTENTION_PAIR(ctx)                                                         \
+  BENCHMARK(BM_DecodeAttentionContiguous)->Arg(ctx)->MeasureProcessCPUTime()->Unit(benchmark::kMicrosecond); \
+  BENCHMARK(BM_DecodeAttentionPaged)->Arg(ctx)->MeasureProcessCPUTime()->Unit(benchmark::kMicrosecond)
+FOLIO_ATTENTION_PAIR(512);
+FOLIO_ATTENTION_PAIR(2048);
+FOLIO_ATTENTION_PAIR(8192);
+
+}  // namespace
+}  // namespace folio::worker::kernels
+
+BENCHMARK_MAIN();

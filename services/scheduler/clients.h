@@ -1,0 +1,35 @@
+// The scheduler's view of the other services of its replica: small interfaces with a
+// gRPC implementation (grpc_clients.h) and in-process ones (local_clients.h) for tests.
+// They speak the cache manager's and the worker's native step types, so the scheduler's
+// domain code includes no gRPC or protobuf headers.
+#ifndef FOLIO_SERVICES_SCHEDULER_CLIENTS_H_
+#define FOLIO_SERVICES_SCHEDULER_CLIENTS_H_
+
+#include "absl/status/statusor.h"
+#include "services/cachemgr/step_types.h"
+#include "services/worker/engine/step.h"
+
+namespace folio::scheduler {
+
+// The cache manager of this replica. Implementations are called from the scheduler's
+// loop thread only.
+class CacheClient {
+ public:
+  virtual ~CacheClient() = default;
+  // One batched step (DESIGN.md). A non-OK status means the call failed as a whole.
+  virtual absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) = 0;
+  // Drops every sequence (after a failure left the pool's state unknown).
+  virtual absl::Status Reset() = 0;
+};
+
+// All worker ranks of this replica, seen as one: a step goes to every rank and rank 0's
+// answer comes back. Called from the loop thread only.
+class WorkerClient {
+ public:
+  virtual ~WorkerClient() = default;
+  virtual absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step) = 0;
+};
+
+}  // namespace folio::scheduler
+
+#endif  // FOLIO_SERVICES_SCHEDULER_CLIENTS_H_

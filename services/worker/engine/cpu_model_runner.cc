@@ -1,0 +1,202 @@
+#include "services/worker/engine/cpu_model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "glog/logging.h"
+#include "services/worker/engine/step_validation.h"
+#include "services/worker/kernels/cache_ops.h"
+#include "services/worker/kernels/gemm.h"
+#include "services/worker/kernels/paged_attention.h"
+#include "services/worker/kernels/rms_norm.h"
+#include "services/worker/kernels/rope.h"
+#include "services/worker/kernels/swiglu.h"
+
+namespace folio::worker {
+
+namespace k = ::folio::worker::kernels;
+
+absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
+    const ModelWeights& weights, const CpuModelRunnerOptions& options) {
+  if (options.block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size must be positive, got ",
+                                                   options.block_size));
+  }
+  absl::StatusOr<CpuWeights> cpu_weights = CpuWeights::Create(weights);
+  if (!cpu_weights.ok()) return cpu_weights.status();
+  const ModelConfig& c = cpu_weights->config;
+  KvCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.block_size = options.block_size;
+  shape.dtype = options.kv_dtype;
+  absl::StatusOr<std::unique_ptr<KvCache>> kv =
+      KvCache::Create(shape, options.kv_cache_bytes, options.max_num_blocks);
+  if (!kv.ok()) return kv.status();
+  int32_t threads = options.num_threads;
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  return std::unique_ptr<CpuModelRunner>(new CpuModelRunner(
+      *std::move(cpu_weights), *std::move(kv), threads, options));
+}
+
+CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
+                               int32_t num_threads, const CpuModelRunnerOptions& options)
+    : weights_(std::move(weights)),
+      kv_(std::move(kv)),
+      pool_(num_threads),
+      isa_(options.isa),
+      gemm_threading_(options.gemm_threading) {
+  k::SetGemmThreads(gemm_threading_ == GemmThreading::kKernelPool ? 1 : num_threads);
+}
+
+void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
+                          int64_t out, float beta, float* y, int64_t ldy) {
+  if (gemm_threading_ == GemmThreading::kKernelPool) {
+    k::LinearOnPool(x, ldx, rows, in, w, out, beta, y, ldy, &pool_);
+  } else {
+    k::Linear(x, ldx, rows, in, w, out, beta, y, ldy);
+  }
+}
+
+void CpuModelRunner::Reserve(int64_t num_tokens, int64_t num_logit_rows) {
+  const ModelConfig& c = weights_.config;
+  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  auto grow = [](std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  };
+  grow(x_, num_tokens * c.dim);
+  grow(xb_, num_tokens * c.dim);
+  grow(qkv_, num_tokens * (q_dim + 2 * kv_dim));
+  grow(attn_, num_tokens * q_dim);
+  grow(gate_up_, num_tokens * 2 * c.hidden_dim);
+  grow(hidden_, num_tokens * c.hidden_dim);
+  grow(logits_, num_logit_rows * c.vocab_size);
+}
+
+absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
+  const ModelConfig& c = weights_.config;
+  StepLimits limits;
+  limits.num_blocks = kv_->num_blocks();
+  limits.block_size = kv_->shape().block_size;
+  limits.vocab_size = c.vocab_size;
+  limits.max_seq_len = c.max_seq_len;
+  if (absl::Status s = ValidateStep(step, limits); !s.ok()) return s;
+
+  // Copy-on-write first: later writes in this step may land in the copied blocks.
+  if (!step.block_copies.empty()) {
+    std::vector<k::BlockCopy> copies;
+    for (const BlockCopy& bc : step.block_copies) copies.push_back({bc.src_block, bc.dst_block});
+    for (int32_t l = 0; l < c.num_layers; ++l) k::CopyBlocks(copies, kv_->layer(l));
+  }
+
+  // Flatten the batch: row r of every activation matrix is token r of the step.
+  const int32_t block_size = kv_->shape().block_size;
+  std::vector<int32_t> tokens, positions;
+  std::vector<int64_t> slots;
+  std::vector<k::AttentionSeq> attn_seqs;
+  std::vector<int64_t> logit_rows;   // step row whose logits each sequence needs, or -1
+  int64_t num_logit_rows = 0;
+  for (const SequenceStep& seq : step.seqs) {
+    k::AttentionSeq a;
+    a.query_offset = static_cast<int32_t>(tokens.size());
+    a.num_queries = static_cast<int32_t>(seq.token_ids.size());
+    a.context_len = seq.start_pos + a.num_queries;
+    a.block_table = seq.block_table.data();
+    attn_seqs.push_back(a);
+    for (int32_t i = 0; i < a.num_queries; ++i) {
+      const int32_t pos = seq.start_pos + i;
+      tokens.push_back(seq.token_ids[i]);
+      positions.push_back(pos);
+      slots.push_back(k::SlotForPosition(seq.block_table.data(), block_size, pos));
+    }
+    const bool needs_logits = seq.num_samples > 0 || seq.num_logprobs > 0 ||
+                              seq.num_candidates > 0 || seq.return_logits;
+    logit_rows.push_back(needs_logits ? static_cast<int64_t>(tokens.size()) - 1 : -1);
+    if (needs_logits) ++num_logit_rows;
+  }
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  Reserve(T, num_logit_rows);
+
+  const int64_t dim = c.dim;
+  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  const int64_t hidden = c.hidden_dim;
+  float* x = x_.data();
+  float* xb = xb_.data();
+  float* qkv = qkv_.data();
+  float* attn = attn_.data();
+
+  for (int64_t r = 0; r < T; ++r) {
+    std::memcpy(x + r * dim, weights_.tok_embeddings.data() + int64_t{tokens[r]} * dim,
+                dim * sizeof(float));
+  }
+
+  k::PagedAttentionArgs attn_args;
+  attn_args.q = qkv;
+  attn_args.q_row_stride = qkv_dim;
+  attn_args.out = attn;
+  attn_args.out_row_stride = q_dim;
+  attn_args.num_heads = c.num_heads;
+  attn_args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn_args.isa = isa_;
+  // Elementwise kernels split over rows; small steps stay on the caller.
+  const int64_t row_grain = std::max<int64_t>(1, (T + pool_.num_threads() - 1) / pool_.num_threads());
+
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const CpuLayerWeights& w = weights_.layers[l];
+    const k::KvCacheView kv = kv_->layer(l);
+    // Attention block.
+    k::RmsNorm(x, dim, T, dim, w.attn_norm.data(), c.rms_norm_eps, xb, dim);
+    Gemm(xb, dim, T, dim, w.wqkv.data(), qkv_dim, 0.0f, qkv, qkv_dim);
+    // q and k heads are adjacent in each qkv row, so one call rotates both.
+    k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
+      k::ApplyRope(qkv + b * qkv_dim, qkv_dim, e - b, positions.data() + b,
+                   c.num_heads + c.num_kv_heads, c.head_dim, c.rope_theta);
+    });
+    k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
+    k::PagedAttention(attn_args, attn_seqs, kv, &pool_);
+    Gemm(attn, q_dim, T, q_dim, w.wo.data(), dim, 1.0f, x, dim);
+    // MLP block.
+    k::RmsNorm(x, dim, T, dim, w.ffn_norm.data(), c.rms_norm_eps, xb, dim);
+    Gemm(xb, dim, T, dim, w.w_gate_up.data(), 2 * hidden, 0.0f, gate_up_.data(), 2 * hidden);
+    k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
+      k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden);
+    });
+    Gemm(hidden_.data(), hidden, T, hidden, w.w_down.data(), dim, 1.0f, x, dim);
+  }
+
+  // Final norm and LM head only for the rows that need logits.
+  int64_t row = 0;
+  for (int64_t r : logit_rows) {
+    if (r < 0) continue;
+    k::RmsNorm(x + r * dim, dim, 1, dim, weights_.final_norm.data(), c.rms_norm_eps,
+               xb + row * dim, dim);
+    ++row;
+  }
+  Gemm(xb, dim, num_logit_rows, dim, weights_.lm_head_data(), c.vocab_size, 0.0f,
+            logits_.data(), c.vocab_size);
+
+  StepOutput out;
+  out.seqs.resize(step.seqs.size());
+  row = 0;
+  for (size_t s = 0; s < step.seqs.size(); ++s) {
+    const SequenceStep& seq = step.seqs[s];
+    out.seqs[s].seq_id = seq.seq_id;
+    if (logit_rows[s] < 0) continue;
+    const absl::Span<const float> logits(logits_.data() + row * c.vocab_size, c.vocab_size);
+    ++row;
+    sampler_.Process(logits, seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
+                     &out.seqs[s]);
+  }
+  return out;
+}
+
+}  // namespace folio::worker

@@ -1,0 +1,100 @@
+// CpuModelRunner: the CPU backend of ModelRunner. Runs the Llama forward pass over a
+// whole step at once: all new tokens of all sequences form one [num_tokens, dim]
+// activation matrix, so every projection is one OpenBLAS sgemm for the batch, and
+// attention reads the paged KV cache through each sequence's block table.
+//
+//   embed -> for each layer:
+//              RMSNorm -> fused QKV GEMM -> RoPE(q, k) -> write K/V into slots
+//              -> paged attention (GQA) -> wo GEMM (+ residual)
+//              -> RMSNorm -> fused gate/up GEMM -> SwiGLU -> down GEMM (+ residual)
+//         -> final RMSNorm and LM head, only for the last row of each sequence that
+//            needs logits -> sampling
+//
+// Owns its f32 weights (cpu_weights.h), the KV cache, a thread pool for the kernels and
+// the activation buffers. By default the GEMMs run on the same pool as the kernels (each
+// thread one slice of output features, OpenBLAS's process-wide thread count set to 1),
+// so no OpenBLAS thread spins while attention runs; GemmThreading::kOpenBlas hands them
+// to OpenBLAS's threads instead (its count set to num_threads).
+// Thread-compatible: one step thread calls Execute.
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_CPU_MODEL_RUNNER_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_CPU_MODEL_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/worker/engine/cpu_weights.h"
+#include "services/worker/engine/kv_cache.h"
+#include "services/worker/engine/model_runner.h"
+#include "services/worker/engine/sampler.h"
+#include "services/worker/engine/step.h"
+#include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/thread_pool.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+// Who runs the GEMMs' threads.
+enum class GemmThreading {
+  kOpenBlas,    // OpenBLAS's own threads (set to num_threads)
+  kKernelPool,  // the runner's pool: output features split across it, OpenBLAS at 1 thread
+};
+
+struct CpuModelRunnerOptions {
+  int32_t block_size = 16;                              // tokens per KV block
+  kernels::KvDType kv_dtype = kernels::KvDType::kF16;   // KV cache element type
+  int64_t kv_cache_bytes = int64_t{256} << 20;          // budget for the KV pool
+  int64_t max_num_blocks = 0;                           // cap on the pool; 0 = what fits
+  int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
+  kernels::CpuIsa isa = kernels::BestCpuIsa();          // attention path (tests force one)
+  GemmThreading gemm_threading = GemmThreading::kKernelPool;
+};
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  // Converts the weights (the runner keeps no reference to `weights`) and allocates the
+  // KV pool. InvalidArgument for an unsupported or inconsistent model or bad options.
+  static absl::StatusOr<std::unique_ptr<CpuModelRunner>> Create(
+      const ModelWeights& weights, const CpuModelRunnerOptions& options);
+
+  absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
+
+  const ModelConfig& config() const override { return weights_.config; }
+  int32_t block_size() const override { return kv_->shape().block_size; }
+  int64_t num_blocks() const override { return kv_->num_blocks(); }
+
+  const KvCache& kv_cache() const { return *kv_; }
+  int32_t num_threads() const { return pool_.num_threads(); }
+
+ private:
+  CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv, int32_t num_threads,
+                 const CpuModelRunnerOptions& options);
+
+  // y = x . w^T (+ beta * y) on the threads gemm_threading_ names.
+  void Gemm(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
+            float beta, float* y, int64_t ldy);
+
+  // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
+  void Reserve(int64_t num_tokens, int64_t num_logit_rows);
+
+  const CpuWeights weights_;
+  std::unique_ptr<KvCache> kv_;
+  kernels::ThreadPool pool_;
+  const kernels::CpuIsa isa_;
+  const GemmThreading gemm_threading_;
+  Sampler sampler_;
+
+  // Per-step buffers, reused across steps.
+  std::vector<float> x_;        // [num_tokens, dim] residual stream
+  std::vector<float> xb_;       // [num_tokens, dim] normalised input of a sublayer
+  std::vector<float> qkv_;      // [num_tokens, q_dim + 2 * kv_dim]
+  std::vector<float> attn_;     // [num_tokens, q_dim]
+  std::vector<float> gate_up_;  // [num_tokens, 2 * hidden_dim]
+  std::vector<float> hidden_;   // [num_tokens, hidden_dim]
+  std::vector<float> logits_;   // [num_logit_rows, vocab_size]
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_CPU_MODEL_RUNNER_H_

@@ -1,0 +1,76 @@
+#include "services/worker/engine/kv_cache.h"
+
+#include <cstring>
+
+#include <sys/mman.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace folio::worker {
+
+int64_t KvBytesPerBlock(const KvCacheShape& shape) {
+  return int64_t{2} * shape.num_layers * shape.block_size * shape.num_kv_heads * shape.head_dim *
+         kernels::KvDTypeBytes(shape.dtype);
+}
+
+int64_t KvCache::NumBlocksThatFit(const KvCacheShape& shape, int64_t byte_budget) {
+  const int64_t per_block = KvBytesPerBlock(shape);
+  if (per_block <= 0 || byte_budget <= 0) return 0;
+  return byte_budget / per_block;
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& shape,
+                                                         int64_t byte_budget,
+                                                         int64_t max_blocks) {
+  if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0 ||
+      shape.block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache shape needs positive sizes; got layers=", shape.num_layers,
+        " kv_heads=", shape.num_kv_heads, " head_dim=", shape.head_dim,
+        " block_size=", shape.block_size));
+  }
+  int64_t num_blocks = NumBlocksThatFit(shape, byte_budget);
+  if (max_blocks > 0 && num_blocks > max_blocks) num_blocks = max_blocks;
+  if (num_blocks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache budget of ", byte_budget, " bytes is less than one block (",
+                     KvBytesPerBlock(shape), " bytes)"));
+  }
+  const int64_t bytes = num_blocks * KvBytesPerBlock(shape);
+  // Attention walks one kv head's rows (strided) across scattered blocks, which on 4 KiB
+  // pages costs a TLB miss every few rows; 2 MiB alignment lets the kernel back the pool
+  // with transparent huge pages where it allows them (MADV_HUGEPAGE is only a hint).
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t rounded = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, rounded));
+  if (raw == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes for ", num_blocks, " KV blocks"));
+  }
+#ifdef MADV_HUGEPAGE
+  madvise(raw, rounded, MADV_HUGEPAGE);
+#endif
+  std::memset(raw, 0, rounded);
+  return std::unique_ptr<KvCache>(
+      new KvCache(shape, num_blocks, std::unique_ptr<uint8_t[], Free>(raw)));
+}
+
+kernels::KvCacheView KvCache::layer(int32_t layer) const {
+  CHECK_GE(layer, 0);
+  CHECK_LT(layer, shape_.num_layers);
+  const int64_t layer_bytes = num_blocks_ * shape_.block_size * shape_.num_kv_heads *
+                              shape_.head_dim * kernels::KvDTypeBytes(shape_.dtype);
+  kernels::KvCacheView view;
+  view.k = data_.get() + 2 * layer * layer_bytes;
+  view.v = data_.get() + (2 * layer + 1) * layer_bytes;
+  view.dtype = shape_.dtype;
+  view.num_blocks = num_blocks_;
+  view.block_size = shape_.block_size;
+  view.num_kv_heads = shape_.num_kv_heads;
+  view.head_dim = shape_.head_dim;
+  return view;
+}
+
+}  // namespace folio::worker

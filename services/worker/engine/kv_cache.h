@@ -1,0 +1,74 @@
+// KvCache: the worker's paged KV tensors for every layer, allocated once from a byte
+// budget. Per layer, K and V are each [num_blocks, block_size, num_kv_heads, head_dim]
+// (layout diagram in kernels/paged_attention.h); block id b names the same slot range
+// in every layer, so
+//   bytes_per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * dtype_bytes.
+// The memory is zeroed at creation and 2 MiB aligned (transparent huge pages where
+// the system allows them). KvCache owns it; views handed out stay valid for
+// its lifetime. Thread-compatible: the step thread writes; nothing else touches it.
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_KV_CACHE_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_KV_CACHE_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "services/worker/kernels/kv_cache_view.h"
+
+namespace folio::worker {
+
+struct KvCacheShape {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;  // on this rank
+  int32_t head_dim = 0;
+  int32_t block_size = 16;   // tokens per block
+  kernels::KvDType dtype = kernels::KvDType::kF16;
+};
+
+// 2 * num_layers * block_size * num_kv_heads * head_dim * dtype bytes.
+int64_t KvBytesPerBlock(const KvCacheShape& shape);
+
+class KvCache {
+ public:
+  // How many whole blocks of `shape` fit in `byte_budget` bytes.
+  static int64_t NumBlocksThatFit(const KvCacheShape& shape, int64_t byte_budget);
+
+  // Allocates NumBlocksThatFit(shape, byte_budget) blocks, capped at max_blocks when
+  // max_blocks > 0. InvalidArgument for a non-positive dimension or a budget too small
+  // for one block; ResourceExhausted when the allocation fails.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheShape& shape,
+                                                         int64_t byte_budget,
+                                                         int64_t max_blocks = 0);
+
+  const KvCacheShape& shape() const { return shape_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t bytes_per_block() const { return KvBytesPerBlock(shape_); }
+  int64_t size_bytes() const { return num_blocks_ * bytes_per_block(); }
+
+  // Layer `layer`'s K and V tensors, for the kernels.
+  kernels::KvCacheView layer(int32_t layer) const;
+
+  // All K/V bytes (for tests that check a rejected step wrote nothing).
+  absl::Span<const uint8_t> bytes() const {
+    return absl::MakeConstSpan(data_.get(), static_cast<size_t>(size_bytes()));
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  KvCache(const KvCacheShape& shape, int64_t num_blocks, std::unique_ptr<uint8_t[], Free> data)
+      : shape_(shape), num_blocks_(num_blocks), data_(std::move(data)) {}
+
+  const KvCacheShape shape_;
+  const int64_t num_blocks_;
+  // Layer l's K at l * 2 * layer_bytes, its V right after; layer_bytes =
+  // num_blocks * block_size * num_kv_heads * head_dim * dtype bytes.
+  std::unique_ptr<uint8_t[], Free> data_;
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_KV_CACHE_H_

@@ -1,0 +1,39 @@
+// ModelRunner: the worker's backend interface. A backend owns one rank's weights and
+// KV tensors and executes steps (step.h) against them. The CPU backend
+// (cpu_model_runner.h) is the first; a CUDA backend and tensor-parallel ranks plug in
+// behind the same interface.
+//
+// Contract of Execute: a step whose positions fall outside its block table, whose block
+// ids lie outside the pool, or that is otherwise malformed is rejected with
+// InvalidArgument before anything (KV cache included) is written.
+//
+// Thread-compatibility: implementations are driven by one step thread; Execute must not
+// be called concurrently on one runner.
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_MODEL_RUNNER_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_MODEL_RUNNER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "services/worker/engine/step.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // Runs block copies, then the forward pass for every sequence's new tokens (writing
+  // their K/V), then sampling. See the class comment for validation.
+  virtual absl::StatusOr<StepOutput> Execute(const StepInput& step) = 0;
+
+  virtual const ModelConfig& config() const = 0;
+  // The KV pool this runner holds: block ids in steps must be below num_blocks().
+  virtual int32_t block_size() const = 0;
+  virtual int64_t num_blocks() const = 0;
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_MODEL_RUNNER_H_

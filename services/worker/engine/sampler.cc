@@ -1,0 +1,157 @@
+#include "services/worker/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace folio::worker {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+int32_t Argmax(absl::Span<const float> logits) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+double CounterUniform(uint64_t seed, uint32_t sample_index, int64_t position) {
+  uint64_t h = SplitMix64(seed);
+  h = SplitMix64(h ^ sample_index);
+  h = SplitMix64(h ^ static_cast<uint64_t>(position));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", p.temperature));
+  }
+  if (p.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", p.top_k));
+  if (!(p.top_p > 0 && p.top_p <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+  }
+  if (!(p.min_p >= 0 && p.min_p <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", p.min_p));
+  }
+  return absl::OkStatus();
+}
+
+double Sampler::LogSumExp(absl::Span<const float> logits) {
+  const float max = logits[Argmax(logits)];
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  return max + std::log(sum);
+}
+
+void Sampler::SortIds(absl::Span<const float> logits, int32_t k) {
+  const int32_t n = static_cast<int32_t>(logits.size());
+  ids_.resize(n);
+  std::iota(ids_.begin(), ids_.end(), 0);
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (k > 0 && k < n) {
+    std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), before);
+  } else {
+    std::sort(ids_.begin(), ids_.end(), before);
+  }
+}
+
+int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& params,
+                        uint32_t sample_index, int64_t position) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  if (params.temperature == 0.0f || params.top_k == 1) return Argmax(logits);
+  const double u = CounterUniform(params.seed, sample_index, position);
+  const double inv_t = 1.0 / params.temperature;
+  const float max = logits[Argmax(logits)];
+  // Unnormalised probabilities; the most likely token has weight 1.
+  auto weight = [&](int32_t id) { return std::exp((static_cast<double>(logits[id]) - max) * inv_t); };
+
+  const bool truncate = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0f ||
+                        params.min_p > 0.0f;
+  if (!truncate) {
+    weights_.resize(vocab);
+    double total = 0;
+    for (int32_t i = 0; i < vocab; ++i) total += (weights_[i] = weight(i));
+    double target = u * total;
+    for (int32_t i = 0; i < vocab; ++i) {
+      if ((target -= weights_[i]) < 0) return i;
+    }
+    return vocab - 1;  // rounding left a sliver of mass past the end
+  }
+
+  const int32_t k = (params.top_k > 0 && params.top_k < vocab) ? params.top_k : vocab;
+  SortIds(logits, k);
+  weights_.resize(k);
+  double total = 0;
+  for (int32_t i = 0; i < k; ++i) total += (weights_[i] = weight(ids_[i]));
+  int32_t kept = k;
+  if (params.top_p < 1.0f) {
+    const double need = params.top_p * total;
+    double cum = 0;
+    for (int32_t i = 0; i < k; ++i) {
+      cum += weights_[i];
+      if (cum >= need) {
+        kept = i + 1;
+        break;
+      }
+    }
+  }
+  if (params.min_p > 0.0f) {
+    // weights_[0] is the top token's weight, 1.
+    int32_t i = 1;
+    while (i < kept && weights_[i] >= params.min_p * weights_[0]) ++i;
+    kept = i;
+  }
+  total = 0;
+  for (int32_t i = 0; i < kept; ++i) total += weights_[i];
+  double target = u * total;
+  for (int32_t i = 0; i < kept; ++i) {
+    if ((target -= weights_[i]) < 0) return ids_[i];
+  }
+  return ids_[kept - 1];
+}
+
+std::vector<TokenLogprob> Sampler::TopLogprobs(absl::Span<const float> logits, int32_t k) {
+  k = std::min<int32_t>(k, static_cast<int32_t>(logits.size()));
+  std::vector<TokenLogprob> out;
+  if (k <= 0) return out;
+  SortIds(logits, k);
+  const double lse = LogSumExp(logits);
+  out.reserve(k);
+  for (int32_t i = 0; i < k; ++i) {
+    out.push_back({ids_[i], static_cast<float>(logits[ids_[i]] - lse)});
+  }
+  return out;
+}
+
+void Sampler::Process(absl::Span<const float> logits, const SequenceStep& seq, int64_t position,
+                      SequenceOutput* out) {
+  out->seq_id = seq.seq_id;
+  const double lse = LogSumExp(logits);
+  std::vector<TokenLogprob> top;
+  const int32_t num_top = std::max(seq.num_logprobs, seq.num_candidates);
+  if (num_top > 0) top = TopLogprobs(logits, num_top);
+  for (int32_t s = 0; s < seq.num_samples; ++s) {
+    SampledToken t;
+    t.token_id = Sample(logits, seq.sampling, static_cast<uint32_t>(s), position);
+    t.logprob = static_cast<float>(logits[t.token_id] - lse);
+    t.top_logprobs.assign(top.begin(), top.begin() + std::min<size_t>(top.size(), seq.num_logprobs));
+    out->samples.push_back(std::move(t));
+  }
+  out->candidates.assign(top.begin(), top.begin() + std::min<size_t>(top.size(), seq.num_candidates));
+  if (seq.return_logits) out->logits.assign(logits.begin(), logits.end());
+}
+
+}  // namespace folio::worker

@@ -1,0 +1,65 @@
+// Sampling of next tokens from logits, and the log-probs reported with them.
+//
+// Randomness is counter-based: every draw is a pure function of (request seed, sample
+// index, position), a SplitMix64 hash of the three, so a request samples the same
+// tokens whatever batch it runs in, after preemption and recompute, and on any rank.
+//
+// Sampling order: temperature scaling, then top-k, then top-p over what top-k kept,
+// then min-p (relative to the most likely token); the draw is made from the
+// renormalised survivors. Temperature 0 is greedy: the most likely token, the lowest id
+// on a tie. Log-probs are always the log-softmax of the raw logits, before temperature
+// and truncation, so they describe the model, not the sampler.
+//
+// Sampler holds scratch buffers: thread-compatible (one per step thread).
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_SAMPLER_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "services/worker/engine/step.h"
+
+namespace folio::worker {
+
+// A uniform double in [0, 1) keyed by (seed, sample_index, position).
+double CounterUniform(uint64_t seed, uint32_t sample_index, int64_t position);
+
+// InvalidArgument (naming the field) unless temperature >= 0, top_k >= 0,
+// 0 < top_p <= 1 and 0 <= min_p <= 1, all finite.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+class Sampler {
+ public:
+  // Draws one token for sample `sample_index` at `position` (the position the new token
+  // will take). logits: [vocab_size].
+  int32_t Sample(absl::Span<const float> logits, const SamplingParams& params,
+                 uint32_t sample_index, int64_t position);
+
+  // log(sum(exp(logits))), computed stably.
+  static double LogSumExp(absl::Span<const float> logits);
+
+  // The k most likely tokens with their log-probs (log-softmax of logits), most likely
+  // first, lower id first on a tie. k is clamped to the vocabulary size.
+  std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t k);
+
+  // Fills `out` for one sequence from its logits row: num_samples samples (each with
+  // its log-prob and num_logprobs alternatives), num_candidates candidates, and the
+  // logits themselves if asked. `position` is where the sampled token will go.
+  void Process(absl::Span<const float> logits, const SequenceStep& seq, int64_t position,
+               SequenceOutput* out);
+
+ private:
+  // Token ids sorted by logit, descending (lower id first on ties); at least the first
+  // `k` are sorted, the rest are in no particular order.
+  void SortIds(absl::Span<const float> logits, int32_t k);
+
+  std::vector<int32_t> ids_;
+  std::vector<double> weights_;
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_SAMPLER_H_

@@ -1,0 +1,79 @@
+// The worker's step: what the scheduler asks one model replica rank to compute, and
+// what it answers, as native types (the worker's gRPC service maps the protobuf
+// messages onto these; nothing here includes protobuf).
+//
+// A step batches sequences: each brings the token ids it adds at positions
+// start_pos, start_pos + 1, ... (one token for decode, a chunk for prefill), its full
+// block table, and what to produce after its last new token (samples, log-probs,
+// beam-search candidates). Block copies (copy-on-write) run before anything else.
+// Token i of a sequence goes to slot
+//   block_table[(start_pos + i) / block_size] * block_size + (start_pos + i) % block_size.
+// Plain values; thread-compatible.
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_STEP_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_STEP_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace folio::worker {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy (argmax)
+  int32_t top_k = 0;         // keep the k most likely tokens; 0 = off
+  float top_p = 1.0f;        // keep the smallest set with this much probability; 1 = off
+  float min_p = 0.0f;        // drop tokens below min_p * max probability; 0 = off
+  uint64_t seed = 0;         // with (sample index, position) keys every random draw
+};
+
+// Block ids are indices into the worker's KV pool, [0, num_blocks), exactly as the
+// cachemgr grants them (its BlockId values); the table is passed to the kernels as is.
+struct BlockCopy {
+  int32_t src_block = 0;
+  int32_t dst_block = 0;
+};
+
+struct SequenceStep {
+  uint64_t seq_id = 0;             // the scheduler's id; echoed in the output
+  std::vector<int32_t> token_ids;  // new tokens, at positions start_pos, start_pos + 1, ...
+  int32_t start_pos = 0;           // tokens of this sequence already in the KV cache
+  std::vector<int32_t> block_table;  // the whole table; covers start_pos + token_ids.size()
+  SamplingParams sampling;
+  // Tokens to sample for the position after the last new token, with sample indices
+  // 0 .. num_samples - 1 (n-way sampling shares the prompt, then forks). 0 for a prefill
+  // chunk that does not end the prompt: then no logits are computed at all.
+  int32_t num_samples = 1;
+  int32_t num_logprobs = 0;    // top alternatives (by log-prob) returned with each sample
+  int32_t num_candidates = 0;  // beam search: the top-k next tokens with log-probs
+  bool return_logits = false;  // copy the raw logits into the output (tests, debugging)
+};
+
+struct StepInput {
+  std::vector<SequenceStep> seqs;
+  std::vector<BlockCopy> block_copies;  // run first, in order, in every layer
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;  // log-softmax of the model's raw logits (before temperature)
+};
+
+struct SampledToken {
+  int32_t token_id = 0;
+  float logprob = 0.0f;                    // of token_id, as in TokenLogprob
+  std::vector<TokenLogprob> top_logprobs;  // num_logprobs entries, most likely first
+};
+
+struct SequenceOutput {
+  uint64_t seq_id = 0;
+  std::vector<SampledToken> samples;       // num_samples entries, by sample index
+  std::vector<TokenLogprob> candidates;    // num_candidates entries, most likely first
+  std::vector<float> logits;               // [vocab_size] when return_logits
+};
+
+struct StepOutput {
+  std::vector<SequenceOutput> seqs;  // one per StepInput::seqs entry, same order
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_STEP_H_

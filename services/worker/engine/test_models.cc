@@ -1,0 +1,58 @@
+#include "services/worker/engine/test_models.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "glog/logging.h"
+#include "services/worker/model/load_model.h"
+#include "services/worker/model/random_model.h"
+
+namespace folio::worker::testing {
+
+std::optional<std::string> ModelsDir() {
+  const char* dir = std::getenv("FOLIO_MODELS_DIR");
+  if (dir == nullptr || *dir == '\0') return std::nullopt;
+  return std::string(dir);
+}
+
+std::unique_ptr<ModelWeights> LoadOrDie(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<ModelWeights>> m = LoadModel(path);
+  CHECK(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+std::unique_ptr<ModelWeights> RandomModelOrDie(uint64_t seed) {
+  RandomModelOptions o;
+  o.dim = 64;
+  o.hidden_dim = 96;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.vocab_size = 300;
+  o.context_length = 256;
+  o.seed = seed;
+  o.weight_std = 0.2f;  // larger than the default so logits are not nearly flat
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("folio_engine_test_" + std::to_string(::getpid()) + "_" +
+                             std::to_string(seed) + ".gguf")).string();
+  absl::Status s = WriteRandomModel(o, path);
+  CHECK(s.ok()) << s;
+  std::unique_ptr<ModelWeights> m = LoadOrDie(path);
+  // The weights are converted to f32 copies by the runner, but the mapping must live as
+  // long as `m`; the file itself can go once mapped.
+  std::filesystem::remove(path);
+  return m;
+}
+
+std::vector<int32_t> ScatteredBlocks(int32_t n, uint64_t seed) {
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
+}  // namespace folio::worker::testing

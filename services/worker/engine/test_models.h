@@ -1,0 +1,35 @@
+// Test helpers: where the test models live, and a runner over them.
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_TEST_MODELS_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_TEST_MODELS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker::testing {
+
+// $FOLIO_MODELS_DIR, or nullopt when unset.
+std::optional<std::string> ModelsDir();
+
+// Message for GTEST_SKIP when FOLIO_MODELS_DIR is unset.
+inline constexpr char kModelsDirHelp[] =
+    "FOLIO_MODELS_DIR is not set; point it at the test models, e.g. "
+    "FOLIO_MODELS_DIR=/work/shared/models (a folder laid out like ../shared/models)";
+
+// Loads the model at path; CHECK-fails on error.
+std::unique_ptr<ModelWeights> LoadOrDie(const std::string& path);
+
+// A small random Llama model (GGUF written to a temp file and loaded back), for tests
+// that need no model files: dim 64, 4 heads / 2 kv heads, 2 layers, vocab 300.
+std::unique_ptr<ModelWeights> RandomModelOrDie(uint64_t seed);
+
+// Block table 0..n-1 shuffled with `seed` (scattered over the pool).
+std::vector<int32_t> ScatteredBlocks(int32_t n, uint64_t seed);
+
+}  // namespace folio::worker::testing
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_TEST_MODELS_H_

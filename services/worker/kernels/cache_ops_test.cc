@@ -1,0 +1,125 @@
+#include "services/worker/kernels/cache_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/kernels/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace folio::worker::kernels {
+namespace {
+
+TEST(HalfTest, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f))));
+      continue;
+    }
+    ASSERT_EQ(FloatToHalf(f), h) << std::hex << h;
+  }
+}
+
+TEST(HalfTest, KnownValues) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie rounds to even
+  EXPECT_EQ(HalfToFloat(0x3555), 0.333251953125f);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) uint16_t F16cFromFloat(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float F16cToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+TEST(HalfTest, MatchesF16cBitForBit) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "CPU has no F16C";
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, sizeof(f));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), F16cFromFloat(f)) << std::hexfloat << f;
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float a = HalfToFloat(static_cast<uint16_t>(h));
+    const float b = F16cToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(a)) {
+      EXPECT_TRUE(std::isnan(b));
+    } else {
+      ASSERT_EQ(a, b) << std::hex << h;
+    }
+  }
+}
+#endif
+
+class CacheOpsTest : public ::testing::TestWithParam<KvDType> {};
+
+TEST_P(CacheOpsTest, WriteKvThenCopyBlocks) {
+  const KvDType dtype = GetParam();
+  KvCacheView kv;
+  kv.dtype = dtype;
+  kv.num_blocks = 6;
+  kv.block_size = 4;
+  kv.num_kv_heads = 2;
+  kv.head_dim = 8;
+  const int64_t elems = kv.num_blocks * kv.block_stride();
+  const int bytes = KvDTypeBytes(dtype);
+  std::vector<char> kbuf(elems * bytes, 0), vbuf(elems * bytes, 0);
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+  auto read = [&](const std::vector<char>& buf, int64_t i) {
+    if (dtype == KvDType::kF32) return reinterpret_cast<const float*>(buf.data())[i];
+    return HalfToFloat(reinterpret_cast<const uint16_t*>(buf.data())[i]);
+  };
+
+  // Three tokens at positions 3, 4, 5 of a sequence with table {4, 1}.
+  const int32_t table[] = {4, 1};
+  std::vector<int64_t> slots;
+  for (int pos = 3; pos < 6; ++pos) slots.push_back(SlotForPosition(table, kv.block_size, pos));
+  EXPECT_EQ(slots, (std::vector<int64_t>{19, 4, 5}));
+  const int64_t row_stride = 40;  // wider than a row: rows come from a fused QKV buffer
+  std::vector<float> k(3 * row_stride), v(3 * row_stride);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = 0.25f * static_cast<float>(i);
+    v[i] = -0.5f * static_cast<float>(i);
+  }
+  WriteKv(k.data(), v.data(), row_stride, slots, kv);
+  for (int t = 0; t < 3; ++t) {
+    for (int64_t j = 0; j < kv.slot_stride(); ++j) {
+      EXPECT_EQ(read(kbuf, slots[t] * kv.slot_stride() + j), k[t * row_stride + j]);
+      EXPECT_EQ(read(vbuf, slots[t] * kv.slot_stride() + j), v[t * row_stride + j]);
+    }
+  }
+  // Untouched slots stay zero.
+  EXPECT_EQ(read(kbuf, 0), 0.0f);
+  EXPECT_EQ(read(vbuf, 3 * kv.block_stride()), 0.0f);
+
+  const BlockCopy copies[] = {{1, 3}, {4, 0}};
+  CopyBlocks(copies, kv);
+  for (int64_t j = 0; j < kv.block_stride(); ++j) {
+    EXPECT_EQ(read(kbuf, 3 * kv.block_stride() + j), read(kbuf, 1 * kv.block_stride() + j));
+    EXPECT_EQ(read(vbuf, 3 * kv.block_stride() + j), read(vbuf, 1 * kv.block_stride() + j));
+    EXPECT_EQ(read(kbuf, 0 * kv.block_stride() + j), read(kbuf, 4 * kv.block_stride() + j));
+  }
+  EXPECT_NE(read(kbuf, 3 * kv.block_stride()), 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CacheOpsTest, ::testing::Values(KvDType::kF32, KvDType::kF16),
+                         [](const auto& info) { return KvDTypeName(info.param); });
+
+}  // namespace
+}  // namespace folio::worker::kernels

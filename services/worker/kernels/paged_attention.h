@@ -1,0 +1,68 @@
+// Paged attention on the CPU: causal multi-head attention (with grouped-query heads)
+// whose keys and values are read from the paged KV cache through each sequence's block
+// table. One call serves a whole step: decode rows (one query per sequence) and prefill
+// chunks (several queries, causal over the cached prefix plus the chunk) alike.
+//
+// Slot layout (one layer; V is laid out exactly like K). K and V are each
+// [num_blocks, block_size, num_kv_heads, head_dim]; here block_size = 4:
+//
+//   one sequence, by position      block table           physical blocks of K
+//   [ 0  1  2  3 ] logical blk 0 -> table[0] = 5 -> block 5 = slots 20..23 [ 0  1  2  3 ]
+//   [ 4  5  6  7 ] logical blk 1 -> table[1] = 2 -> block 2 = slots  8..11 [ 4  5  6  7 ]
+//   [ 8  9  .  . ] logical blk 2 -> table[2] = 7 -> block 7 = slots 28..31 [ 8  9  .  . ]
+//                                                  (other blocks belong to other sequences)
+//
+//   slot(pos) = table[pos / block_size] * block_size + pos % block_size
+//             e.g. pos 9 -> table[2] * 4 + 1 = 29
+//
+//   one slot = all kv heads of one token, contiguous:
+//   slot 29: [ kv head 0: d0 .. d(head_dim-1) | kv head 1: d0 .. | ... ]
+//   element (slot, kv_head, d) = base + (slot * num_kv_heads + kv_head) * head_dim + d
+//
+// Each slot holds the K (or V) rows of all kv heads for one token, contiguous; one block
+// id names the same slot range in every layer. The kernel walks the table block by block
+// and reads rows in place: nothing is gathered into a contiguous copy (an f16 row is
+// widened to f32 in a head_dim-sized register-like buffer just before it is used).
+//
+// Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
+// (sequence, query, kv head) items on the given pool.
+#ifndef FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_
+#define FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/kv_cache_view.h"
+#include "services/worker/kernels/thread_pool.h"
+
+namespace folio::worker::kernels {
+
+// One sequence's part of the step. Its queries sit at positions
+// context_len - num_queries .. context_len - 1, and their K/V must already be in the
+// cache (WriteKv runs first), so query i attends keys 0 .. its own position.
+struct AttentionSeq {
+  int32_t query_offset = 0;  // first row of this sequence in q and out
+  int32_t num_queries = 0;   // 1 for decode, the chunk length for prefill
+  int32_t context_len = 0;   // tokens in the cache after this step, for this sequence
+  const int32_t* block_table = nullptr;  // >= ceil(context_len / block_size) entries
+};
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;  // [num_tokens, num_heads * head_dim], rows q_row_stride apart
+  int64_t q_row_stride = 0;
+  float* out = nullptr;      // [num_tokens, num_heads * head_dim], rows out_row_stride apart
+  int64_t out_row_stride = 0;
+  int32_t num_heads = 0;     // query heads; a multiple of the cache's num_kv_heads
+  float scale = 1.0f;        // usually 1 / sqrt(head_dim)
+  CpuIsa isa = BestCpuIsa();
+};
+
+// out[row, h] = softmax(scale * q[row, h] . K[0..pos]) . V[0..pos], with K/V of kv head
+// h / (num_heads / num_kv_heads) read through each sequence's block table.
+void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSeq> seqs,
+                    const KvCacheView& kv, ThreadPool* pool);
+
+}  // namespace folio::worker::kernels
+
+#endif  // FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_

@@ -1,0 +1,198 @@
+// Paged attention against a plain contiguous attention written here from the formula,
+// over a grid of block sizes, head dims, GQA ratios, KV dtypes and ISA paths, with block
+// tables scattered randomly over the pool, for decode and prefill chunks in one batch.
+#include "services/worker/kernels/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/kernels/cache_ops.h"
+#include "services/worker/kernels/half.h"
+
+namespace folio::worker::kernels {
+namespace {
+
+// Tolerance on each output element: the kernel accumulates in f32 in a different order
+// than the double-precision reference; outputs are O(1).
+constexpr double kTolerance = 2e-5;
+
+// Contiguous reference. k, v: [context_len, num_kv_heads, head_dim]; q: [num_queries,
+// num_heads, head_dim] for the last num_queries positions. Returns [num_queries,
+// num_heads, head_dim].
+std::vector<double> ReferenceAttention(const std::vector<float>& q, const std::vector<float>& k,
+                                       const std::vector<float>& v, int context_len,
+                                       int num_queries, int num_heads, int num_kv_heads,
+                                       int head_dim) {
+  const int group = num_heads / num_kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<double> out(static_cast<size_t>(num_queries) * num_heads * head_dim, 0.0);
+  for (int i = 0; i < num_queries; ++i) {
+    const int pos = context_len - num_queries + i;
+    for (int h = 0; h < num_heads; ++h) {
+      const int kvh = h / group;
+      std::vector<double> w(pos + 1);
+      double max = -1e300;
+      for (int j = 0; j <= pos; ++j) {
+        double s = 0;
+        for (int d = 0; d < head_dim; ++d) {
+          s += static_cast<double>(q[(i * num_heads + h) * head_dim + d]) *
+               k[(static_cast<size_t>(j) * num_kv_heads + kvh) * head_dim + d];
+        }
+        w[j] = s * scale;
+        max = std::max(max, w[j]);
+      }
+      double sum = 0;
+      for (double& x : w) sum += (x = std::exp(x - max));
+      for (int j = 0; j <= pos; ++j) {
+        for (int d = 0; d < head_dim; ++d) {
+          out[(i * num_heads + h) * head_dim + d] +=
+              w[j] / sum * v[(static_cast<size_t>(j) * num_kv_heads + kvh) * head_dim + d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct SeqCase {
+  int context_len;
+  int num_queries;  // 1 = decode; == context_len = prefill from scratch; else a later chunk
+};
+
+using Param = std::tuple<int /*block_size*/, int /*head_dim*/, int /*gqa*/, KvDType, CpuIsa>;
+
+class PagedAttentionTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(PagedAttentionTest, MatchesContiguousReference) {
+  const auto [block_size, head_dim, gqa, dtype, isa] = GetParam();
+  if (isa == CpuIsa::kAvx2 && BestCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
+  const int num_kv_heads = 2;
+  const int num_heads = num_kv_heads * gqa;
+  const std::vector<SeqCase> cases = {{37, 1}, {1, 1}, {23, 23}, {50, 9}, {block_size, 1},
+                                      {2 * block_size + 1, block_size + 1}};
+
+  std::mt19937 rng(block_size * 1000 + head_dim * 10 + gqa);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+
+  // Scatter every sequence's blocks over a pool with spare blocks, in random order.
+  std::vector<int> blocks_needed;
+  int total_blocks = 0;
+  for (const SeqCase& c : cases) {
+    blocks_needed.push_back((c.context_len + block_size - 1) / block_size);
+    total_blocks += blocks_needed.back();
+  }
+  const int num_blocks = total_blocks + 7;
+  std::vector<int32_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+
+  KvCacheView kv;
+  kv.dtype = dtype;
+  kv.num_blocks = num_blocks;
+  kv.block_size = block_size;
+  kv.num_kv_heads = num_kv_heads;
+  kv.head_dim = head_dim;
+  const size_t elems = static_cast<size_t>(num_blocks) * kv.block_stride();
+  std::vector<char> kbuf(elems * KvDTypeBytes(dtype)), vbuf(elems * KvDTypeBytes(dtype));
+  // Poison the pool: any read outside the table's slots would show up as NaN.
+  if (dtype == KvDType::kF32) {
+    std::fill_n(reinterpret_cast<float*>(kbuf.data()), elems, NAN);
+    std::fill_n(reinterpret_cast<float*>(vbuf.data()), elems, NAN);
+  } else {
+    std::fill_n(reinterpret_cast<uint16_t*>(kbuf.data()), elems, uint16_t{0x7e00});
+    std::fill_n(reinterpret_cast<uint16_t*>(vbuf.data()), elems, uint16_t{0x7e00});
+  }
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+
+  const int q_width = num_heads * head_dim;
+  const int kv_width = num_kv_heads * head_dim;
+  int num_tokens = 0;
+  for (const SeqCase& c : cases) num_tokens += c.num_queries;
+  const int64_t q_stride = q_width + 3;  // rows need not be packed
+  std::vector<float> q(num_tokens * q_stride);
+  for (float& x : q) x = normal(rng);
+
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> ks, vs;
+  std::vector<AttentionSeq> seqs;
+  int next_block = 0;
+  int row = 0;
+  for (size_t s = 0; s < cases.size(); ++s) {
+    const SeqCase& c = cases[s];
+    tables.emplace_back(perm.begin() + next_block, perm.begin() + next_block + blocks_needed[s]);
+    next_block += blocks_needed[s];
+    std::vector<float> k(static_cast<size_t>(c.context_len) * kv_width);
+    std::vector<float> v(k.size());
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    std::vector<int64_t> slots;
+    for (int pos = 0; pos < c.context_len; ++pos) {
+      slots.push_back(SlotForPosition(tables.back().data(), block_size, pos));
+    }
+    WriteKv(k.data(), v.data(), kv_width, slots, kv);
+    if (dtype == KvDType::kF16) {  // the reference sees what the cache holds
+      for (float& x : k) x = HalfToFloat(FloatToHalf(x));
+      for (float& x : v) x = HalfToFloat(FloatToHalf(x));
+    }
+    ks.push_back(std::move(k));
+    vs.push_back(std::move(v));
+    seqs.push_back({row, c.num_queries, c.context_len, tables.back().data()});
+    row += c.num_queries;
+  }
+
+  const int64_t out_stride = q_width + 5;
+  std::vector<float> out(num_tokens * out_stride, -7.0f);
+  PagedAttentionArgs args;
+  args.q = q.data();
+  args.q_row_stride = q_stride;
+  args.out = out.data();
+  args.out_row_stride = out_stride;
+  args.num_heads = num_heads;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  args.isa = isa;
+  ThreadPool pool(2);
+  PagedAttention(args, seqs, kv, &pool);
+
+  for (size_t s = 0; s < cases.size(); ++s) {
+    const SeqCase& c = cases[s];
+    std::vector<float> qs;
+    for (int i = 0; i < c.num_queries; ++i) {
+      const float* r = q.data() + (seqs[s].query_offset + i) * q_stride;
+      qs.insert(qs.end(), r, r + q_width);
+    }
+    const std::vector<double> ref = ReferenceAttention(qs, ks[s], vs[s], c.context_len,
+                                                       c.num_queries, num_heads, num_kv_heads,
+                                                       head_dim);
+    for (int i = 0; i < c.num_queries; ++i) {
+      const float* r = out.data() + (seqs[s].query_offset + i) * out_stride;
+      for (int j = 0; j < q_width; ++j) {
+        ASSERT_NEAR(r[j], ref[i * q_width + j], kTolerance)
+            << "seq " << s << " query " << i << " element " << j;
+      }
+      EXPECT_EQ(r[q_width], -7.0f) << "wrote past the row";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, PagedAttentionTest,
+    ::testing::Combine(::testing::Values(1, 8, 16, 32), ::testing::Values(8, 64, 128),
+                       ::testing::Values(1, 2, 4),
+                       ::testing::Values(KvDType::kF32, KvDType::kF16),
+                       ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2)),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return "bs" + std::to_string(std::get<0>(info.param)) + "_hd" +
+             std::to_string(std::get<1>(info.param)) + "_gqa" +
+             std::to_string(std::get<2>(info.param)) + "_" +
+             KvDTypeName(std::get<3>(info.param)) + "_" + CpuIsaName(std::get<4>(info.param));
+    });
+
+}  // namespace
+}  // namespace folio::worker::kernels

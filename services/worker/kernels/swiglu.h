@@ -1,0 +1,16 @@
+// SwiGLU activation of the Llama MLP: out = silu(gate) * up, silu(x) = x / (1 + e^-x).
+// Stateless; thread-safe for disjoint outputs.
+#ifndef FOLIO_SERVICES_WORKER_KERNELS_SWIGLU_H_
+#define FOLIO_SERVICES_WORKER_KERNELS_SWIGLU_H_
+
+#include <cstdint>
+
+namespace folio::worker::kernels {
+
+// gate_up: [rows, 2 * hidden] as the fused gate/up projection writes it: gate in columns
+// [0, hidden), up in [hidden, 2 * hidden). out: [rows, hidden].
+void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out);
+
+}  // namespace folio::worker::kernels
+
+#endif  // FOLIO_SERVICES_WORKER_KERNELS_SWIGLU_H_

@@ -1,0 +1,65 @@
+// ThreadPool: a small fixed pool that runs data-parallel loops for the CPU kernels.
+//
+// The calling thread takes part in every loop, so a pool of N threads starts N - 1
+// workers. Idle workers block in absl::Mutex::Await (no busy-waiting), which matters on
+// machines shared with other processes and with OpenBLAS's own threads: kernels and
+// GEMMs never run at the same time, so each may use all cores in turn.
+//
+// Thread-safety: ParallelFor may be called from one thread at a time (the engine's step
+// thread); it is not reentrant. Construction and destruction are not concurrent with it.
+#ifndef FOLIO_SERVICES_WORKER_KERNELS_THREAD_POOL_H_
+#define FOLIO_SERVICES_WORKER_KERNELS_THREAD_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace folio::worker::kernels {
+
+class ThreadPool {
+ public:
+  // num_threads >= 1 counts the caller; values below 1 are treated as 1.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint ranges covering [0, n), in chunks of at most
+  // `grain` items, on the workers and the caller; returns when all are done.
+  void ParallelFor(int64_t n, int64_t grain,
+                   const std::function<void(int64_t begin, int64_t end)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  absl::Mutex mu_;
+  // Bumped for each loop; a worker runs a loop once when it sees a new generation.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers still inside the current loop; the caller waits for 0.
+  int busy_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The current loop. Written by the caller under mu_ before the generation bump and
+  // read by workers after they observed it (under mu_), so plain fields suffice.
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int64_t grain_ = 1;
+  std::atomic<int64_t> next_{0};  // first index not yet claimed
+};
+
+// Runs fn over [0, n) on `pool`, or serially on the caller when pool is null.
+void ParallelFor(ThreadPool* pool, int64_t n, int64_t grain,
+                 const std::function<void(int64_t begin, int64_t end)>& fn);
+
+}  // namespace folio::worker::kernels
+
+#endif  // FOLIO_SERVICES_WORKER_KERNELS_THREAD_POOL_H_

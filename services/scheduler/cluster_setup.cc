@@ -1,0 +1,114 @@
+#include "services/scheduler/cluster_setup.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+
+namespace folio::scheduler {
+namespace pb = folio::internal::v1;
+
+namespace {
+
+// Waits for the service behind the stub to answer (wait_for_ready), up to the deadline.
+template <typename Call>
+absl::Status CallWithStartupDeadline(absl::Time deadline, const std::string& what, Call call) {
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(true);
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  grpc::Status s = call(&ctx);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", s.error_message(), " (",
+                                               s.error_code(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
+                                             GrpcWorkerClient& workers, GrpcCacheClient& cache) {
+  const absl::Time deadline = absl::Now() + options.startup_timeout;
+  std::vector<pb::WorkerInfo> infos(workers.num_ranks());
+  for (int rank = 0; rank < workers.num_ranks(); ++rank) {
+    LOG(INFO) << "waiting for worker rank " << rank;
+    absl::Status s = CallWithStartupDeadline(
+        deadline, absl::StrCat("worker rank ", rank, " GetWorkerInfo"), [&](auto* ctx) {
+          return workers.stub(rank).GetWorkerInfo(ctx, pb::GetWorkerInfoRequest(), &infos[rank]);
+        });
+    if (!s.ok()) return s;
+  }
+  const pb::WorkerInfo& first = infos[0];
+  int64_t num_blocks = std::numeric_limits<int32_t>::max();
+  for (int rank = 0; rank < workers.num_ranks(); ++rank) {
+    const pb::WorkerInfo& info = infos[rank];
+    if (info.model().name() != first.model().name() ||
+        info.model().num_layers() != first.model().num_layers()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker rank ", rank, " serves a different model"));
+    }
+    if (info.kv_bytes_per_token() <= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker rank ", rank, " reports no KV bytes per token"));
+    }
+    const int64_t bytes_per_block = info.kv_bytes_per_token() * options.block_size;
+    num_blocks = std::min(num_blocks, info.kv_cache_budget_bytes() / bytes_per_block);
+  }
+  if (options.max_num_blocks > 0) num_blocks = std::min<int64_t>(num_blocks, options.max_num_blocks);
+
+  int32_t max_model_len = first.model().max_seq_len();
+  if (options.max_model_len > 0) {
+    if (options.max_model_len > max_model_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max_model_len ", options.max_model_len, " exceeds the model's context of ",
+                       max_model_len, " tokens"));
+    }
+    max_model_len = options.max_model_len;
+  }
+  const int64_t needed = (max_model_len + options.block_size - 1) / options.block_size;
+  if (num_blocks < needed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the KV pool holds ", num_blocks, " blocks of ", options.block_size, " tokens (",
+        num_blocks * options.block_size, " tokens), but one sequence of the full context (",
+        max_model_len, " tokens) needs ", needed,
+        " blocks; give the workers more --kv_cache_bytes or lower --max_model_len"));
+  }
+
+  for (int rank = 0; rank < workers.num_ranks(); ++rank) {
+    pb::AllocateKvCacheRequest req;
+    req.set_num_blocks(static_cast<int32_t>(num_blocks));
+    req.set_block_size(options.block_size);
+    pb::AllocateKvCacheResponse resp;
+    absl::Status s = CallWithStartupDeadline(
+        deadline, absl::StrCat("worker rank ", rank, " AllocateKvCache"),
+        [&](auto* ctx) { return workers.stub(rank).AllocateKvCache(ctx, req, &resp); });
+    if (!s.ok()) return s;
+  }
+  pb::ConfigureRequest configure;
+  configure.set_num_blocks(static_cast<int32_t>(num_blocks));
+  configure.set_block_size(options.block_size);
+  configure.set_policy(options.policy);
+  configure.set_disable_prefix_caching(options.disable_prefix_caching);
+  pb::ConfigureResponse configured;
+  LOG(INFO) << "waiting for the cache manager";
+  absl::Status s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {
+    return cache.stub().Configure(ctx, configure, &configured);
+  });
+  if (!s.ok()) return s;
+
+  pb::ClusterInfo info;
+  *info.mutable_model() = first.model();
+  *info.mutable_tokenizer() = first.tokenizer();
+  info.set_max_model_len(max_model_len);
+  info.set_block_size(options.block_size);
+  info.set_num_blocks(static_cast<int32_t>(num_blocks));
+  info.set_tp_size(workers.num_ranks());
+  LOG(INFO) << "cluster ready: model " << first.model().name() << ", " << num_blocks
+            << " KV blocks of " << options.block_size << " tokens, max_model_len "
+            << max_model_len << ", " << workers.num_ranks() << " worker rank(s)";
+  return info;
+}
+
+}  // namespace folio::scheduler

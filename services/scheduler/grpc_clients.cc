@@ -1,0 +1,166 @@
+#include "services/scheduler/grpc_clients.h"
+
+#include <chrono>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace folio::scheduler {
+namespace pb = folio::internal::v1;
+
+namespace {
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+cachemgr::SeqResult FromProto(const pb::SequenceResult& in) {
+  cachemgr::SeqResult out;
+  out.seq = cachemgr::SeqId{in.seq_id()};
+  out.status = in.status() == pb::SequenceResult::OK ? cachemgr::SeqStatus::kOk
+                                                     : cachemgr::SeqStatus::kNoRoom;
+  out.table_offset = in.table_offset();
+  for (int32_t b : in.entries()) out.entries.push_back(cachemgr::BlockId{b});
+  for (const pb::BlockCopy& c : in.copies()) {
+    out.copies.push_back({cachemgr::BlockId{c.src()}, cachemgr::BlockId{c.dst()}});
+  }
+  out.num_tokens = in.num_tokens();
+  out.num_cached_tokens = in.num_cached_tokens();
+  return out;
+}
+
+}  // namespace
+
+GrpcCacheClient::GrpcCacheClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
+    : stub_(pb::CacheManager::NewStub(channel)), timeout_(timeout) {}
+
+absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::StepRequest& request) {
+  pb::CacheStepRequest req;
+  req.set_step_id(absl::StrCat("s", next_step_++));
+  for (const cachemgr::CommitOp& c : request.commits) {
+    pb::Commit* out = req.add_commits();
+    out->set_seq_id(c.seq.value);
+    out->set_num_computed_tokens(c.num_computed_tokens);
+  }
+  for (cachemgr::SeqId id : request.frees) req.add_frees(id.value);
+  for (const cachemgr::ForkOp& f : request.forks) {
+    pb::Fork* out = req.add_forks();
+    out->set_parent_seq_id(f.parent.value);
+    out->set_child_seq_id(f.child.value);
+  }
+  for (const cachemgr::CreateOp& c : request.creates) {
+    pb::Create* out = req.add_creates();
+    out->set_seq_id(c.seq.value);
+    out->set_max_len(c.max_len);
+    out->mutable_prompt_token_ids()->Add(c.prompt.begin(), c.prompt.end());
+  }
+  for (const cachemgr::GrantOp& g : request.grants) {
+    pb::Grant* out = req.add_grants();
+    out->set_seq_id(g.seq.value);
+    out->set_start_pos(g.start_pos);
+    out->mutable_token_ids()->Add(g.token_ids.begin(), g.token_ids.end());
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  pb::CacheStepResponse resp;
+  grpc::Status status = stub_->Step(&ctx, req, &resp);
+  if (!status.ok()) return FromGrpcStatus(status);
+  cachemgr::StepResponse out;
+  for (const auto& r : resp.forks()) out.forks.push_back(FromProto(r));
+  for (const auto& r : resp.creates()) out.creates.push_back(FromProto(r));
+  for (const auto& r : resp.grants()) out.grants.push_back(FromProto(r));
+  if (out.forks.size() != request.forks.size() || out.creates.size() != request.creates.size() ||
+      out.grants.size() != request.grants.size()) {
+    return absl::InternalError("cache manager answered a different number of results");
+  }
+  return out;
+}
+
+absl::Status GrpcCacheClient::Reset() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  pb::ResetResponse resp;
+  return FromGrpcStatus(stub_->Reset(&ctx, pb::ResetRequest(), &resp));
+}
+
+pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
+  pb::ExecuteStepRequest req;
+  for (const worker::BlockCopy& c : step.block_copies) {
+    pb::BlockCopy* out = req.add_copies();
+    out->set_src(c.src_block);
+    out->set_dst(c.dst_block);
+  }
+  for (const worker::SequenceStep& s : step.seqs) {
+    pb::StepSequence* out = req.add_sequences();
+    out->set_seq_id(s.seq_id);
+    out->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
+    out->set_start_pos(s.start_pos);
+    out->mutable_block_table()->Add(s.block_table.begin(), s.block_table.end());
+    pb::SamplingParams* sp = out->mutable_sampling();
+    sp->set_temperature(s.sampling.temperature);
+    sp->set_top_p(s.sampling.top_p);
+    sp->set_top_k(s.sampling.top_k);
+    sp->set_min_p(s.sampling.min_p);
+    sp->set_seed(s.sampling.seed);
+    out->set_num_samples(s.num_samples);
+    out->set_num_logprobs(s.num_logprobs);
+    out->set_num_candidates(s.num_candidates);
+  }
+  return req;
+}
+
+worker::StepOutput FromProto(const pb::ExecuteStepResponse& response) {
+  worker::StepOutput out;
+  for (const pb::SequenceOutput& s : response.outputs()) {
+    worker::SequenceOutput seq;
+    seq.seq_id = s.seq_id();
+    for (const pb::SampledToken& t : s.samples()) {
+      worker::SampledToken token{t.token_id(), t.logprob(), {}};
+      for (const auto& lp : t.top_logprobs()) token.top_logprobs.push_back({lp.token_id(), lp.logprob()});
+      seq.samples.push_back(std::move(token));
+    }
+    for (const auto& c : s.candidates()) seq.candidates.push_back({c.token_id(), c.logprob()});
+    out.seqs.push_back(std::move(seq));
+  }
+  return out;
+}
+
+GrpcWorkerClient::GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> ranks,
+                                   absl::Duration timeout)
+    : timeout_(timeout) {
+  for (auto& channel : ranks) stubs_.push_back(pb::Worker::NewStub(channel));
+}
+
+absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(const worker::StepInput& step) {
+  pb::ExecuteStepRequest req = ToProto(step);
+  req.set_step_id(absl::StrCat("w", next_step_++));
+  // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other).
+  std::vector<std::future<std::pair<grpc::Status, pb::ExecuteStepResponse>>> calls;
+  for (size_t rank = 1; rank < stubs_.size(); ++rank) {
+    calls.push_back(std::async(std::launch::async, [this, rank, &req] {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, timeout_);
+      pb::ExecuteStepResponse resp;
+      grpc::Status s = stubs_[rank]->ExecuteStep(&ctx, req, &resp);
+      return std::make_pair(s, std::move(resp));
+    }));
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  pb::ExecuteStepResponse resp;
+  grpc::Status status = stubs_[0]->ExecuteStep(&ctx, req, &resp);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    auto [s, ignored] = calls[i].get();
+    if (!s.ok() && status.ok()) {
+      status = grpc::Status(s.error_code(), absl::StrCat("rank ", i + 1, ": ", s.error_message()));
+    }
+  }
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (resp.outputs_size() != static_cast<int>(step.seqs.size())) {
+    return absl::InternalError("worker answered a different number of sequences");
+  }
+  return FromProto(resp);
+}
+
+}  // namespace folio::scheduler

@@ -1,0 +1,125 @@
+// folio-scheduler: the request state and step loop of one model replica.
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "common/process.h"
+#include "common/service_runner.h"
+#include "glog/logging.h"
+#include "grpcpp/create_channel.h"
+#include "services/scheduler/cluster_setup.h"
+#include "services/scheduler/grpc_clients.h"
+#include "services/scheduler/service.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
+ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
+ABSL_FLAG(int, shutdown_grace_ms, 500,
+          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
+ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight requests finish for this long.");
+ABSL_FLAG(std::string, cachemgr, "", "Address of this replica's folio-cachemgr (HOST:PORT).");
+ABSL_FLAG(std::string, workers, "",
+          "Addresses of this replica's folio-worker ranks, rank 0 first (HOST:PORT,...).");
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
+ABSL_FLAG(int, max_num_batched_tokens, 512, "Tokens computed per step, over all sequences.");
+ABSL_FLAG(int, max_num_seqs, 64, "Sequences running at once.");
+ABSL_FLAG(int, max_waiting_requests, 1024,
+          "Requests queued for admission; past this, new requests get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_model_len, 0, "Cap on prompt plus output tokens; 0 = the model's context.");
+ABSL_FLAG(int, num_blocks, 0, "Cap on KV blocks; 0 = as many as the workers' budgets hold.");
+ABSL_FLAG(std::string, policy, "paged",
+          "KV allocation policy: paged, or contiguous (the pre-PagedAttention baseline).");
+ABSL_FLAG(bool, enable_prefix_caching, true, "Reuse the KV of prompt prefixes seen before.");
+ABSL_FLAG(int, worker_timeout_ms, 60000, "Deadline of one worker step RPC.");
+ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");
+ABSL_FLAG(int, startup_timeout_s, 300, "How long to wait for the workers and the cache manager.");
+
+int main(int argc, char** argv) {
+  folio::BlockTerminationSignals();
+  folio::InitProcess(argc, argv,
+                     "the request state and step loop of one model replica.\n"
+                     "Usage: folio-scheduler --cachemgr=HOST:PORT --workers=HOST:PORT[,...] ...");
+  namespace sched = folio::scheduler;
+  namespace pb = folio::internal::v1;
+  if (absl::GetFlag(FLAGS_cachemgr).empty() || absl::GetFlag(FLAGS_workers).empty()) {
+    LOG(ERROR) << "--cachemgr and --workers are required (see --help)";
+    return 2;
+  }
+  const std::string policy = absl::GetFlag(FLAGS_policy);
+  if (policy != "paged" && policy != "contiguous") {
+    LOG(ERROR) << "--policy must be paged or contiguous, got " << policy;
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_block_size) <= 0 || absl::GetFlag(FLAGS_max_num_batched_tokens) <= 0 ||
+      absl::GetFlag(FLAGS_max_num_seqs) <= 0) {
+    LOG(ERROR) << "--block_size, --max_num_batched_tokens and --max_num_seqs must be positive";
+    return 2;
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  std::vector<std::shared_ptr<grpc::Channel>> ranks;
+  for (absl::string_view addr : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+    ranks.push_back(grpc::CreateCustomChannel(std::string(addr),
+                                              grpc::InsecureChannelCredentials(), args));
+  }
+  sched::GrpcWorkerClient workers(ranks,
+                                  absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms)));
+  sched::GrpcCacheClient cache(
+      grpc::CreateChannel(absl::GetFlag(FLAGS_cachemgr), grpc::InsecureChannelCredentials()),
+      absl::Milliseconds(absl::GetFlag(FLAGS_cachemgr_timeout_ms)));
+
+  folio::MetricsRegistry registry;
+  // The service starts first so health answers NOT_SERVING while the cluster sets up; the
+  // scheduler is built once the model's limits are known.
+  sched::SchedulerService service;
+  sched::SchedulerOptions options;
+  options.block_size = absl::GetFlag(FLAGS_block_size);
+  options.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  options.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+
+  folio::ServerOptions server_options{
+      .service_name = "folio.internal.v1.Scheduler",
+      .host = absl::GetFlag(FLAGS_host),
+      .port = absl::GetFlag(FLAGS_port),
+      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
+      .port_file = absl::GetFlag(FLAGS_port_file),
+      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
+      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
+  if (!runner.ok()) {
+    LOG(ERROR) << runner.status();
+    return 1;
+  }
+
+  sched::ClusterSetupOptions setup;
+  setup.block_size = options.block_size;
+  setup.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  setup.max_num_blocks = absl::GetFlag(FLAGS_num_blocks);
+  setup.policy = policy == "paged" ? pb::ALLOCATION_POLICY_PAGED : pb::ALLOCATION_POLICY_CONTIGUOUS;
+  setup.disable_prefix_caching = !absl::GetFlag(FLAGS_enable_prefix_caching);
+  setup.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  absl::StatusOr<pb::ClusterInfo> info = sched::SetUpCluster(setup, workers, cache);
+  if (!info.ok()) {
+    LOG(ERROR) << "start-up failed: " << info.status();
+    (*runner)->Shutdown();
+    return 1;
+  }
+  options.max_model_len = info->max_model_len();
+  options.vocab_size = info->model().vocab_size();
+  options.eos_id = info->tokenizer().eos_id();
+  sched::Scheduler scheduler(options, &cache, &workers, &registry);
+  service.Start(&scheduler, *info);
+  std::thread loop([&] { scheduler.Run(); });
+  (*runner)->SetServing(folio::ServingState::kServing);
+
+  const int sig = folio::WaitForTerminationSignal();
+  LOG(INFO) << "signal " << sig << ", shutting down";
+  (*runner)->Shutdown();
+  scheduler.Stop();
+  loop.join();
+  return 0;
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Runs a local Folio cluster: cachemgr, worker, scheduler and frontend on loopback.
+
+Started by `./folio serve`, which builds first. Internal services take free ports of their
+own (so two clusters can run side by side); the frontend listens on --port (50051). The
+launcher waits until every service reports SERVING on grpc.health.v1, prints the
+endpoints, and on Ctrl-C (or SIGTERM) stops the services front to back.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def log(msg):
+    print(f"[folio serve] {msg}", file=sys.stderr, flush=True)
+
+
+def default_model(root):
+    candidates = []
+    if os.environ.get("FOLIO_MODEL"):
+        return os.environ["FOLIO_MODEL"]
+    if os.environ.get("FOLIO_MODELS_DIR"):
+        candidates.append(os.path.join(os.environ["FOLIO_MODELS_DIR"], "stories260K", "stories260K.gguf"))
+    candidates.append(os.path.join(root, "..", "shared", "models", "stories260K", "stories260K.gguf"))
+    for c in candidates:
+        if os.path.exists(c):
+            return os.path.abspath(c)
+    return None
+
+
+class Service:
+    def __init__(self, name, argv, run_dir):
+        self.name = name
+        self.port_file = os.path.join(run_dir, f"{name}.ports.json")
+        self.log_path = os.path.join(run_dir, f"{name}.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(argv + [f"--port_file={self.port_file}"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.ports = None
+
+    def wait_ports(self, timeout_s):
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}")
+            try:
+                with open(self.port_file) as f:
+                    self.ports = json.load(f)
+                return self.ports
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not start listening within {timeout_s} s")
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.ports['grpc_port']}"
+
+    def tail(self, lines=20):
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def healthy(cli, address):
+    r = subprocess.run([cli, "health", f"--server={address}"], capture_output=True, text=True)
+    return r.returncode == 0 and "NOT_SERVING" not in r.stdout
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = argparse.ArgumentParser(description="Run a local Folio cluster (./folio serve).")
+    p.add_argument("--bin_dir", default=os.path.join(root, "build", "bin"))
+    p.add_argument("--model", help="GGUF file or llama2.c checkpoint (default: stories260K)")
+    p.add_argument("--port", type=int, default=50051, help="frontend gRPC port (default 50051)")
+    p.add_argument("--block_size", type=int, default=16, help="tokens per KV block")
+    p.add_argument("--kv_cache_bytes", default="256MiB", help="KV cache budget of the worker")
+    p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
+    p.add_argument("--max_num_seqs", type=int, default=64)
+    p.add_argument("--max_num_batched_tokens", type=int, default=512)
+    p.add_argument("--threads", type=int, default=0, help="worker threads (0: all cores)")
+    p.add_argument("--startup_timeout_s", type=int, default=300)
+    args = p.parse_args()
+
+    model = args.model or default_model(root)
+    if not model or not os.path.exists(model):
+        log("no model: pass --model=PATH (a GGUF file or a llama2.c checkpoint), or set "
+            "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf")
+        return 2
+    b = lambda name: os.path.join(args.bin_dir, name)
+    for name in ("folio-cachemgr", "folio-worker", "folio-scheduler", "folio-frontend", "folio-cli"):
+        if not os.path.exists(b(name)):
+            log(f"{name} is not built in {args.bin_dir}; run ./folio build")
+            return 2
+
+    run_dir = tempfile.mkdtemp(prefix="folio-serve-")
+    log(f"model {model}")
+    log(f"logs in {run_dir}")
+    services = []
+
+    def stop_all(*_):
+        for s in reversed(services):
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGTERM)
+        for s in reversed(services):
+            try:
+                s.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+        log("stopped")
+
+    try:
+        cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"], run_dir)
+        services.append(cachemgr)
+        worker = Service("worker", [b("folio-worker"), f"--model={model}",
+                                    f"--kv_cache_bytes={args.kv_cache_bytes}",
+                                    f"--num_threads={args.threads}"], run_dir)
+        services.append(worker)
+        cachemgr.wait_ports(args.startup_timeout_s)
+        worker.wait_ports(args.startup_timeout_s)
+        scheduler = Service("scheduler", [
+            b("folio-scheduler"), f"--cachemgr={cachemgr.address}", f"--workers={worker.address}",
+            f"--block_size={args.block_size}", f"--policy={args.policy}",
+            f"--max_num_seqs={args.max_num_seqs}",
+            f"--max_num_batched_tokens={args.max_num_batched_tokens}"], run_dir)
+        services.append(scheduler)
+        scheduler.wait_ports(args.startup_timeout_s)
+        frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",
+                                        f"--port={args.port}"], run_dir)
+        services.append(frontend)
+        frontend.wait_ports(args.startup_timeout_s)
+
+        deadline = time.time() + args.startup_timeout_s
+        pending = list(services)
+        while pending:
+            for s in pending:
+                if s.proc.poll() is not None:
+                    raise RuntimeError(f"{s.name} exited with code {s.proc.returncode}")
+            pending = [s for s in pending if not healthy(b("folio-cli"), s.address)]
+            if pending and time.time() > deadline:
+                raise RuntimeError("not SERVING in time: " + ", ".join(s.name for s in pending))
+            if pending:
+                time.sleep(0.2)
+    except (RuntimeError, KeyboardInterrupt) as e:
+        log(f"start-up failed: {e}")
+        for s in services:
+            tail = s.tail()
+            if tail:
+                log(f"--- {s.name} log (last lines) ---\n{tail}")
+        stop_all()
+        return 1
+
+    print("Folio is serving.", flush=True)
+    print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
+    for s in (scheduler, cachemgr, worker):
+        print(f"  {s.name:<9} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
+    print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
+    print("Ctrl-C stops the cluster.", flush=True)
+
+    done = []
+    signal.signal(signal.SIGINT, lambda *_: done.append(1))
+    signal.signal(signal.SIGTERM, lambda *_: done.append(1))
+    while not done:
+        for s in services:
+            if s.proc.poll() is not None:
+                log(f"{s.name} exited with code {s.proc.returncode}; stopping the cluster")
+                log(s.tail())
+                done.append(1)
+                break
+        time.sleep(0.2)
+    stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+// folio-worker: one worker rank of a model replica, served over gRPC. Loads the model,
+// answers GetWorkerInfo at once, reports SERVING once the scheduler's AllocateKvCache
+// has built the KV pool, then runs steps.
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/synchronization/mutex.h"
+#include "common/process.h"
+#include "common/service_runner.h"
+#include "glog/logging.h"
+#include "services/worker/model/load_model.h"
+#include "services/worker/service.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
+ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
+ABSL_FLAG(std::string, model, "",
+          "Model file (required): a GGUF file, or a llama2.c checkpoint with its tokenizer "
+          "(tok<N>.bin or tokenizer.bin) beside it. Defaults to $FOLIO_MODEL when unset.");
+ABSL_FLAG(std::string, kv_cache_bytes, "256MiB",
+          "Bytes this worker may give the KV cache (reported to the scheduler, which sizes "
+          "the pool from it): a number of bytes or a size with a unit, e.g. 512MiB, 2GiB, 1.5GB.");
+ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
+ABSL_FLAG(int, num_threads, 0, "Threads for the kernels and OpenBLAS; 0 = all cores.");
+ABSL_FLAG(int, shutdown_grace_ms, 500,
+          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
+ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight RPCs finish for this long.");
+
+int main(int argc, char** argv) {
+  folio::BlockTerminationSignals();
+  folio::InitProcess(argc, argv,
+                     "one worker rank: holds the model weights and the KV cache and runs "
+                     "steps for the scheduler.\n"
+                     "Usage: folio-worker --model=PATH [--kv_cache_bytes=256MiB] "
+                     "[--kv_dtype=f16|f32] [--port=N] ...");
+  using folio::worker::WorkerServiceOptions;
+
+  std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) {
+    if (const char* env = std::getenv("FOLIO_MODEL"); env != nullptr) model_path = env;
+  }
+  if (model_path.empty()) {
+    LOG(ERROR) << "--model is required: the path of a GGUF file or a llama2.c checkpoint "
+                  "(or set FOLIO_MODEL)";
+    return 2;
+  }
+
+  WorkerServiceOptions options;
+  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  if (kv_dtype == "f16") {
+    options.kv_dtype = folio::worker::kernels::KvDType::kF16;
+  } else if (kv_dtype == "f32") {
+    options.kv_dtype = folio::worker::kernels::KvDType::kF32;
+  } else {
+    LOG(ERROR) << "--kv_dtype must be f16 or f32, got \"" << kv_dtype << "\"";
+    return 2;
+  }
+  absl::StatusOr<int64_t> budget = folio::worker::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_bytes));
+  if (!budget.ok()) {
+    LOG(ERROR) << "--kv_cache_bytes: " << budget.status().message();
+    return 2;
+  }
+  if (*budget <= 0) {
+    LOG(ERROR) << "--kv_cache_bytes must be positive";
+    return 2;
+  }
+  options.kv_cache_budget_bytes = *budget;
+  options.num_threads = absl::GetFlag(FLAGS_num_threads);
+  if (options.num_threads < 0) {
+    LOG(ERROR) << "--num_threads must be >= 0 (0 = all cores)";
+    return 2;
+  }
+
+  absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> weights =
+      folio::worker::LoadModel(model_path);
+  if (!weights.ok()) {
+    LOG(ERROR) << "cannot load --model=" << model_path << ": " << weights.status();
+    return 2;
+  }
+  const folio::worker::ModelConfig config = (*weights)->config;
+
+  folio::MetricsRegistry registry;
+  folio::worker::WorkerService service(*std::move(weights), options, &registry);
+  LOG(INFO) << "model " << (config.name.empty() ? model_path : config.name) << ": "
+            << config.num_layers << " layers, dim " << config.dim << ", vocab "
+            << config.vocab_size << ", context " << config.max_seq_len << "; KV "
+            << service.kv_bytes_per_token() << " bytes per token (" << kv_dtype
+            << "), budget " << options.kv_cache_budget_bytes << " bytes";
+
+  folio::ServerOptions server_options{
+      .service_name = "folio.internal.v1.Worker",
+      .host = absl::GetFlag(FLAGS_host),
+      .port = absl::GetFlag(FLAGS_port),
+      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
+      .port_file = absl::GetFlag(FLAGS_port_file),
+      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
+      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  // An AllocateKvCache may finish before Start() returns (the port file is written
+  // first): the state waits here until the runner exists. After Shutdown() the
+  // callback does nothing.
+  absl::Mutex serving_mu;
+  folio::ServiceRunner* serving_runner = nullptr;
+  std::optional<folio::ServingState> pending_state;
+  service.SetServingCallback([&](folio::ServingState state) {
+    absl::MutexLock lock(&serving_mu);
+    if (serving_runner != nullptr) {
+      serving_runner->SetServing(state);
+    } else {
+      pending_state = state;
+    }
+  });
+  auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
+  if (!runner.ok()) {
+    LOG(ERROR) << runner.status();
+    return 1;
+  }
+  {
+    absl::MutexLock lock(&serving_mu);
+    serving_runner = runner->get();
+    if (pending_state) serving_runner->SetServing(*pending_state);
+  }
+  const int sig = folio::WaitForTerminationSignal();
+  LOG(INFO) << "signal " << sig << ", shutting down";
+  {
+    // Shutdown() reports NOT_SERVING; a late allocation must not flip it back.
+    absl::MutexLock lock(&serving_mu);
+    serving_runner = nullptr;
+  }
+  (*runner)->Shutdown();
+  return 0;
+}

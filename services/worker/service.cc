@@ -1,0 +1,441 @@
+#include "services/worker/service.h"
+
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+#include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/kv_cache.h"
+
+namespace folio::worker {
+namespace pb = folio::internal::v1;
+
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+KvCacheShape ShapeFor(const ModelConfig& config, kernels::KvDType dtype, int32_t block_size) {
+  KvCacheShape shape;
+  shape.num_layers = config.num_layers;
+  shape.num_kv_heads = config.num_kv_heads;
+  shape.head_dim = config.head_dim;
+  shape.block_size = block_size;
+  shape.dtype = dtype;
+  return shape;
+}
+
+pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOptions& options,
+                              int64_t kv_bytes_per_token) {
+  pb::WorkerInfo info;
+  const ModelConfig& c = weights.config;
+  pb::ModelSpec* model = info.mutable_model();
+  model->set_name(c.name);
+  model->set_architecture(c.architecture);
+  model->set_vocab_size(c.vocab_size);
+  model->set_dim(c.dim);
+  model->set_hidden_dim(c.hidden_dim);
+  model->set_num_layers(c.num_layers);
+  model->set_num_heads(c.num_heads);
+  model->set_num_kv_heads(c.num_kv_heads);
+  model->set_head_dim(c.head_dim);
+  model->set_max_seq_len(c.max_seq_len);
+
+  const Vocab& v = weights.vocab;
+  pb::TokenizerSpec* tok = info.mutable_tokenizer();
+  tok->mutable_pieces()->Reserve(v.size());
+  for (const std::string& piece : v.pieces) tok->add_pieces(piece);
+  tok->mutable_scores()->Add(v.scores.begin(), v.scores.end());
+  tok->mutable_types()->Reserve(static_cast<int>(v.types.size()));
+  for (TokenType t : v.types) tok->add_types(static_cast<int32_t>(t));
+  tok->set_bos_id(v.bos_id);
+  tok->set_eos_id(v.eos_id);
+  tok->set_unk_id(v.unk_id);
+  tok->set_add_bos(v.add_bos);
+  tok->set_add_dummy_prefix(v.add_dummy_prefix);
+
+  info.set_kv_bytes_per_token(kv_bytes_per_token);
+  info.set_kv_cache_budget_bytes(options.kv_cache_budget_bytes);
+  info.set_kv_dtype(kernels::KvDTypeName(options.kv_dtype));
+  info.set_tp_rank(options.tp_rank);
+  info.set_tp_size(options.tp_size);
+  return info;
+}
+
+// "request ids [a, b]" for log lines about a step.
+std::string DescribeRequests(const pb::ExecuteStepRequest& request) {
+  std::vector<std::string> ids;
+  for (const pb::StepSequence& s : request.sequences()) {
+    ids.push_back(absl::StrCat(s.request_id().empty() ? "-" : s.request_id(), "/seq ",
+                               s.seq_id()));
+  }
+  return absl::StrCat("requests [", absl::StrJoin(ids, ", "), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  const absl::string_view input = absl::StripAsciiWhitespace(text);
+  size_t split = 0;
+  while (split < input.size() &&
+         (absl::ascii_isdigit(static_cast<unsigned char>(input[split])) || input[split] == '.')) {
+    ++split;
+  }
+  const absl::string_view number = input.substr(0, split);
+  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(input.substr(split)));
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot parse byte size \"", text,
+        "\": expected a number of bytes, optionally with a unit (B, KB, MB, GB, TB, KiB, "
+        "MiB, GiB, TiB), e.g. 512MiB or 2GiB"));
+  };
+  if (number.empty()) return bad();
+  double multiplier = 0;
+  if (unit.empty() || unit == "b") {
+    multiplier = 1;
+  } else if (unit == "kb") {
+    multiplier = 1e3;
+  } else if (unit == "mb") {
+    multiplier = 1e6;
+  } else if (unit == "gb") {
+    multiplier = 1e9;
+  } else if (unit == "tb") {
+    multiplier = 1e12;
+  } else if (unit == "kib") {
+    multiplier = 0x1p10;
+  } else if (unit == "mib") {
+    multiplier = 0x1p20;
+  } else if (unit == "gib") {
+    multiplier = 0x1p30;
+  } else if (unit == "tib") {
+    multiplier = 0x1p40;
+  } else {
+    return bad();
+  }
+  if (number.find('.') == absl::string_view::npos) {
+    // Integers stay exact (a double loses bytes above 2^53).
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(number, &n)) return bad();
+    const uint64_t m = static_cast<uint64_t>(multiplier);
+    if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / m) return bad();
+    return static_cast<int64_t>(n * m);
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !std::isfinite(value)) return bad();
+  const double bytes = std::floor(value * multiplier);
+  if (bytes >= 0x1p63) return bad();
+  return static_cast<int64_t>(bytes);
+}
+
+absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) {
+  NativeStep out;
+  for (const pb::BlockCopy& c : request.copies()) {
+    out.input.block_copies.push_back(BlockCopy{.src_block = c.src(), .dst_block = c.dst()});
+  }
+  out.input.seqs.reserve(request.sequences_size());
+  for (int i = 0; i < request.sequences_size(); ++i) {
+    const pb::StepSequence& in = request.sequences(i);
+    SequenceStep seq;
+    seq.seq_id = in.seq_id();
+    seq.token_ids.assign(in.token_ids().begin(), in.token_ids().end());
+    seq.start_pos = in.start_pos();
+    seq.block_table.assign(in.block_table().begin(), in.block_table().end());
+    const pb::SamplingParams& s = in.sampling();
+    seq.sampling.temperature = s.temperature();
+    seq.sampling.top_k = s.top_k();
+    // top_p lies in (0, 1], so proto3's unset 0 can only mean "off".
+    seq.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+    seq.sampling.min_p = s.min_p();
+    seq.sampling.seed = s.seed();
+    seq.num_samples = in.num_samples();
+    seq.num_logprobs = in.num_logprobs();
+    seq.num_candidates = in.num_candidates();
+    if (in.sample_index() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step sequence #", i, " (seq_id ", in.seq_id(), "): negative sample_index ",
+                       in.sample_index()));
+    }
+    // See the comment on NativeStep: draw samples sample_index .. sample_index + n - 1.
+    int32_t skip = 0;
+    if (in.sample_index() > 0 && in.num_samples() > 0 && seq.sampling.temperature > 0.0f) {
+      skip = in.sample_index();
+      seq.num_samples += skip;
+    }
+    out.samples_to_skip.push_back(skip);
+    out.input.seqs.push_back(std::move(seq));
+  }
+  return out;
+}
+
+void StepToProto(const StepOutput& output, const NativeStep& step,
+                 pb::ExecuteStepResponse* response) {
+  CHECK_EQ(output.seqs.size(), step.input.seqs.size()) << "the engine answers every sequence";
+  response->mutable_outputs()->Reserve(static_cast<int>(output.seqs.size()));
+  for (size_t i = 0; i < output.seqs.size(); ++i) {
+    const SequenceOutput& in = output.seqs[i];
+    pb::SequenceOutput* out = response->add_outputs();
+    out->set_seq_id(in.seq_id);
+    for (size_t s = step.samples_to_skip[i]; s < in.samples.size(); ++s) {
+      const SampledToken& t = in.samples[s];
+      pb::SampledToken* sample = out->add_samples();
+      sample->set_token_id(t.token_id);
+      sample->set_logprob(t.logprob);
+      for (const TokenLogprob& lp : t.top_logprobs) {
+        pb::TokenLogprob* top = sample->add_top_logprobs();
+        top->set_token_id(lp.token_id);
+        top->set_logprob(lp.logprob);
+      }
+    }
+    for (const TokenLogprob& lp : in.candidates) {
+      pb::TokenLogprob* c = out->add_candidates();
+      c->set_token_id(lp.token_id);
+      c->set_logprob(lp.logprob);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------ StepThread
+
+WorkerService::StepThread::StepThread() : thread_([this] { Loop(); }) {}
+
+WorkerService::StepThread::~StepThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void WorkerService::StepThread::Post(absl::AnyInvocable<void()> task) {
+  absl::MutexLock lock(&mu_);
+  CHECK(!stopping_) << "a task was posted to a stopped step thread";
+  tasks_.push_back(std::move(task));
+}
+
+void WorkerService::StepThread::Loop() {
+  while (true) {
+    absl::AnyInvocable<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](StepThread* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+            return t->stopping_ || !t->tasks_.empty();
+          },
+          this));
+      // Queued tasks still run after a stop: each one owes its reactor a Finish.
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+// --------------------------------------------------------------------------- Metrics
+
+WorkerService::Metrics::Metrics(MetricsRegistry* r)
+    : step_duration(r->AddHistogram("folio_worker_step_duration_seconds",
+                                    "Time to run one ExecuteStep on the model, in seconds.",
+                                    ExponentialBuckets(1e-4, 2, 18))),
+      step_tokens(r->AddHistogram("folio_worker_step_tokens",
+                                  "Tokens computed per step (prefill and decode together).",
+                                  ExponentialBuckets(1, 2, 14))),
+      step_sequences(r->AddHistogram("folio_worker_step_sequences",
+                                     "Sequences per step (batch size).",
+                                     ExponentialBuckets(1, 2, 10))),
+      steps(r->AddCounter("folio_worker_steps_total", "Steps executed successfully.")),
+      tokens(r->AddCounter("folio_worker_tokens_total",
+                           "Tokens computed (their K/V written) by successful steps.")),
+      sampled_tokens(r->AddCounter("folio_worker_sampled_tokens_total",
+                                   "Tokens sampled by successful steps.")),
+      step_errors(r->AddCounterFamily("folio_worker_step_errors_total",
+                                      "ExecuteStep calls that failed, by gRPC status code.",
+                                      {"code"})),
+      kv_cache_bytes(r->AddGauge("folio_worker_kv_cache_bytes",
+                                 "Bytes of the allocated KV pool (0 before AllocateKvCache).")),
+      kv_cache_blocks(r->AddGauge("folio_worker_kv_cache_blocks",
+                                  "Blocks in the allocated KV pool (0 before AllocateKvCache).")),
+      kv_block_size(r->AddGauge("folio_worker_kv_cache_block_size_tokens",
+                                "Tokens per KV block (0 before AllocateKvCache).")) {}
+
+// --------------------------------------------------------------------- WorkerService
+
+WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
+                             const WorkerServiceOptions& options, MetricsRegistry* registry)
+    : weights_(std::move(weights)),
+      options_(options),
+      kv_bytes_per_token_(KvBytesPerBlock(ShapeFor(weights_->config, options.kv_dtype, 1))),
+      static_info_(MakeStaticInfo(*weights_, options_, kv_bytes_per_token_)),
+      metrics_(registry) {}
+
+WorkerService::~WorkerService() = default;
+
+void WorkerService::SetServingCallback(std::function<void(ServingState)> callback) {
+  serving_callback_ = std::move(callback);
+}
+
+grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerContext* ctx,
+                                                       const pb::GetWorkerInfoRequest* request,
+                                                       pb::WorkerInfo* response) {
+  *response = static_info_;
+  absl::MutexLock lock(&info_mu_);
+  response->set_num_blocks(num_blocks_);
+  response->set_block_size(block_size_);
+  return Finish(ctx, absl::OkStatus());
+}
+
+absl::Status WorkerService::CheckAllocation(int32_t num_blocks, int32_t block_size) const {
+  const int32_t max_seq_len = weights_->config.max_seq_len;
+  if (block_size <= 0 || block_size > max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size must be in [1, ", max_seq_len,
+                                                   "] (the model's context), got ", block_size));
+  }
+  if (num_blocks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_blocks must be positive, got ", num_blocks));
+  }
+  const int64_t bytes_per_block =
+      KvBytesPerBlock(ShapeFor(weights_->config, options_.kv_dtype, block_size));
+  const int64_t bytes = int64_t{num_blocks} * bytes_per_block;
+  if (bytes > options_.kv_cache_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        num_blocks, " blocks of ", block_size, " tokens need ", bytes, " bytes (",
+        bytes_per_block, " per block, ", kernels::KvDTypeName(options_.kv_dtype),
+        "), but this worker's KV budget is ", options_.kv_cache_budget_bytes,
+        " bytes, which holds at most ", options_.kv_cache_budget_bytes / bytes_per_block,
+        " such blocks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t block_size) {
+  // Release the old pool first: the budget is sized for one pool, not two.
+  const bool had_pool = runner_ != nullptr;
+  runner_.reset();
+  CpuModelRunnerOptions options;
+  options.block_size = block_size;
+  options.kv_dtype = options_.kv_dtype;
+  options.kv_cache_bytes =
+      int64_t{num_blocks} * KvBytesPerBlock(ShapeFor(weights_->config, options_.kv_dtype,
+                                                     block_size));
+  options.max_num_blocks = num_blocks;
+  options.num_threads = options_.num_threads;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner =
+      CpuModelRunner::Create(*weights_, options);
+  if (!runner.ok()) {
+    {
+      absl::MutexLock lock(&info_mu_);
+      num_blocks_ = 0;
+      block_size_ = 0;
+    }
+    metrics_.kv_cache_bytes.Set(0);
+    metrics_.kv_cache_blocks.Set(0);
+    metrics_.kv_block_size.Set(0);
+    if (had_pool && serving_callback_) serving_callback_(ServingState::kNotServing);
+    return runner.status();
+  }
+  CHECK_EQ((*runner)->num_blocks(), num_blocks) << "the pool is sized to the request";
+  const int64_t bytes = (*runner)->kv_cache().size_bytes();
+  runner_ = *std::move(runner);
+  {
+    absl::MutexLock lock(&info_mu_);
+    num_blocks_ = num_blocks;
+    block_size_ = block_size;
+  }
+  metrics_.kv_cache_bytes.Set(static_cast<double>(bytes));
+  metrics_.kv_cache_blocks.Set(num_blocks);
+  metrics_.kv_block_size.Set(block_size);
+  LOG(INFO) << "KV cache allocated: " << num_blocks << " blocks of " << block_size
+            << " tokens, " << bytes << " bytes (" << kernels::KvDTypeName(options_.kv_dtype)
+            << ")";
+  if (serving_callback_) serving_callback_(ServingState::kServing);
+  return bytes;
+}
+
+grpc::ServerUnaryReactor* WorkerService::AllocateKvCache(grpc::CallbackServerContext* ctx,
+                                                         const pb::AllocateKvCacheRequest* request,
+                                                         pb::AllocateKvCacheResponse* response) {
+  const int32_t num_blocks = request->num_blocks();
+  const int32_t block_size = request->block_size();
+  if (absl::Status s = CheckAllocation(num_blocks, block_size); !s.ok()) {
+    LOG(WARNING) << "AllocateKvCache rejected: " << s;
+    return Finish(ctx, s);
+  }
+  // Allocation zeroes the pool (and converts the weights): the step thread does it, in
+  // order with the steps.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  step_thread_.Post([this, reactor, num_blocks, block_size, response] {
+    absl::StatusOr<int64_t> bytes = Allocate(num_blocks, block_size);
+    if (bytes.ok()) {
+      response->set_kv_cache_bytes(*bytes);
+    } else {
+      LOG(ERROR) << "AllocateKvCache(" << num_blocks << " blocks of " << block_size
+                 << ") failed: " << bytes.status();
+    }
+    reactor->Finish(ToGrpcStatus(bytes.status()));
+  });
+  return reactor;
+}
+
+absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
+                                    pb::ExecuteStepResponse* response) {
+  if (runner_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the KV cache is not allocated yet; call AllocateKvCache first");
+  }
+  absl::StatusOr<NativeStep> step = StepFromProto(request);
+  if (!step.ok()) return step.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!output.ok()) return output.status();
+  StepToProto(*output, *step, response);
+  response->set_compute_seconds(seconds);
+
+  int64_t num_tokens = 0;
+  int64_t num_sampled = 0;
+  for (const pb::StepSequence& s : request.sequences()) num_tokens += s.token_ids_size();
+  for (const pb::SequenceOutput& o : response->outputs()) num_sampled += o.samples_size();
+  metrics_.step_duration.Observe(seconds);
+  metrics_.step_tokens.Observe(static_cast<double>(num_tokens));
+  metrics_.step_sequences.Observe(request.sequences_size());
+  metrics_.steps.Increment();
+  metrics_.tokens.Increment(static_cast<double>(num_tokens));
+  metrics_.sampled_tokens.Increment(static_cast<double>(num_sampled));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* WorkerService::ExecuteStep(grpc::CallbackServerContext* ctx,
+                                                     const pb::ExecuteStepRequest* request,
+                                                     pb::ExecuteStepResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  step_thread_.Post([this, ctx, reactor, request, response] {
+    // A step whose caller gave up before it started is not run: nothing is written, and
+    // the scheduler (which sees CANCELLED or DEADLINE_EXCEEDED) owns the retry.
+    absl::Status status = ctx->IsCancelled()
+                              ? absl::CancelledError("the step was cancelled before it ran")
+                              : RunStep(*request, response);
+    if (!status.ok()) {
+      metrics_.step_errors.WithLabels({absl::StatusCodeToString(status.code())}).Increment();
+      LOG(WARNING) << "step " << request->step_id() << " failed (" << DescribeRequests(*request)
+                   << "): " << status;
+      response->Clear();
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+}  // namespace folio::worker

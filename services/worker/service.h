@@ -1,0 +1,164 @@
+// WorkerService: the gRPC face of one worker rank (folio.internal.v1.Worker). It maps
+// protobuf messages onto the engine's native step types (engine/step.h) and back, maps
+// Status to gRPC codes, and keeps the worker's metrics. The model math lives in the
+// engine (engine/model_runner.h); nothing here computes.
+//
+// Life cycle, as the scheduler drives it:
+//   1. main() loads the model and builds the service; GetWorkerInfo answers at once
+//      (shape, tokenizer, KV bytes per token, the KV byte budget).
+//   2. AllocateKvCache(num_blocks, block_size) builds the model runner with a pool of
+//      exactly num_blocks blocks; the serving callback then reports SERVING. It may be
+//      called again to re-allocate (the old pool is released first; a failed
+//      re-allocation leaves no pool and reports NOT_SERVING).
+//   3. ExecuteStep runs one batch on the runner.
+//
+// Threading: the model runner is owned by one step thread, which runs allocations and
+// steps in arrival order and finishes their reactors; gRPC callback threads only parse,
+// post and return, so they never block on the model. GetWorkerInfo answers on the
+// callback thread from immutable data plus a mutex-guarded pool shape. Thread-safe.
+// The service owns the loaded weights for its whole life, so the pool can be rebuilt.
+#ifndef FOLIO_SERVICES_WORKER_SERVICE_H_
+#define FOLIO_SERVICES_WORKER_SERVICE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "common/service_runner.h"
+#include "folio/internal/v1/worker.grpc.pb.h"
+#include "services/worker/engine/model_runner.h"
+#include "services/worker/engine/step.h"
+#include "services/worker/kernels/kv_cache_view.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+struct WorkerServiceOptions {
+  kernels::KvDType kv_dtype = kernels::KvDType::kF16;  // KV cache element type
+  int64_t kv_cache_budget_bytes = int64_t{256} << 20;   // most bytes the KV pool may take
+  int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
+  int32_t tp_rank = 0;                                  // this rank (tensor parallelism)
+  int32_t tp_size = 1;                                  // ranks in the replica
+};
+
+// Parses a byte count: a non-negative integer ("268435456") or a number with a unit,
+// binary (KiB, MiB, GiB, TiB: powers of 1024) or decimal (B, KB, MB, GB, TB: powers of
+// 1000), case-insensitive, optionally with a space ("512MiB", "2 GiB", "1.5GB").
+// Fractions of a byte are dropped. InvalidArgument for anything else or an overflow.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+
+// Proto <-> native step mapping, exposed for unit tests.
+//
+// sample_index: the engine keys sample s of a sequence by (seed, s, position) with s in
+// [0, num_samples); it has no offset. A forked sequence that is sample k of its
+// request (sample_index k, num_samples 1) must draw with key k, or every fork of a
+// request would draw the same tokens. So a sequence with sample_index k > 0 that
+// samples at temperature > 0 asks the engine for k + num_samples samples and
+// StepToProto keeps only the last num_samples of them (at temperature 0 every sample is
+// the argmax, so no extra draws are made).
+struct NativeStep {
+  StepInput input;
+  std::vector<int32_t> samples_to_skip;  // per sequence: leading samples to drop
+};
+absl::StatusOr<NativeStep> StepFromProto(const folio::internal::v1::ExecuteStepRequest& request);
+void StepToProto(const StepOutput& output, const NativeStep& step,
+                 folio::internal::v1::ExecuteStepResponse* response);
+
+class WorkerService final : public folio::internal::v1::Worker::CallbackService {
+ public:
+  // `weights` is the loaded model (owned). `registry` must outlive the service.
+  WorkerService(std::unique_ptr<ModelWeights> weights, const WorkerServiceOptions& options,
+                MetricsRegistry* registry);
+  // Runs whatever is still queued (finishing every reactor), then stops the step thread.
+  ~WorkerService() override;
+
+  WorkerService(const WorkerService&) = delete;
+  WorkerService& operator=(const WorkerService&) = delete;
+
+  // Called on the step thread after each allocation: kServing once a pool exists,
+  // kNotServing if a re-allocation failed. Set it before the server starts.
+  void SetServingCallback(std::function<void(ServingState)> callback);
+
+  // K and V bytes one token takes in every layer on this rank, for options.kv_dtype.
+  int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
+
+  grpc::ServerUnaryReactor* GetWorkerInfo(
+      grpc::CallbackServerContext* ctx, const folio::internal::v1::GetWorkerInfoRequest* request,
+      folio::internal::v1::WorkerInfo* response) override;
+  grpc::ServerUnaryReactor* AllocateKvCache(
+      grpc::CallbackServerContext* ctx,
+      const folio::internal::v1::AllocateKvCacheRequest* request,
+      folio::internal::v1::AllocateKvCacheResponse* response) override;
+  grpc::ServerUnaryReactor* ExecuteStep(grpc::CallbackServerContext* ctx,
+                                        const folio::internal::v1::ExecuteStepRequest* request,
+                                        folio::internal::v1::ExecuteStepResponse* response) override;
+
+ private:
+  struct Metrics {
+    explicit Metrics(MetricsRegistry* registry);
+    Histogram& step_duration;
+    Histogram& step_tokens;
+    Histogram& step_sequences;
+    Counter& steps;
+    Counter& tokens;
+    Counter& sampled_tokens;
+    Family<Counter>& step_errors;
+    Gauge& kv_cache_bytes;
+    Gauge& kv_cache_blocks;
+    Gauge& kv_block_size;
+  };
+
+  // A FIFO of tasks run by one thread: the only thread that touches runner_.
+  class StepThread {
+   public:
+    StepThread();
+    ~StepThread();  // runs the tasks still queued, then joins
+    void Post(absl::AnyInvocable<void()> task);
+
+   private:
+    void Loop();
+    absl::Mutex mu_;
+    std::deque<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+    bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+    std::thread thread_;
+  };
+
+  // Step thread only.
+  absl::StatusOr<int64_t> Allocate(int32_t num_blocks, int32_t block_size);
+  absl::Status RunStep(const folio::internal::v1::ExecuteStepRequest& request,
+                       folio::internal::v1::ExecuteStepResponse* response);
+
+  // Checks an AllocateKvCache request against the model and the budget.
+  absl::Status CheckAllocation(int32_t num_blocks, int32_t block_size) const;
+
+  const std::unique_ptr<ModelWeights> weights_;
+  const WorkerServiceOptions options_;
+  const int64_t kv_bytes_per_token_;
+  const folio::internal::v1::WorkerInfo static_info_;  // everything but the pool shape
+  Metrics metrics_;
+  std::function<void(ServingState)> serving_callback_;
+
+  // The pool shape GetWorkerInfo reports; written by the step thread.
+  absl::Mutex info_mu_;
+  int32_t num_blocks_ ABSL_GUARDED_BY(info_mu_) = 0;
+  int32_t block_size_ ABSL_GUARDED_BY(info_mu_) = 0;
+
+  // Owned by the step thread: created, used and destroyed only by its tasks.
+  std::unique_ptr<ModelRunner> runner_;
+
+  // Last member: destroyed first, so queued tasks still see everything above.
+  StepThread step_thread_;
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_SERVICE_H_

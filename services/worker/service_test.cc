@@ -1,0 +1,231 @@
+// WorkerService in process, over a loopback gRPC server, on a small random model (no
+// model files needed): byte-size parsing, the proto <-> native mapping, allocation
+// checks, the step thread, and sample_index keying of forked samples.
+#include "services/worker/service.h"
+
+#include <chrono>
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "services/worker/engine/test_models.h"
+
+namespace folio::worker {
+namespace {
+
+namespace pb = folio::internal::v1;
+using ::testing::HasSubstr;
+
+TEST(ParseByteSizeTest, AcceptsIntegersAndUnits) {
+  EXPECT_EQ(*ParseByteSize("0"), 0);
+  EXPECT_EQ(*ParseByteSize("268435456"), 268435456);
+  EXPECT_EQ(*ParseByteSize("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("2GiB"), int64_t{2} << 30);
+  EXPECT_EQ(*ParseByteSize("2 gib"), int64_t{2} << 30);
+  EXPECT_EQ(*ParseByteSize("1.5GB"), 1500000000);
+  EXPECT_EQ(*ParseByteSize("64KiB"), 65536);
+  EXPECT_EQ(*ParseByteSize("10b"), 10);
+  EXPECT_EQ(*ParseByteSize("1TiB"), int64_t{1} << 40);
+}
+
+TEST(ParseByteSizeTest, RejectsGarbage) {
+  for (const char* bad : {"", "MiB", "-5", "12 parsecs", "1.2.3GB", "99999999999TiB", "0x10"}) {
+    absl::StatusOr<int64_t> v = ParseByteSize(bad);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_THAT(v.status().message(), HasSubstr("512MiB")) << bad;
+  }
+}
+
+TEST(StepMappingTest, MapsFieldsAndDefaultsTopP) {
+  pb::ExecuteStepRequest req;
+  pb::BlockCopy* copy = req.add_copies();
+  copy->set_src(3);
+  copy->set_dst(4);
+  pb::StepSequence* s = req.add_sequences();
+  s->set_seq_id(7);
+  s->add_token_ids(1);
+  s->add_token_ids(2);
+  s->set_start_pos(5);
+  s->add_block_table(9);
+  s->set_num_samples(1);
+  s->set_num_logprobs(2);
+  s->set_num_candidates(3);
+  s->mutable_sampling()->set_top_k(4);
+  s->mutable_sampling()->set_seed(11);
+  absl::StatusOr<NativeStep> step = StepFromProto(req);
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_EQ(step->input.block_copies.size(), 1u);
+  EXPECT_EQ(step->input.block_copies[0].src_block, 3);
+  EXPECT_EQ(step->input.block_copies[0].dst_block, 4);
+  ASSERT_EQ(step->input.seqs.size(), 1u);
+  const SequenceStep& seq = step->input.seqs[0];
+  EXPECT_EQ(seq.seq_id, 7u);
+  EXPECT_EQ(seq.token_ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(seq.start_pos, 5);
+  EXPECT_EQ(seq.block_table, (std::vector<int32_t>{9}));
+  EXPECT_EQ(seq.sampling.temperature, 0.0f) << "proto3 default: greedy";
+  EXPECT_EQ(seq.sampling.top_p, 1.0f) << "unset top_p means off";
+  EXPECT_EQ(seq.sampling.top_k, 4);
+  EXPECT_EQ(seq.sampling.seed, 11u);
+  EXPECT_EQ(seq.num_samples, 1);
+  EXPECT_EQ(seq.num_logprobs, 2);
+  EXPECT_EQ(seq.num_candidates, 3);
+  EXPECT_EQ(step->samples_to_skip, (std::vector<int32_t>{0}));
+}
+
+TEST(StepMappingTest, SampleIndexDrawsLaterSamplesAndDropsTheFirst) {
+  pb::ExecuteStepRequest req;
+  pb::StepSequence* s = req.add_sequences();
+  s->add_token_ids(1);
+  s->add_block_table(0);
+  s->set_num_samples(1);
+  s->set_sample_index(3);
+  s->mutable_sampling()->set_temperature(0.8f);
+  absl::StatusOr<NativeStep> step = StepFromProto(req);
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->input.seqs[0].num_samples, 4);
+  EXPECT_EQ(step->samples_to_skip[0], 3);
+
+  StepOutput out;
+  out.seqs.resize(1);
+  for (int i = 0; i < 4; ++i) out.seqs[0].samples.push_back(SampledToken{.token_id = 10 + i});
+  pb::ExecuteStepResponse resp;
+  StepToProto(out, *step, &resp);
+  ASSERT_EQ(resp.outputs(0).samples_size(), 1);
+  EXPECT_EQ(resp.outputs(0).samples(0).token_id(), 13);
+
+  s->mutable_sampling()->set_temperature(0.0f);
+  step = StepFromProto(req);
+  EXPECT_EQ(step->input.seqs[0].num_samples, 1) << "greedy needs no extra draws";
+
+  s->set_sample_index(-1);
+  EXPECT_EQ(StepFromProto(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return ctx;
+}
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WorkerServiceOptions options;
+    options.kv_cache_budget_bytes = 1 << 20;
+    options.num_threads = 1;
+    service_ = std::make_unique<WorkerService>(testing::RandomModelOrDie(5), options, &registry_);
+    service_->SetServingCallback([this](ServingState s) { last_state_ = s; });
+    ServerOptions server;
+    server.service_name = "folio.internal.v1.Worker";
+    server.metrics_port = -1;
+    auto runner = ServiceRunner::Start(server, {service_.get()}, nullptr);
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    runner_ = std::move(*runner);
+    stub_ = pb::Worker::NewStub(
+        grpc::CreateChannel(runner_->address(), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (runner_) runner_->Shutdown();
+  }
+
+  grpc::Status Allocate(int num_blocks, int block_size) {
+    pb::AllocateKvCacheRequest req;
+    req.set_num_blocks(num_blocks);
+    req.set_block_size(block_size);
+    pb::AllocateKvCacheResponse resp;
+    return stub_->AllocateKvCache(Ctx().get(), req, &resp);
+  }
+
+  MetricsRegistry registry_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<ServiceRunner> runner_;
+  std::unique_ptr<pb::Worker::Stub> stub_;
+  std::atomic<ServingState> last_state_{ServingState::kNotServing};
+};
+
+TEST_F(WorkerServiceTest, InfoAndAllocationChecks) {
+  pb::WorkerInfo info;
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.model().vocab_size(), 300);
+  EXPECT_EQ(info.model().num_layers(), 2);
+  EXPECT_EQ(info.tokenizer().pieces_size(), 300);
+  // 2 (K, V) * 2 layers * 2 kv heads * head_dim 16 * 2 bytes.
+  EXPECT_EQ(info.kv_bytes_per_token(), 2 * 2 * 2 * 16 * 2);
+  EXPECT_EQ(info.kv_cache_budget_bytes(), 1 << 20);
+  EXPECT_EQ(info.kv_dtype(), "f16");
+  EXPECT_EQ(info.num_blocks(), 0);
+
+  grpc::Status s = Allocate(0, 16);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("num_blocks"));
+  s = Allocate(8, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("block_size"));
+  // 1 MiB / (256 bytes * 16) = 256 blocks fit.
+  s = Allocate(257, 16);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("at most 256"));
+  EXPECT_EQ(last_state_.load(), ServingState::kNotServing);
+
+  ASSERT_TRUE(Allocate(256, 16).ok());
+  EXPECT_EQ(last_state_.load(), ServingState::kServing);
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.num_blocks(), 256);
+  EXPECT_EQ(info.block_size(), 16);
+  ASSERT_TRUE(Allocate(10, 8).ok()) << "re-allocation";
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.num_blocks(), 10);
+  EXPECT_EQ(info.block_size(), 8);
+}
+
+TEST_F(WorkerServiceTest, StepBeforeAllocationFailsPrecondition) {
+  pb::ExecuteStepRequest req;
+  pb::StepSequence* s = req.add_sequences();
+  s->add_token_ids(1);
+  s->add_block_table(0);
+  s->set_num_samples(1);
+  pb::ExecuteStepResponse resp;
+  grpc::Status st = stub_->ExecuteStep(Ctx().get(), req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("AllocateKvCache"));
+}
+
+// A request's sample k, forked into its own sequence, draws what sample k of the
+// unforked sequence draws.
+TEST_F(WorkerServiceTest, ForkedSampleIndexMatchesNWaySample) {
+  ASSERT_TRUE(Allocate(16, 4).ok());
+  auto make = [](uint64_t seq_id, int first_block, int num_samples, int sample_index) {
+    pb::StepSequence s;
+    s.set_seq_id(seq_id);
+    for (int t : {1, 17, 42, 99, 5}) s.add_token_ids(t);
+    s.add_block_table(first_block);
+    s.add_block_table(first_block + 1);
+    s.set_num_samples(num_samples);
+    s.set_sample_index(sample_index);
+    s.mutable_sampling()->set_temperature(1.5f);
+    s.mutable_sampling()->set_seed(1234);
+    return s;
+  };
+  pb::ExecuteStepRequest req;
+  *req.add_sequences() = make(1, 0, 6, 0);
+  for (int k = 1; k < 6; ++k) *req.add_sequences() = make(10 + k, 2 * k, 1, k);
+  pb::ExecuteStepResponse resp;
+  grpc::Status st = stub_->ExecuteStep(Ctx().get(), req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.outputs_size(), 6);
+  ASSERT_EQ(resp.outputs(0).samples_size(), 6);
+  bool any_differs = false;
+  for (int k = 1; k < 6; ++k) {
+    ASSERT_EQ(resp.outputs(k).samples_size(), 1);
+    EXPECT_EQ(resp.outputs(k).seq_id(), 10u + k);
+    EXPECT_EQ(resp.outputs(k).samples(0).token_id(), resp.outputs(0).samples(k).token_id()) << k;
+    any_differs |= resp.outputs(0).samples(k).token_id() != resp.outputs(0).samples(0).token_id();
+  }
+  EXPECT_TRUE(any_differs) << "temperature 1.5 over 6 draws should not all agree";
+  EXPECT_GT(resp.compute_seconds(), 0.0);
+}
+
+}  // namespace
+}  // namespace folio::worker

@@ -1,0 +1,103 @@
+#include "tests/cluster.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+
+namespace folio::testing {
+namespace pb = folio::internal::v1;
+
+std::optional<std::string> ModelsDir() {
+  const char* dir = std::getenv("FOLIO_MODELS_DIR");
+  if (dir == nullptr || *dir == '\0') return std::nullopt;
+  return std::string(dir);
+}
+
+std::string GoldenText(const std::string& models_dir) {
+  std::ifstream in(models_dir + "/stories260K/expected_run_c_t0_n200.txt");
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+double MetricValue(const std::string& page, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(page, m, std::regex("\n" + name + " ([0-9.e+-]+)\n"))) return -1;
+  return std::stod(m[1]);
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {
+  auto c = std::make_unique<Cluster>();
+  auto with = [](std::vector<std::string> base, const std::vector<std::string>& extra) {
+    base.insert(base.end(), extra.begin(), extra.end());
+    return base;
+  };
+  const std::vector<std::string> fast_shutdown = {"--shutdown_grace_ms=0"};
+  auto cachemgr = ServiceProcess::Start("folio-cachemgr", with(fast_shutdown, options.cachemgr_args));
+  if (!cachemgr.ok()) return cachemgr.status();
+  c->cachemgr_ = std::move(*cachemgr);
+  auto worker = ServiceProcess::Start(
+      "folio-worker", with(with(fast_shutdown, {"--model=" + options.model, "--num_threads=2"}),
+                           options.worker_args));
+  if (!worker.ok()) return worker.status();
+  c->worker_ = std::move(*worker);
+  auto scheduler = ServiceProcess::Start(
+      "folio-scheduler",
+      with(with(fast_shutdown, {"--cachemgr=" + c->cachemgr_->address(),
+                                "--workers=" + c->worker_->address(), "--startup_timeout_s=60"}),
+           options.scheduler_args));
+  if (!scheduler.ok()) return scheduler.status();
+  c->scheduler_ = std::move(*scheduler);
+  auto frontend = ServiceProcess::Start(
+      "folio-frontend",
+      with(with(fast_shutdown, {"--scheduler=" + c->scheduler_->address(), "--port=0"}),
+           options.frontend_args));
+  if (!frontend.ok()) return frontend.status();
+  c->frontend_ = std::move(*frontend);
+
+  auto channel = grpc::CreateChannel(c->frontend_->address(), grpc::InsecureChannelCredentials());
+  c->frontend_stub_ = folio::v1::TextGeneration::NewStub(channel);
+  c->cachemgr_stub_ = pb::CacheManager::NewStub(
+      grpc::CreateChannel(c->cachemgr_->address(), grpc::InsecureChannelCredentials()));
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::health::v1::HealthCheckResponse resp;
+    if (health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok() &&
+        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+      return c;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError("the frontend did not report SERVING within 90 s");
+}
+
+pb::CacheStats Cluster::CacheStats() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pb::CacheStats stats;
+  cachemgr_stub_->GetStats(&ctx, pb::GetStatsRequest(), &stats);
+  return stats;
+}
+
+bool Cluster::WaitForEmptyPool(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const pb::CacheStats s = CacheStats();
+    if (s.num_sequences() == 0 && s.num_blocks_free() == s.num_blocks_total()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace folio::testing

@@ -1,0 +1,64 @@
+// Cluster: a whole local Folio cluster (cachemgr, worker, scheduler, frontend) started
+// from the built binaries for end-to-end tests, with stubs to reach each service.
+#ifndef FOLIO_TESTS_CLUSTER_H_
+#define FOLIO_TESTS_CLUSTER_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "folio/internal/v1/cachemgr.grpc.pb.h"
+#include "folio/v1/folio.grpc.pb.h"
+#include "tests/service_process.h"
+
+namespace folio::testing {
+
+struct ClusterOptions {
+  std::string model;                        // path; required
+  std::vector<std::string> cachemgr_args;
+  std::vector<std::string> worker_args;     // e.g. --kv_cache_bytes=...
+  std::vector<std::string> scheduler_args;  // e.g. --num_blocks=40
+  std::vector<std::string> frontend_args;
+};
+
+class Cluster {
+ public:
+  // Starts every service and waits until the frontend reports SERVING.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& options);
+
+  folio::v1::TextGeneration::Stub& frontend() { return *frontend_stub_; }
+  folio::internal::v1::CacheManager::Stub& cachemgr() { return *cachemgr_stub_; }
+  ServiceProcess& cachemgr_process() { return *cachemgr_; }
+  ServiceProcess& worker_process() { return *worker_; }
+  ServiceProcess& scheduler_process() { return *scheduler_; }
+  ServiceProcess& frontend_process() { return *frontend_; }
+
+  // The cache manager's pool figures.
+  folio::internal::v1::CacheStats CacheStats();
+  // Polls until every block is free again (requests end asynchronously), or the timeout.
+  bool WaitForEmptyPool(absl::Duration timeout);
+
+ private:
+  std::unique_ptr<ServiceProcess> cachemgr_, worker_, scheduler_, frontend_;
+  std::unique_ptr<folio::v1::TextGeneration::Stub> frontend_stub_;
+  std::unique_ptr<folio::internal::v1::CacheManager::Stub> cachemgr_stub_;
+};
+
+// $FOLIO_MODELS_DIR, or nullopt.
+std::optional<std::string> ModelsDir();
+inline constexpr char kModelsDirHelp[] =
+    "FOLIO_MODELS_DIR is not set; point it at the test models, e.g. "
+    "FOLIO_MODELS_DIR=/work/shared/models (a folder laid out like ../shared/models)";
+
+// The golden text of stories260K (greedy from BOS, 200 tokens), without the newline the
+// reference runner prints at the end.
+std::string GoldenText(const std::string& models_dir);
+
+// The value of an unlabelled metric in a /metrics page, or -1 when absent.
+double MetricValue(const std::string& page, const std::string& name);
+
+}  // namespace folio::testing
+
+#endif  // FOLIO_TESTS_CLUSTER_H_

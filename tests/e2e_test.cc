@@ -1,0 +1,267 @@
+// End to end: the four services on loopback, driven through the public API.
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace folio {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Cluster;
+using testing::ClusterOptions;
+namespace v1 = folio::v1;
+
+struct Completion {
+  grpc::Status status;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  v1::Usage usage;
+};
+
+v1::GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.mutable_sampling()->set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+Completion Generate(v1::TextGeneration::Stub& stub, const v1::GenerateRequest& req,
+                    int cancel_after_tokens = -1) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  Completion c;
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    c.text += resp.text();
+    for (const auto& t : resp.tokens()) c.token_ids.push_back(t.token_id());
+    if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      c.finish = resp.finish_reason();
+      c.usage = resp.usage();
+    }
+    if (cancel_after_tokens >= 0 && static_cast<int>(c.token_ids.size()) > cancel_after_tokens) {
+      ctx.TryCancel();
+    }
+  }
+  c.status = reader->Finish();
+  return c;
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::ModelsDir();
+    if (!dir_) GTEST_SKIP() << testing::kModelsDirHelp;
+    golden_ = testing::GoldenText(*dir_);
+  }
+  std::unique_ptr<Cluster> StartCluster(ClusterOptions options = {}) {
+    options.model = *dir_ + "/stories260K/stories260K.gguf";
+    auto cluster = Cluster::Start(options);
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    return cluster.ok() ? std::move(*cluster) : nullptr;
+  }
+  std::optional<std::string> dir_;
+  std::string golden_;
+};
+
+TEST_F(E2eTest, GreedyFromBosIsTheGoldenText) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  Completion c = Generate(cluster->frontend(), Greedy("", 200));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.text, golden_);
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(c.usage.completion_tokens(), 200);
+  EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+class E2eBlockSizeTest : public E2eTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(E2eBlockSizeTest, GoldenTextAtOtherBlockSizes) {
+  auto cluster = StartCluster(
+      ClusterOptions{.scheduler_args = {"--block_size=" + std::to_string(GetParam())}});
+  ASSERT_NE(cluster, nullptr);
+  Completion c = Generate(cluster->frontend(), Greedy("", 200));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.text, golden_);
+  EXPECT_EQ(cluster->CacheStats().block_size(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockSizes, E2eBlockSizeTest, ::testing::Values(8, 32));
+
+TEST_F(E2eTest, PreemptionUnderATinyPoolKeepsTheGoldenText) {
+  // 40 blocks of 16: a 201-token sequence needs 13, so three fit and the rest wait or
+  // get preempted.
+  auto cluster = StartCluster(ClusterOptions{.scheduler_args = {"--num_blocks=40"}});
+  ASSERT_NE(cluster, nullptr);
+  std::vector<Completion> results(6);
+  std::vector<std::thread> clients;
+  for (auto& r : results) {
+    clients.emplace_back([&] { r = Generate(cluster->frontend(), Greedy("", 200)); });
+  }
+  for (auto& t : clients) t.join();
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.text, golden_);
+  }
+  const std::string metrics =
+      testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics");
+  EXPECT_GT(testing::MetricValue(metrics, "folio_scheduler_preemptions_total"), 0);
+  EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+TEST_F(E2eTest, RepeatedPromptHitsThePrefixCache) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  const std::string prompt = golden_.substr(0, 300);
+  Completion a = Generate(cluster->frontend(), Greedy(prompt, 40));
+  Completion b = Generate(cluster->frontend(), Greedy(prompt, 40));
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.text, golden_.substr(300, a.text.size())) << "continues the golden text";
+  EXPECT_GT(b.usage.cached_prompt_tokens(), 0);
+  const std::string metrics =
+      testing::HttpGet(cluster->cachemgr_process().metrics_port(), "/metrics");
+  EXPECT_GT(testing::MetricValue(metrics, "folio_cachemgr_prefix_cache_hits_total"), 0);
+}
+
+TEST_F(E2eTest, TwoHundredStreamsHalfCancelledLeaveThePoolFull) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  constexpr int kClients = 200;
+  std::vector<Completion> results(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      v1::GenerateRequest req = Greedy("Once upon a time", 24);
+      results[i] = Generate(cluster->frontend(), req, i % 2 == 0 ? 0 : -1);
+    });
+  }
+  for (auto& t : clients) t.join();
+  int completed = 0, cancelled = 0;
+  for (int i = 0; i < kClients; ++i) {
+    if (i % 2 == 0) {
+      // Cancelled after the first token (unless it had already finished).
+      EXPECT_TRUE(results[i].status.error_code() == grpc::StatusCode::CANCELLED ||
+                  results[i].status.ok())
+          << results[i].status.error_message();
+      cancelled += results[i].status.error_code() == grpc::StatusCode::CANCELLED;
+    } else {
+      ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+      EXPECT_EQ(results[i].token_ids.size(), 24u);
+      ++completed;
+    }
+  }
+  EXPECT_EQ(completed, kClients / 2);
+  EXPECT_GT(cancelled, 0);
+  EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(20)))
+      << "free " << cluster->CacheStats().num_blocks_free() << " of "
+      << cluster->CacheStats().num_blocks_total();
+}
+
+TEST_F(E2eTest, StopStringAcrossTokenBoundaries) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  // The stop string spans several tokens and starts mid-word ("ball" ends in "all").
+  const size_t at = golden_.find("all. She wanted");
+  ASSERT_NE(at, std::string::npos);
+  v1::GenerateRequest req = Greedy("", 200);
+  req.mutable_sampling()->add_stop("never appears");
+  req.mutable_sampling()->add_stop("all. She wanted");
+  Completion c = Generate(cluster->frontend(), req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP);
+  EXPECT_EQ(c.text, golden_.substr(0, at));
+  EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+TEST_F(E2eTest, FullWaitingQueueAnswersResourceExhausted) {
+  auto cluster = StartCluster(ClusterOptions{
+      .scheduler_args = {"--max_num_seqs=1", "--max_waiting_requests=1"}});
+  ASSERT_NE(cluster, nullptr);
+  std::vector<Completion> results(8);
+  std::vector<std::thread> clients;
+  for (auto& r : results) {
+    clients.emplace_back([&] { r = Generate(cluster->frontend(), Greedy("", 150)); });
+  }
+  for (auto& t : clients) t.join();
+  int exhausted = 0, ok = 0;
+  for (const auto& r : results) {
+    if (r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++exhausted;
+      EXPECT_THAT(r.status.error_message(), HasSubstr("waiting queue is full"));
+    }
+    ok += r.status.ok();
+  }
+  EXPECT_GT(exhausted, 0);
+  EXPECT_GT(ok, 0);
+}
+
+TEST_F(E2eTest, KilledWorkerTurnsInFlightRequestsIntoUnavailable) {
+  auto cluster = StartCluster(ClusterOptions{.scheduler_args = {"--worker_timeout_ms=5000"}});
+  ASSERT_NE(cluster, nullptr);
+  Completion c;
+  std::thread client([&] { c = Generate(cluster->frontend(), Greedy("", 200), -1); });
+  absl::SleepFor(absl::Milliseconds(300));
+  cluster->worker_process().Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  client.join();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // Either it finished before the kill, or it failed with UNAVAILABLE.
+  if (!c.status.ok()) {
+    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::UNAVAILABLE) << c.status.error_message();
+    EXPECT_THAT(c.status.error_message(), HasSubstr("worker"));
+  }
+  Completion after = Generate(cluster->frontend(), Greedy("", 5));
+  EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+TEST_F(E2eTest, BadInputGetsClearErrorsAndTheClusterKeepsServing) {
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  struct Case {
+    std::string name;
+    v1::GenerateRequest req;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, auto mutate, std::string message) {
+    v1::GenerateRequest req = Greedy("Once", 5);
+    mutate(req);
+    cases.push_back({std::move(name), std::move(req), std::move(message)});
+  };
+  add("too long", [](auto& r) { r.mutable_sampling()->set_max_tokens(1000); }, "max_tokens");
+  add("negative temperature", [](auto& r) { r.mutable_sampling()->set_temperature(-1); },
+      "temperature");
+  add("top_p zero", [](auto& r) { r.mutable_sampling()->set_top_p(0); }, "top_p");
+  add("top_p above one", [](auto& r) { r.mutable_sampling()->set_top_p(1.5); }, "top_p");
+  add("negative top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-2); }, "top_k");
+  add("invalid utf-8", [](auto& r) { r.set_prompt("bad \xff byte"); }, "UTF-8");
+  add("token outside vocab", [](auto& r) {
+    r.clear_prompt();
+    r.add_prompt_token_ids(1);
+    r.add_prompt_token_ids(99999);
+  }, "vocab");
+  add("too many stop strings", [](auto& r) {
+    for (int i = 0; i < 20; ++i) r.mutable_sampling()->add_stop("s" + std::to_string(i));
+  }, "stop");
+  for (const Case& c : cases) {
+    Completion result = Generate(cluster->frontend(), c.req);
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name;
+    EXPECT_THAT(result.status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+  Completion ok = Generate(cluster->frontend(), Greedy("", 20));
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.text, golden_.substr(0, ok.text.size()));
+}
+
+}  // namespace
+}  // namespace folio

@@ -8,6 +8,7 @@
 #include "folio/internal/v1/cachemgr.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/service_process.h"
@@ -239,6 +240,24 @@ TEST_F(CacheManagerServiceTest, MetricsPassPromtoolAndMove) {
   std::ofstream(file) << after;
   testing::CommandResult promtool = testing::RunCommand("promtool check metrics < " + file);
   EXPECT_EQ(promtool.exit_code, 0) << promtool.output;
+}
+
+TEST_F(CacheManagerServiceTest, ReflectionListsTheServices) {
+  namespace refl = grpc::reflection::v1alpha;
+  auto stub = refl::ServerReflection::NewStub(
+      grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials()));
+  auto ctx = Ctx();
+  auto stream = stub->ServerReflectionInfo(ctx.get());
+  refl::ServerReflectionRequest req;
+  req.set_list_services("");
+  ASSERT_TRUE(stream->Write(req));
+  stream->WritesDone();
+  refl::ServerReflectionResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  std::vector<std::string> names;
+  for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
+  EXPECT_THAT(names, ::testing::IsSupersetOf({std::string(kService), "grpc.health.v1.Health"}));
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 TEST_F(CacheManagerServiceTest, SigtermDrainsWithNotServingThenExits) {

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <random>
 
+#include <unistd.h>
+
 #include "glog/logging.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/model/random_model.h"

@@ -1,4 +1,5 @@
 #include "services/worker/kernels/cache_ops.h"
+#include "services/worker/kernels/cpu_isa.h"
 
 #include <cmath>
 #include <cstring>
@@ -44,7 +45,7 @@ __attribute__((target("f16c"))) uint16_t F16cFromFloat(float f) {
 __attribute__((target("f16c"))) float F16cToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
 TEST(HalfTest, MatchesF16cBitForBit) {
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "CPU has no F16C";
+  if (!HasF16c()) GTEST_SKIP() << "CPU has no F16C";
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> bits;
   for (int i = 0; i < 2000000; ++i) {

@@ -17,6 +17,9 @@ enum class CpuIsa {
 // The best path this CPU supports (checked once, then cached).
 CpuIsa BestCpuIsa();
 
+// Whether the CPU converts between f16 and f32 in hardware (F16C).
+bool HasF16c();
+
 const char* CpuIsaName(CpuIsa isa);
 
 }  // namespace folio::worker::kernels

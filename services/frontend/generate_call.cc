@@ -1,0 +1,499 @@
+#include "services/frontend/generate_call.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+#include "grpcpp/client_context.h"
+#include "services/frontend/completion_text.h"
+#include "services/frontend/request_id.h"
+
+namespace folio::frontend {
+namespace pb = folio::v1;
+namespace ipb = folio::internal::v1;
+
+GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
+  GenerateInput in;
+  in.request_id = request.request_id();
+  in.prompt = request.prompt();
+  in.prompt_token_ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+  const pb::SamplingOptions& s = request.sampling();
+  if (s.has_max_tokens()) in.max_tokens = s.max_tokens();
+  if (s.has_temperature()) in.temperature = s.temperature();
+  if (s.has_top_p()) in.top_p = s.top_p();
+  if (s.has_top_k()) in.top_k = s.top_k();
+  if (s.has_min_p()) in.min_p = s.min_p();
+  if (s.has_seed()) in.seed = s.seed();
+  in.stop.assign(s.stop().begin(), s.stop().end());
+  in.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  if (s.has_logprobs()) in.logprobs = s.logprobs();
+  in.ignore_eos = s.ignore_eos();
+  return in;
+}
+
+ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
+  ipb::ScheduleRequest out;
+  out.set_request_id(r.request_id);
+  out.mutable_prompt_token_ids()->Assign(r.prompt_token_ids.begin(), r.prompt_token_ids.end());
+  ipb::SamplingParams* sampling = out.mutable_sampling();
+  sampling->set_temperature(r.temperature);
+  sampling->set_top_p(r.top_p);
+  sampling->set_top_k(r.top_k);
+  sampling->set_min_p(r.min_p);
+  sampling->set_seed(r.seed);
+  out.set_max_tokens(r.max_tokens);
+  out.mutable_stop_token_ids()->Assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
+  out.set_ignore_eos(r.ignore_eos == IgnoreEos::kYes);
+  out.set_num_logprobs(r.logprobs.value_or(0));
+  out.set_n(1);
+  return out;
+}
+
+namespace {
+
+pb::FinishReason ToPublic(ipb::FinishReason reason) {
+  switch (reason) {
+    case ipb::FINISH_REASON_LENGTH:
+      return pb::FINISH_REASON_LENGTH;
+    case ipb::FINISH_REASON_STOP:
+      return pb::FINISH_REASON_STOP;
+    case ipb::FINISH_REASON_CANCELLED:
+      return pb::FINISH_REASON_CANCELLED;
+    default:
+      return pb::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+// The client sees the scheduler's code; the message says where it came from.
+grpc::Status FromScheduler(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return grpc::Status(status.error_code(),
+                        absl::StrCat("scheduler unavailable: ", status.error_message()));
+  }
+  return grpc::Status(status.error_code(), absl::StrCat("scheduler: ", status.error_message()));
+}
+
+// A cancellation this close to the client's deadline is counted as the deadline.
+constexpr std::chrono::milliseconds kDeadlineSlack(200);
+
+// A request id fit for a log line even when the client's is not (too long, odd bytes).
+std::string LoggableId(const std::string& id) {
+  std::string out = id.substr(0, 64);
+  for (char& c : out) {
+    if (c < 0x21 || c > 0x7e) c = '?';
+  }
+  return out;
+}
+
+// The state and the scheduler side of one Generate or Complete call. The derived classes
+// add the server side and decide when the next scheduler event is read.
+class GenerationCall : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
+ public:
+  GenerationCall(const char* method, grpc::CallbackServerContext* ctx, CallEnv env)
+      : method_(method), server_ctx_(ctx), env_(std::move(env)), start_(absl::Now()) {
+    env_.metrics->active_streams.Add(1);
+  }
+
+  // Scheduler side. OnReadDone(false) needs nothing: OnDone follows with the status.
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ protected:
+  // Validates `request` and starts the scheduler call. On error nothing is started and the
+  // caller must finish the server side with the returned status.
+  absl::Status Begin(const pb::GenerateRequest& request);
+
+  // Derived: the next piece of output. Non-final: call ReadNext() when ready for more.
+  // Final: finish the server side with OK (the chunk has finish_reason and usage).
+  virtual void Deliver(pb::GenerateResponse chunk, bool final)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  // Derived: finish the server side with `status`. Called at most once, never after a
+  // final Deliver.
+  virtual void Fail(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+
+  void ReadNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { StartRead(&event_); }
+  // Drops the hold on the scheduler stream (see Begin); idempotent.
+  void ReleaseHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!hold_) return;
+    hold_ = false;
+    RemoveHold();
+  }
+  // Marks the call finished with `status` (logged and counted) and fails it.
+  void FailWith(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The server side saw the client cancel or its deadline pass.
+  void ClientCancelled();
+  // The server side is done (its OnDone): record metrics, drop its reference.
+  void ServerDone();
+
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // a final Deliver or a Fail happened
+
+ private:
+  // Turns event_ into output. Returns true when the scheduler call must be cancelled.
+  bool HandleEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddTokenInfo(const ipb::GeneratedToken& token, pb::GenerateResponse* chunk) const;
+  void Unref();
+
+  const char* const method_;
+  grpc::CallbackServerContext* const server_ctx_;
+  const CallEnv env_;
+  const absl::Time start_;
+
+  std::string request_id_;
+  std::optional<int32_t> logprobs_;
+  std::optional<CompletionText> text_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext client_ctx_;
+  ipb::ScheduleRequest schedule_request_;
+  ipb::ScheduleEvent event_;  // the read in flight writes here
+
+  bool upstream_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  bool upstream_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool client_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool client_deadline_passed_ ABSL_GUARDED_BY(mu_) = false;
+  bool first_token_sent_ ABSL_GUARDED_BY(mu_) = false;
+  int32_t num_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t num_cached_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::StatusCode final_code_ ABSL_GUARDED_BY(mu_) = absl::StatusCode::kUnknown;
+  int refs_ ABSL_GUARDED_BY(mu_) = 1;  // the server side; +1 while the scheduler call runs
+};
+
+absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
+  GenerateInput input = GenerateInputFromProto(request);
+  if (input.request_id.empty()) input.request_id = NewRequestId();
+  request_id_ = input.request_id;
+  absl::StatusOr<ValidatedRequest> validated = env_.model->validator().Validate(input);
+  if (!validated.ok()) return validated.status();
+
+  absl::MutexLock lock(&mu_);
+  logprobs_ = validated->logprobs;
+  num_prompt_tokens_ = static_cast<int32_t>(validated->prompt_token_ids.size());
+  text_.emplace(env_.model->tokenizer(), validated->stop);
+  schedule_request_ = ToScheduleRequest(*validated);
+  env_.metrics->prompt_tokens.Increment(num_prompt_tokens_);
+  VLOG(1) << "request " << request_id_ << ": " << method_ << ", " << num_prompt_tokens_
+          << " prompt tokens, max_tokens " << validated->max_tokens;
+  // The client's deadline (infinite when it set none) bounds the scheduler call too.
+  client_ctx_.set_deadline(server_ctx_->raw_deadline());
+  upstream_started_ = true;
+  ++refs_;
+  env_.scheduler->async()->Generate(&client_ctx_, &schedule_request_, this);
+  // StreamCall starts reads from the server side (OnWriteDone), outside this stream's own
+  // reactions. Without a hold, the stream could finish (all events read, status in) and
+  // be freed just before such a read. The hold is dropped once no read can come from
+  // outside: at the end of the stream, when the call is finished, or when the client is
+  // gone.
+  AddHold();
+  hold_ = true;
+  StartRead(&event_);
+  StartCall();
+  return absl::OkStatus();
+}
+
+void GenerationCall::OnReadDone(bool ok) {
+  if (!ok) {
+    // The stream ended (or was cancelled); OnDone follows with the status.
+    absl::MutexLock lock(&mu_);
+    ReleaseHold();
+    return;
+  }
+  bool cancel = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) {
+      // Drain what the scheduler still sends so that its stream can end.
+      ReadNext();
+      return;
+    }
+    cancel = HandleEvent();
+  }
+  // Outside the lock: cancellation may run reactions of this call.
+  if (cancel) client_ctx_.TryCancel();
+}
+
+bool GenerationCall::HandleEvent() {
+  if (event_.num_prompt_tokens() > 0) num_prompt_tokens_ = event_.num_prompt_tokens();
+  if (event_.num_cached_prompt_tokens() > 0) {
+    num_cached_prompt_tokens_ = event_.num_cached_prompt_tokens();
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(event_.tokens_size());
+  for (const ipb::GeneratedToken& t : event_.tokens()) ids.push_back(t.token_id());
+  absl::StatusOr<CompletionText::Delta> delta = text_->AddTokens(ids);
+  if (!delta.ok()) {
+    FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("scheduler sent a bad token: ", delta.status().message())));
+    return true;
+  }
+  pb::GenerateResponse chunk;
+  chunk.set_request_id(request_id_);
+  chunk.set_text(std::move(delta->text));
+  for (int i = 0; i < delta->num_tokens_used; ++i) AddTokenInfo(event_.tokens(i), &chunk);
+
+  bool final = false;
+  bool cancel = false;
+  if (delta->stopped) {
+    final = true;
+    cancel = true;  // the scheduler would otherwise keep generating
+    chunk.set_finish_reason(pb::FINISH_REASON_STOP);
+    env_.metrics->stop_string_matches.Increment();
+  } else if (event_.finish_reason() == ipb::FINISH_REASON_ERROR) {
+    FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
+                          "scheduler: the request failed (finish reason ERROR)"));
+    return true;
+  } else if (event_.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
+    final = true;
+    CompletionText::Delta rest = text_->Finish();
+    chunk.mutable_text()->append(rest.text);
+    if (rest.stopped) env_.metrics->stop_string_matches.Increment();
+    chunk.set_finish_reason(rest.stopped ? pb::FINISH_REASON_STOP
+                                         : ToPublic(event_.finish_reason()));
+  }
+
+  if (chunk.tokens_size() > 0) {
+    env_.metrics->streamed_tokens.Increment(chunk.tokens_size());
+    if (!first_token_sent_) {
+      first_token_sent_ = true;
+      env_.metrics->time_to_first_token.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+    }
+  }
+  if (final) {
+    pb::Usage* usage = chunk.mutable_usage();
+    usage->set_prompt_tokens(num_prompt_tokens_);
+    usage->set_completion_tokens(text_->num_tokens());
+    usage->set_cached_prompt_tokens(num_cached_prompt_tokens_);
+    finished_ = true;
+    final_code_ = absl::StatusCode::kOk;
+    LOG(INFO) << "request " << request_id_ << ": " << method_ << " finished ("
+              << pb::FinishReason_Name(chunk.finish_reason()) << "), " << num_prompt_tokens_
+              << " prompt + " << text_->num_tokens() << " completion tokens in "
+              << absl::FormatDuration(absl::Trunc(absl::Now() - start_, absl::Microseconds(100)));
+    Deliver(std::move(chunk), /*final=*/true);
+    // From here on reads are started only from this stream's own reactions.
+    if (!cancel) ReadNext();  // drain to the end of the scheduler's stream
+    ReleaseHold();
+  } else if (chunk.tokens_size() > 0 || !chunk.text().empty()) {
+    Deliver(std::move(chunk), /*final=*/false);
+  } else {
+    ReadNext();
+  }
+  return cancel;
+}
+
+void GenerationCall::AddTokenInfo(const ipb::GeneratedToken& token,
+                                  pb::GenerateResponse* chunk) const {
+  pb::TokenInfo* info = chunk->add_tokens();
+  info->set_token_id(token.token_id());
+  if (!logprobs_.has_value()) return;
+  info->set_logprob(token.logprob());
+  const int n = std::min(token.top_logprobs_size(), *logprobs_);
+  for (int i = 0; i < n; ++i) {
+    const ipb::TokenLogprob& alt = token.top_logprobs(i);
+    pb::TokenLogprob* out = info->add_top_logprobs();
+    out->set_token_id(alt.token_id());
+    out->set_token(TokenDisplayText(env_.model->tokenizer(), alt.token_id()));
+    out->set_logprob(alt.logprob());
+  }
+}
+
+void GenerationCall::OnDone(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    upstream_done_ = true;
+    if (!finished_) {
+      if (client_deadline_passed_ || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        FailWith(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              "the client's deadline passed before the completion was done"));
+      } else if (client_cancelled_) {
+        FailWith(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+      } else if (status.ok()) {
+        FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
+                              "scheduler ended the stream without a finish reason"));
+      } else {
+        FailWith(FromScheduler(status));
+      }
+    }
+  }
+  Unref();
+}
+
+void GenerationCall::FailWith(const grpc::Status& status) {
+  finished_ = true;
+  ReleaseHold();
+  final_code_ = FromGrpcStatus(status).code();
+  LOG(WARNING) << "request " << LoggableId(request_id_) << ": " << method_
+               << " failed: " << absl::StatusCodeToString(final_code_) << ": "
+               << status.error_message();
+  Fail(status);
+}
+
+void GenerationCall::ClientCancelled() {
+  bool cancel = false;
+  {
+    absl::MutexLock lock(&mu_);
+    client_cancelled_ = true;
+    // server_ctx_ is valid here (a server-side reaction), perhaps not by the scheduler's
+    // OnDone, so decide now whether this was the deadline. The client's own deadline timer
+    // often cancels the stream a little before the server's copy of the deadline (taken
+    // when the request arrived) passes, hence the slack.
+    client_deadline_passed_ =
+        server_ctx_->deadline() <= std::chrono::system_clock::now() + kDeadlineSlack;
+    cancel = upstream_started_ && !upstream_done_;
+  }
+  if (cancel) {
+    VLOG(1) << "request " << request_id_ << ": client cancelled, cancelling the scheduler call";
+    client_ctx_.TryCancel();
+  }
+}
+
+void GenerationCall::ServerDone() {
+  bool cancel = false;
+  {
+    absl::MutexLock lock(&mu_);
+    env_.metrics->RecordRequest(method_, final_code_, absl::Now() - start_);
+    env_.metrics->active_streams.Add(-1);
+    // Normally the scheduler's stream has ended (or is about to, after its last event);
+    // cancelling makes sure a stream that lingers cannot keep this call alive.
+    cancel = upstream_started_ && !upstream_done_;
+  }
+  if (cancel) client_ctx_.TryCancel();
+  Unref();
+}
+
+void GenerationCall::Unref() {
+  bool last = false;
+  {
+    absl::MutexLock lock(&mu_);
+    last = --refs_ == 0;
+  }
+  if (last) delete this;
+}
+
+// Generate: one GenerateResponse per scheduler event that produced tokens or text; the
+// next event is read once the previous message is written.
+class StreamCall final : public GenerationCall,
+                         public grpc::ServerWriteReactor<pb::GenerateResponse> {
+ public:
+  StreamCall(grpc::CallbackServerContext* ctx, CallEnv env)
+      : GenerationCall("Generate", ctx, std::move(env)) {}
+
+  void Start(const pb::GenerateRequest& request) {
+    absl::Status status = Begin(request);
+    if (status.ok()) return;
+    absl::MutexLock lock(&mu_);
+    FailWith(ToGrpcStatus(status));
+  }
+
+  using GenerationCall::OnDone;
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      write_in_flight_ = false;
+      if (pending_finish_.has_value()) {
+        Finish(*std::move(pending_finish_));
+        pending_finish_.reset();
+        return;
+      }
+      if (ok) {
+        if (!finished_) ReadNext();
+        return;
+      }
+      ReleaseHold();  // no more reads from here
+    }
+    // The client is gone. OnCancel follows and does the same; doing it here too does not
+    // rely on that.
+    ClientCancelled();
+  }
+  void OnCancel() override { ClientCancelled(); }
+  void OnDone() override { ServerDone(); }
+
+ private:
+  void Deliver(pb::GenerateResponse chunk, bool final) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    response_ = std::move(chunk);
+    if (final) {
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      write_in_flight_ = true;
+      StartWrite(&response_);
+    }
+  }
+  void Fail(const grpc::Status& status) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Finish only once the write in flight is done, so response_ stays untouched.
+    if (write_in_flight_) {
+      pending_finish_ = status;
+    } else {
+      Finish(status);
+    }
+  }
+
+  pb::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+};
+
+// Complete: everything gathered into one CompleteResponse; events are read back to back.
+class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
+ public:
+  UnaryCall(grpc::CallbackServerContext* ctx, pb::CompleteResponse* response, CallEnv env)
+      : GenerationCall("Complete", ctx, std::move(env)), response_(response) {}
+
+  void Start(const pb::GenerateRequest& request) {
+    absl::Status status = Begin(request);
+    if (status.ok()) return;
+    absl::MutexLock lock(&mu_);
+    FailWith(ToGrpcStatus(status));
+  }
+
+  using GenerationCall::OnDone;
+  void OnCancel() override { ClientCancelled(); }
+  void OnDone() override { ServerDone(); }
+
+ private:
+  void Deliver(pb::GenerateResponse chunk, bool final) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    response_->set_request_id(chunk.request_id());
+    response_->mutable_text()->append(chunk.text());
+    for (pb::TokenInfo& t : *chunk.mutable_tokens()) *response_->add_tokens() = std::move(t);
+    if (!final) {
+      ReadNext();
+      return;
+    }
+    response_->set_finish_reason(chunk.finish_reason());
+    *response_->mutable_usage() = chunk.usage();
+    Finish(grpc::Status::OK);
+  }
+  void Fail(const grpc::Status& status) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Finish(status);
+  }
+
+  pb::CompleteResponse* const response_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<pb::GenerateResponse>* StartGenerate(grpc::CallbackServerContext* ctx,
+                                                              const pb::GenerateRequest& request,
+                                                              CallEnv env) {
+  auto* call = new StreamCall(ctx, std::move(env));
+  call->Start(request);
+  return call;
+}
+
+grpc::ServerUnaryReactor* StartComplete(grpc::CallbackServerContext* ctx,
+                                        const pb::GenerateRequest& request,
+                                        pb::CompleteResponse* response, CallEnv env) {
+  auto* call = new UnaryCall(ctx, response, std::move(env));
+  call->Start(request);
+  return call;
+}
+
+}  // namespace folio::frontend

@@ -1,0 +1,56 @@
+// The Generate and Complete RPCs of the frontend: one object per call that is both the
+// server-side reactor (grpc::ServerWriteReactor for Generate, grpc::ServerUnaryReactor for
+// Complete) and the client-side reactor of the scheduler's Generate stream
+// (grpc::ClientReadReactor). Everything is asynchronous: no callback thread ever waits.
+//
+// Per call: validate the request (RequestValidator), open the scheduler stream with the
+// client's deadline, decode each event's tokens (CompletionText), and pass text deltas,
+// token ids and log-probs on. A stop string cancels the scheduler call and ends with
+// FINISH_REASON_STOP; the client cancelling (or its deadline) cancels the scheduler call;
+// a scheduler error ends the call with the same code and its message (UNAVAILABLE when
+// the scheduler cannot be reached).
+//
+// Generate streams with backpressure: the next scheduler event is read only once the
+// previous message has been written to the client.
+//
+// Each call object deletes itself once both its server side and its scheduler side are
+// done. The functions here are thread-safe; `env` must outlive every call it starts.
+#ifndef FOLIO_SERVICES_FRONTEND_GENERATE_CALL_H_
+#define FOLIO_SERVICES_FRONTEND_GENERATE_CALL_H_
+
+#include <memory>
+
+#include "folio/internal/v1/scheduler.grpc.pb.h"
+#include "folio/v1/folio.grpc.pb.h"
+#include "grpcpp/support/server_callback.h"
+#include "services/frontend/cluster_info.h"
+#include "services/frontend/frontend_metrics.h"
+#include "services/frontend/request_validator.h"
+
+namespace folio::frontend {
+
+// What a call needs from the service. `scheduler` and `metrics` are not owned.
+struct CallEnv {
+  std::shared_ptr<const ModelContext> model;
+  folio::internal::v1::Scheduler::Stub* scheduler = nullptr;
+  FrontendMetrics* metrics = nullptr;
+};
+
+// Serves one Generate call; returns its reactor (owned by gRPC until OnDone).
+grpc::ServerWriteReactor<folio::v1::GenerateResponse>* StartGenerate(
+    grpc::CallbackServerContext* ctx, const folio::v1::GenerateRequest& request, CallEnv env);
+
+// Serves one Complete call, filling `response`; returns its reactor.
+grpc::ServerUnaryReactor* StartComplete(grpc::CallbackServerContext* ctx,
+                                        const folio::v1::GenerateRequest& request,
+                                        folio::v1::CompleteResponse* response, CallEnv env);
+
+// The public request in native types (unset optional fields stay unset).
+GenerateInput GenerateInputFromProto(const folio::v1::GenerateRequest& request);
+
+// The scheduler's request for a validated one.
+folio::internal::v1::ScheduleRequest ToScheduleRequest(const ValidatedRequest& request);
+
+}  // namespace folio::frontend
+
+#endif  // FOLIO_SERVICES_FRONTEND_GENERATE_CALL_H_

@@ -1,0 +1,120 @@
+// folio-frontend: the public folio.v1.TextGeneration API in front of one model replica's
+// scheduler. Stateless: it fetches the tokenizer and limits from the scheduler at start-up.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "common/process.h"
+#include "common/service_runner.h"
+#include "glog/logging.h"
+#include "services/frontend/cluster_info.h"
+#include "services/frontend/service.h"
+
+ABSL_FLAG(std::string, scheduler, "",
+          "Required. Address (HOST:PORT) of the replica's folio-scheduler.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
+ABSL_FLAG(int, port, 50051, "gRPC port of the public API; 0 picks a free one (see --port_file).");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
+ABSL_FLAG(int, shutdown_grace_ms, 500,
+          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
+ABSL_FLAG(int, drain_timeout_ms, 10000,
+          "Then let in-flight RPCs (streams included) finish for this long before cancelling.");
+ABSL_FLAG(int, startup_timeout_s, 300,
+          "Give up (exit 1) when the scheduler has not answered GetClusterInfo for this long.");
+ABSL_FLAG(int, max_stop_strings, 8, "Stop strings a request may give, at most.");
+ABSL_FLAG(int, max_stop_string_bytes, 256, "Bytes per stop string, at most.");
+ABSL_FLAG(int, max_logprobs, 20, "SamplingOptions.logprobs may be at most this.");
+
+namespace {
+
+// Exit codes.
+constexpr int kExitOk = 0;
+constexpr int kExitStartupFailed = 1;
+constexpr int kExitBadFlags = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  folio::BlockTerminationSignals();
+  folio::InitProcess(
+      argc, argv,
+      "the public gRPC API (folio.v1.TextGeneration) of a Folio model replica.\n"
+      "Usage: folio-frontend --scheduler=HOST:PORT [--port=50051] [--metrics_port=N] ...\n"
+      "Tokenizes, validates, streams, applies stop strings; the scheduler does the rest.\n"
+      "Health (grpc.health.v1) reports NOT_SERVING until the scheduler has answered.");
+  const std::string target = absl::GetFlag(FLAGS_scheduler);
+  if (target.empty()) {
+    LOG(ERROR) << "--scheduler=HOST:PORT is required";
+    return kExitBadFlags;
+  }
+  if (absl::GetFlag(FLAGS_startup_timeout_s) <= 0 || absl::GetFlag(FLAGS_max_stop_strings) < 0 ||
+      absl::GetFlag(FLAGS_max_stop_string_bytes) <= 0 || absl::GetFlag(FLAGS_max_logprobs) < 0) {
+    LOG(ERROR) << "--startup_timeout_s and --max_stop_string_bytes must be positive, "
+                  "--max_stop_strings and --max_logprobs non-negative";
+    return kExitBadFlags;
+  }
+
+  folio::MetricsRegistry registry;
+  folio::frontend::FrontendOptions options;
+  options.validator.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  options.validator.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  options.validator.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
+  std::shared_ptr<grpc::Channel> channel = folio::frontend::MakeSchedulerChannel(target);
+  folio::frontend::FrontendService service(options, channel, &registry);
+
+  folio::ServerOptions server_options{
+      .service_name = "folio.v1.TextGeneration",
+      .host = absl::GetFlag(FLAGS_host),
+      .port = absl::GetFlag(FLAGS_port),
+      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
+      .port_file = absl::GetFlag(FLAGS_port_file),
+      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
+      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
+  if (!runner.ok()) {
+    LOG(ERROR) << runner.status();
+    return kExitStartupFailed;
+  }
+
+  // Start-up runs beside the signal wait so that SIGTERM during a long wait for the
+  // scheduler is honoured at once. On failure it raises SIGTERM itself to wake main.
+  std::atomic<bool> stop{false};
+  std::atomic<bool> startup_failed{false};
+  folio::ServiceRunner* r = runner->get();
+  std::thread startup([&] {
+    auto stub = folio::internal::v1::Scheduler::NewStub(channel);
+    folio::frontend::FetchOptions fetch;
+    fetch.target = target;
+    fetch.timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+    absl::StatusOr<folio::internal::v1::ClusterInfo> info =
+        folio::frontend::FetchClusterInfo(stub.get(), fetch, &stop);
+    absl::Status status = info.ok() ? service.SetClusterInfo(*std::move(info)) : info.status();
+    if (status.ok()) {
+      r->SetServing(folio::ServingState::kServing);
+      return;
+    }
+    if (stop.load()) return;
+    LOG(ERROR) << "start-up failed: " << status;
+    startup_failed = true;
+    kill(getpid(), SIGTERM);
+  });
+
+  const int sig = folio::WaitForTerminationSignal();
+  stop = true;
+  startup.join();
+  if (startup_failed) {
+    (*runner)->Shutdown();
+    return kExitStartupFailed;
+  }
+  LOG(INFO) << "signal " << sig << ", shutting down";
+  (*runner)->Shutdown();
+  return kExitOk;
+}

@@ -1,0 +1,123 @@
+// The folio-frontend binary: NOT_SERVING until the scheduler answers (which may come up
+// later), serving afterwards, SIGTERM exits cleanly, and start-up failures exit non-zero.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "services/frontend/frontend_test_env.h"
+#include "tests/service_process.h"
+
+namespace folio::frontend::testing {
+namespace {
+
+namespace ipb = folio::internal::v1;
+namespace pb = folio::v1;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+using ::testing::HasSubstr;
+
+// A port that was free a moment ago.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class FrontendMainTest : public FrontendTestEnv {
+ protected:
+  void SetUp() override {
+    FrontendTestEnv::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (std::getenv("FOLIO_BUILD_DIR") == nullptr) {
+      GTEST_SKIP() << "FOLIO_BUILD_DIR is not set; run through ctest or set it to the build "
+                      "folder holding bin/folio-frontend";
+    }
+  }
+
+  static HealthCheckResponse::ServingStatus Health(const std::string& address) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    HealthCheckRequest request;
+    HealthCheckResponse response;
+    return stub->Check(&ctx, request, &response).ok() ? response.status()
+                                                      : HealthCheckResponse::UNKNOWN;
+  }
+};
+
+TEST_F(FrontendMainTest, ServesOnceALateSchedulerAnswersAndStopsOnSigterm) {
+  const int scheduler_port = FreePort();
+  auto proc = folio::testing::ServiceProcess::Start(
+      "folio-frontend", {absl::StrCat("--scheduler=127.0.0.1:", scheduler_port), "--port=0",
+                         "--metrics_port=0", "--shutdown_grace_ms=0"});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  EXPECT_EQ(Health((*proc)->address()), HealthCheckResponse::NOT_SERVING);
+
+  std::unique_ptr<FakeScheduler> late = FakeScheduler::Start(info_, scheduler_port);
+  ASSERT_NE(late, nullptr) << "port " << scheduler_port << " was taken meanwhile";
+  HealthCheckResponse::ServingStatus status = HealthCheckResponse::UNKNOWN;
+  for (int i = 0; i < 200 && status != HealthCheckResponse::SERVING; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    status = Health((*proc)->address());
+  }
+  ASSERT_EQ(status, HealthCheckResponse::SERVING);
+
+  const std::vector<int32_t> tokens = Encode("there was a dog");
+  late->SetScript(TokensScript(tokens, ipb::FINISH_REASON_LENGTH, 5));
+  auto stub = pb::TextGeneration::NewStub(
+      grpc::CreateChannel((*proc)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  pb::CompleteResponse response;
+  grpc::Status rpc = stub->Complete(&ctx, Request("Once upon a time"), &response);
+  ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+  EXPECT_EQ(response.text(), Decode(tokens));
+
+  const std::string metrics = folio::testing::HttpGet((*proc)->metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_frontend_requests_total"));
+
+  (*proc)->Signal(SIGTERM);
+  absl::StatusOr<int> exit_status = (*proc)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(exit_status.ok()) << exit_status.status();
+  EXPECT_EQ(*exit_status, 0);
+}
+
+TEST_F(FrontendMainTest, GivesUpAfterTheStartupTimeout) {
+  auto proc = folio::testing::ServiceProcess::Start(
+      "folio-frontend", {"--scheduler=127.0.0.1:1", "--port=0", "--metrics_port=-1",
+                         "--startup_timeout_s=1", "--shutdown_grace_ms=0"});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  absl::StatusOr<int> exit_status = (*proc)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(exit_status.ok()) << exit_status.status();
+  EXPECT_EQ(*exit_status, 1);
+}
+
+TEST_F(FrontendMainTest, SchedulerFlagIsRequired) {
+  folio::testing::CommandResult r =
+      folio::testing::RunCommand(folio::testing::BinDir() + "/folio-frontend --port=0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--scheduler"));
+}
+
+}  // namespace
+}  // namespace folio::frontend::testing

@@ -1,0 +1,179 @@
+#include "services/frontend/request_validator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/utf8.h"
+#include "glog/logging.h"
+#include "services/frontend/request_id.h"
+
+namespace folio::frontend {
+namespace {
+
+// Written so that NaN fails every range check: comparisons with NaN are false.
+bool InClosedRange(float value, float lo, float hi) { return value >= lo && value <= hi; }
+
+absl::Status CheckTokenIds(const std::vector<int32_t>& ids, int32_t vocab_size, const char* field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[", i, "] is ", ids[i], "; token ids must be in [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RequestValidator::RequestValidator(const Tokenizer& tokenizer, ValidatorOptions options)
+    : tokenizer_(tokenizer), options_(std::move(options)) {
+  CHECK_GT(options_.max_model_len, 0) << "max_model_len must be positive";
+}
+
+absl::StatusOr<ValidatedRequest> RequestValidator::Validate(const GenerateInput& input) const {
+  ValidatedRequest out;
+  if (input.request_id.empty()) {
+    out.request_id = options_.request_id_source ? options_.request_id_source() : NewRequestId();
+  } else {
+    if (static_cast<int64_t>(input.request_id.size()) > options_.max_request_id_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request_id is ", input.request_id.size(), " bytes; at most ",
+                       options_.max_request_id_bytes, " are allowed"));
+    }
+    for (size_t i = 0; i < input.request_id.size(); ++i) {
+      const unsigned char c = input.request_id[i];
+      if (c < 0x21 || c > 0x7e) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "request_id has a byte outside printable ASCII (0x21..0x7e) at offset ", i));
+      }
+    }
+    out.request_id = input.request_id;
+  }
+  if (absl::Status s = ValidatePrompt(input, &out); !s.ok()) return s;
+  if (absl::Status s = ValidateSampling(input, &out); !s.ok()) return s;
+  if (absl::Status s = ValidateStops(input, &out); !s.ok()) return s;
+  return out;
+}
+
+absl::Status RequestValidator::ValidatePrompt(const GenerateInput& input,
+                                              ValidatedRequest* out) const {
+  if (!input.prompt.empty() && !input.prompt_token_ids.empty()) {
+    return absl::InvalidArgumentError(
+        "prompt and prompt_token_ids are both set; give exactly one of them");
+  }
+  if (!input.prompt_token_ids.empty()) {
+    if (absl::Status s =
+            CheckTokenIds(input.prompt_token_ids, tokenizer_.vocab_size(), "prompt_token_ids");
+        !s.ok()) {
+      return s;
+    }
+    out->prompt_token_ids = input.prompt_token_ids;
+  } else {
+    if (const size_t bad = utf8::FindInvalid(input.prompt); bad != std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt is not valid UTF-8 at byte offset ", bad));
+    }
+    absl::StatusOr<std::vector<int32_t>> ids =
+        tokenizer_.Encode(input.prompt, AddBos::kVocabDefault);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+    }
+    out->prompt_token_ids = *std::move(ids);
+    if (out->prompt_token_ids.empty()) {
+      return absl::InvalidArgumentError(
+          "prompt is empty and this model adds no BOS token; give a prompt or "
+          "prompt_token_ids");
+    }
+  }
+
+  out->max_tokens = input.max_tokens.value_or(16);
+  if (out->max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens is ", out->max_tokens, "; it must be at least 1"));
+  }
+  const int64_t num_prompt = static_cast<int64_t>(out->prompt_token_ids.size());
+  if (num_prompt + out->max_tokens > options_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", num_prompt, " tokens and max_tokens is ", out->max_tokens,
+        "; together they must be at most max_model_len ", options_.max_model_len,
+        " (max_tokens may be at most ", std::max<int64_t>(0, options_.max_model_len - num_prompt),
+        " for this prompt)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestValidator::ValidateSampling(const GenerateInput& input,
+                                                ValidatedRequest* out) const {
+  out->temperature = input.temperature.value_or(1.0f);
+  if (!InClosedRange(out->temperature, 0.0f, 2.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature is ", out->temperature, "; it must be in [0, 2]"));
+  }
+  out->top_p = input.top_p.value_or(1.0f);
+  if (!(out->top_p > 0.0f && out->top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p is ", out->top_p, "; it must be in (0, 1]"));
+  }
+  out->top_k = input.top_k.value_or(0);
+  if (out->top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k is ", out->top_k, "; it must be >= 0 (0 turns it off)"));
+  }
+  out->min_p = input.min_p.value_or(0.0f);
+  if (!InClosedRange(out->min_p, 0.0f, 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_p is ", out->min_p, "; it must be in [0, 1]"));
+  }
+  if (input.logprobs.has_value() &&
+      (*input.logprobs < 0 || *input.logprobs > options_.max_logprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logprobs is ", *input.logprobs, "; it must be in [0, ", options_.max_logprobs, "]"));
+  }
+  out->logprobs = input.logprobs;
+  out->seed = input.seed.has_value() ? *input.seed : NextSeed();
+  out->ignore_eos = input.ignore_eos ? IgnoreEos::kYes : IgnoreEos::kNo;
+  return absl::OkStatus();
+}
+
+absl::Status RequestValidator::ValidateStops(const GenerateInput& input,
+                                             ValidatedRequest* out) const {
+  if (static_cast<int64_t>(input.stop.size()) > options_.max_stop_strings) {
+    return absl::InvalidArgumentError(absl::StrCat("stop has ", input.stop.size(),
+                                                   " strings; at most ", options_.max_stop_strings,
+                                                   " are allowed"));
+  }
+  for (size_t i = 0; i < input.stop.size(); ++i) {
+    const std::string& stop = input.stop[i];
+    if (stop.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
+    }
+    if (static_cast<int64_t>(stop.size()) > options_.max_stop_string_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is ", stop.size(),
+                                                     " bytes; each must be 1 to ",
+                                                     options_.max_stop_string_bytes, " bytes"));
+    }
+    if (const size_t bad = utf8::FindInvalid(stop); bad != std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop[", i, "] is not valid UTF-8 at byte offset ", bad));
+    }
+  }
+  out->stop = input.stop;
+  if (absl::Status s =
+          CheckTokenIds(input.stop_token_ids, tokenizer_.vocab_size(), "stop_token_ids");
+      !s.ok()) {
+    return s;
+  }
+  out->stop_token_ids = input.stop_token_ids;
+  return absl::OkStatus();
+}
+
+uint64_t RequestValidator::NextSeed() const {
+  absl::MutexLock lock(&seed_mu_);
+  if (options_.seed_source) return options_.seed_source();
+  return absl::Uniform<uint64_t>(bitgen_);
+}
+
+}  // namespace folio::frontend

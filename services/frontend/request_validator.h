@@ -1,0 +1,114 @@
+// RequestValidator: turns a public generation request (folio.v1.GenerateRequest, already
+// copied into the native GenerateInput by the service layer) into a ValidatedRequest the
+// scheduler can run: prompt tokenized, defaults applied, every value checked.
+//
+// Defaults: max_tokens 16, temperature 1.0, top_p 1.0, top_k 0 (off), min_p 0 (off),
+// seed random, logprobs unset (none), ignore_eos false. Every out-of-range or
+// contradictory value is InvalidArgument with a message that names the field and the
+// allowed range (see Validate for the list).
+//
+// Holds a reference to the Tokenizer, which must outlive it. Thread-safe (const after
+// construction; the seed source is called under a lock).
+#ifndef FOLIO_SERVICES_FRONTEND_REQUEST_VALIDATOR_H_
+#define FOLIO_SERVICES_FRONTEND_REQUEST_VALIDATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace folio::frontend {
+
+// The public request as the client sent it; unset optional fields are std::nullopt.
+struct GenerateInput {
+  std::string request_id;  // empty: one is generated
+  std::string prompt;
+  std::vector<int32_t> prompt_token_ids;
+  std::optional<int32_t> max_tokens;
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<float> min_p;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  std::optional<int32_t> logprobs;
+  bool ignore_eos = false;
+};
+
+// Whether the scheduler keeps generating past the end-of-sequence token.
+enum class IgnoreEos { kNo, kYes };
+
+// A request that passed validation, with every default filled in.
+struct ValidatedRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;  // never empty
+  int32_t max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;        // each non-empty, valid UTF-8
+  std::vector<int32_t> stop_token_ids;  // each in the vocabulary
+  // Alternatives to report per token; std::nullopt: no log-probs at all (0 reports the
+  // sampled token's log-prob only).
+  std::optional<int32_t> logprobs;
+  IgnoreEos ignore_eos = IgnoreEos::kNo;
+};
+
+struct ValidatorOptions {
+  int32_t max_model_len = 0;            // prompt plus output, in tokens; required (> 0)
+  int32_t max_stop_strings = 8;         // how many stop strings a request may give
+  int32_t max_stop_string_bytes = 256;  // how long each may be
+  int32_t max_logprobs = 20;            // top alternatives per token, at most
+  int32_t max_request_id_bytes = 128;   // a client-given request id, at most
+  // Seed for requests that give none. Null: a random 64-bit value.
+  std::function<uint64_t()> seed_source;
+  // Request id for requests that give none. Null: NewRequestId().
+  std::function<std::string()> request_id_source;
+};
+
+class RequestValidator {
+ public:
+  // `tokenizer` must outlive the validator. CHECK-fails when max_model_len <= 0.
+  RequestValidator(const Tokenizer& tokenizer, ValidatorOptions options);
+
+  // Validates `input` and fills defaults. InvalidArgument (naming the field) when:
+  //   - both prompt and prompt_token_ids are set;
+  //   - prompt is not valid UTF-8 (names the byte offset);
+  //   - a prompt_token_ids entry is outside [0, vocab_size);
+  //   - the prompt is empty and the model adds no BOS (nothing to start from);
+  //   - max_tokens < 1, or prompt tokens + max_tokens > max_model_len (names both);
+  //   - temperature outside [0, 2], top_p outside (0, 1], top_k < 0, min_p outside [0, 1];
+  //   - logprobs outside [0, max_logprobs];
+  //   - more than max_stop_strings stop strings, or one that is empty, longer than
+  //     max_stop_string_bytes or not valid UTF-8;
+  //   - a stop_token_ids entry outside [0, vocab_size);
+  //   - request_id longer than max_request_id_bytes or with non-printable characters.
+  absl::StatusOr<ValidatedRequest> Validate(const GenerateInput& input) const;
+
+  int32_t max_model_len() const { return options_.max_model_len; }
+
+ private:
+  absl::Status ValidatePrompt(const GenerateInput& input, ValidatedRequest* out) const;
+  absl::Status ValidateSampling(const GenerateInput& input, ValidatedRequest* out) const;
+  absl::Status ValidateStops(const GenerateInput& input, ValidatedRequest* out) const;
+  uint64_t NextSeed() const;
+
+  const Tokenizer& tokenizer_;
+  const ValidatorOptions options_;
+  mutable absl::Mutex seed_mu_;
+  mutable absl::BitGen bitgen_ ABSL_GUARDED_BY(seed_mu_);
+};
+
+}  // namespace folio::frontend
+
+#endif  // FOLIO_SERVICES_FRONTEND_REQUEST_VALIDATOR_H_

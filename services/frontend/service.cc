@@ -1,0 +1,135 @@
+#include "services/frontend/service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/tokenizer/utf8.h"
+#include "glog/logging.h"
+#include "services/frontend/generate_call.h"
+
+namespace folio::frontend {
+namespace pb = folio::v1;
+namespace ipb = folio::internal::v1;
+
+namespace {
+
+constexpr char kNotReady[] = "the frontend is starting: waiting for the scheduler's cluster info";
+
+// A Generate reactor that finishes at once with `status` (used before the service is ready).
+class FailedStream final : public grpc::ServerWriteReactor<pb::GenerateResponse> {
+ public:
+  explicit FailedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+FrontendService::FrontendService(FrontendOptions options,
+                                 std::shared_ptr<grpc::ChannelInterface> scheduler,
+                                 MetricsRegistry* registry)
+    : options_(std::move(options)),
+      scheduler_(ipb::Scheduler::NewStub(std::move(scheduler))),
+      metrics_(registry) {}
+
+absl::Status FrontendService::SetClusterInfo(ipb::ClusterInfo info) {
+  absl::StatusOr<std::shared_ptr<const ModelContext>> model =
+      ModelContext::Create(std::move(info), options_.validator);
+  if (!model.ok()) return model.status();
+  LOG(INFO) << "model " << (*model)->info().model().name() << ": vocab "
+            << (*model)->tokenizer().vocab_size() << ", max_model_len "
+            << (*model)->info().max_model_len();
+  absl::MutexLock lock(&mu_);
+  model_ = *std::move(model);
+  return absl::OkStatus();
+}
+
+bool FrontendService::ready() const { return model() != nullptr; }
+
+std::shared_ptr<const ModelContext> FrontendService::model() const {
+  absl::MutexLock lock(&mu_);
+  return model_;
+}
+
+grpc::ServerUnaryReactor* FrontendService::FinishLocal(grpc::CallbackServerContext* ctx,
+                                                       const char* method, absl::Time start,
+                                                       const absl::Status& status) {
+  metrics_.RecordRequest(method, status.code(), absl::Now() - start);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<pb::GenerateResponse>* FrontendService::Generate(
+    grpc::CallbackServerContext* ctx, const pb::GenerateRequest* request) {
+  std::shared_ptr<const ModelContext> model = this->model();
+  if (model == nullptr) {
+    metrics_.RecordRequest("Generate", absl::StatusCode::kUnavailable, absl::ZeroDuration());
+    return new FailedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, kNotReady));
+  }
+  return StartGenerate(ctx, *request, CallEnv{std::move(model), scheduler_.get(), &metrics_});
+}
+
+grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext* ctx,
+                                                    const pb::GenerateRequest* request,
+                                                    pb::CompleteResponse* response) {
+  std::shared_ptr<const ModelContext> model = this->model();
+  if (model == nullptr) {
+    return FinishLocal(ctx, "Complete", absl::Now(), absl::UnavailableError(kNotReady));
+  }
+  return StartComplete(ctx, *request, response,
+                       CallEnv{std::move(model), scheduler_.get(), &metrics_});
+}
+
+grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext* ctx,
+                                                    const pb::TokenizeRequest* request,
+                                                    pb::TokenizeResponse* response) {
+  const absl::Time start = absl::Now();
+  std::shared_ptr<const ModelContext> model = this->model();
+  if (model == nullptr) {
+    return FinishLocal(ctx, "Tokenize", start, absl::UnavailableError(kNotReady));
+  }
+  if (const size_t bad = utf8::FindInvalid(request->text()); bad != std::string_view::npos) {
+    return FinishLocal(
+        ctx, "Tokenize", start,
+        absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte offset ", bad)));
+  }
+  const Tokenizer& tokenizer = model->tokenizer();
+  absl::StatusOr<std::vector<int32_t>> ids =
+      tokenizer.Encode(request->text(), request->add_bos() ? AddBos::kYes : AddBos::kNo);
+  if (!ids.ok()) {
+    return FinishLocal(ctx, "Tokenize", start,
+                       absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
+  }
+  for (int32_t id : *ids) {
+    response->add_token_ids(id);
+    absl::StatusOr<std::string_view> piece = tokenizer.TokenToPiece(id);
+    response->add_pieces(piece.ok() ? std::string(*piece) : std::string());
+  }
+  return FinishLocal(ctx, "Tokenize", start, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* FrontendService::GetModelInfo(grpc::CallbackServerContext* ctx,
+                                                        const pb::GetModelInfoRequest* request,
+                                                        pb::ModelInfo* response) {
+  const absl::Time start = absl::Now();
+  std::shared_ptr<const ModelContext> model = this->model();
+  if (model == nullptr) {
+    return FinishLocal(ctx, "GetModelInfo", start, absl::UnavailableError(kNotReady));
+  }
+  const ipb::ClusterInfo& info = model->info();
+  response->set_name(info.model().name());
+  response->set_architecture(info.model().architecture());
+  response->set_vocab_size(model->tokenizer().vocab_size());
+  response->set_max_model_len(info.max_model_len());
+  response->set_bos_id(model->tokenizer().bos_id());
+  response->set_eos_id(model->tokenizer().eos_id());
+  response->set_num_layers(info.model().num_layers());
+  response->set_dim(info.model().dim());
+  response->set_block_size(info.block_size());
+  response->set_num_kv_blocks(info.num_blocks());
+  return FinishLocal(ctx, "GetModelInfo", start, absl::OkStatus());
+}
+
+}  // namespace folio::frontend

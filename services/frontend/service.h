@@ -1,0 +1,73 @@
+// FrontendService: folio.v1.TextGeneration, the public API, on the gRPC callback API.
+//
+// Generate and Complete run through the replica's scheduler (see generate_call.h);
+// Tokenize and GetModelInfo are answered locally from the scheduler's ClusterInfo. Until
+// SetClusterInfo() has succeeded every RPC answers UNAVAILABLE, so the process can serve
+// health checks (NOT_SERVING) while it waits for the scheduler.
+//
+// Thread-safe. Handlers never block: the model context is a shared_ptr<const> read under a
+// short lock, and generation calls are asynchronous reactors.
+#ifndef FOLIO_SERVICES_FRONTEND_SERVICE_H_
+#define FOLIO_SERVICES_FRONTEND_SERVICE_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "folio/internal/v1/scheduler.grpc.pb.h"
+#include "folio/v1/folio.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "services/frontend/cluster_info.h"
+#include "services/frontend/frontend_metrics.h"
+#include "services/frontend/request_validator.h"
+
+namespace folio::frontend {
+
+struct FrontendOptions {
+  // Limits applied to every request; max_model_len is taken from the ClusterInfo.
+  ValidatorOptions validator;
+};
+
+class FrontendService final : public folio::v1::TextGeneration::CallbackService {
+ public:
+  // `scheduler` is the channel to the replica's scheduler. `registry` must outlive the
+  // service. The service must outlive the gRPC server it is registered with.
+  FrontendService(FrontendOptions options, std::shared_ptr<grpc::ChannelInterface> scheduler,
+                  MetricsRegistry* registry);
+
+  // Adopts the scheduler's model description: builds the tokenizer and the validator.
+  // InvalidArgument when the ClusterInfo is unusable (bad tokenizer, no max_model_len);
+  // the previous state, if any, is then kept.
+  absl::Status SetClusterInfo(folio::internal::v1::ClusterInfo info);
+  bool ready() const;
+
+  grpc::ServerWriteReactor<folio::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const folio::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* ctx,
+                                     const folio::v1::GenerateRequest* request,
+                                     folio::v1::CompleteResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const folio::v1::TokenizeRequest* request,
+                                     folio::v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
+                                         const folio::v1::GetModelInfoRequest* request,
+                                         folio::v1::ModelInfo* response) override;
+
+ private:
+  std::shared_ptr<const ModelContext> model() const;
+  // Finishes a locally answered RPC and records it.
+  grpc::ServerUnaryReactor* FinishLocal(grpc::CallbackServerContext* ctx, const char* method,
+                                        absl::Time start, const absl::Status& status);
+
+  const FrontendOptions options_;
+  const std::unique_ptr<folio::internal::v1::Scheduler::Stub> scheduler_;
+  FrontendMetrics metrics_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const ModelContext> model_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace folio::frontend
+
+#endif  // FOLIO_SERVICES_FRONTEND_SERVICE_H_

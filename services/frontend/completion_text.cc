@@ -7,8 +7,14 @@
 
 namespace folio::frontend {
 
-CompletionText::CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops)
-    : tokenizer_(tokenizer), decoder_(tokenizer), matcher_(std::move(stops)) {}
+CompletionText::CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops,
+                               std::span<const int32_t> prompt)
+    : tokenizer_(tokenizer), decoder_(tokenizer), matcher_(std::move(stops)) {
+  if (!prompt.empty() && prompt.back() == tokenizer.bos_id()) {
+    // BOS decodes to nothing; it only arms the decoder's leading-space rule.
+    (void)decoder_.Add(prompt.back());
+  }
+}
 
 absl::StatusOr<CompletionText::Delta> CompletionText::AddTokens(std::span<const int32_t> ids) {
   Delta delta;

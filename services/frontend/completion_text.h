@@ -21,7 +21,11 @@ namespace folio::frontend {
 
 class CompletionText {
  public:
-  CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops);
+  // `prompt` is the prompt the completion follows: when it ends with BOS, the
+  // completion's first leading space is dropped, as decoding BOS plus the completion would
+  // drop it (SentencePiece's rule), so "" + "Once upon" reads "Once upon".
+  CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops,
+                 std::span<const int32_t> prompt = {});
 
   struct Delta {
     std::string text;             // new text to emit (possibly empty)

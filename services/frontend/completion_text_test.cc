@@ -128,3 +128,22 @@ TEST_F(CompletionTextTest, TokenDisplayText) {
 
 }  // namespace
 }  // namespace folio::frontend
+
+namespace folio::frontend {
+namespace {
+
+TEST(CompletionTextBosTest, ACompletionRightAfterBosDropsItsLeadingSpace) {
+  Tokenizer tokenizer = testing::TestTokenizer();
+  const std::vector<int32_t> ids = *tokenizer.Encode("the cat", AddBos::kNo);
+  auto run = [&](std::vector<int32_t> prompt) {
+    CompletionText text(tokenizer, {}, prompt);
+    std::string out = text.AddTokens(ids)->text;
+    return out + text.Finish().text;
+  };
+  EXPECT_EQ(run({tokenizer.bos_id()}), "the cat");
+  EXPECT_EQ(run({tokenizer.bos_id(), ids[0]}), " the cat") << "a continuation keeps it";
+  EXPECT_EQ(run({}), " the cat");
+}
+
+}  // namespace
+}  // namespace folio::frontend

@@ -178,7 +178,7 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   absl::MutexLock lock(&mu_);
   logprobs_ = validated->logprobs;
   num_prompt_tokens_ = static_cast<int32_t>(validated->prompt_token_ids.size());
-  text_.emplace(env_.model->tokenizer(), validated->stop);
+  text_.emplace(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids);
   schedule_request_ = ToScheduleRequest(*validated);
   env_.metrics->prompt_tokens.Increment(num_prompt_tokens_);
   VLOG(1) << "request " << request_id_ << ": " << method_ << ", " << num_prompt_tokens_

@@ -256,7 +256,8 @@ TEST_F(CacheManagerServiceTest, ReflectionListsTheServices) {
   ASSERT_TRUE(stream->Read(&resp));
   std::vector<std::string> names;
   for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
-  EXPECT_THAT(names, ::testing::IsSupersetOf({std::string(kService), "grpc.health.v1.Health"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf(
+                         std::vector<std::string>{kService, "grpc.health.v1.Health"}));
   EXPECT_TRUE(stream->Finish().ok());
 }
 

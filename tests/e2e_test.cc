@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -114,6 +115,17 @@ TEST_F(E2eTest, PreemptionUnderATinyPoolKeepsTheGoldenText) {
   const std::string metrics =
       testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics");
   EXPECT_GT(testing::MetricValue(metrics, "folio_scheduler_preemptions_total"), 0);
+  EXPECT_GT(testing::MetricValue(metrics, "folio_scheduler_generation_tokens_total"), 1000);
+  EXPECT_GT(testing::MetricValue(metrics, "folio_scheduler_time_to_first_token_seconds_count"), 0);
+  // Every service's page passes promtool.
+  for (testing::ServiceProcess* p :
+       {&cluster->scheduler_process(), &cluster->frontend_process(), &cluster->worker_process(),
+        &cluster->cachemgr_process()}) {
+    const std::string file = ::testing::TempDir() + "/metrics.txt";
+    std::ofstream(file) << testing::HttpGet(p->metrics_port(), "/metrics");
+    testing::CommandResult promtool = testing::RunCommand("promtool check metrics < " + file);
+    EXPECT_EQ(promtool.exit_code, 0) << promtool.output;
+  }
   EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
 }
 

@@ -5,6 +5,9 @@
 #ifndef FOLIO_SERVICES_SCHEDULER_CLIENTS_H_
 #define FOLIO_SERVICES_SCHEDULER_CLIENTS_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "services/cachemgr/step_types.h"
 #include "services/worker/engine/step.h"
@@ -27,7 +30,9 @@ class CacheClient {
 class WorkerClient {
  public:
   virtual ~WorkerClient() = default;
-  virtual absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step) = 0;
+  // `request_ids[i]` names the request of step.seqs[i], for the workers' logs.
+  virtual absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
+                                                     const std::vector<std::string>& request_ids) = 0;
 };
 
 }  // namespace folio::scheduler

@@ -132,8 +132,12 @@ GrpcWorkerClient::GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> r
   for (auto& channel : ranks) stubs_.push_back(pb::Worker::NewStub(channel));
 }
 
-absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(const worker::StepInput& step) {
+absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
+    const worker::StepInput& step, const std::vector<std::string>& request_ids) {
   pb::ExecuteStepRequest req = ToProto(step);
+  for (size_t i = 0; i < request_ids.size() && i < step.seqs.size(); ++i) {
+    req.mutable_sequences(static_cast<int>(i))->set_request_id(request_ids[i]);
+  }
   req.set_step_id(absl::StrCat("w", next_step_++));
   // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other).
   std::vector<std::future<std::pair<grpc::Status, pb::ExecuteStepResponse>>> calls;

@@ -35,7 +35,8 @@ class GrpcCacheClient final : public CacheClient {
 class GrpcWorkerClient final : public WorkerClient {
  public:
   GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> ranks, absl::Duration timeout);
-  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step) override;
+  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
+                                             const std::vector<std::string>& request_ids) override;
 
   folio::internal::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
   int num_ranks() const { return static_cast<int>(stubs_.size()); }

@@ -29,7 +29,8 @@ class LocalWorkerClient final : public WorkerClient {
  public:
   // `runner` must outlive the client.
   explicit LocalWorkerClient(worker::ModelRunner* runner) : runner_(runner) {}
-  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step) override {
+  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
+                                             const std::vector<std::string>&) override {
     return runner_->Execute(step);
   }
 

@@ -238,6 +238,9 @@ void Scheduler::Finish(Request* request, RequestEvent event) {
   running_.erase(std::remove(running_.begin(), running_.end(), request), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), request), waiting_.end());
   if (request->sink) request->sink(event);
+  LOG(INFO) << "request " << request->spec.request_id << " finished (" << ReasonName(reason)
+            << ") after " << request->output.size() << " tokens"
+            << (event.error.ok() ? "" : absl::StrCat(": ", event.error.ToString()));
   metrics_->finished.WithLabels({ReasonName(reason)}).Increment();
   metrics_->e2e.Observe(absl::ToDoubleSeconds(absl::Now() - request->arrival_time));
   requests_.erase(request->arrival);
@@ -456,7 +459,9 @@ void Scheduler::Step() {
     }
   }
   int64_t num_tokens = 0;
+  std::vector<std::string> request_ids;
   for (const Granted& g : batch) {
+    request_ids.push_back(g.request->spec.request_id);
     Request* r = g.request;
     worker::SequenceStep s;
     s.seq_id = r->seq_id;
@@ -469,7 +474,7 @@ void Scheduler::Step() {
     input.seqs.push_back(std::move(s));
     num_tokens += g.num_tokens;
   }
-  absl::StatusOr<worker::StepOutput> output = workers_->Execute(input);
+  absl::StatusOr<worker::StepOutput> output = workers_->Execute(input, request_ids);
   if (!output.ok()) {
     const absl::StatusCode code = output.status().code() == absl::StatusCode::kInvalidArgument
                                       ? absl::StatusCode::kInternal

@@ -46,7 +46,8 @@ struct Stream {
 
 class FailingWorker final : public WorkerClient {
  public:
-  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput&) override {
+  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput&,
+                                             const std::vector<std::string>&) override {
     return absl::UnavailableError("connection refused");
   }
 };

@@ -106,6 +106,7 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     out->set_num_samples(s.num_samples);
     out->set_num_logprobs(s.num_logprobs);
     out->set_num_candidates(s.num_candidates);
+    out->set_sample_index(s.first_sample_index);
   }
   return req;
 }

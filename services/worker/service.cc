@@ -167,13 +167,7 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
           absl::StrCat("step sequence #", i, " (seq_id ", in.seq_id(), "): negative sample_index ",
                        in.sample_index()));
     }
-    // See the comment on NativeStep: draw samples sample_index .. sample_index + n - 1.
-    int32_t skip = 0;
-    if (in.sample_index() > 0 && in.num_samples() > 0 && seq.sampling.temperature > 0.0f) {
-      skip = in.sample_index();
-      seq.num_samples += skip;
-    }
-    out.samples_to_skip.push_back(skip);
+    seq.first_sample_index = in.sample_index();
     out.input.seqs.push_back(std::move(seq));
   }
   return out;
@@ -187,7 +181,7 @@ void StepToProto(const StepOutput& output, const NativeStep& step,
     const SequenceOutput& in = output.seqs[i];
     pb::SequenceOutput* out = response->add_outputs();
     out->set_seq_id(in.seq_id);
-    for (size_t s = step.samples_to_skip[i]; s < in.samples.size(); ++s) {
+    for (size_t s = 0; s < in.samples.size(); ++s) {
       const SampledToken& t = in.samples[s];
       pb::SampledToken* sample = out->add_samples();
       sample->set_token_id(t.token_id);

@@ -57,17 +57,8 @@ struct WorkerServiceOptions {
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 
 // Proto <-> native step mapping, exposed for unit tests.
-//
-// sample_index: the engine keys sample s of a sequence by (seed, s, position) with s in
-// [0, num_samples); it has no offset. A forked sequence that is sample k of its
-// request (sample_index k, num_samples 1) must draw with key k, or every fork of a
-// request would draw the same tokens. So a sequence with sample_index k > 0 that
-// samples at temperature > 0 asks the engine for k + num_samples samples and
-// StepToProto keeps only the last num_samples of them (at temperature 0 every sample is
-// the argmax, so no extra draws are made).
 struct NativeStep {
   StepInput input;
-  std::vector<int32_t> samples_to_skip;  // per sequence: leading samples to drop
 };
 absl::StatusOr<NativeStep> StepFromProto(const folio::internal::v1::ExecuteStepRequest& request);
 void StepToProto(const StepOutput& output, const NativeStep& step,

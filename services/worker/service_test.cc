@@ -71,10 +71,10 @@ TEST(StepMappingTest, MapsFieldsAndDefaultsTopP) {
   EXPECT_EQ(seq.num_samples, 1);
   EXPECT_EQ(seq.num_logprobs, 2);
   EXPECT_EQ(seq.num_candidates, 3);
-  EXPECT_EQ(step->samples_to_skip, (std::vector<int32_t>{0}));
+  EXPECT_EQ(seq.first_sample_index, 0);
 }
 
-TEST(StepMappingTest, SampleIndexDrawsLaterSamplesAndDropsTheFirst) {
+TEST(StepMappingTest, SampleIndexBecomesTheFirstSampleIndex) {
   pb::ExecuteStepRequest req;
   pb::StepSequence* s = req.add_sequences();
   s->add_token_ids(1);
@@ -84,20 +84,8 @@ TEST(StepMappingTest, SampleIndexDrawsLaterSamplesAndDropsTheFirst) {
   s->mutable_sampling()->set_temperature(0.8f);
   absl::StatusOr<NativeStep> step = StepFromProto(req);
   ASSERT_TRUE(step.ok());
-  EXPECT_EQ(step->input.seqs[0].num_samples, 4);
-  EXPECT_EQ(step->samples_to_skip[0], 3);
-
-  StepOutput out;
-  out.seqs.resize(1);
-  for (int i = 0; i < 4; ++i) out.seqs[0].samples.push_back(SampledToken{.token_id = 10 + i});
-  pb::ExecuteStepResponse resp;
-  StepToProto(out, *step, &resp);
-  ASSERT_EQ(resp.outputs(0).samples_size(), 1);
-  EXPECT_EQ(resp.outputs(0).samples(0).token_id(), 13);
-
-  s->mutable_sampling()->set_temperature(0.0f);
-  step = StepFromProto(req);
-  EXPECT_EQ(step->input.seqs[0].num_samples, 1) << "greedy needs no extra draws";
+  EXPECT_EQ(step->input.seqs[0].num_samples, 1);
+  EXPECT_EQ(step->input.seqs[0].first_sample_index, 3);
 
   s->set_sample_index(-1);
   EXPECT_EQ(StepFromProto(req).status().code(), absl::StatusCode::kInvalidArgument);

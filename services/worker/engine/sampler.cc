@@ -145,7 +145,8 @@ void Sampler::Process(absl::Span<const float> logits, const SequenceStep& seq, i
   if (num_top > 0) top = TopLogprobs(logits, num_top);
   for (int32_t s = 0; s < seq.num_samples; ++s) {
     SampledToken t;
-    t.token_id = Sample(logits, seq.sampling, static_cast<uint32_t>(s), position);
+    t.token_id = Sample(logits, seq.sampling, static_cast<uint32_t>(seq.first_sample_index + s),
+                        position);
     t.logprob = static_cast<float>(logits[t.token_id] - lse);
     t.top_logprobs.assign(top.begin(), top.begin() + std::min<size_t>(top.size(), seq.num_logprobs));
     out->samples.push_back(std::move(t));

@@ -42,6 +42,9 @@ struct SequenceStep {
   // 0 .. num_samples - 1 (n-way sampling shares the prompt, then forks). 0 for a prefill
   // chunk that does not end the prompt: then no logits are computed at all.
   int32_t num_samples = 1;
+  // The sample index of the first sample (its rng key). A request's sample k, running as a
+  // forked sequence of its own, draws with first_sample_index k.
+  int32_t first_sample_index = 0;
   int32_t num_logprobs = 0;    // top alternatives (by log-prob) returned with each sample
   int32_t num_candidates = 0;  // beam search: the top-k next tokens with log-probs
   bool return_logits = false;  // copy the raw logits into the output (tests, debugging)

@@ -23,7 +23,8 @@ StepRequest FromProto(const pb::CacheStepRequest& in) {
     out.creates.push_back(CreateOp{.seq = SeqId{c.seq_id()},
                                    .max_len = c.max_len(),
                                    .prompt = {c.prompt_token_ids().begin(),
-                                              c.prompt_token_ids().end()}});
+                                              c.prompt_token_ids().end()},
+                                   .request_id = c.request_id()});
   }
   for (const pb::Grant& g : in.grants()) {
     out.grants.push_back(GrantOp{.seq = SeqId{g.seq_id()},
@@ -186,6 +187,12 @@ absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
     count(r);
     metrics_.prefix_query_tokens.Increment(static_cast<double>(native.creates[i].prompt.size()));
     metrics_.prefix_hit_tokens.Increment(r.num_cached_tokens);
+    LOG(INFO) << "request " << (native.creates[i].request_id.empty() ? "-" : native.creates[i].request_id)
+              << ": sequence " << r.seq.value
+              << (r.status == SeqStatus::kOk
+                      ? absl::StrCat(" created, ", r.num_cached_tokens, " of ",
+                                     native.creates[i].prompt.size(), " prompt tokens cached")
+                      : std::string(" refused: no room"));
     ToProto(r, response.add_creates());
   }
   for (const SeqResult& r : result->grants) {

@@ -6,6 +6,7 @@
 #define FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "services/cachemgr/types.h"
@@ -32,6 +33,7 @@ struct CreateOp {
   SeqId seq;
   int32_t max_len = 0;           // prompt plus output, in tokens
   std::vector<int32_t> prompt;   // for the prefix lookup; may be empty
+  std::string request_id;        // for logs
 };
 
 // Slots for `token_ids` at positions [start_pos, start_pos + size). start_pos must be the

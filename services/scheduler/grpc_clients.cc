@@ -54,6 +54,7 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
     out->set_seq_id(c.seq.value);
     out->set_max_len(c.max_len);
     out->mutable_prompt_token_ids()->Add(c.prompt.begin(), c.prompt.end());
+    out->set_request_id(c.request_id);
   }
   for (const cachemgr::GrantOp& g : request.grants) {
     pb::Grant* out = req.add_grants();

@@ -342,7 +342,8 @@ std::vector<Scheduler::Granted> Scheduler::AdmitWaiting(int32_t* budget,
   // First the sequences, with their prefix lookups; their cached tokens decide the chunks.
   cachemgr::StepRequest create;
   for (Request* r : candidates) {
-    cachemgr::CreateOp op{.seq = SeqId{next_seq_id_++}, .max_len = r->max_len};
+    cachemgr::CreateOp op{
+        .seq = SeqId{next_seq_id_++}, .max_len = r->max_len, .request_id = r->spec.request_id};
     for (int32_t i = 0; i < r->num_tokens(); ++i) op.prompt.push_back(r->TokenAt(i));
     create.creates.push_back(std::move(op));
   }

@@ -69,8 +69,8 @@ void ServiceRunner::SetServing(ServingState state) {
 }
 
 void ServiceRunner::Shutdown() {
-  if (shut_down_ || server_ == nullptr) return;
-  shut_down_ = true;
+  // exchange() makes a second caller (a signal path and a destructor, say) a no-op.
+  if (server_ == nullptr || shut_down_.exchange(true)) return;
   SetServing(ServingState::kNotServing);
   absl::SleepFor(options_.shutdown_grace);
   LOG(INFO) << options_.service_name << " draining (up to "

@@ -11,6 +11,7 @@
 #ifndef FOLIO_COMMON_SERVICE_RUNNER_H_
 #define FOLIO_COMMON_SERVICE_RUNNER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,7 +65,7 @@ class ServiceRunner {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_;
   int port_ = 0;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later. Call

@@ -61,7 +61,6 @@ struct Request {
   int32_t max_len = 0;            // prompt + max_tokens, capped by max_model_len
   int32_t num_cached_prompt_tokens = 0;
   bool first_admission = true;
-  absl::Time first_token_time;
   absl::Time last_token_time;
 
   int32_t num_tokens() const { return static_cast<int32_t>(spec.prompt.size() + output.size()); }

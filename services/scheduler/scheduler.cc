@@ -495,7 +495,6 @@ void Scheduler::Step() {
     ++loop_stats_.generation_tokens;
     metrics_->generation_tokens.Increment();
     if (r->output.size() == 1) {
-      r->first_token_time = now;
       metrics_->ttft.Observe(absl::ToDoubleSeconds(now - r->arrival_time));
     } else {
       metrics_->itl.Observe(absl::ToDoubleSeconds(now - r->last_token_time));

@@ -1,0 +1,63 @@
+// Test helpers for the CUDA backend: skipping without a device, device buffers filled
+// from host vectors, and bf16 rounding on the host.
+#ifndef FOLIO_SERVICES_WORKER_CUDA_GPU_TEST_UTIL_H_
+#define FOLIO_SERVICES_WORKER_CUDA_GPU_TEST_UTIL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "services/worker/cuda/cuda_model_runner.h"
+#include "services/worker/cuda/device_buffer.h"
+
+// Skips the test, with the reason, on a machine without a usable CUDA device.
+#define FOLIO_SKIP_WITHOUT_CUDA_DEVICE()                                   \
+  do {                                                                     \
+    std::string folio_why;                                                 \
+    if (::folio::worker::cuda::CudaDeviceCount(&folio_why) == 0) {         \
+      GTEST_SKIP() << "no CUDA device on this machine (" << folio_why << ")"; \
+    }                                                                      \
+  } while (0)
+
+namespace folio::worker::cuda::testing {
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& host) {
+  absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(host.size() * sizeof(T), "test");
+  CHECK(b.ok()) << b.status();
+  CHECK_EQ(cudaMemcpy(b->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+           cudaSuccess);
+  return *std::move(b);
+}
+
+template <typename T>
+std::vector<T> Download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> host(n);
+  CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  CHECK_EQ(cudaMemcpy(host.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+// Round-to-nearest-even f32 -> bf16 bits, and back.
+inline uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+inline float Bf16ToFloat(uint16_t h) {
+  const uint32_t x = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+}  // namespace folio::worker::cuda::testing
+
+#endif  // FOLIO_SERVICES_WORKER_CUDA_GPU_TEST_UTIL_H_

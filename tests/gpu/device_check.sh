@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The CUDA device check, on a machine with an NVIDIA GPU, from the folder that
+# tests/gpu/prepare_device_check.sh made (default .devbuild/). Writes each result to
+# $OUT (default ./device-check-out) as soon as it has it:
+#   env.txt            GPU, driver, where cuBLAS was found
+#   tests.txt          the CUDA kernel and runner tests (every kernel against its CPU
+#                      reference, GPU vs CPU logits, the golden text on the GPU)
+#   bench.json/.txt    attention bandwidth against the device's copy bandwidth, paged vs
+#                      contiguous attention, decode tokens/s at batch 1, 32 and 128
+# Exit status: the tests' (the benchmark is informative).
+#
+#   tests/gpu/device_check.sh [devbuild-dir]
+set -uo pipefail
+DEV="$(cd "${1:-.devbuild}" && pwd)"
+OUT="${OUT:-$PWD/device-check-out}"
+mkdir -p "$OUT"
+log() { echo "[device-check $(date +%T)] $*" | tee -a "$OUT/env.txt"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+  --format=csv >>"$OUT/env.txt" 2>&1
+cublas=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+         /usr/lib/x86_64-linux-gnu; do
+  if [ -e "$d/libcublas.so.13" ]; then cublas="$d"; break; fi
+done
+if [ -z "$cublas" ]; then
+  cublas="$(dirname "$(find / -xdev -name 'libcublas.so.13' 2>/dev/null | head -1)" 2>/dev/null)"
+fi
+log "cuBLAS from: ${cublas:-not found}"
+libpath="$DEV/lib:$cublas:/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu"
+# Run with the packed C library and loader: independent of the machine's C library.
+run=("$DEV/lib/ld-linux-x86-64.so.2" --library-path "$libpath")
+
+models="$(mktemp -d)"
+cp -r "$DEV/models/stories260K" "$models/"
+# A model of bench-28m's shape (the file itself is too large to carry).
+"${run[@]}" "$DEV/bin/folio-make-model" --out="$models/bench-28m-f16.gguf" --vocab=4096 --dim=512 \
+  --layers=8 --heads=8 --kv_heads=4 --hidden_dim=1408 --context=4096 --dtype=f16 \
+  --name=bench-28m-shaped >>"$OUT/env.txt" 2>&1
+log "models in $models: $(ls "$models" | tr '\n' ' ')"
+
+log "tests"
+FOLIO_MODELS_DIR="$models" timeout 240 "${run[@]}" "$DEV/bin/folio_worker_cuda_test" \
+  --gtest_brief=0 >"$OUT/tests.txt" 2>&1
+tests_rc=$?
+log "tests exit $tests_rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.txt" | tr '\n' ' ')"
+
+log "benchmarks"
+timeout 200 "${run[@]}" "$DEV/bin/cuda_bench" --benchmark_out="$OUT/bench.json" \
+  --benchmark_out_format=json >"$OUT/bench.txt" 2>&1
+log "bench exit $?"
+exit "$tests_rc"

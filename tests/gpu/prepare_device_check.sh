@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds what tests/gpu/device_check.sh runs on a GPU machine and packs it into one
+# folder (default .devbuild/) that can be copied there: the CUDA tests, the CUDA
+# benchmark and folio-make-model, stripped, with every shared library they need except
+# cuBLAS (large; the GPU machine's CUDA installation provides it), plus stories260K.
+#
+#   tests/gpu/prepare_device_check.sh [build-dir] [out-dir]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${1:-$ROOT/build-cuda}"
+OUT="${2:-$ROOT/.devbuild}"
+MODELS="${FOLIO_MODELS_DIR:-$ROOT/../shared/models}"
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFOLIO_CUDA=ON
+fi
+cmake --build "$BUILD" -j "${FOLIO_JOBS:-$(nproc)}" --target folio_worker_cuda_test cuda_bench folio-make-model
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/models"
+for b in folio_worker_cuda_test cuda_bench folio-make-model; do
+  strip -o "$OUT/bin/$b" "$BUILD/bin/$b"
+done
+# Every library the binaries load, the C library and its loader included (so they run
+# on a machine with an older or different C library), but not cuBLAS.
+ldd "$OUT"/bin/* | awk '/=>/ {print $3} /ld-linux/ {print $1}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libcublas*) ;;
+    *) cp -L "$lib" "$OUT/lib/" ;;
+  esac
+done
+cp -r "$MODELS/stories260K" "$OUT/models/"
+du -sh "$OUT"

@@ -69,13 +69,18 @@ struct CudaModelRunner::Impl {
   // Step metadata, uploaded with one copy per step: see Stage().
   DeviceBuffer meta;
   std::vector<char> host_meta;
-  std::vector<float> host_logits;
+  // Pinned host memory for the logits and their log-sum-exp (fast device-to-host copies).
+  float* host_logits = nullptr;  // [max logit rows, vocab]
+  float* host_lse = nullptr;     // [max logit rows]
+  DeviceBuffer lse;
 
   // KV pool: layer l's K at l * layer_bytes * 2, its V at + layer_bytes.
   DeviceBuffer kv;
   int64_t kv_layer_bytes = 0;
 
   ~Impl() {
+    if (host_logits != nullptr) cudaFreeHost(host_logits);
+    if (host_lse != nullptr) cudaFreeHost(host_lse);
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -308,12 +313,16 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
         std::tuple{&m.gate_up, T * 2 * hidden * 4, "gate_up"},
         std::tuple{&m.hidden, T * hidden * wb, "hidden"},
         std::tuple{&m.logits, S * int64_t{c.vocab_size} * 4, "logits"},
+        std::tuple{&m.lse, S * 4, "log-sum-exp"},
         std::tuple{&m.workspace, ws_floats * 4, "attention workspace"},
         std::tuple{&m.meta, meta.bytes, "step metadata"}}) {
     if (absl::Status s = act(*buf, bytes, what); !s.ok()) return s;
   }
   memory_.activation_bytes = activation_bytes;
   m.host_meta.resize(meta.bytes);
+  FOLIO_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&m.host_logits), S * int64_t{c.vocab_size} * 4));
+  FOLIO_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&m.host_lse), S * 4));
 
   // One KV block's bytes: K and V of every layer.
   const int64_t kv_block_bytes =
@@ -562,9 +571,12 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
     const void* head = m.lm_head.get() != nullptr ? m.lm_head.get() : m.tok_embeddings.get();
     if (absl::Status s = gemm(m.xb.get(), dim, num_logit_rows, dim, head, c.vocab_size, 0.0f,
                               m.logits.as<float>(), c.vocab_size); !s.ok()) return s;
-    m.host_logits.resize(static_cast<size_t>(num_logit_rows) * c.vocab_size);
-    FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_logits.data(), m.logits.get(),
-                                               m.host_logits.size() * sizeof(float),
+    LaunchLogSumExp(m.logits.as<float>(), num_logit_rows, c.vocab_size, m.lse.as<float>(), st);
+    FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        m.host_logits, m.logits.get(), int64_t{num_logit_rows} * c.vocab_size * sizeof(float),
+        cudaMemcpyDeviceToHost, st));
+    FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_lse, m.lse.get(),
+                                               num_logit_rows * sizeof(float),
                                                cudaMemcpyDeviceToHost, st));
   }
   FOLIO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
@@ -574,9 +586,8 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
     if (seq_logit_row[s] < 0) continue;
     const SequenceStep& seq = step.seqs[s];
     const absl::Span<const float> logits(
-        m.host_logits.data() + static_cast<int64_t>(seq_logit_row[s]) * c.vocab_size,
-        c.vocab_size);
-    m.sampler.Process(logits, seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
+        m.host_logits + static_cast<int64_t>(seq_logit_row[s]) * c.vocab_size, c.vocab_size);
+    m.sampler.Process(logits, m.host_lse[seq_logit_row[s]], seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
                       &out.seqs[s]);
   }
   return out;

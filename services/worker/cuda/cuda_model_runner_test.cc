@@ -234,10 +234,13 @@ TEST(CudaModelRunnerTest, RefusesBadAndOversizedSteps) {
   s.block_table = {static_cast<int32_t>((*r)->num_blocks())};  // outside the pool
   bad.seqs = {s};
   EXPECT_EQ((*r)->Execute(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  StepInput big;
-  s.token_ids.assign(300, 1);  // more than max_num_batched_tokens = 256
-  s.block_table = wt::ScatteredBlocks(19, 1);
-  big.seqs = {s};
+  StepInput big;  // 3 x 100 tokens: more than max_num_batched_tokens = 256
+  for (int i = 0; i < 3; ++i) {
+    s.seq_id = 10 + i;
+    s.token_ids.assign(100, 1);
+    s.block_table = {7 * i, 7 * i + 1, 7 * i + 2, 7 * i + 3, 7 * i + 4, 7 * i + 5, 7 * i + 6};
+    big.seqs.push_back(s);
+  }
   const absl::Status st = (*r)->Execute(big).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("sized for"), std::string::npos) << st;

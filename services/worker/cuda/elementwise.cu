@@ -79,6 +79,37 @@ __global__ void SiluAndMulKernel(const float* __restrict__ gate_up, int32_t hidd
   }
 }
 
+// One block per row: block max, then block sum of exp(x - max).
+__global__ void LogSumExpKernel(const float* __restrict__ logits, int32_t vocab,
+                                float* __restrict__ lse) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  __shared__ float partial[kRowThreads / 32];
+  __shared__ float row_max;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = WarpMax(m);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < kRowThreads / 32 ? partial[threadIdx.x] : -INFINITY;
+    v = WarpMax(v);
+    if (threadIdx.x == 0) row_max = v;
+  }
+  __syncthreads();
+  m = row_max;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(row[i] - m);
+  sum = WarpSum(sum);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < kRowThreads / 32 ? partial[threadIdx.x] : 0.0f;
+    v = WarpSum(v);
+    if (threadIdx.x == 0) lse[blockIdx.x] = m + logf(v);
+  }
+}
+
 template <typename T>
 __global__ void EmbedKernel(const int32_t* __restrict__ tokens, const T* __restrict__ table,
                             int32_t dim, float* __restrict__ x) {
@@ -156,6 +187,12 @@ void LaunchEmbedTokens(const int32_t* tokens, int32_t rows, const void* table,
     using T = std::remove_pointer_t<decltype(type)>;
     EmbedKernel<T><<<rows, kRowThreads, 0, stream>>>(tokens, static_cast<const T*>(table), dim, x);
   });
+}
+
+void LaunchLogSumExp(const float* logits, int32_t rows, int32_t vocab, float* lse,
+                     cudaStream_t stream) {
+  if (rows == 0) return;
+  LogSumExpKernel<<<rows, kRowThreads, 0, stream>>>(logits, vocab, lse);
 }
 
 void LaunchConvert(const float* in, int64_t n, void* out, DType dtype, cudaStream_t stream) {

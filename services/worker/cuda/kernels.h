@@ -118,6 +118,11 @@ void LaunchSiluAndMul(const float* gate_up, int32_t rows, int32_t hidden, void* 
 void LaunchEmbedTokens(const int32_t* tokens, int32_t rows, const void* table,
                        DType table_dtype, int32_t dim, float* x, cudaStream_t stream);
 
+// lse[r] = log(sum(exp(logits[r]))) for each of `rows` rows of `vocab` f32 values,
+// computed stably (max first).
+void LaunchLogSumExp(const float* logits, int32_t rows, int32_t vocab, float* lse,
+                     cudaStream_t stream);
+
 // Converts n f32 values to dtype (a plain copy for kF32).
 void LaunchConvert(const float* in, int64_t n, void* out, DType dtype, cudaStream_t stream);
 

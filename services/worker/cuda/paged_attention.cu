@@ -5,10 +5,12 @@
 // one kv head) for one row over one partition of its keys, so each K and V row is read
 // from memory once per group rather than once per query head.
 //
-// Threads are split into token groups of HEAD_DIM / 8 threads: each thread of a group
-// owns one 16-byte chunk (8 values) of a K or V row, so a group reads one token's row
-// with coalesced 16-byte loads, and a block has 128 / (HEAD_DIM / 8) tokens in flight,
-// times kUnroll loads issued before their first use.
+// Threads are split into token groups: each thread of a group owns one or two 16-byte
+// chunks (8 or 16 values) of a K or V row, so a group reads one token's row with
+// coalesced 16-byte loads, and each thread has four 16-byte loads issued before their
+// first use. Two chunks per thread halve the threads per token and so the shuffle steps
+// and address arithmetic per byte, which is what bounds this kernel on a fast memory
+// system; groups of 8 heads keep one chunk to stay within registers.
 //   1. q . k for each token of the partition and each head of the group (partial dot
 //      products reduced across the token group with shuffles) into shared memory;
 //   2. per head, the partition's max and the sum of exp(logit - max) (one warp per head);
@@ -28,7 +30,13 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;
+
+// CHUNKS: 16-byte chunks of a K/V row per thread (2 where registers allow, so a token
+// needs fewer threads and fewer shuffle steps).
+template <typename KvT, int HEAD_DIM, int GROUP>
+constexpr int ChunksPerThread() {
+  return (GROUP <= 4 && HEAD_DIM >= 16) ? 2 : 1;
+}
 
 template <typename KvT, int HEAD_DIM, int GROUP>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
@@ -37,12 +45,14 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
     float* __restrict__ part_sum, const int32_t* __restrict__ row_seq,
     const int32_t* __restrict__ row_context, const int32_t* __restrict__ block_tables,
     int32_t table_stride, const KvT* __restrict__ k_cache, const KvT* __restrict__ v_cache,
-    int32_t block_size, int32_t num_kv_heads, float scale, int32_t partition_size,
-    int32_t num_partitions) {
-  constexpr int kVec = 8;
-  constexpr int kGroupThreads = HEAD_DIM / kVec;  // threads per token
+    int32_t block_size, int32_t block_shift, int32_t num_kv_heads, float scale,
+    int32_t partition_size, int32_t num_partitions) {
+  constexpr int kChunks = ChunksPerThread<KvT, HEAD_DIM, GROUP>();
+  constexpr int kVec = 8 * kChunks;                 // values of a row per thread
+  constexpr int kGroupThreads = HEAD_DIM / kVec;    // threads per token
   static_assert(32 % kGroupThreads == 0, "a token group must sit inside one warp");
   constexpr int kTokenGroups = kThreads / kGroupThreads;
+  constexpr int kUnroll = 4 / kChunks;              // 4 16-byte loads in flight per thread
 
   const int part = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -67,6 +77,13 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
   const int32_t* table = block_tables + static_cast<int64_t>(row_seq[row]) * table_stride;
   const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * HEAD_DIM;
   const int64_t head_offset = static_cast<int64_t>(kv_head) * HEAD_DIM + chunk * kVec;
+  // Slot of token t: a shift and a mask for power-of-two block sizes, else a division.
+  auto slot_of = [&](int t) -> int64_t {
+    if (block_shift >= 0) {
+      return (static_cast<int64_t>(table[t >> block_shift]) << block_shift) + (t & (block_size - 1));
+    }
+    return static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
+  };
 
   float qr[GROUP][kVec];
 #pragma unroll
@@ -85,9 +102,11 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kTokenGroups + token_group;
       if (t < end) {
-        const int64_t slot =
-            static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
-        Load8(k_cache + slot * slot_stride + head_offset, kf[u]);
+        const KvT* p = k_cache + slot_of(t) * slot_stride + head_offset;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          Load8(p + 8 * c, *reinterpret_cast<float(*)[8]>(&kf[u][8 * c]));
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) kf[u][e] = 0.0f;
@@ -144,9 +163,11 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kTokenGroups + token_group;
       if (t < end) {
-        const int64_t slot =
-            static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size;
-        Load8(v_cache + slot * slot_stride + head_offset, vf[u]);
+        const KvT* p = v_cache + slot_of(t) * slot_stride + head_offset;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          Load8(p + 8 * c, *reinterpret_cast<float(*)[8]>(&vf[u][8 * c]));
+        }
       }
     }
 #pragma unroll
@@ -230,6 +251,14 @@ __global__ void MergePartitions(const float* __restrict__ part_out,
   }
 }
 
+// log2(block_size) for a power of two, else -1.
+int32_t BlockShift(int32_t block_size) {
+  if (block_size <= 0 || (block_size & (block_size - 1)) != 0) return -1;
+  int32_t shift = 0;
+  while ((1 << shift) < block_size) ++shift;
+  return shift;
+}
+
 int32_t PartitionSize(int32_t requested) {
   return requested > 0 ? requested : kDefaultPartitionSize;
 }
@@ -240,7 +269,8 @@ absl::Status Launch(const PagedAttentionParams& p, const KvView& kv, int32_t par
   const size_t smem =
       sizeof(float) * (static_cast<size_t>(GROUP) * partition_size + kWarps * GROUP * HEAD_DIM);
   auto kernel = PagedAttentionKernel<KvT, HEAD_DIM, GROUP>;
-  if (smem > 48 * 1024) {
+  // Dynamic plus static shared memory above 48 KiB needs the opt-in limit.
+  if (smem + 2 * GROUP * sizeof(float) > 48 * 1024) {
     int device = 0, max_smem = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -261,7 +291,8 @@ absl::Status Launch(const PagedAttentionParams& p, const KvView& kv, int32_t par
   kernel<<<grid, kThreads, smem, stream>>>(
       p.q, p.q_row_stride, p.out, p.out_row_stride, part_out, part_max, part_sum, p.row_seq,
       p.row_context, p.block_tables, p.block_table_stride, static_cast<const KvT*>(kv.k),
-      static_cast<const KvT*>(kv.v), kv.block_size, kv.num_kv_heads, p.scale, partition_size,
+      static_cast<const KvT*>(kv.v), kv.block_size, BlockShift(kv.block_size), kv.num_kv_heads,
+      p.scale, partition_size,
       num_partitions);
   if (num_partitions > 1) {
     MergePartitions<<<dim3(p.num_heads, p.num_rows), HEAD_DIM < 32 ? 32 : HEAD_DIM, 0,

@@ -124,11 +124,15 @@ int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& pa
 }
 
 std::vector<TokenLogprob> Sampler::TopLogprobs(absl::Span<const float> logits, int32_t k) {
+  return TopLogprobs(logits, LogSumExp(logits), k);
+}
+
+std::vector<TokenLogprob> Sampler::TopLogprobs(absl::Span<const float> logits, double lse,
+                                               int32_t k) {
   k = std::min<int32_t>(k, static_cast<int32_t>(logits.size()));
   std::vector<TokenLogprob> out;
   if (k <= 0) return out;
   SortIds(logits, k);
-  const double lse = LogSumExp(logits);
   out.reserve(k);
   for (int32_t i = 0; i < k; ++i) {
     out.push_back({ids_[i], static_cast<float>(logits[ids_[i]] - lse)});
@@ -138,11 +142,15 @@ std::vector<TokenLogprob> Sampler::TopLogprobs(absl::Span<const float> logits, i
 
 void Sampler::Process(absl::Span<const float> logits, const SequenceStep& seq, int64_t position,
                       SequenceOutput* out) {
+  Process(logits, LogSumExp(logits), seq, position, out);
+}
+
+void Sampler::Process(absl::Span<const float> logits, double lse, const SequenceStep& seq,
+                      int64_t position, SequenceOutput* out) {
   out->seq_id = seq.seq_id;
-  const double lse = LogSumExp(logits);
   std::vector<TokenLogprob> top;
   const int32_t num_top = std::max(seq.num_logprobs, seq.num_candidates);
-  if (num_top > 0) top = TopLogprobs(logits, num_top);
+  if (num_top > 0) top = TopLogprobs(logits, lse, num_top);
   for (int32_t s = 0; s < seq.num_samples; ++s) {
     SampledToken t;
     t.token_id = Sample(logits, seq.sampling, static_cast<uint32_t>(seq.first_sample_index + s),

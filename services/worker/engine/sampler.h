@@ -44,12 +44,18 @@ class Sampler {
   // The k most likely tokens with their log-probs (log-softmax of logits), most likely
   // first, lower id first on a tie. k is clamped to the vocabulary size.
   std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t k);
+  std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, double log_sum_exp,
+                                        int32_t k);
 
   // Fills `out` for one sequence from its logits row: num_samples samples (each with
   // its log-prob and num_logprobs alternatives), num_candidates candidates, and the
   // logits themselves if asked. `position` is where the sampled token will go.
   void Process(absl::Span<const float> logits, const SequenceStep& seq, int64_t position,
                SequenceOutput* out);
+  // The same, with log(sum(exp(logits))) already computed (a GPU backend reduces it on
+  // the device, where a large vocabulary costs microseconds rather than milliseconds).
+  void Process(absl::Span<const float> logits, double log_sum_exp, const SequenceStep& seq,
+               int64_t position, SequenceOutput* out);
 
  private:
   // Token ids sorted by logit, descending (lower id first on ties); at least the first

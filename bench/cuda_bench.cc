@@ -3,10 +3,11 @@
 //  * BM_CopyBandwidth: cudaMemcpy device-to-device of 2 GiB. Its bytes read + written per
 //    second are the baseline every attention figure is divided by ("frac_of_copy"): the
 //    bandwidth this device actually reaches, measured in the same run.
-//  * BM_PagedDecodeAttention/{context}/{batch}/{paged}: decode attention at the shape of
+//  * BM_PagedDecodeAttention/{context}/{batch}/{paged}/{partition}: decode attention at the shape of
 //    Llama-3-8B (32 query heads over 8 KV heads, head size 128, f16 KV). Paged = 16-token
 //    blocks scattered over the pool; contiguous (paged = 0) = one block per sequence as
 //    long as its context, the layout of a non-paged cache, run by the same kernel.
+//    partition: keys per thread block (0 = the kernel's default).
 //    bytes_per_second counts the K and V bytes the step must read.
 //  * BM_Decode/{batch}: whole decode steps of a model with Llama-3-8B's layer shapes and
 //    vocabulary but kLayers layers, random weights made on the device, f16, batch
@@ -94,6 +95,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   const int context = static_cast<int>(state.range(0));
   const int batch = static_cast<int>(state.range(1));
   const bool paged = state.range(2) != 0;
+  const int partition = static_cast<int>(state.range(3));  // 0 = the default
   const int block_size = paged ? 16 : context;
   const int blocks_per_seq = (context + block_size - 1) / block_size;
   const int num_blocks = batch * blocks_per_seq;
@@ -115,7 +117,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   const int64_t q_elems = int64_t{batch} * kHeads * kHeadDim;
   DeviceBuffer q = MustAllocate(q_elems * 4), out = MustAllocate(q_elems * 4);
   LaunchFillUniform(q.get(), q_elems, DType::kF32, 3, -1, 1, nullptr);
-  const int64_t ws = PagedAttentionWorkspaceFloats(batch, kHeads, kHeadDim, context, 0);
+  const int64_t ws = PagedAttentionWorkspaceFloats(batch, kHeads, kHeadDim, context, partition);
   DeviceBuffer workspace = MustAllocate(std::max<int64_t>(ws, 1) * 4);
 
   KvView kv{k.get(), v.get(), DType::kF16, num_blocks, block_size, kKvHeads, kHeadDim};
@@ -133,6 +135,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   p.block_table_stride = blocks_per_seq;
   p.max_context = context;
   p.workspace = workspace.as<float>();
+  p.partition_size = partition;
   CHECK(LaunchPagedAttention(p, kv, nullptr).ok());  // warm-up
   CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
   constexpr int kLaunches = 10;
@@ -153,11 +156,13 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   if (g_copy_bandwidth > 0) state.counters["frac_of_copy"] = bandwidth / g_copy_bandwidth;
 }
 BENCHMARK(BM_PagedDecodeAttention)
-    ->ArgNames({"context", "batch", "paged"})
-    ->ArgsProduct({{512, 2048, 8192, 32768}, {32}, {1, 0}})
-    ->Args({8192, 128, 1})
-    ->Args({8192, 128, 0})
-    ->Args({2048, 1, 1})
+    ->ArgNames({"context", "batch", "paged", "partition"})
+    ->ArgsProduct({{512, 2048, 8192, 32768}, {32}, {1, 0}, {0}})
+    ->Args({8192, 128, 1, 0})
+    ->Args({8192, 128, 0, 0})
+    ->Args({8192, 32, 1, 256})
+    ->Args({8192, 32, 1, 1024})
+    ->Args({2048, 1, 1, 0})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.2);

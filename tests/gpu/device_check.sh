@@ -27,9 +27,22 @@ if [ -z "$cublas" ]; then
   cublas="$(dirname "$(find / -xdev -name 'libcublas.so.13' 2>/dev/null | head -1)" 2>/dev/null)"
 fi
 log "cuBLAS from: ${cublas:-not found}"
-libpath="$DEV/lib:$cublas:/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu"
-# Run with the packed C library and loader: independent of the machine's C library.
-run=("$DEV/lib/ld-linux-x86-64.so.2" --library-path "$libpath")
+nccl=""
+for d in "$cublas" /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu; do
+  if [ -e "$d/libnccl.so.2" ]; then nccl="$d"; break; fi
+done
+if [ -z "$nccl" ]; then
+  nccl="$(dirname "$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)"
+fi
+log "NCCL from: ${nccl:-not found}"
+libpath="$DEV/lib:$cublas:$nccl:/usr/local/nvidia/lib64"
+# The machine's own C library when it is new enough (NCCL and cuBLAS there are built
+# against it), else the packed one with its loader.
+run=(env LD_LIBRARY_PATH="$libpath")
+if ! "${run[@]}" "$DEV/bin/folio_worker_cuda_test" --gtest_list_tests >/dev/null 2>>"$OUT/env.txt"; then
+  log "the machine's C library is too old for the build: using the packed one"
+  run=("$DEV/lib/sys/ld-linux-x86-64.so.2" --library-path "$DEV/lib/sys:$libpath:/usr/lib/x86_64-linux-gnu")
+fi
 
 models="$(mktemp -d)"
 cp -r "$DEV/models/stories260K" "$models/"

@@ -2,7 +2,8 @@
 # Builds what tests/gpu/device_check.sh runs on a GPU machine and packs it into one
 # folder (default .devbuild/) that can be copied there: the CUDA tests, the CUDA
 # benchmark and folio-make-model, stripped, with every shared library they need except
-# cuBLAS (large; the GPU machine's CUDA installation provides it), plus stories260K.
+# cuBLAS and NCCL (large; the GPU machine's CUDA installation provides them), plus
+# stories260K.
 #
 #   tests/gpu/prepare_device_check.sh [build-dir] [out-dir]
 set -euo pipefail
@@ -15,15 +16,18 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 cmake --build "$BUILD" -j "${FOLIO_JOBS:-$(nproc)}" --target folio_worker_cuda_test cuda_bench folio-make-model
 rm -rf "$OUT"
-mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/models"
+mkdir -p "$OUT/bin" "$OUT/lib/sys" "$OUT/models"
 for b in folio_worker_cuda_test cuda_bench folio-make-model; do
   strip -o "$OUT/bin/$b" "$BUILD/bin/$b"
 done
-# Every library the binaries load, the C library and its loader included (so they run
-# on a machine with an older or different C library), but not cuBLAS.
+# Every library the binaries load but cuBLAS and NCCL (hundreds of MB; device_check.sh
+# finds the GPU machine's own). The C and C++ runtime libraries go to lib/sys/, used only
+# where the machine's own are older than the build's.
 ldd "$OUT"/bin/* | awk '/=>/ {print $3} /ld-linux/ {print $1}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libcublas*) ;;
+    libcublas*|libnccl*) ;;
+    ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*)
+      cp -L "$lib" "$OUT/lib/sys/" ;;
     *) cp -L "$lib" "$OUT/lib/" ;;
   esac
 done

@@ -30,6 +30,13 @@ cudaDataType_t CudaType(DType dtype) {
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
+// A sequence whose output is the greedy token alone: the device's argmax answers it and
+// its logits never leave the device.
+bool GreedyOnDevice(const SequenceStep& seq) {
+  return (seq.sampling.temperature == 0.0f || seq.sampling.top_k == 1) &&
+         seq.num_logprobs == 0 && seq.num_candidates == 0 && !seq.return_logits;
+}
+
 }  // namespace
 
 int CudaDeviceCount(std::string* why) {
@@ -72,7 +79,9 @@ struct CudaModelRunner::Impl {
   // Pinned host memory for the logits and their log-sum-exp (fast device-to-host copies).
   float* host_logits = nullptr;  // [max logit rows, vocab]
   float* host_lse = nullptr;     // [max logit rows]
-  DeviceBuffer lse;
+  int32_t* host_argmax = nullptr;  // [max logit rows]: greedy tokens
+  float* host_argmax_logprob = nullptr;  // [max logit rows]: their log-probs
+  DeviceBuffer lse, argmax, argmax_logprob;
 
   // KV pool: layer l's K at l * layer_bytes * 2, its V at + layer_bytes.
   DeviceBuffer kv;
@@ -81,6 +90,8 @@ struct CudaModelRunner::Impl {
   ~Impl() {
     if (host_logits != nullptr) cudaFreeHost(host_logits);
     if (host_lse != nullptr) cudaFreeHost(host_lse);
+    if (host_argmax != nullptr) cudaFreeHost(host_argmax);
+    if (host_argmax_logprob != nullptr) cudaFreeHost(host_argmax_logprob);
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -314,6 +325,8 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
         std::tuple{&m.hidden, T * hidden * wb, "hidden"},
         std::tuple{&m.logits, S * int64_t{c.vocab_size} * 4, "logits"},
         std::tuple{&m.lse, S * 4, "log-sum-exp"},
+        std::tuple{&m.argmax, S * 4, "argmax"},
+        std::tuple{&m.argmax_logprob, S * 4, "argmax log-prob"},
         std::tuple{&m.workspace, ws_floats * 4, "attention workspace"},
         std::tuple{&m.meta, meta.bytes, "step metadata"}}) {
     if (absl::Status s = act(*buf, bytes, what); !s.ok()) return s;
@@ -323,6 +336,9 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
   FOLIO_CUDA_RETURN_IF_ERROR(
       cudaMallocHost(reinterpret_cast<void**>(&m.host_logits), S * int64_t{c.vocab_size} * 4));
   FOLIO_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&m.host_lse), S * 4));
+  FOLIO_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&m.host_argmax), S * 4));
+  FOLIO_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&m.host_argmax_logprob), S * 4));
 
   // One KV block's bytes: K and V of every layer.
   const int64_t kv_block_bytes =
@@ -571,13 +587,27 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
     const void* head = m.lm_head.get() != nullptr ? m.lm_head.get() : m.tok_embeddings.get();
     if (absl::Status s = gemm(m.xb.get(), dim, num_logit_rows, dim, head, c.vocab_size, 0.0f,
                               m.logits.as<float>(), c.vocab_size); !s.ok()) return s;
-    LaunchLogSumExp(m.logits.as<float>(), num_logit_rows, c.vocab_size, m.lse.as<float>(), st);
-    FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        m.host_logits, m.logits.get(), int64_t{num_logit_rows} * c.vocab_size * sizeof(float),
-        cudaMemcpyDeviceToHost, st));
+    LaunchLogSumExpArgmax(m.logits.as<float>(), num_logit_rows, c.vocab_size,
+                          m.lse.as<float>(), m.argmax.as<int32_t>(),
+                          m.argmax_logprob.as<float>(), st);
     FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_lse, m.lse.get(),
                                                num_logit_rows * sizeof(float),
                                                cudaMemcpyDeviceToHost, st));
+    FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_argmax, m.argmax.get(),
+                                               num_logit_rows * sizeof(int32_t),
+                                               cudaMemcpyDeviceToHost, st));
+    FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_argmax_logprob, m.argmax_logprob.get(),
+                                               num_logit_rows * sizeof(float),
+                                               cudaMemcpyDeviceToHost, st));
+    // Only rows the host sampler must read travel: greedy rows without log-probs,
+    // candidates or raw logits are done on the device.
+    for (size_t s = 0; s < step.seqs.size(); ++s) {
+      if (seq_logit_row[s] < 0 || GreedyOnDevice(step.seqs[s])) continue;
+      const int64_t offset = int64_t{seq_logit_row[s]} * c.vocab_size;
+      FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.host_logits + offset, m.logits.as<float>() + offset,
+                                                 c.vocab_size * sizeof(float),
+                                                 cudaMemcpyDeviceToHost, st));
+    }
   }
   FOLIO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
   if (absl::Status s = LastLaunchStatus("step kernels"); !s.ok()) return s;
@@ -585,9 +615,18 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
   for (size_t s = 0; s < step.seqs.size(); ++s) {
     if (seq_logit_row[s] < 0) continue;
     const SequenceStep& seq = step.seqs[s];
+    const int32_t r = seq_logit_row[s];
+    if (GreedyOnDevice(seq)) {
+      SequenceOutput& o = out.seqs[s];
+      SampledToken t;
+      t.token_id = m.host_argmax[r];
+      t.logprob = m.host_argmax_logprob[r];
+      for (int32_t i = 0; i < seq.num_samples; ++i) o.samples.push_back(t);
+      continue;
+    }
     const absl::Span<const float> logits(
         m.host_logits + static_cast<int64_t>(seq_logit_row[s]) * c.vocab_size, c.vocab_size);
-    m.sampler.Process(logits, m.host_lse[seq_logit_row[s]], seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
+    m.sampler.Process(logits, m.host_lse[r], seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
                       &out.seqs[s]);
   }
   return out;

@@ -200,6 +200,41 @@ TEST(CudaGoldenTest, GreedyFromBosMatchesLlama2c) {
   EXPECT_EQ(*text + "\n", expected);
 }
 
+// Greedy sequences with nothing else to return are answered by the device's argmax; the
+// same sequence asking for its logits goes through the host sampler. Both must agree on
+// the token and its log-prob, and the host path must agree with the logits it returns.
+TEST(CudaModelRunnerTest, GreedyOnDeviceMatchesHostSampler) {
+  FOLIO_SKIP_WITHOUT_CUDA_DEVICE();
+  std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/5);
+  absl::StatusOr<std::unique_ptr<CudaModelRunner>> r =
+      CudaModelRunner::Create(*weights, SmallOptions(DType::kF32));
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int round = 0; round < 5; ++round) {
+    StepInput step;
+    for (int i = 0; i < 2; ++i) {
+      SequenceStep s;
+      s.seq_id = 100 * round + i;
+      s.token_ids = {1, 7 + round, 40, 3 * round + 9};
+      s.block_table = {2 * round + i};
+      s.sampling.temperature = 0.0f;
+      s.num_samples = 2;
+      s.return_logits = i == 1;
+      step.seqs.push_back(s);
+    }
+    absl::StatusOr<StepOutput> out = (*r)->Execute(step);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const SequenceOutput& device = out->seqs[0];
+    const SequenceOutput& host = out->seqs[1];
+    ASSERT_EQ(device.samples.size(), 2u);
+    ASSERT_EQ(host.samples.size(), 2u);
+    EXPECT_EQ(device.samples[0].token_id, host.samples[0].token_id);
+    EXPECT_EQ(device.samples[1].token_id, host.samples[0].token_id);
+    EXPECT_NEAR(device.samples[0].logprob, host.samples[0].logprob, 1e-5);
+    const auto best = std::max_element(host.logits.begin(), host.logits.end());
+    EXPECT_EQ(host.samples[0].token_id, best - host.logits.begin());
+  }
+}
+
 TEST(CudaModelRunnerTest, KvPoolTakesTheConfiguredShareOfDeviceMemory) {
   FOLIO_SKIP_WITHOUT_CUDA_DEVICE();
   std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/11);

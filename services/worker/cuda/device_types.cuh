@@ -25,13 +25,18 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
-// Eight 16-bit values (one 16-byte load; p must be 16-byte aligned) widened to f32.
+// Eight 16-bit values of type T packed in 16 bytes, widened to f32.
 template <typename T>
-__device__ __forceinline__ void Load8(const T* p, float (&out)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void Unpack8(const uint4& raw, float* out) {
   const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = ToFloat(v[i]);
+}
+
+// Eight 16-bit values (one 16-byte load; p must be 16-byte aligned) widened to f32.
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&out)[8]) {
+  Unpack8<T>(*reinterpret_cast<const uint4*>(p), out);
 }
 
 __device__ __forceinline__ float WarpSum(float x) {

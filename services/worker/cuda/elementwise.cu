@@ -79,34 +79,62 @@ __global__ void SiluAndMulKernel(const float* __restrict__ gate_up, int32_t hidd
   }
 }
 
-// One block per row: block max, then block sum of exp(x - max).
-__global__ void LogSumExpKernel(const float* __restrict__ logits, int32_t vocab,
-                                float* __restrict__ lse) {
+// One block per row: block max (with the lowest index holding it), then block sum of
+// exp(x - max).
+__global__ void LogSumExpArgmaxKernel(const float* __restrict__ logits, int32_t vocab,
+                                      float* __restrict__ lse, int32_t* __restrict__ argmax,
+                                      float* __restrict__ argmax_logprob) {
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  __shared__ float partial[kRowThreads / 32];
+  __shared__ float part_val[kRowThreads / 32];
+  __shared__ int part_idx[kRowThreads / 32];
   __shared__ float row_max;
   float m = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row[i]);
-  m = WarpMax(m);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = m;
+  int best = vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (row[i] > m) {  // strictly greater: within a thread indices only grow
+      m = row[i];
+      best = i;
+    }
+  }
+  auto better = [](float v, int i, float w, int j) { return w > v || (w == v && j < i); };
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, m, off);
+    const int j = __shfl_xor_sync(0xffffffffu, best, off);
+    if (better(m, best, w, j)) {
+      m = w;
+      best = j;
+    }
+  }
+  if (threadIdx.x % 32 == 0) {
+    part_val[threadIdx.x / 32] = m;
+    part_idx[threadIdx.x / 32] = best;
+  }
   __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < kRowThreads / 32 ? partial[threadIdx.x] : -INFINITY;
-    v = WarpMax(v);
-    if (threadIdx.x == 0) row_max = v;
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kRowThreads / 32; ++w) {
+      if (better(m, best, part_val[w], part_idx[w])) {
+        m = part_val[w];
+        best = part_idx[w];
+      }
+    }
+    row_max = m;
+    argmax[blockIdx.x] = best;
   }
   __syncthreads();
   m = row_max;
   float sum = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(row[i] - m);
   sum = WarpSum(sum);
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  if (threadIdx.x % 32 == 0) part_val[threadIdx.x / 32] = sum;
   __syncthreads();
   if (threadIdx.x < 32) {
-    float v = threadIdx.x < kRowThreads / 32 ? partial[threadIdx.x] : 0.0f;
+    float v = threadIdx.x < kRowThreads / 32 ? part_val[threadIdx.x] : 0.0f;
     v = WarpSum(v);
-    if (threadIdx.x == 0) lse[blockIdx.x] = m + logf(v);
+    if (threadIdx.x == 0) {
+      lse[blockIdx.x] = m + logf(v);
+      argmax_logprob[blockIdx.x] = -logf(v);  // m - (m + log(v))
+    }
   }
 }
 
@@ -189,10 +217,11 @@ void LaunchEmbedTokens(const int32_t* tokens, int32_t rows, const void* table,
   });
 }
 
-void LaunchLogSumExp(const float* logits, int32_t rows, int32_t vocab, float* lse,
-                     cudaStream_t stream) {
+void LaunchLogSumExpArgmax(const float* logits, int32_t rows, int32_t vocab, float* lse,
+                           int32_t* argmax, float* argmax_logprob, cudaStream_t stream) {
   if (rows == 0) return;
-  LogSumExpKernel<<<rows, kRowThreads, 0, stream>>>(logits, vocab, lse);
+  LogSumExpArgmaxKernel<<<rows, kRowThreads, 0, stream>>>(logits, vocab, lse, argmax,
+                                                          argmax_logprob);
 }
 
 void LaunchConvert(const float* in, int64_t n, void* out, DType dtype, cudaStream_t stream) {

@@ -118,10 +118,12 @@ void LaunchSiluAndMul(const float* gate_up, int32_t rows, int32_t hidden, void* 
 void LaunchEmbedTokens(const int32_t* tokens, int32_t rows, const void* table,
                        DType table_dtype, int32_t dim, float* x, cudaStream_t stream);
 
-// lse[r] = log(sum(exp(logits[r]))) for each of `rows` rows of `vocab` f32 values,
-// computed stably (max first).
-void LaunchLogSumExp(const float* logits, int32_t rows, int32_t vocab, float* lse,
-                     cudaStream_t stream);
+// For each of `rows` rows of `vocab` f32 logits: lse[r] = log(sum(exp(logits[r])))
+// (computed stably, max first) and argmax[r] = the index of the largest logit, the lowest
+// index on a tie (as the CPU sampler's greedy choice), with its log-prob
+// argmax_logprob[r] = logits[r][argmax[r]] - lse[r].
+void LaunchLogSumExpArgmax(const float* logits, int32_t rows, int32_t vocab, float* lse,
+                           int32_t* argmax, float* argmax_logprob, cudaStream_t stream);
 
 // Converts n f32 values to dtype (a plain copy for kF32).
 void LaunchConvert(const float* in, int64_t n, void* out, DType dtype, cudaStream_t stream);

@@ -8,7 +8,7 @@
 // Threads are split into token groups: each thread of a group owns one or two 16-byte
 // chunks (8 or 16 values) of a K or V row, so a group reads one token's row with
 // coalesced 16-byte loads, and each thread has four 16-byte loads issued before their
-// first use. Two chunks per thread halve the threads per token and so the shuffle steps
+// first use (kept as raw words until then). Two chunks per thread halve the threads per token and so the shuffle steps
 // and address arithmetic per byte, which is what bounds this kernel on a fast memory
 // system; groups of 8 heads keep one chunk to stay within registers.
 //   1. q . k for each token of the partition and each head of the group (partial dot
@@ -97,29 +97,31 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
   // 1. Logits. Every thread runs the same number of iterations (shuffles need the whole
   // warp); tokens past the end load nothing and write nothing.
   for (int base = start; base < end; base += kTokenGroups * kUnroll) {
-    float kf[kUnroll][kVec];
+    // Raw 16-byte words are kept in flight (4 registers each, not 8 floats), then widened.
+    uint4 kraw[kUnroll][kChunks];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kTokenGroups + token_group;
       if (t < end) {
         const KvT* p = k_cache + slot_of(t) * slot_stride + head_offset;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          Load8(p + 8 * c, *reinterpret_cast<float(*)[8]>(&kf[u][8 * c]));
-        }
+        for (int c = 0; c < kChunks; ++c) kraw[u][c] = *reinterpret_cast<const uint4*>(p + 8 * c);
       } else {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) kf[u][e] = 0.0f;
+        for (int c = 0; c < kChunks; ++c) kraw[u][c] = make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kTokenGroups + token_group;
+      float kf[kVec];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) Unpack8<KvT>(kraw[u][c], kf + 8 * c);
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) {
         float s = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) s += qr[g][e] * kf[u][e];
+        for (int e = 0; e < kVec; ++e) s += qr[g][e] * kf[e];
 #pragma unroll
         for (int off = kGroupThreads / 2; off > 0; off >>= 1) {
           s += __shfl_xor_sync(0xffffffffu, s, off);
@@ -158,27 +160,28 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(
     for (int e = 0; e < kVec; ++e) acc[g][e] = 0.0f;
   }
   for (int base = start; base < end; base += kTokenGroups * kUnroll) {
-    float vf[kUnroll][kVec];
+    uint4 vraw[kUnroll][kChunks];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kTokenGroups + token_group;
       if (t < end) {
         const KvT* p = v_cache + slot_of(t) * slot_stride + head_offset;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          Load8(p + 8 * c, *reinterpret_cast<float(*)[8]>(&vf[u][8 * c]));
-        }
+        for (int c = 0; c < kChunks; ++c) vraw[u][c] = *reinterpret_cast<const uint4*>(p + 8 * c);
       }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * kTokenGroups + token_group;
       if (t >= end) continue;
+      float vf[kVec];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) Unpack8<KvT>(vraw[u][c], vf + 8 * c);
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) {
         const float p = logits[g * partition_size + (t - start)];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[g][e] += p * vf[u][e];
+        for (int e = 0; e < kVec; ++e) acc[g][e] += p * vf[e];
       }
     }
   }

@@ -24,7 +24,7 @@ cmake -S "$repo" -B "$build" -G Ninja \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer" \
-  -DFOLIO_FUZZ=ON -DFOLIO_BUILD_BENCHMARKS=OFF >/dev/null
+  -DFOLIO_FUZZ=ON -DFOLIO_BUILD_BENCHMARKS=OFF -DFOLIO_CUDA=OFF >/dev/null
 cmake --build "$build" --target gguf_fuzz -j "$jobs"
 
 corpus="$build/fuzz-corpus"

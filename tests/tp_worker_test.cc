@@ -3,7 +3,8 @@
 // (every step to both ranks, rank 0 answers). The stories260K golden text over them; the
 // collectives each rank reports per step; each rank's weight bytes against a TP=1 worker;
 // a killed rank and a stopped rank fail the step with an error instead of hanging; a
-// TP degree that does not divide the KV heads is refused at start-up.
+// TP degree that does not divide the KV heads is refused at start-up, and so are ranks
+// handed to the scheduler out of order.
 //
 // Needs FOLIO_MODELS_DIR (skips with a how-to otherwise) and FOLIO_BUILD_DIR (set by ctest).
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "services/scheduler/cluster_setup.h"
 #include "services/scheduler/grpc_clients.h"
 #include "tests/cluster.h"
 #include "tests/service_process.h"
@@ -242,6 +244,24 @@ TEST_F(TpWorkerTest, RankAboveZeroNeedsTheRendezvousAddress) {
       testing::BinDir() + "/folio-worker --model=" + model_ + " --tp_size=2 --tp_rank=1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("--tp_rendezvous is required"));
+}
+
+TEST_F(TpWorkerTest, SchedulerRefusesRanksListedOutOfOrder) {
+  StartRanks(2);
+  scheduler::GrpcWorkerClient reversed(
+      {grpc::CreateChannel(ranks_[1]->address(), grpc::InsecureChannelCredentials()),
+       grpc::CreateChannel(ranks_[0]->address(), grpc::InsecureChannelCredentials())},
+      absl::Seconds(30));
+  // No cache manager is needed: the ranks are checked before it is reached.
+  scheduler::GrpcCacheClient cache(
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), absl::Seconds(1));
+  scheduler::ClusterSetupOptions options;
+  options.startup_timeout = absl::Seconds(30);
+  absl::StatusOr<pb::ClusterInfo> info = scheduler::SetUpCluster(options, reversed, cache);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(info.status().message(),
+              HasSubstr("reports itself as tensor-parallel rank 1 of 2"));
 }
 
 }  // namespace

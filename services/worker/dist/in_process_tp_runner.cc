@@ -15,6 +15,8 @@ absl::StatusOr<std::unique_ptr<InProcessTpRunner>> InProcessTpRunner::Create(
   if (n < 1) {
     return absl::InvalidArgumentError(absl::StrCat("tp_size must be positive, got ", n));
   }
+  // Refuse a model that does not split before any rank waits for the others.
+  if (absl::Status s = CheckTpShard(weights.config, {.rank = 0, .size = n}); !s.ok()) return s;
   // Join every rank at once (each blocks until all have published), then build each
   // rank's shard on its own thread too.
   KvStore store;

@@ -44,15 +44,27 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
   auto cachemgr = ServiceProcess::Start("folio-cachemgr", with(fast_shutdown, options.cachemgr_args));
   if (!cachemgr.ok()) return cachemgr.status();
   c->cachemgr_ = std::move(*cachemgr);
-  auto worker = ServiceProcess::Start(
-      "folio-worker", with(with(fast_shutdown, {"--model=" + options.model, "--num_threads=2"}),
-                           options.worker_args));
-  if (!worker.ok()) return worker.status();
-  c->worker_ = std::move(*worker);
+  std::string worker_addresses;
+  for (int rank = 0; rank < options.tp_size; ++rank) {
+    std::vector<std::string> args = {"--model=" + options.model};
+    if (options.tp_size == 1) {
+      args.push_back("--num_threads=2");
+    } else {
+      args.push_back("--num_threads=1");
+      args.push_back("--tp_size=" + std::to_string(options.tp_size));
+      args.push_back("--tp_rank=" + std::to_string(rank));
+      if (rank > 0) args.push_back("--tp_rendezvous=" + c->workers_[0]->address());
+    }
+    auto worker = ServiceProcess::Start("folio-worker",
+                                        with(with(fast_shutdown, args), options.worker_args));
+    if (!worker.ok()) return worker.status();
+    c->workers_.push_back(std::move(*worker));
+    worker_addresses += (rank > 0 ? "," : "") + c->workers_.back()->address();
+  }
   auto scheduler = ServiceProcess::Start(
       "folio-scheduler",
       with(with(fast_shutdown, {"--cachemgr=" + c->cachemgr_->address(),
-                                "--workers=" + c->worker_->address(), "--startup_timeout_s=60"}),
+                                "--workers=" + worker_addresses, "--startup_timeout_s=60"}),
            options.scheduler_args));
   if (!scheduler.ok()) return scheduler.status();
   c->scheduler_ = std::move(*scheduler);

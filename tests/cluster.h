@@ -18,7 +18,8 @@ namespace folio::testing {
 struct ClusterOptions {
   std::string model;                        // path; required
   std::vector<std::string> cachemgr_args;
-  std::vector<std::string> worker_args;     // e.g. --kv_cache_bytes=...
+  std::vector<std::string> worker_args;     // e.g. --kv_cache_bytes=...; every rank
+  int tp_size = 1;                          // worker ranks (tensor parallelism)
   std::vector<std::string> scheduler_args;  // e.g. --num_blocks=40
   std::vector<std::string> frontend_args;
 };
@@ -31,7 +32,7 @@ class Cluster {
   folio::v1::TextGeneration::Stub& frontend() { return *frontend_stub_; }
   folio::internal::v1::CacheManager::Stub& cachemgr() { return *cachemgr_stub_; }
   ServiceProcess& cachemgr_process() { return *cachemgr_; }
-  ServiceProcess& worker_process() { return *worker_; }
+  ServiceProcess& worker_process(int rank = 0) { return *workers_[rank]; }
   ServiceProcess& scheduler_process() { return *scheduler_; }
   ServiceProcess& frontend_process() { return *frontend_; }
 
@@ -41,7 +42,8 @@ class Cluster {
   bool WaitForEmptyPool(absl::Duration timeout);
 
  private:
-  std::unique_ptr<ServiceProcess> cachemgr_, worker_, scheduler_, frontend_;
+  std::unique_ptr<ServiceProcess> cachemgr_, scheduler_, frontend_;
+  std::vector<std::unique_ptr<ServiceProcess>> workers_;  // by rank
   std::unique_ptr<folio::v1::TextGeneration::Stub> frontend_stub_;
   std::unique_ptr<folio::internal::v1::CacheManager::Stub> cachemgr_stub_;
 };

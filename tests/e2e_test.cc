@@ -83,6 +83,17 @@ TEST_F(E2eTest, GreedyFromBosIsTheGoldenText) {
   EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
 }
 
+// Greedy output does not depend on the TP degree: two worker ranks (Gloo between them),
+// the scheduler fanning every step out to both.
+TEST_F(E2eTest, GoldenTextWithTwoTensorParallelRanks) {
+  auto cluster = StartCluster(ClusterOptions{.tp_size = 2});
+  ASSERT_NE(cluster, nullptr);
+  Completion c = Generate(cluster->frontend(), Greedy("", 200));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.text, golden_);
+  EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+}
+
 class E2eBlockSizeTest : public E2eTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(E2eBlockSizeTest, GoldenTextAtOtherBlockSizes) {

@@ -84,10 +84,20 @@ def main():
     p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
     p.add_argument("--max_num_seqs", type=int, default=64)
     p.add_argument("--max_num_batched_tokens", type=int, default=512)
-    p.add_argument("--threads", type=int, default=0, help="worker threads (0: all cores)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads per worker rank (0: all cores, shared out over the ranks)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel degree: worker ranks splitting the model (must divide "
+                        "its KV head count)")
     p.add_argument("--startup_timeout_s", type=int, default=300)
     args = p.parse_args()
 
+    if args.tp < 1:
+        log("--tp must be at least 1")
+        return 2
+    threads = args.threads
+    if threads == 0 and args.tp > 1:
+        threads = max(1, (os.cpu_count() or 1) // args.tp)
     model = args.model or default_model(root)
     if not model or not os.path.exists(model):
         log("no model: pass --model=PATH (a GGUF file or a llama2.c checkpoint), or set "
@@ -100,7 +110,7 @@ def main():
             return 2
 
     run_dir = tempfile.mkdtemp(prefix="folio-serve-")
-    log(f"model {model}")
+    log(f"model {model}" + (f", {args.tp} tensor-parallel worker ranks" if args.tp > 1 else ""))
     log(f"logs in {run_dir}")
     services = []
 
@@ -118,14 +128,24 @@ def main():
     try:
         cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"], run_dir)
         services.append(cachemgr)
-        worker = Service("worker", [b("folio-worker"), f"--model={model}",
-                                    f"--kv_cache_bytes={args.kv_cache_bytes}",
-                                    f"--num_threads={args.threads}"], run_dir)
-        services.append(worker)
+        # Rank 0 first: the other ranks find their group through its gRPC port.
+        workers = []
+        for rank in range(args.tp):
+            argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
+                    f"--num_threads={threads}"]
+            if args.tp > 1:
+                argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
+                if rank > 0:
+                    argv.append(f"--tp_rendezvous={workers[0].address}")
+            name = "worker" if args.tp == 1 else f"worker{rank}"
+            worker = Service(name, argv, run_dir)
+            services.append(worker)
+            workers.append(worker)
+            worker.wait_ports(args.startup_timeout_s)
         cachemgr.wait_ports(args.startup_timeout_s)
-        worker.wait_ports(args.startup_timeout_s)
         scheduler = Service("scheduler", [
-            b("folio-scheduler"), f"--cachemgr={cachemgr.address}", f"--workers={worker.address}",
+            b("folio-scheduler"), f"--cachemgr={cachemgr.address}",
+            "--workers=" + ",".join(w.address for w in workers),
             f"--block_size={args.block_size}", f"--policy={args.policy}",
             f"--max_num_seqs={args.max_num_seqs}",
             f"--max_num_batched_tokens={args.max_num_batched_tokens}"], run_dir)
@@ -158,7 +178,7 @@ def main():
 
     print("Folio is serving.", flush=True)
     print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
-    for s in (scheduler, cachemgr, worker):
+    for s in [scheduler, cachemgr] + workers:
         print(f"  {s.name:<9} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
     print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
     print("Ctrl-C stops the cluster.", flush=True)

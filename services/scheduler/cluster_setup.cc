@@ -49,6 +49,13 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
       return absl::FailedPreconditionError(
           absl::StrCat("worker rank ", rank, " serves a different model"));
     }
+    if (info.tp_size() != workers.num_ranks() || info.tp_rank() != rank) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker rank ", rank, " (address #", rank + 1, " of --workers) reports itself "
+          "as tensor-parallel rank ", info.tp_rank(), " of ", info.tp_size(), ", but the "
+          "scheduler has ", workers.num_ranks(), " worker(s): list every rank of the replica, "
+          "rank 0 first, and start each with --tp_size=", workers.num_ranks()));
+    }
     if (info.kv_bytes_per_token() <= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker rank ", rank, " reports no KV bytes per token"));

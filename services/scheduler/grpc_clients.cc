@@ -1,9 +1,11 @@
 #include "services/scheduler/grpc_clients.h"
 
 #include <chrono>
-#include <future>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 
 namespace folio::scheduler {
@@ -141,28 +143,76 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
     req.mutable_sequences(static_cast<int>(i))->set_request_id(request_ids[i]);
   }
   req.set_step_id(absl::StrCat("w", next_step_++));
-  // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other).
-  std::vector<std::future<std::pair<grpc::Status, pb::ExecuteStepResponse>>> calls;
-  for (size_t rank = 1; rank < stubs_.size(); ++rank) {
-    calls.push_back(std::async(std::launch::async, [this, rank, &req] {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx, timeout_);
-      pb::ExecuteStepResponse resp;
-      grpc::Status s = stubs_[rank]->ExecuteStep(&ctx, req, &resp);
-      return std::make_pair(s, std::move(resp));
-    }));
+  // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other),
+  // each call under the same deadline. The first rank to fail cancels the others: a rank
+  // blocked in a collective on a dead peer would otherwise hold the step until the
+  // deadline. A rank that does not answer fails the step with DEADLINE_EXCEEDED.
+  const int n = num_ranks();
+  struct Call {
+    grpc::ClientContext ctx;
+    pb::ExecuteStepResponse resp;
+    grpc::Status status;
+  };
+  std::vector<Call> calls(n);
+  struct Progress {
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+    int first_failure ABSL_GUARDED_BY(mu) = -1;
+  } progress;
+  {
+    absl::MutexLock lock(&progress.mu);
+    progress.pending = n;
   }
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
-  pb::ExecuteStepResponse resp;
-  grpc::Status status = stubs_[0]->ExecuteStep(&ctx, req, &resp);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    auto [s, ignored] = calls[i].get();
-    if (!s.ok() && status.ok()) {
-      status = grpc::Status(s.error_code(), absl::StrCat("rank ", i + 1, ": ", s.error_message()));
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (int rank = 0; rank < n; ++rank) {
+    Call& call = calls[rank];
+    call.ctx.set_deadline(absl::ToChronoTime(deadline));
+    stubs_[rank]->async()->ExecuteStep(
+        &call.ctx, &req, &call.resp, [&progress, &call, rank](grpc::Status s) {
+          absl::MutexLock lock(&progress.mu);
+          call.status = std::move(s);
+          if (!call.status.ok() && progress.first_failure < 0) progress.first_failure = rank;
+          --progress.pending;
+        });
+  }
+  int first_failure = -1;
+  {
+    absl::MutexLock lock(&progress.mu);
+    progress.mu.Await(absl::Condition(
+        +[](Progress* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return p->pending == 0 || p->first_failure >= 0;
+        },
+        &progress));
+  }
+  // Cancel outside the lock (a cancelled call's callback takes it); a finished call
+  // ignores it.
+  for (Call& call : calls) call.ctx.TryCancel();
+  {
+    absl::MutexLock lock(&progress.mu);
+    progress.mu.Await(absl::Condition(
+        +[](Progress* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending == 0; }, &progress));
+    first_failure = progress.first_failure;
+  }
+  if (first_failure >= 0) {
+    // The first failure is the cause; the others are usually its echo (cancelled, or a
+    // collective that lost its peer), listed after it.
+    const grpc::Status& cause = calls[first_failure].status;
+    std::string message = absl::StrCat("worker rank ", first_failure, " of ", n, ": ",
+                                       cause.error_message());
+    if (cause.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      absl::StrAppend(&message, " (no answer within the step deadline of ",
+                      absl::FormatDuration(timeout_), ")");
     }
+    for (int rank = 0; rank < n; ++rank) {
+      const grpc::Status& s = calls[rank].status;
+      if (rank == first_failure || s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
+        continue;
+      }
+      absl::StrAppend(&message, "; rank ", rank, ": ", s.error_message());
+    }
+    return FromGrpcStatus(grpc::Status(cause.error_code(), message));
   }
-  if (!status.ok()) return FromGrpcStatus(status);
+  const pb::ExecuteStepResponse& resp = calls[0].resp;
   if (resp.outputs_size() != static_cast<int>(step.seqs.size())) {
     return absl::InternalError("worker answered a different number of sequences");
   }

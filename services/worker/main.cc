@@ -5,12 +5,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "common/process.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
+#include "grpcpp/create_channel.h"
+#include "services/worker/dist/gloo_communicator.h"
+#include "services/worker/dist/kv_store.h"
+#include "services/worker/dist/rendezvous_service.h"
+#include "services/worker/engine/cpu_weights.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/service.h"
 
@@ -28,6 +34,21 @@ ABSL_FLAG(std::string, kv_cache_bytes, "256MiB",
           "the pool from it): a number of bytes or a size with a unit, e.g. 512MiB, 2GiB, 1.5GB.");
 ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(int, num_threads, 0, "Threads for the kernels and OpenBLAS; 0 = all cores.");
+ABSL_FLAG(int, tp_size, 1,
+          "Tensor-parallel degree: how many folio-worker ranks split this model replica. "
+          "Must divide the model's KV head count.");
+ABSL_FLAG(int, tp_rank, 0, "This worker's rank in [0, --tp_size). Rank 0 hosts the rendezvous.");
+ABSL_FLAG(std::string, tp_rendezvous, "",
+          "Ranks above 0: rank 0's gRPC address (HOST:PORT), where the group's rendezvous "
+          "table is served. Not used by rank 0.");
+ABSL_FLAG(std::string, tp_host, "",
+          "Address this rank's collective (Gloo TCP) endpoint listens on and the other ranks "
+          "connect to; empty = --host (which must then not be a wildcard like 0.0.0.0).");
+ABSL_FLAG(int, tp_timeout_ms, 60000,
+          "A collective that a peer rank does not join within this long fails the step and "
+          "breaks the group (the replica must then be restarted).");
+ABSL_FLAG(int, tp_rendezvous_timeout_s, 300,
+          "How long to wait at start-up for every rank of the group to join.");
 ABSL_FLAG(int, shutdown_grace_ms, 500,
           "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
 ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight RPCs finish for this long.");
@@ -38,7 +59,9 @@ int main(int argc, char** argv) {
                      "one worker rank: holds the model weights and the KV cache and runs "
                      "steps for the scheduler.\n"
                      "Usage: folio-worker --model=PATH [--kv_cache_bytes=256MiB] "
-                     "[--kv_dtype=f16|f32] [--port=N] ...");
+                     "[--kv_dtype=f16|f32] [--port=N] ...\n"
+                     "Tensor parallelism: start --tp_size ranks; rank 0 with --tp_rank=0, the "
+                     "others with --tp_rank=R --tp_rendezvous=RANK0_HOST:PORT.");
   using folio::worker::WorkerServiceOptions;
 
   std::string model_path = absl::GetFlag(FLAGS_model);
@@ -77,6 +100,31 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  options.tp_size = absl::GetFlag(FLAGS_tp_size);
+  options.tp_rank = absl::GetFlag(FLAGS_tp_rank);
+  if (options.tp_size < 1 || options.tp_rank < 0 || options.tp_rank >= options.tp_size) {
+    LOG(ERROR) << "--tp_rank must lie in [0, --tp_size) and --tp_size be at least 1; got rank "
+               << options.tp_rank << " of " << options.tp_size;
+    return 2;
+  }
+  const std::string tp_host =
+      absl::GetFlag(FLAGS_tp_host).empty() ? absl::GetFlag(FLAGS_host) : absl::GetFlag(FLAGS_tp_host);
+  if (options.tp_size > 1) {
+    if (options.tp_rank > 0 && absl::GetFlag(FLAGS_tp_rendezvous).empty()) {
+      LOG(ERROR) << "--tp_rendezvous is required on ranks above 0: rank 0's gRPC address";
+      return 2;
+    }
+    if (tp_host == "0.0.0.0" || tp_host == "::" || tp_host == "[::]") {
+      LOG(ERROR) << "--tp_host must be an address the other ranks can reach (--host is "
+                 << tp_host << ")";
+      return 2;
+    }
+    if (absl::GetFlag(FLAGS_tp_timeout_ms) <= 0 || absl::GetFlag(FLAGS_tp_rendezvous_timeout_s) <= 0) {
+      LOG(ERROR) << "--tp_timeout_ms and --tp_rendezvous_timeout_s must be positive";
+      return 2;
+    }
+  }
+
   absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> weights =
       folio::worker::LoadModel(model_path);
   if (!weights.ok()) {
@@ -84,8 +132,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   const folio::worker::ModelConfig config = (*weights)->config;
+  if (absl::Status s = folio::worker::CheckTpShard(
+          config, {.rank = options.tp_rank, .size = options.tp_size});
+      !s.ok()) {
+    LOG(ERROR) << "--tp_size=" << options.tp_size << ": " << s.message();
+    return 2;
+  }
 
   folio::MetricsRegistry registry;
+  // Outlives the service: its step thread may still be joining the group through it.
+  folio::worker::KvStore rendezvous_table;
   folio::worker::WorkerService service(*std::move(weights), options, &registry);
   LOG(INFO) << "model " << (config.name.empty() ? model_path : config.name) << ": "
             << config.num_layers << " layers, dim " << config.dim << ", vocab "
@@ -115,10 +171,39 @@ int main(int argc, char** argv) {
       pending_state = state;
     }
   });
-  auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
+  // Rank 0 of a group serves the rendezvous table on its own gRPC port.
+  folio::worker::RendezvousService rendezvous(&rendezvous_table);
+  std::vector<grpc::Service*> services = {&service};
+  if (options.tp_size > 1 && options.tp_rank == 0) services.push_back(&rendezvous);
+  auto runner = folio::ServiceRunner::Start(server_options, services, &registry);
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();
     return 1;
+  }
+  if (options.tp_size > 1) {
+    folio::worker::GlooCommunicatorOptions comm;
+    comm.rank = options.tp_rank;
+    comm.world_size = options.tp_size;
+    comm.hostname = tp_host;
+    comm.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_tp_timeout_ms));
+    comm.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_rendezvous_timeout_s));
+    const std::string rendezvous_address = absl::GetFlag(FLAGS_tp_rendezvous);
+    service.ConnectTensorParallel(
+        [comm, rendezvous_address, &rendezvous_table]()
+            -> absl::StatusOr<std::unique_ptr<folio::worker::Communicator>> {
+          absl::StatusOr<std::unique_ptr<folio::worker::GlooCommunicator>> joined;
+          if (comm.rank == 0) {
+            folio::worker::LocalGlooStore store(&rendezvous_table, comm.rendezvous_timeout);
+            joined = folio::worker::GlooCommunicator::Create(comm, store);
+          } else {
+            folio::worker::GrpcRendezvousStore store(
+                grpc::CreateChannel(rendezvous_address, grpc::InsecureChannelCredentials()),
+                comm.rendezvous_timeout);
+            joined = folio::worker::GlooCommunicator::Create(comm, store);
+          }
+          if (!joined.ok()) return joined.status();
+          return std::unique_ptr<folio::worker::Communicator>(*std::move(joined));
+        });
   }
   {
     absl::MutexLock lock(&serving_mu);

@@ -1,5 +1,6 @@
 #include "services/worker/service.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -27,10 +28,12 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::S
   return reactor;
 }
 
-KvCacheShape ShapeFor(const ModelConfig& config, kernels::KvDType dtype, int32_t block_size) {
+// The KV cache shape of one rank of `tp_size` (each holds num_kv_heads / tp_size heads).
+KvCacheShape ShapeFor(const ModelConfig& config, int32_t tp_size, kernels::KvDType dtype,
+                      int32_t block_size) {
   KvCacheShape shape;
   shape.num_layers = config.num_layers;
-  shape.num_kv_heads = config.num_kv_heads;
+  shape.num_kv_heads = config.num_kv_heads / std::max(1, tp_size);
   shape.head_dim = config.head_dim;
   shape.block_size = block_size;
   shape.dtype = dtype;
@@ -71,6 +74,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   info.set_kv_dtype(kernels::KvDTypeName(options.kv_dtype));
   info.set_tp_rank(options.tp_rank);
   info.set_tp_size(options.tp_size);
+  info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));
   return info;
 }
 
@@ -262,7 +266,14 @@ WorkerService::Metrics::Metrics(MetricsRegistry* r)
       kv_cache_blocks(r->AddGauge("folio_worker_kv_cache_blocks",
                                   "Blocks in the allocated KV pool (0 before AllocateKvCache).")),
       kv_block_size(r->AddGauge("folio_worker_kv_cache_block_size_tokens",
-                                "Tokens per KV block (0 before AllocateKvCache).")) {}
+                                "Tokens per KV block (0 before AllocateKvCache).")),
+      weight_bytes(r->AddGauge("folio_worker_weight_bytes",
+                               "Bytes of model weights this rank holds (its tensor-parallel "
+                               "shard; 0 before AllocateKvCache).")),
+      collectives(r->AddCounterFamily("folio_worker_collectives_total",
+                                      "Tensor-parallel collectives this rank issued, by "
+                                      "operation (all_reduce, gather).",
+                                      {"op"})) {}
 
 // --------------------------------------------------------------------- WorkerService
 
@@ -270,11 +281,34 @@ WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
                              const WorkerServiceOptions& options, MetricsRegistry* registry)
     : weights_(std::move(weights)),
       options_(options),
-      kv_bytes_per_token_(KvBytesPerBlock(ShapeFor(weights_->config, options.kv_dtype, 1))),
+      kv_bytes_per_token_(
+          KvBytesPerBlock(ShapeFor(weights_->config, options.tp_size, options.kv_dtype, 1))),
       static_info_(MakeStaticInfo(*weights_, options_, kv_bytes_per_token_)),
-      metrics_(registry) {}
+      metrics_(registry),
+      communicator_status_(options.tp_size > 1
+                               ? absl::FailedPreconditionError(
+                                     "this tensor-parallel rank has not joined its group")
+                               : absl::OkStatus()) {}
 
 WorkerService::~WorkerService() = default;
+
+void WorkerService::ConnectTensorParallel(ConnectFn connect) {
+  step_thread_.Post([this, connect = std::move(connect)]() mutable {
+    LOG(INFO) << "tensor-parallel rank " << options_.tp_rank << " of " << options_.tp_size
+              << ": joining the group";
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = connect();
+    if (!comm.ok()) {
+      communicator_status_ = comm.status();
+      LOG(ERROR) << "tensor-parallel rank " << options_.tp_rank << " could not join: "
+                 << comm.status();
+      return;
+    }
+    communicator_ = *std::move(comm);
+    communicator_status_ = absl::OkStatus();
+    LOG(INFO) << "tensor-parallel rank " << options_.tp_rank << " of " << options_.tp_size
+              << " joined its group";
+  });
+}
 
 void WorkerService::SetServingCallback(std::function<void(ServingState)> callback) {
   serving_callback_ = std::move(callback);
@@ -287,6 +321,8 @@ grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerConte
   absl::MutexLock lock(&info_mu_);
   response->set_num_blocks(num_blocks_);
   response->set_block_size(block_size_);
+  response->set_weight_bytes(weight_bytes_);
+  response->set_layer_weight_bytes(layer_weight_bytes_);
   return Finish(ctx, absl::OkStatus());
 }
 
@@ -301,7 +337,7 @@ absl::Status WorkerService::CheckAllocation(int32_t num_blocks, int32_t block_si
         absl::StrCat("num_blocks must be positive, got ", num_blocks));
   }
   const int64_t bytes_per_block =
-      KvBytesPerBlock(ShapeFor(weights_->config, options_.kv_dtype, block_size));
+      KvBytesPerBlock(ShapeFor(weights_->config, options_.tp_size, options_.kv_dtype, block_size));
   const int64_t bytes = int64_t{num_blocks} * bytes_per_block;
   if (bytes > options_.kv_cache_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -318,12 +354,19 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   // Release the old pool first: the budget is sized for one pool, not two.
   const bool had_pool = runner_ != nullptr;
   runner_.reset();
+  if (options_.tp_size > 1 && communicator_ == nullptr) {
+    if (had_pool && serving_callback_) serving_callback_(ServingState::kNotServing);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot build tensor-parallel rank ", options_.tp_rank, " of ", options_.tp_size,
+        " without its group: ", communicator_status_.message()));
+  }
   CpuModelRunnerOptions options;
+  options.communicator = communicator_.get();
   options.block_size = block_size;
   options.kv_dtype = options_.kv_dtype;
   options.kv_cache_bytes =
-      int64_t{num_blocks} * KvBytesPerBlock(ShapeFor(weights_->config, options_.kv_dtype,
-                                                     block_size));
+      int64_t{num_blocks} * KvBytesPerBlock(ShapeFor(weights_->config, options_.tp_size,
+                                                     options_.kv_dtype, block_size));
   options.max_num_blocks = num_blocks;
   options.num_threads = options_.num_threads;
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner =
@@ -333,6 +376,8 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
       absl::MutexLock lock(&info_mu_);
       num_blocks_ = 0;
       block_size_ = 0;
+      weight_bytes_ = 0;
+      layer_weight_bytes_ = 0;
     }
     metrics_.kv_cache_bytes.Set(0);
     metrics_.kv_cache_blocks.Set(0);
@@ -342,12 +387,17 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   }
   CHECK_EQ((*runner)->num_blocks(), num_blocks) << "the pool is sized to the request";
   const int64_t bytes = (*runner)->kv_cache().size_bytes();
+  const int64_t weight_bytes = (*runner)->weights().size_bytes();
+  const int64_t layer_weight_bytes = (*runner)->weights().layer_bytes();
   runner_ = *std::move(runner);
   {
     absl::MutexLock lock(&info_mu_);
     num_blocks_ = num_blocks;
     block_size_ = block_size;
+    weight_bytes_ = weight_bytes;
+    layer_weight_bytes_ = layer_weight_bytes;
   }
+  metrics_.weight_bytes.Set(static_cast<double>(weight_bytes));
   metrics_.kv_cache_bytes.Set(static_cast<double>(bytes));
   metrics_.kv_cache_blocks.Set(num_blocks);
   metrics_.kv_block_size.Set(block_size);
@@ -394,6 +444,14 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   const absl::Time start = absl::Now();
   absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (communicator_ != nullptr) {
+    const CollectiveCounts counts = communicator_->counts();
+    metrics_.collectives.WithLabels({"all_reduce"})
+        .Increment(static_cast<double>(counts.all_reduces - reported_counts_.all_reduces));
+    metrics_.collectives.WithLabels({"gather"})
+        .Increment(static_cast<double>(counts.gathers - reported_counts_.gathers));
+    reported_counts_ = counts;
+  }
   if (!output.ok()) return output.status();
   StepToProto(*output, *step, response);
   response->set_compute_seconds(seconds);
@@ -417,8 +475,10 @@ grpc::ServerUnaryReactor* WorkerService::ExecuteStep(grpc::CallbackServerContext
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   step_thread_.Post([this, ctx, reactor, request, response] {
     // A step whose caller gave up before it started is not run: nothing is written, and
-    // the scheduler (which sees CANCELLED or DEADLINE_EXCEEDED) owns the retry.
-    absl::Status status = ctx->IsCancelled()
+    // the scheduler (which sees CANCELLED or DEADLINE_EXCEEDED) owns the retry. A rank of
+    // a tensor-parallel group runs it anyway: its peers may have, and skipping it would
+    // pair their next collectives with this rank's next step.
+    absl::Status status = ctx->IsCancelled() && options_.tp_size == 1
                               ? absl::CancelledError("the step was cancelled before it ran")
                               : RunStep(*request, response);
     if (!status.ok()) {

@@ -12,6 +12,12 @@
 //      re-allocation leaves no pool and reports NOT_SERVING).
 //   3. ExecuteStep runs one batch on the runner.
 //
+// Tensor parallelism (tp_size > 1): the rank joins its group through the factory given to
+// ConnectTensorParallel, on the step thread, before any allocation queued after it; the
+// runner it builds holds only this rank's shard and KV heads. Every rank must run the
+// same steps in the same order, so a rank of a group runs a step even when its caller
+// has given up (a single rank skips it): the scheduler sends each step to every rank.
+//
 // Threading: the model runner is owned by one step thread, which runs allocations and
 // steps in arrival order and finishes their reactors; gRPC callback threads only parse,
 // post and return, so they never block on the model. GetWorkerInfo answers on the
@@ -35,6 +41,7 @@
 #include "common/metrics.h"
 #include "common/service_runner.h"
 #include "folio/internal/v1/worker.grpc.pb.h"
+#include "services/worker/dist/communicator.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/kv_cache_view.h"
@@ -82,6 +89,12 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   // K and V bytes one token takes in every layer on this rank, for options.kv_dtype.
   int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
 
+  // tp_size > 1 only: joins the tensor-parallel group by running `connect` on the step
+  // thread (it may block until every rank has started). Allocations queued later wait for
+  // it; if it fails, they fail with its error. Call once, before the scheduler allocates.
+  using ConnectFn = absl::AnyInvocable<absl::StatusOr<std::unique_ptr<Communicator>>()>;
+  void ConnectTensorParallel(ConnectFn connect);
+
   grpc::ServerUnaryReactor* GetWorkerInfo(
       grpc::CallbackServerContext* ctx, const folio::internal::v1::GetWorkerInfoRequest* request,
       folio::internal::v1::WorkerInfo* response) override;
@@ -106,6 +119,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
     Gauge& kv_cache_bytes;
     Gauge& kv_cache_blocks;
     Gauge& kv_block_size;
+    Gauge& weight_bytes;
+    Family<Counter>& collectives;
   };
 
   // A FIFO of tasks run by one thread: the only thread that touches runner_.
@@ -142,9 +157,14 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   absl::Mutex info_mu_;
   int32_t num_blocks_ ABSL_GUARDED_BY(info_mu_) = 0;
   int32_t block_size_ ABSL_GUARDED_BY(info_mu_) = 0;
+  int64_t weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
+  int64_t layer_weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
 
   // Owned by the step thread: created, used and destroyed only by its tasks.
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Communicator> communicator_;  // tp_size > 1, once joined
+  absl::Status communicator_status_;            // why there is none (tp_size > 1)
+  CollectiveCounts reported_counts_;            // already added to the metrics
+  std::unique_ptr<ModelRunner> runner_;         // uses communicator_: declared after it
 
   // Last member: destroyed first, so queued tasks still see everything above.
   StepThread step_thread_;

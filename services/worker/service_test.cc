@@ -215,5 +215,50 @@ TEST_F(WorkerServiceTest, ForkedSampleIndexMatchesNWaySample) {
   EXPECT_GT(resp.compute_seconds(), 0.0);
 }
 
+TEST_F(WorkerServiceTest, ReportsWeightBytesOnceAllocated) {
+  pb::WorkerInfo info;
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.weight_bytes(), 0);
+  EXPECT_EQ(info.num_kv_heads(), 2);
+  ASSERT_TRUE(Allocate(16, 4).ok());
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_GT(info.layer_weight_bytes(), 0);
+  EXPECT_GT(info.weight_bytes(), info.layer_weight_bytes());
+}
+
+// A rank of a tensor-parallel group cannot build its runner until it has joined the
+// group; a failed join is the allocation's error. Its KV heads are its share.
+TEST(WorkerServiceTpTest, AllocationWaitsForTheGroupAndReportsAFailedJoin) {
+  MetricsRegistry registry;
+  WorkerServiceOptions options;
+  options.kv_cache_budget_bytes = 1 << 20;
+  options.num_threads = 1;
+  options.tp_size = 2;
+  options.tp_rank = 1;
+  WorkerService service(testing::RandomModelOrDie(5), options, &registry);
+  service.ConnectTensorParallel([]() -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    return absl::UnavailableError("rank 0 never answered");
+  });
+  ServerOptions server;
+  server.service_name = "folio.internal.v1.Worker";
+  server.metrics_port = -1;
+  auto runner = ServiceRunner::Start(server, {&service}, nullptr);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto stub = pb::Worker::NewStub(
+      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  pb::WorkerInfo info;
+  ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.num_kv_heads(), 1);  // the random model's 2 KV heads over 2 ranks
+  EXPECT_EQ(info.tp_rank(), 1);
+  pb::AllocateKvCacheRequest req;
+  req.set_num_blocks(8);
+  req.set_block_size(4);
+  pb::AllocateKvCacheResponse resp;
+  grpc::Status s = stub->AllocateKvCache(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("rank 0 never answered"));
+  (*runner)->Shutdown();
+}
+
 }  // namespace
 }  // namespace folio::worker

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -23,6 +24,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "glog/logging.h"
 #include "services/cachemgr/kv_cache_manager.h"
+#include "services/worker/dist/in_process_tp_runner.h"
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/model/load_model.h"
 
@@ -40,7 +42,13 @@ ABSL_FLAG(uint64_t, seed, 0, "Sampling seed; 0 picks one from the clock (printed
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "Bytes for the KV block pool.");
 ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
-ABSL_FLAG(int, threads, 0, "Threads for kernels and OpenBLAS; 0 = all cores.");
+ABSL_FLAG(int, threads, 0,
+          "Threads for kernels and OpenBLAS, per tensor-parallel rank; 0 = all cores, shared "
+          "out over the ranks.");
+ABSL_FLAG(int, tp, 1,
+          "Tensor-parallel degree: the model is split over this many ranks, run in this "
+          "process on threads and joined by Gloo over loopback TCP. Must divide the model's "
+          "KV head count.");
 
 namespace folio::worker {
 namespace {
@@ -78,7 +86,15 @@ int Run() {
   CpuModelRunnerOptions options;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  const int tp = absl::GetFlag(FLAGS_tp);
+  if (tp < 1) {
+    LOG(ERROR) << "--tp must be at least 1, got " << tp;
+    return 2;
+  }
   options.num_threads = absl::GetFlag(FLAGS_threads);
+  if (options.num_threads <= 0 && tp > 1) {
+    options.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / tp);
+  }
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
   if (kv_dtype != "f16" && kv_dtype != "f32") {
     LOG(ERROR) << "--kv_dtype must be f16 or f32, got " << kv_dtype;
@@ -102,13 +118,21 @@ int Run() {
     LOG(ERROR) << "tokenizer: " << tokenizer.status();
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner = CpuModelRunner::Create(**weights, options);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
+  if (tp == 1) {
+    runner = CpuModelRunner::Create(**weights, options);
+  } else {
+    InProcessTpOptions tp_options;
+    tp_options.tp_size = tp;
+    tp_options.runner = options;
+    runner = InProcessTpRunner::Create(**weights, tp_options);
+  }
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();
     return 1;
   }
   const ModelConfig& config = (*runner)->config();
-  weights->reset();  // the runner holds its own converted copy
+  weights->reset();  // the runner (every rank) holds its own converted copy
 
   cachemgr::CacheConfig cache_config;
   cache_config.num_blocks = static_cast<int32_t>((*runner)->num_blocks());

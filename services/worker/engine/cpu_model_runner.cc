@@ -27,12 +27,17 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
     return absl::InvalidArgumentError(absl::StrCat("block_size must be positive, got ",
                                                    options.block_size));
   }
-  absl::StatusOr<CpuWeights> cpu_weights = CpuWeights::Create(weights);
+  TpShard shard;
+  if (options.communicator != nullptr) {
+    shard.rank = options.communicator->rank();
+    shard.size = options.communicator->world_size();
+  }
+  absl::StatusOr<CpuWeights> cpu_weights = CpuWeights::Create(weights, shard);
   if (!cpu_weights.ok()) return cpu_weights.status();
   const ModelConfig& c = cpu_weights->config;
   KvCacheShape shape;
   shape.num_layers = c.num_layers;
-  shape.num_kv_heads = c.num_kv_heads;
+  shape.num_kv_heads = cpu_weights->num_kv_heads;
   shape.head_dim = c.head_dim;
   shape.block_size = options.block_size;
   shape.dtype = options.kv_dtype;
@@ -51,7 +56,8 @@ CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
       kv_(std::move(kv)),
       pool_(num_threads),
       isa_(options.isa),
-      gemm_threading_(options.gemm_threading) {
+      gemm_threading_(options.gemm_threading),
+      comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kKernelPool ? 1 : num_threads);
 }
 
@@ -66,8 +72,9 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, int64_t in,
 
 void CpuModelRunner::Reserve(int64_t num_tokens, int64_t num_logit_rows) {
   const ModelConfig& c = weights_.config;
-  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q_dim = weights_.q_dim();
+  const int64_t kv_dim = weights_.kv_dim();
+  const int64_t hidden = weights_.hidden_dim;
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   };
@@ -75,9 +82,14 @@ void CpuModelRunner::Reserve(int64_t num_tokens, int64_t num_logit_rows) {
   grow(xb_, num_tokens * c.dim);
   grow(qkv_, num_tokens * (q_dim + 2 * kv_dim));
   grow(attn_, num_tokens * q_dim);
-  grow(gate_up_, num_tokens * 2 * c.hidden_dim);
-  grow(hidden_, num_tokens * c.hidden_dim);
+  grow(gate_up_, num_tokens * 2 * hidden);
+  grow(hidden_, num_tokens * hidden);
   grow(logits_, num_logit_rows * c.vocab_size);
+  if (tensor_parallel()) {
+    const int64_t chunk = (c.vocab_size + comm_->world_size() - 1) / comm_->world_size();
+    grow(local_logits_, num_logit_rows * chunk);
+    if (comm_->rank() == 0) grow(gathered_logits_, comm_->world_size() * num_logit_rows * chunk);
+  }
 }
 
 absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
@@ -125,26 +137,42 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   Reserve(T, num_logit_rows);
 
   const int64_t dim = c.dim;
-  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q_dim = weights_.q_dim();
+  const int64_t kv_dim = weights_.kv_dim();
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
-  const int64_t hidden = c.hidden_dim;
+  const int64_t hidden = weights_.hidden_dim;
+  const bool tp = tensor_parallel();
+  // Row-parallel projections add their partial sums into the residual stream x, which
+  // every rank holds whole: rank 0 accumulates its part onto x (beta 1), the others
+  // overwrite x with theirs (beta 0), and the all-reduce leaves x + sum of the parts on
+  // every rank. Without tensor parallelism the GEMM accumulates onto x directly.
+  const float residual_beta = !tp || comm_->rank() == 0 ? 1.0f : 0.0f;
+  auto all_reduce_x = [&]() -> absl::Status {
+    return tp ? comm_->AllReduceSum(x_.data(), T * dim, CommDType::kF32) : absl::OkStatus();
+  };
   float* x = x_.data();
   float* xb = xb_.data();
   float* qkv = qkv_.data();
   float* attn = attn_.data();
 
+  // Vocab-parallel embedding: a rank holds rows [vocab.begin, vocab.end); tokens outside
+  // them embed as zeros there, and the all-reduce assembles every row.
   for (int64_t r = 0; r < T; ++r) {
-    std::memcpy(x + r * dim, weights_.tok_embeddings.data() + int64_t{tokens[r]} * dim,
-                dim * sizeof(float));
+    const int64_t local = int64_t{tokens[r]} - weights_.vocab.begin;
+    if (local >= 0 && local < weights_.vocab.size()) {
+      std::memcpy(x + r * dim, weights_.tok_embeddings.data() + local * dim, dim * sizeof(float));
+    } else {
+      std::fill(x + r * dim, x + (r + 1) * dim, 0.0f);
+    }
   }
+  if (absl::Status s = all_reduce_x(); !s.ok()) return s;
 
   k::PagedAttentionArgs attn_args;
   attn_args.q = qkv;
   attn_args.q_row_stride = qkv_dim;
   attn_args.out = attn;
   attn_args.out_row_stride = q_dim;
-  attn_args.num_heads = c.num_heads;
+  attn_args.num_heads = weights_.num_heads;
   attn_args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   attn_args.isa = isa_;
   // Elementwise kernels split over rows; small steps stay on the caller.
@@ -159,44 +187,83 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     // q and k heads are adjacent in each qkv row, so one call rotates both.
     k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
       k::ApplyRope(qkv + b * qkv_dim, qkv_dim, e - b, positions.data() + b,
-                   c.num_heads + c.num_kv_heads, c.head_dim, c.rope_theta);
+                   weights_.num_heads + weights_.num_kv_heads, c.head_dim, c.rope_theta);
     });
     k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
     k::PagedAttention(attn_args, attn_seqs, kv, &pool_);
-    Gemm(attn, q_dim, T, q_dim, w.wo.data(), dim, 1.0f, x, dim);
+    Gemm(attn, q_dim, T, q_dim, w.wo.data(), dim, residual_beta, x, dim);
+    if (absl::Status s = all_reduce_x(); !s.ok()) return s;
     // MLP block.
     k::RmsNorm(x, dim, T, dim, w.ffn_norm.data(), c.rms_norm_eps, xb, dim);
     Gemm(xb, dim, T, dim, w.w_gate_up.data(), 2 * hidden, 0.0f, gate_up_.data(), 2 * hidden);
     k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
       k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden);
     });
-    Gemm(hidden_.data(), hidden, T, hidden, w.w_down.data(), dim, 1.0f, x, dim);
+    Gemm(hidden_.data(), hidden, T, hidden, w.w_down.data(), dim, residual_beta, x, dim);
+    if (absl::Status s = all_reduce_x(); !s.ok()) return s;
   }
 
-  // Final norm and LM head only for the rows that need logits.
-  int64_t row = 0;
-  for (int64_t r : logit_rows) {
-    if (r < 0) continue;
-    k::RmsNorm(x + r * dim, dim, 1, dim, weights_.final_norm.data(), c.rms_norm_eps,
-               xb + row * dim, dim);
-    ++row;
-  }
-  Gemm(xb, dim, num_logit_rows, dim, weights_.lm_head_data(), c.vocab_size, 0.0f,
-            logits_.data(), c.vocab_size);
+  if (absl::Status s = ComputeLogits(logit_rows, num_logit_rows); !s.ok()) return s;
 
   StepOutput out;
   out.seqs.resize(step.seqs.size());
-  row = 0;
+  int64_t row = 0;
   for (size_t s = 0; s < step.seqs.size(); ++s) {
     const SequenceStep& seq = step.seqs[s];
     out.seqs[s].seq_id = seq.seq_id;
-    if (logit_rows[s] < 0) continue;
+    if (logit_rows[s] < 0 || (tp && comm_->rank() != 0)) continue;
     const absl::Span<const float> logits(logits_.data() + row * c.vocab_size, c.vocab_size);
     ++row;
     sampler_.Process(logits, seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
                      &out.seqs[s]);
   }
   return out;
+}
+
+absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_rows,
+                                           int64_t num_logit_rows) {
+  const ModelConfig& c = weights_.config;
+  const int64_t dim = c.dim;
+  // Final norm only for the rows that need logits, packed into xb.
+  int64_t row = 0;
+  for (int64_t r : logit_rows) {
+    if (r < 0) continue;
+    k::RmsNorm(x_.data() + r * dim, dim, 1, dim, weights_.final_norm.data(), c.rms_norm_eps,
+               xb_.data() + row * dim, dim);
+    ++row;
+  }
+  if (!tensor_parallel()) {
+    Gemm(xb_.data(), dim, num_logit_rows, dim, weights_.lm_head_data(), c.vocab_size, 0.0f,
+         logits_.data(), c.vocab_size);
+    return absl::OkStatus();
+  }
+  if (num_logit_rows == 0) return absl::OkStatus();  // every rank sees the same step
+  // Vocab-parallel LM head: this rank's vocabulary slice of each row, padded to the largest
+  // slice so every rank sends the same count; rank 0 gathers and unpads.
+  const int32_t tp = comm_->world_size();
+  const int64_t chunk = (c.vocab_size + tp - 1) / tp;
+  const int64_t local_vocab = weights_.vocab.size();
+  float* local = local_logits_.data();
+  Gemm(xb_.data(), dim, num_logit_rows, dim, weights_.lm_head_data(), local_vocab, 0.0f, local,
+       chunk);
+  for (int64_t r = 0; r < num_logit_rows; ++r) {
+    std::fill(local + r * chunk + local_vocab, local + (r + 1) * chunk, 0.0f);
+  }
+  if (absl::Status s = comm_->GatherToRoot(local, gathered_logits_.data(),
+                                           num_logit_rows * chunk, CommDType::kF32);
+      !s.ok()) {
+    return s;
+  }
+  if (comm_->rank() != 0) return absl::OkStatus();
+  for (int32_t rank = 0; rank < tp; ++rank) {
+    const ShardRange v = SplitEvenly(c.vocab_size, tp, rank);
+    const float* src = gathered_logits_.data() + int64_t{rank} * num_logit_rows * chunk;
+    for (int64_t r = 0; r < num_logit_rows; ++r) {
+      std::memcpy(logits_.data() + r * c.vocab_size + v.begin, src + r * chunk,
+                  static_cast<size_t>(v.size()) * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace folio::worker

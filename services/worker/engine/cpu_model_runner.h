@@ -15,6 +15,14 @@
 // thread one slice of output features, OpenBLAS's process-wide thread count set to 1),
 // so no OpenBLAS thread spins while attention runs; GemmThreading::kOpenBlas hands them
 // to OpenBLAS's threads instead (its count set to num_threads).
+// Tensor parallelism: given a Communicator of world size tp, the runner is one rank. It
+// holds only its shard of the weights (cpu_weights.h) and its KV heads, and every rank of
+// the group must Execute the same steps in the same order (the collectives pair up by
+// order). Per step it issues 1 + 2 * num_layers all-reduces of [num_tokens, dim] f32 (the
+// vocab-parallel embedding, then each layer's attention output and MLP output) and, when
+// any sequence needs logits, one gather of the logit rows to rank 0. Only rank 0 samples:
+// the other ranks answer each sequence with its seq_id and nothing else.
+//
 // Thread-compatible: one step thread calls Execute.
 #ifndef FOLIO_SERVICES_WORKER_ENGINE_CPU_MODEL_RUNNER_H_
 #define FOLIO_SERVICES_WORKER_ENGINE_CPU_MODEL_RUNNER_H_
@@ -24,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/worker/dist/communicator.h"
 #include "services/worker/engine/cpu_weights.h"
 #include "services/worker/engine/kv_cache.h"
 #include "services/worker/engine/model_runner.h"
@@ -49,6 +58,9 @@ struct CpuModelRunnerOptions {
   int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
   kernels::CpuIsa isa = kernels::BestCpuIsa();          // attention path (tests force one)
   GemmThreading gemm_threading = GemmThreading::kKernelPool;
+  // The tensor-parallel group this runner is one rank of (not owned; must outlive the
+  // runner). Null: the whole model on this runner.
+  Communicator* communicator = nullptr;
 };
 
 class CpuModelRunner final : public ModelRunner {
@@ -65,11 +77,19 @@ class CpuModelRunner final : public ModelRunner {
   int64_t num_blocks() const override { return kv_->num_blocks(); }
 
   const KvCache& kv_cache() const { return *kv_; }
+  // This rank's weights (its shard under tensor parallelism).
+  const CpuWeights& weights() const { return weights_; }
   int32_t num_threads() const { return pool_.num_threads(); }
 
  private:
   CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv, int32_t num_threads,
                  const CpuModelRunnerOptions& options);
+
+  bool tensor_parallel() const { return comm_ != nullptr && comm_->world_size() > 1; }
+
+  // Final norm and LM head for the rows that need logits; on rank 0 leaves the full
+  // [num_logit_rows, vocab_size] logits in logits_ (gathered from every rank's slice).
+  absl::Status ComputeLogits(const std::vector<int64_t>& logit_rows, int64_t num_logit_rows);
 
   // y = x . w^T (+ beta * y) on the threads gemm_threading_ names.
   void Gemm(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
@@ -84,6 +104,7 @@ class CpuModelRunner final : public ModelRunner {
   const kernels::CpuIsa isa_;
   const GemmThreading gemm_threading_;
   Sampler sampler_;
+  Communicator* const comm_;  // null without tensor parallelism
 
   // Per-step buffers, reused across steps.
   std::vector<float> x_;        // [num_tokens, dim] residual stream
@@ -92,7 +113,11 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<float> attn_;     // [num_tokens, q_dim]
   std::vector<float> gate_up_;  // [num_tokens, 2 * hidden_dim]
   std::vector<float> hidden_;   // [num_tokens, hidden_dim]
-  std::vector<float> logits_;   // [num_logit_rows, vocab_size]
+  std::vector<float> logits_;   // [num_logit_rows, vocab_size] (rank 0)
+  // Tensor parallelism: this rank's logit slice, padded to the largest slice
+  // [num_logit_rows, vocab_chunk], and what rank 0 gathers [tp, num_logit_rows, vocab_chunk].
+  std::vector<float> local_logits_;
+  std::vector<float> gathered_logits_;
 };
 
 }  // namespace folio::worker

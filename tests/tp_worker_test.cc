@@ -1,0 +1,268 @@
+// Tensor-parallel folio-worker processes over loopback: two ranks joined through rank 0's
+// gRPC rendezvous and Gloo, driven step by step through the scheduler's GrpcWorkerClient
+// (every step to both ranks, rank 0 answers). The stories260K golden text over them; the
+// collectives each rank reports per step; each rank's weight bytes against a TP=1 worker;
+// a killed rank and a stopped rank fail the step with an error instead of hanging; a
+// TP degree that does not divide the KV heads is refused at start-up, and so are ranks
+// handed to the scheduler out of order.
+//
+// Needs FOLIO_MODELS_DIR (skips with a how-to otherwise) and FOLIO_BUILD_DIR (set by ctest).
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/tokenizer.h"
+#include "folio/internal/v1/worker.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "services/scheduler/cluster_setup.h"
+#include "services/scheduler/grpc_clients.h"
+#include "tests/cluster.h"
+#include "tests/service_process.h"
+
+namespace folio {
+namespace {
+
+namespace pb = folio::internal::v1;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using testing::ServiceProcess;
+
+constexpr int kBlockSize = 16;
+constexpr int kNumBlocks = 40;
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return ctx;
+}
+
+// A worker rank's value of folio_worker_collectives_total{op="..."}, or -1.
+double Collectives(const ServiceProcess& p, const std::string& op) {
+  const std::string page = testing::HttpGet(p.metrics_port(), "/metrics");
+  const std::string key = "folio_worker_collectives_total{op=\"" + op + "\"} ";
+  const size_t at = page.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + key.size()));
+}
+
+class TpWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::optional<std::string> dir = testing::ModelsDir();
+    if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;
+    models_dir_ = *dir;
+    model_ = models_dir_ + "/stories260K/stories260K.gguf";
+  }
+
+  // Starts `tp` ranks (rank 0 first: the others rendezvous at its address).
+  void StartRanks(int tp, const std::vector<std::string>& extra = {}) {
+    for (int rank = 0; rank < tp; ++rank) {
+      std::vector<std::string> args = {"--model=" + model_, "--kv_cache_bytes=4MiB",
+                                       "--num_threads=1", "--shutdown_grace_ms=0",
+                                       absl::StrCat("--tp_size=", tp),
+                                       absl::StrCat("--tp_rank=", rank)};
+      if (rank > 0) args.push_back("--tp_rendezvous=" + ranks_[0]->address());
+      args.insert(args.end(), extra.begin(), extra.end());
+      auto proc = ServiceProcess::Start("folio-worker", args);
+      ASSERT_TRUE(proc.ok()) << proc.status();
+      ranks_.push_back(std::move(*proc));
+    }
+  }
+
+  std::unique_ptr<scheduler::GrpcWorkerClient> Client(absl::Duration timeout) {
+    std::vector<std::shared_ptr<grpc::Channel>> channels;
+    for (auto& r : ranks_) {
+      channels.push_back(grpc::CreateChannel(r->address(), grpc::InsecureChannelCredentials()));
+    }
+    return std::make_unique<scheduler::GrpcWorkerClient>(channels, timeout);
+  }
+
+  // AllocateKvCache on every rank at once (each joins the group first, on its step thread).
+  void AllocateAll(scheduler::GrpcWorkerClient& client) {
+    std::vector<std::thread> threads;
+    std::vector<grpc::Status> status(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      threads.emplace_back([&, r] {
+        pb::AllocateKvCacheRequest req;
+        req.set_num_blocks(kNumBlocks);
+        req.set_block_size(kBlockSize);
+        pb::AllocateKvCacheResponse resp;
+        status[r] = client.stub(static_cast<int>(r)).AllocateKvCache(Ctx().get(), req, &resp);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].error_message();
+    }
+  }
+
+  pb::WorkerInfo Info(scheduler::GrpcWorkerClient& client, int rank) {
+    pb::WorkerInfo info;
+    grpc::Status s = client.stub(rank).GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return info;
+  }
+
+  // One greedy decode step of sequence 1 at `pos` with token `token`.
+  static worker::StepInput DecodeStep(int32_t token, int32_t pos) {
+    worker::SequenceStep seq;
+    seq.seq_id = 1;
+    seq.token_ids = {token};
+    seq.start_pos = pos;
+    seq.sampling.temperature = 0.0f;
+    for (int b = 0; b <= pos / kBlockSize; ++b) seq.block_table.push_back(kNumBlocks - 1 - b);
+    worker::StepInput step;
+    step.seqs = {seq};
+    return step;
+  }
+
+  std::string models_dir_, model_;
+  std::vector<std::unique_ptr<ServiceProcess>> ranks_;
+};
+
+TEST_F(TpWorkerTest, TwoRanksProduceTheGoldenTextAndReportTheirCollectives) {
+  StartRanks(2);
+  auto client = Client(absl::Seconds(60));
+  AllocateAll(*client);
+  const pb::WorkerInfo info = Info(*client, 0);
+  EXPECT_EQ(info.tp_size(), 2);
+  EXPECT_EQ(info.num_kv_heads(), 2);  // stories260K: 4 KV heads over 2 ranks
+  const int layers = info.model().num_layers();
+
+  constexpr int kSteps = 200;
+  const int32_t bos = info.tokenizer().bos_id();
+  std::vector<int32_t> ids = {bos};
+  for (int pos = 0; pos < kSteps; ++pos) {
+    absl::StatusOr<worker::StepOutput> out = client->Execute(DecodeStep(ids.back(), pos), {"golden"});
+    ASSERT_TRUE(out.ok()) << "step " << pos << ": " << out.status();
+    ASSERT_EQ(out->seqs.size(), 1u);
+    ASSERT_EQ(out->seqs[0].samples.size(), 1u);
+    ids.push_back(out->seqs[0].samples[0].token_id);
+  }
+  Vocab vocab;
+  vocab.pieces.assign(info.tokenizer().pieces().begin(), info.tokenizer().pieces().end());
+  vocab.scores.assign(info.tokenizer().scores().begin(), info.tokenizer().scores().end());
+  for (int32_t t : info.tokenizer().types()) vocab.types.push_back(static_cast<TokenType>(t));
+  vocab.bos_id = bos;
+  vocab.eos_id = info.tokenizer().eos_id();
+  vocab.unk_id = info.tokenizer().unk_id();
+  vocab.add_bos = info.tokenizer().add_bos();
+  vocab.add_dummy_prefix = info.tokenizer().add_dummy_prefix();
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(std::move(vocab));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::string> text = tokenizer->Decode(ids);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, testing::GoldenText(models_dir_));
+
+  // Per step: the embedding's all-reduce and two per layer; one gather of the logits.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(Collectives(*ranks_[r], "all_reduce"), kSteps * (1 + 2 * layers)) << "rank " << r;
+    EXPECT_EQ(Collectives(*ranks_[r], "gather"), kSteps) << "rank " << r;
+  }
+}
+
+TEST_F(TpWorkerTest, EachRankHoldsAboutHalfTheLayerWeights) {
+  auto single = ServiceProcess::Start(
+      "folio-worker", {"--model=" + model_, "--kv_cache_bytes=4MiB", "--num_threads=1",
+                       "--shutdown_grace_ms=0"});
+  ASSERT_TRUE(single.ok()) << single.status();
+  StartRanks(2);
+  auto one = std::make_unique<scheduler::GrpcWorkerClient>(
+      std::vector<std::shared_ptr<grpc::Channel>>{
+          grpc::CreateChannel((*single)->address(), grpc::InsecureChannelCredentials())},
+      absl::Seconds(60));
+  pb::AllocateKvCacheRequest req;
+  req.set_num_blocks(kNumBlocks);
+  req.set_block_size(kBlockSize);
+  pb::AllocateKvCacheResponse resp;
+  ASSERT_TRUE(one->stub(0).AllocateKvCache(Ctx().get(), req, &resp).ok());
+  auto two = Client(absl::Seconds(60));
+  AllocateAll(*two);
+
+  const pb::WorkerInfo full = Info(*one, 0);
+  ASSERT_GT(full.layer_weight_bytes(), 0);
+  for (int r = 0; r < 2; ++r) {
+    const pb::WorkerInfo info = Info(*two, r);
+    EXPECT_EQ(info.tp_rank(), r);
+    EXPECT_NEAR(static_cast<double>(info.layer_weight_bytes()) / full.layer_weight_bytes(), 0.5,
+                0.02)
+        << "rank " << r;
+    EXPECT_NEAR(static_cast<double>(info.weight_bytes()) / full.weight_bytes(), 0.5, 0.02)
+        << "rank " << r;
+    EXPECT_EQ(info.kv_bytes_per_token() * 2, full.kv_bytes_per_token()) << "rank " << r;
+  }
+}
+
+TEST_F(TpWorkerTest, KilledRankFailsTheStepWithAnError) {
+  StartRanks(2);
+  auto client = Client(absl::Seconds(20));
+  AllocateAll(*client);
+  ASSERT_TRUE(client->Execute(DecodeStep(1, 0), {"r"}).ok());
+  ranks_[1]->Signal(SIGKILL);
+  ASSERT_TRUE(ranks_[1]->Wait(absl::Seconds(10)).ok());
+  // The step fails (rank 1 is gone; rank 0's all-reduce loses its peer), within the
+  // client's deadline at the latest, naming a rank.
+  absl::StatusOr<worker::StepOutput> out = client->Execute(DecodeStep(5, 1), {"r"});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().code(), AnyOf(absl::StatusCode::kUnavailable,
+                                         absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(out.status().message(), HasSubstr("worker rank"));
+  // And so does every later step: the group is broken until the replica restarts.
+  absl::StatusOr<worker::StepOutput> again = client->Execute(DecodeStep(5, 1), {"r"});
+  EXPECT_FALSE(again.ok());
+}
+
+TEST_F(TpWorkerTest, RankThatDoesNotAnswerFailsTheStepAtTheDeadline) {
+  StartRanks(2);
+  auto client = Client(absl::Seconds(3));
+  AllocateAll(*client);
+  ASSERT_TRUE(client->Execute(DecodeStep(1, 0), {"r"}).ok());
+  ranks_[1]->Signal(SIGSTOP);  // alive, connected, silent
+  absl::StatusOr<worker::StepOutput> out = client->Execute(DecodeStep(5, 1), {"r"});
+  ranks_[1]->Signal(SIGCONT);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(out.status().message(), HasSubstr("worker rank"));
+  EXPECT_THAT(out.status().message(), HasSubstr("step deadline"));
+}
+
+TEST_F(TpWorkerTest, TpDegreeThatDoesNotDivideTheKvHeadsIsRefused) {
+  const testing::CommandResult r = testing::RunCommand(
+      testing::BinDir() + "/folio-worker --model=" + model_ + " --tp_size=3 --tp_rank=0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("4 KV heads, which do not divide over 3"));
+}
+
+TEST_F(TpWorkerTest, RankAboveZeroNeedsTheRendezvousAddress) {
+  const testing::CommandResult r = testing::RunCommand(
+      testing::BinDir() + "/folio-worker --model=" + model_ + " --tp_size=2 --tp_rank=1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--tp_rendezvous is required"));
+}
+
+TEST_F(TpWorkerTest, SchedulerRefusesRanksListedOutOfOrder) {
+  StartRanks(2);
+  scheduler::GrpcWorkerClient reversed(
+      {grpc::CreateChannel(ranks_[1]->address(), grpc::InsecureChannelCredentials()),
+       grpc::CreateChannel(ranks_[0]->address(), grpc::InsecureChannelCredentials())},
+      absl::Seconds(30));
+  // No cache manager is needed: the ranks are checked before it is reached.
+  scheduler::GrpcCacheClient cache(
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), absl::Seconds(1));
+  scheduler::ClusterSetupOptions options;
+  options.startup_timeout = absl::Seconds(30);
+  absl::StatusOr<pb::ClusterInfo> info = scheduler::SetUpCluster(options, reversed, cache);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(info.status().message(),
+              HasSubstr("reports itself as tensor-parallel rank 1 of 2"));
+}
+
+}  // namespace
+}  // namespace folio

@@ -58,7 +58,8 @@ class SharingTest : public ::testing::Test {
     weights_ = worker::testing::LoadOrDie(*dir_ + "/stories260K/stories260K.gguf");
   }
 
-  void Make(int32_t num_blocks, int32_t block_size, SchedulerOptions options = {}) {
+  void Make(int32_t num_blocks, int32_t block_size, SchedulerOptions options = {},
+            cachemgr::PolicyKind policy = cachemgr::PolicyKind::kPaged) {
     scheduler_.reset();
     registry_ = std::make_unique<MetricsRegistry>();
     peak_used_ = 0;
@@ -70,7 +71,7 @@ class SharingTest : public ::testing::Test {
     runner_ = *worker::CpuModelRunner::Create(*weights_, ro);
     ASSERT_EQ(runner_->num_blocks(), num_blocks);
     manager_ = *cachemgr::KvCacheManager::Create(
-        cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = block_size});
+        cachemgr::CacheConfig{.policy = policy, .num_blocks = num_blocks, .block_size = block_size});
     cache_client_ = std::make_unique<LocalCacheClient>(manager_.get());
     worker_client_ = std::make_unique<LocalWorkerClient>(runner_.get());
     options.block_size = block_size;
@@ -197,6 +198,20 @@ TEST_F(SharingTest, SamplesAreReproducibleAndSampleZeroIsThePlainRequest) {
   int distinct = 0;
   for (int i = 1; i < 4; ++i) distinct += first.by_index[i].tokens != first.by_index[0].tokens;
   EXPECT_GT(distinct, 0) << "samples draw with different keys";
+  ExpectPoolFull();
+}
+
+TEST_F(SharingTest, TheContiguousBaselineCopiesOnForkAndGivesTheSameTexts) {
+  Make(128, 16);
+  Choices paged;
+  ASSERT_TRUE(scheduler_->Submit(Sampled(Prompt(37), 3, 30), paged.Sink()).ok());
+  RunUntilIdle();
+  Make(128, 16, {}, cachemgr::PolicyKind::kContiguous);
+  Choices contiguous;
+  ASSERT_TRUE(scheduler_->Submit(Sampled(Prompt(37), 3, 30), contiguous.Sink()).ok());
+  RunUntilIdle();
+  EXPECT_GT(manager_->Stats().num_cow_copies, 0) << "baseline forks copy";
+  EXPECT_EQ(contiguous.Texts(), paged.Texts()) << "the fork copies reached the worker";
   ExpectPoolFull();
 }
 

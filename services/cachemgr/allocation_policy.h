@@ -30,6 +30,9 @@ struct PoolStats {
   int64_t num_slots_allocated = 0;  // slots held by live sequences
   int64_t num_tokens_stored = 0;    // slots among them that hold a token
   int64_t num_evictions = 0;        // prefix-cache entries evicted for reuse
+  // Blocks saved by sharing: over the blocks in use, the sum of (ref count - 1), i.e. how
+  // many more blocks the live tables would hold if nothing were shared.
+  int64_t num_shared_refs = 0;
 };
 
 class AllocationPolicy {

@@ -1,5 +1,6 @@
 #include "services/cachemgr/kv_cache_manager.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -180,7 +181,10 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
   for (const ForkOp& op : request.forks) {
     Sequence child{.id = op.child, .max_len = seqs_.at(op.parent).max_len};
     SeqResult r = policy_->Fork(seqs_.at(op.parent), child);
-    if (r.status == SeqStatus::kOk) seqs_.emplace(op.child, std::move(child));
+    if (r.status == SeqStatus::kOk) {
+      seqs_.emplace(op.child, std::move(child));
+      ++counters_.num_forks;
+    }
     record(r);
     response.forks.push_back(std::move(r));
   }
@@ -205,6 +209,10 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
     record(r);
     response.grants.push_back(std::move(r));
   }
+  // Frees come first in a step and everything after them only adds, so the end of a step
+  // is its high-water mark.
+  counters_.num_blocks_used_peak =
+      std::max(counters_.num_blocks_used_peak, policy_->Stats().num_blocks_used);
   return response;
 }
 

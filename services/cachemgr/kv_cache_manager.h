@@ -51,6 +51,8 @@ struct CacheStats {
   int64_t prefix_hit_tokens = 0;    // of those, found in the cache
   int64_t num_grant_failures = 0;   // creates, forks and grants answered kNoRoom
   int64_t num_cow_copies = 0;       // blocks copied on write (and by baseline forks)
+  int64_t num_forks = 0;            // forks applied
+  int32_t num_blocks_used_peak = 0; // the most blocks in use at the end of any step
 };
 
 class KvCacheManager {

@@ -104,6 +104,8 @@ TEST_F(PagedTest, ForkSharesAndCopiesOnWrite) {
   SeqResult f = MustStep(fork).forks.at(0);
   EXPECT_EQ(f.entries, mgr_->Find(SeqId{1})->table);
   EXPECT_EQ(mgr_->Stats().pool.num_blocks_used, 2);
+  EXPECT_EQ(mgr_->Stats().num_forks, 1);
+  EXPECT_EQ(mgr_->Stats().pool.num_shared_refs, 2) << "both blocks held twice";
 
   const BlockId shared_last = mgr_->Find(SeqId{1})->table[1];
   SeqResult child = Grant(2, {50});
@@ -119,6 +121,12 @@ TEST_F(PagedTest, ForkSharesAndCopiesOnWrite) {
   EXPECT_TRUE(parent.entries.empty());
   EXPECT_EQ(mgr_->Find(SeqId{1})->table[1], shared_last);
   EXPECT_EQ(mgr_->Stats().pool.num_blocks_used, 3);
+  EXPECT_EQ(mgr_->Stats().pool.num_shared_refs, 1) << "only the full first block is shared";
+  EXPECT_EQ(mgr_->Stats().num_blocks_used_peak, 3);
+  Free(1);
+  Free(2);
+  EXPECT_EQ(mgr_->Stats().pool.num_shared_refs, 0);
+  EXPECT_EQ(mgr_->Stats().num_blocks_used_peak, 3) << "the peak stays";
 }
 
 TEST_F(PagedTest, ForkOfFullLastBlockNeedsNoCopy) {

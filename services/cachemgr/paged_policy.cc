@@ -49,12 +49,20 @@ BlockId PagedPolicy::AllocateEmpty() {
 }
 
 void PagedPolicy::Acquire(BlockId id) {
-  if (pool_.ref_count(id) == 0) num_tokens_stored_ += fill_[id.value];
+  if (pool_.ref_count(id) == 0) {
+    num_tokens_stored_ += fill_[id.value];
+  } else {
+    ++num_shared_refs_;
+  }
   pool_.AddRef(id);
 }
 
 void PagedPolicy::Drop(BlockId id) {
-  if (pool_.ref_count(id) == 1) num_tokens_stored_ -= fill_[id.value];
+  if (pool_.ref_count(id) == 1) {
+    num_tokens_stored_ -= fill_[id.value];
+  } else {
+    --num_shared_refs_;
+  }
   pool_.Release(id);
 }
 
@@ -154,6 +162,7 @@ PoolStats PagedPolicy::Stats() const {
   s.num_slots_allocated = static_cast<int64_t>(pool_.num_used()) * block_size_;
   s.num_tokens_stored = num_tokens_stored_;
   s.num_evictions = pool_.num_evictions();
+  s.num_shared_refs = num_shared_refs_;
   return s;
 }
 
@@ -180,13 +189,19 @@ absl::Status PagedPolicy::CheckInvariants(const SequenceMap& seqs) const {
     }
   }
   int64_t stored = 0;
+  int64_t shared = 0;
   for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    if (holders[b] > 1) shared += holders[b] - 1;
     if (holders[b] != pool_.ref_count(BlockId{b})) {
       return absl::InternalError(absl::StrCat("block ", b, " has ref count ",
                                               pool_.ref_count(BlockId{b}), " but ",
                                               holders[b], " tables hold it"));
     }
     if (holders[b] > 0) stored += fill_[b];
+  }
+  if (shared != num_shared_refs_) {
+    return absl::InternalError(absl::StrCat("shared references counter ", num_shared_refs_,
+                                            " != ", shared));
   }
   if (stored != num_tokens_stored_) {
     return absl::InternalError(absl::StrCat("tokens stored counter ", num_tokens_stored_,

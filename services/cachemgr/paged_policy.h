@@ -51,6 +51,7 @@ class PagedPolicy final : public AllocationPolicy {
   BlockPool pool_;
   std::vector<int32_t> fill_;  // [num_blocks]: tokens written into each block
   int64_t num_tokens_stored_ = 0;
+  int64_t num_shared_refs_ = 0;  // PoolStats::num_shared_refs
 };
 
 }  // namespace folio::cachemgr

@@ -84,6 +84,14 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
                                    "Creates, forks and grants answered NO_ROOM.")),
       cow_copies(r->AddCounter("folio_cachemgr_cow_copies_total",
                                "Blocks copied before a write (copy-on-write).")),
+      forks(r->AddCounter("folio_cachemgr_forks_total",
+                          "Sequences forked (a child sharing its parent's blocks).")),
+      shared_refs(r->AddGauge("folio_cachemgr_blocks_shared_refs",
+                              "Blocks saved by sharing: over blocks in use, the sum of "
+                              "(reference count - 1).")),
+      blocks_used_peak(r->AddGauge("folio_cachemgr_blocks_used_peak",
+                                   "The most KV blocks in use after any step since the pool "
+                                   "was configured.")),
       step_errors(r->AddCounterFamily("folio_cachemgr_step_errors_total",
                                       "Step RPCs rejected, by gRPC status code.", {"code"})),
       step_latency(r->AddHistogram("folio_cachemgr_step_latency_seconds",
@@ -114,6 +122,8 @@ void CacheManagerService::RefreshGauges() {
           ? 0.0
           : static_cast<double>(s.pool.num_tokens_stored) / s.pool.num_slots_allocated);
   metrics_.sequences.Set(static_cast<double>(s.num_sequences));
+  metrics_.shared_refs.Set(static_cast<double>(s.pool.num_shared_refs));
+  metrics_.blocks_used_peak.Set(s.num_blocks_used_peak);
 }
 
 absl::Status CacheManagerService::Configure(const CacheConfig& config) {
@@ -180,6 +190,7 @@ absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
   };
   for (const SeqResult& r : result->forks) {
     count(r);
+    if (r.status == SeqStatus::kOk) metrics_.forks.Increment();
     ToProto(r, response.add_forks());
   }
   for (size_t i = 0; i < result->creates.size(); ++i) {
@@ -242,6 +253,9 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
   response->set_num_grant_failures(s.num_grant_failures);
   response->set_num_cow_copies(s.num_cow_copies);
   response->set_num_evictions(s.pool.num_evictions);
+  response->set_num_forks(s.num_forks);
+  response->set_num_shared_block_refs(s.pool.num_shared_refs);
+  response->set_num_blocks_used_peak(s.num_blocks_used_peak);
   return Finish(ctx, absl::OkStatus());
 }
 

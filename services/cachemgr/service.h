@@ -58,6 +58,9 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
     Counter& prefix_hit_tokens;
     Counter& grant_failures;
     Counter& cow_copies;
+    Counter& forks;
+    Gauge& shared_refs;
+    Gauge& blocks_used_peak;
     Family<Counter>& step_errors;
     Histogram& step_latency;
   };

@@ -29,6 +29,8 @@ absl::StatusOr<std::shared_ptr<const ModelContext>> ModelContext::Create(
         absl::StrCat("the scheduler's tokenizer is invalid: ", tokenizer.status().message()));
   }
   validator_options.max_model_len = info.max_model_len();
+  validator_options.max_n = std::max(info.max_n(), 1);
+  validator_options.max_beam_width = std::max(info.max_beam_width(), 0);
   return std::shared_ptr<const ModelContext>(
       new ModelContext(std::move(info), *std::move(tokenizer), std::move(validator_options)));
 }

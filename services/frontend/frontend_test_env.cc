@@ -50,6 +50,8 @@ void FrontendTestEnv::SetUp() {
   info_.set_block_size(16);
   info_.set_num_blocks(100);
   info_.set_tp_size(1);
+  info_.set_max_n(4);
+  info_.set_max_beam_width(4);
 
   fake_ = FakeScheduler::Start(info_);
   ASSERT_NE(fake_, nullptr);

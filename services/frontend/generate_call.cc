@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <span>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +40,9 @@ GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
   in.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   if (s.has_logprobs()) in.logprobs = s.logprobs();
   in.ignore_eos = s.ignore_eos();
+  if (s.has_n()) in.n = s.n();
+  if (s.has_beam_width()) in.beam_width = s.beam_width();
+  if (s.has_length_penalty()) in.length_penalty = s.length_penalty();
   return in;
 }
 
@@ -55,7 +60,9 @@ ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
   out.mutable_stop_token_ids()->Assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
   out.set_ignore_eos(r.ignore_eos == IgnoreEos::kYes);
   out.set_num_logprobs(r.logprobs.value_or(0));
-  out.set_n(1);
+  out.set_n(r.n);
+  out.set_beam_width(r.beam_width);
+  if (r.beam_width > 0) out.set_length_penalty(r.length_penalty);
   return out;
 }
 
@@ -149,9 +156,23 @@ class GenerationCall : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
   const CallEnv env_;
   const absl::Time start_;
 
+  // One completion of the request (n > 1 has several, by index).
+  struct Choice {
+    Choice(const Tokenizer& tokenizer, std::vector<std::string> stops,
+           std::span<const int32_t> prompt)
+        : text(tokenizer, std::move(stops), prompt) {}
+    CompletionText text;
+    bool done = false;  // its last message is out
+    bool cut = false;   // ended here by a stop string: the scheduler may still run it
+  };
+  // Ends the call: the last message, with usage. `chunk` may carry a choice's last text.
+  // Returns true when the scheduler call must be cancelled.
+  bool DeliverFinal(pb::GenerateResponse chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::string request_id_;
   std::optional<int32_t> logprobs_;
-  std::optional<CompletionText> text_ ABSL_GUARDED_BY(mu_);
+  std::deque<Choice> choices_ ABSL_GUARDED_BY(mu_);
+  int32_t num_choices_done_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ClientContext client_ctx_;
   ipb::ScheduleRequest schedule_request_;
   ipb::ScheduleEvent event_;  // the read in flight writes here
@@ -178,7 +199,9 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   absl::MutexLock lock(&mu_);
   logprobs_ = validated->logprobs;
   num_prompt_tokens_ = static_cast<int32_t>(validated->prompt_token_ids.size());
-  text_.emplace(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids);
+  for (int32_t i = 0; i < validated->n; ++i) {
+    choices_.emplace_back(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids);
+  }
   schedule_request_ = ToScheduleRequest(*validated);
   env_.metrics->prompt_tokens.Increment(num_prompt_tokens_);
   VLOG(1) << "request " << request_id_ << ": " << method_ << ", " << num_prompt_tokens_
@@ -226,10 +249,22 @@ bool GenerationCall::HandleEvent() {
   if (event_.num_cached_prompt_tokens() > 0) {
     num_cached_prompt_tokens_ = event_.num_cached_prompt_tokens();
   }
+  const int32_t index = event_.index();
+  if (index < 0 || index >= static_cast<int32_t>(choices_.size())) {
+    FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("scheduler sent choice ", index, " of ", choices_.size())));
+    return true;
+  }
+  Choice& choice = choices_[index];
+  if (choice.done) {
+    // A choice cut by a stop string: the scheduler still runs it; its tokens are dropped.
+    ReadNext();
+    return false;
+  }
   std::vector<int32_t> ids;
   ids.reserve(event_.tokens_size());
   for (const ipb::GeneratedToken& t : event_.tokens()) ids.push_back(t.token_id());
-  absl::StatusOr<CompletionText::Delta> delta = text_->AddTokens(ids);
+  absl::StatusOr<CompletionText::Delta> delta = choice.text.AddTokens(ids);
   if (!delta.ok()) {
     FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
                           absl::StrCat("scheduler sent a bad token: ", delta.status().message())));
@@ -237,14 +272,14 @@ bool GenerationCall::HandleEvent() {
   }
   pb::GenerateResponse chunk;
   chunk.set_request_id(request_id_);
+  chunk.set_index(index);
+  chunk.set_cumulative_logprob(event_.cumulative_logprob());
   chunk.set_text(std::move(delta->text));
   for (int i = 0; i < delta->num_tokens_used; ++i) AddTokenInfo(event_.tokens(i), &chunk);
 
-  bool final = false;
-  bool cancel = false;
   if (delta->stopped) {
-    final = true;
-    cancel = true;  // the scheduler would otherwise keep generating
+    choice.done = true;
+    choice.cut = true;  // the scheduler would otherwise keep generating it
     chunk.set_finish_reason(pb::FINISH_REASON_STOP);
     env_.metrics->stop_string_matches.Increment();
   } else if (event_.finish_reason() == ipb::FINISH_REASON_ERROR) {
@@ -252,13 +287,14 @@ bool GenerationCall::HandleEvent() {
                           "scheduler: the request failed (finish reason ERROR)"));
     return true;
   } else if (event_.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
-    final = true;
-    CompletionText::Delta rest = text_->Finish();
+    choice.done = true;
+    CompletionText::Delta rest = choice.text.Finish();
     chunk.mutable_text()->append(rest.text);
     if (rest.stopped) env_.metrics->stop_string_matches.Increment();
     chunk.set_finish_reason(rest.stopped ? pb::FINISH_REASON_STOP
                                          : ToPublic(event_.finish_reason()));
   }
+  if (choice.done) ++num_choices_done_;
 
   if (chunk.tokens_size() > 0) {
     env_.metrics->streamed_tokens.Increment(chunk.tokens_size());
@@ -267,26 +303,39 @@ bool GenerationCall::HandleEvent() {
       env_.metrics->time_to_first_token.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
     }
   }
-  if (final) {
-    pb::Usage* usage = chunk.mutable_usage();
-    usage->set_prompt_tokens(num_prompt_tokens_);
-    usage->set_completion_tokens(text_->num_tokens());
-    usage->set_cached_prompt_tokens(num_cached_prompt_tokens_);
-    finished_ = true;
-    final_code_ = absl::StatusCode::kOk;
-    LOG(INFO) << "request " << request_id_ << ": " << method_ << " finished ("
-              << pb::FinishReason_Name(chunk.finish_reason()) << "), " << num_prompt_tokens_
-              << " prompt + " << text_->num_tokens() << " completion tokens in "
-              << absl::FormatDuration(absl::Trunc(absl::Now() - start_, absl::Microseconds(100)));
-    Deliver(std::move(chunk), /*final=*/true);
-    // From here on reads are started only from this stream's own reactions.
-    if (!cancel) ReadNext();  // drain to the end of the scheduler's stream
-    ReleaseHold();
-  } else if (chunk.tokens_size() > 0 || !chunk.text().empty()) {
+  if (num_choices_done_ == static_cast<int32_t>(choices_.size())) {
+    return DeliverFinal(std::move(chunk));
+  }
+  if (chunk.tokens_size() > 0 || !chunk.text().empty() ||
+      chunk.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
     Deliver(std::move(chunk), /*final=*/false);
   } else {
     ReadNext();
   }
+  return false;
+}
+
+bool GenerationCall::DeliverFinal(pb::GenerateResponse chunk) {
+  int32_t completion_tokens = 0;
+  bool cancel = false;
+  for (const Choice& c : choices_) {
+    completion_tokens += c.text.num_tokens();
+    cancel = cancel || c.cut;
+  }
+  pb::Usage* usage = chunk.mutable_usage();
+  usage->set_prompt_tokens(num_prompt_tokens_);  // once, however many choices share it
+  usage->set_completion_tokens(completion_tokens);
+  usage->set_cached_prompt_tokens(num_cached_prompt_tokens_);
+  finished_ = true;
+  final_code_ = absl::StatusCode::kOk;
+  LOG(INFO) << "request " << request_id_ << ": " << method_ << " finished ("
+            << pb::FinishReason_Name(chunk.finish_reason()) << "), " << num_prompt_tokens_
+            << " prompt + " << completion_tokens << " completion tokens in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - start_, absl::Microseconds(100)));
+  Deliver(std::move(chunk), /*final=*/true);
+  // From here on reads are started only from this stream's own reactions.
+  if (!cancel && !upstream_done_) ReadNext();  // drain to the end of the scheduler's stream
+  ReleaseHold();
   return cancel;
 }
 
@@ -316,6 +365,11 @@ void GenerationCall::OnDone(const grpc::Status& status) {
                               "the client's deadline passed before the completion was done"));
       } else if (client_cancelled_) {
         FailWith(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+      } else if (status.ok() && num_choices_done_ > 0) {
+        // Beam search found fewer finished beams than n: the choices it sent are all.
+        pb::GenerateResponse chunk;
+        chunk.set_request_id(request_id_);
+        DeliverFinal(std::move(chunk));
       } else if (status.ok()) {
         FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
                               "scheduler ended the stream without a finish reason"));
@@ -461,13 +515,27 @@ class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
  private:
   void Deliver(pb::GenerateResponse chunk, bool final) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     response_->set_request_id(chunk.request_id());
-    response_->mutable_text()->append(chunk.text());
-    for (pb::TokenInfo& t : *chunk.mutable_tokens()) *response_->add_tokens() = std::move(t);
+    while (response_->choices_size() <= chunk.index()) {
+      response_->add_choices()->set_index(response_->choices_size() - 1);
+    }
+    pb::Choice* choice = response_->mutable_choices(chunk.index());
+    choice->mutable_text()->append(chunk.text());
+    for (pb::TokenInfo& t : *chunk.mutable_tokens()) *choice->add_tokens() = std::move(t);
+    if (chunk.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
+      choice->set_finish_reason(chunk.finish_reason());
+    }
+    if (chunk.cumulative_logprob() != 0.0) {
+      choice->set_cumulative_logprob(chunk.cumulative_logprob());
+    }
     if (!final) {
       ReadNext();
       return;
     }
-    response_->set_finish_reason(chunk.finish_reason());
+    // The top-level fields are choice 0's.
+    const pb::Choice& first = response_->choices(0);
+    response_->set_text(first.text());
+    *response_->mutable_tokens() = first.tokens();
+    response_->set_finish_reason(first.finish_reason());
     *response_->mutable_usage() = chunk.usage();
     Finish(grpc::Status::OK);
   }

@@ -133,6 +133,33 @@ absl::Status RequestValidator::ValidateSampling(const GenerateInput& input,
         "logprobs is ", *input.logprobs, "; it must be in [0, ", options_.max_logprobs, "]"));
   }
   out->logprobs = input.logprobs;
+  out->n = input.n.value_or(1);
+  if (out->n < 1 || out->n > options_.max_n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n is ", out->n, "; it must be in [1, ", options_.max_n, "]"));
+  }
+  out->beam_width = input.beam_width.value_or(0);
+  if (out->beam_width < 0 || out->beam_width > options_.max_beam_width) {
+    return absl::InvalidArgumentError(absl::StrCat("beam_width is ", out->beam_width,
+                                                   "; it must be in [0, ",
+                                                   options_.max_beam_width, "]"));
+  }
+  if (out->beam_width > 0 && out->n > out->beam_width) {
+    return absl::InvalidArgumentError(absl::StrCat("n is ", out->n, " and beam_width is ",
+                                                   out->beam_width,
+                                                   "; beam search returns at most beam_width "
+                                                   "beams, so n must not exceed it"));
+  }
+  if (input.length_penalty.has_value()) {
+    if (out->beam_width == 0) {
+      return absl::InvalidArgumentError(
+          "length_penalty applies to beam search only; set beam_width too");
+    }
+    if (!std::isfinite(*input.length_penalty)) {
+      return absl::InvalidArgumentError("length_penalty must be a finite number");
+    }
+    out->length_penalty = *input.length_penalty;
+  }
   out->seed = input.seed.has_value() ? *input.seed : NextSeed();
   out->ignore_eos = input.ignore_eos ? IgnoreEos::kYes : IgnoreEos::kNo;
   return absl::OkStatus();

@@ -3,7 +3,8 @@
 // scheduler can run: prompt tokenized, defaults applied, every value checked.
 //
 // Defaults: max_tokens 16, temperature 1.0, top_p 1.0, top_k 0 (off), min_p 0 (off),
-// seed random, logprobs unset (none), ignore_eos false. Every out-of-range or
+// seed random, logprobs unset (none), ignore_eos false, n 1, beam_width 0 (sampling),
+// length_penalty 1.0. Every out-of-range or
 // contradictory value is InvalidArgument with a message that names the field and the
 // allowed range (see Validate for the list).
 //
@@ -41,6 +42,9 @@ struct GenerateInput {
   std::vector<int32_t> stop_token_ids;
   std::optional<int32_t> logprobs;
   bool ignore_eos = false;
+  std::optional<int32_t> n;
+  std::optional<int32_t> beam_width;
+  std::optional<float> length_penalty;
 };
 
 // Whether the scheduler keeps generating past the end-of-sequence token.
@@ -62,6 +66,9 @@ struct ValidatedRequest {
   // sampled token's log-prob only).
   std::optional<int32_t> logprobs;
   IgnoreEos ignore_eos = IgnoreEos::kNo;
+  int32_t n = 1;               // choices
+  int32_t beam_width = 0;      // 0: sampling
+  float length_penalty = 1.0f; // beam search
 };
 
 struct ValidatorOptions {
@@ -70,6 +77,8 @@ struct ValidatorOptions {
   int32_t max_stop_string_bytes = 256;  // how long each may be
   int32_t max_logprobs = 20;            // top alternatives per token, at most
   int32_t max_request_id_bytes = 128;   // a client-given request id, at most
+  int32_t max_n = 1;                    // choices per request (the cluster's limit)
+  int32_t max_beam_width = 0;           // beam width (the cluster's limit; 0: no beam search)
   // Seed for requests that give none. Null: a random 64-bit value.
   std::function<uint64_t()> seed_source;
   // Request id for requests that give none. Null: NewRequestId().
@@ -89,6 +98,9 @@ class RequestValidator {
   //   - max_tokens < 1, or prompt tokens + max_tokens > max_model_len (names both);
   //   - temperature outside [0, 2], top_p outside (0, 1], top_k < 0, min_p outside [0, 1];
   //   - logprobs outside [0, max_logprobs];
+  //   - n outside [1, max_n]; beam_width outside [0, max_beam_width]; n > beam_width in
+  //     beam search; length_penalty not finite or without beam search. n > 1 with
+  //     temperature 0 is allowed (n identical greedy texts);
   //   - more than max_stop_strings stop strings, or one that is empty, longer than
   //     max_stop_string_bytes or not valid UTF-8;
   //   - a stop_token_ids entry outside [0, vocab_size);

@@ -260,5 +260,57 @@ TEST(RequestIdTest, IsRandomHex) {
   EXPECT_NE(a, b);
 }
 
+TEST(RequestValidatorSharingTest, ChoicesAndBeamWidthWithinTheClusterLimits) {
+  const Tokenizer tokenizer = testing::TestTokenizer();
+  ValidatorOptions options;
+  options.max_model_len = kMaxModelLen;
+  options.max_n = 4;
+  options.max_beam_width = 3;
+  RequestValidator validator(tokenizer, options);
+  auto check = [&](std::optional<int32_t> n, std::optional<int32_t> beam,
+                   std::optional<float> penalty) {
+    GenerateInput in;
+    in.prompt = "the cat";
+    in.n = n;
+    in.beam_width = beam;
+    in.length_penalty = penalty;
+    return validator.Validate(in);
+  };
+  absl::StatusOr<ValidatedRequest> ok = check(4, std::nullopt, std::nullopt);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->n, 4);
+  EXPECT_EQ(ok->beam_width, 0);
+  ok = check(std::nullopt, 3, 0.5f);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->n, 1);
+  EXPECT_EQ(ok->beam_width, 3);
+  EXPECT_EQ(ok->length_penalty, 0.5f);
+
+  GenerateInput greedy;
+  greedy.prompt = "the cat";
+  greedy.n = 3;
+  greedy.temperature = 0.0f;
+  EXPECT_TRUE(validator.Validate(greedy).ok()) << "n > 1 with temperature 0 is allowed";
+
+  struct Bad {
+    std::optional<int32_t> n, beam;
+    std::optional<float> penalty;
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {0, std::nullopt, std::nullopt, "n is 0; it must be in [1, 4]"},
+           {5, std::nullopt, std::nullopt, "n is 5; it must be in [1, 4]"},
+           {1, 4, std::nullopt, "beam_width is 4; it must be in [0, 3]"},
+           {1, -1, std::nullopt, "beam_width is -1"},
+           {3, 2, std::nullopt, "n must not exceed it"},
+           {1, std::nullopt, 1.0f, "length_penalty applies to beam search only"},
+           {1, 2, std::numeric_limits<float>::infinity(), "length_penalty must be a finite"},
+       }) {
+    absl::StatusOr<ValidatedRequest> r = check(bad.n, bad.beam, bad.penalty);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad.message;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(bad.message));
+  }
+}
+
 }  // namespace
 }  // namespace folio::frontend

@@ -1,5 +1,6 @@
 #include "services/frontend/service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +130,8 @@ grpc::ServerUnaryReactor* FrontendService::GetModelInfo(grpc::CallbackServerCont
   response->set_dim(info.model().dim());
   response->set_block_size(info.block_size());
   response->set_num_kv_blocks(info.num_blocks());
+  response->set_max_n(std::max(info.max_n(), 1));
+  response->set_max_beam_width(info.max_beam_width());
   return FinishLocal(ctx, "GetModelInfo", start, absl::OkStatus());
 }
 

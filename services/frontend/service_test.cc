@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +108,86 @@ TEST_F(FrontendServiceTest, StopStringSpanningTwoTokensTruncatesAndCancelsTheSch
 
   ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(10)));
   EXPECT_TRUE(fake_->calls()[0].cancelled) << "the scheduler call was not cancelled";
+}
+
+TEST_F(FrontendServiceTest, SeveralChoicesInterleaveAndEndOneByOne) {
+  // Choice 1 meets the stop string "girl" in its second token; choice 0 runs to length.
+  const std::vector<int32_t> zero = Encode("there was a cat");
+  const std::vector<int32_t> one = Encode("a little girl named Lily");
+  Script script;
+  for (size_t t = 0; t < std::max(zero.size(), one.size()); ++t) {
+    for (int index : {0, 1}) {
+      const std::vector<int32_t>& tokens = index == 0 ? zero : one;
+      if (t >= tokens.size()) continue;
+      ipb::ScheduleEvent e;
+      e.set_index(index);
+      e.add_tokens()->set_token_id(tokens[t]);
+      e.set_num_prompt_tokens(5);
+      if (t + 1 == tokens.size()) e.set_finish_reason(ipb::FINISH_REASON_LENGTH);
+      script.events.push_back(e);
+    }
+  }
+  fake_->SetScript(script);
+  pb::GenerateRequest request = Request("Once upon a time", 20);
+  request.mutable_sampling()->set_n(2);
+  request.mutable_sampling()->add_stop("girl");
+  StreamResult r = Generate(request, absl::Seconds(20));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  std::map<int, std::string> texts;
+  std::map<int, pb::FinishReason> finish;
+  int usage_messages = 0;
+  for (const pb::GenerateResponse& m : r.messages) {
+    texts[m.index()] += m.text();
+    if (m.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
+      EXPECT_EQ(finish.count(m.index()), 0u) << "choice " << m.index() << " ended twice";
+      finish[m.index()] = m.finish_reason();
+    }
+    usage_messages += m.has_usage();
+  }
+  EXPECT_EQ(texts[0], Decode(zero));
+  EXPECT_EQ(texts[1], Decode(one).substr(0, Decode(one).find("girl")));
+  EXPECT_EQ(finish[0], pb::FINISH_REASON_LENGTH);
+  EXPECT_EQ(finish[1], pb::FINISH_REASON_STOP);
+  EXPECT_EQ(usage_messages, 1);
+  EXPECT_TRUE(r.messages.back().has_usage());
+  EXPECT_EQ(r.messages.back().usage().prompt_tokens(), 5) << "the prompt counts once";
+
+  ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(10)));
+  EXPECT_EQ(fake_->calls()[0].request.n(), 2);
+
+  // Complete gathers the same into choices; the top-level fields are choice 0's.
+  fake_->SetScript(script);
+  pb::CompleteResponse complete;
+  ASSERT_TRUE(Complete(request, &complete).ok());
+  ASSERT_EQ(complete.choices_size(), 2);
+  EXPECT_EQ(complete.choices(0).text(), Decode(zero));
+  EXPECT_EQ(complete.choices(1).finish_reason(), pb::FINISH_REASON_STOP);
+  EXPECT_EQ(complete.text(), Decode(zero));
+}
+
+TEST_F(FrontendServiceTest, BeamSearchRequestsReachTheScheduler) {
+  ipb::ScheduleEvent e;
+  e.add_tokens()->set_token_id(Encode("cat")[0]);
+  e.set_finish_reason(ipb::FINISH_REASON_LENGTH);
+  e.set_cumulative_logprob(-1.25);
+  fake_->SetScript(Script{.events = {e}});
+  pb::GenerateRequest request = Request("Once upon a time", 1);
+  request.mutable_sampling()->set_beam_width(3);
+  request.mutable_sampling()->set_length_penalty(0.5f);
+  pb::CompleteResponse complete;
+  ASSERT_TRUE(Complete(request, &complete).ok());
+  ASSERT_EQ(complete.choices_size(), 1);
+  EXPECT_DOUBLE_EQ(complete.choices(0).cumulative_logprob(), -1.25);
+  ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(10)));
+  const ipb::ScheduleRequest sent = fake_->calls()[0].request;
+  EXPECT_EQ(sent.beam_width(), 3);
+  EXPECT_EQ(sent.n(), 1);
+  EXPECT_FLOAT_EQ(sent.length_penalty(), 0.5f);
+
+  request.mutable_sampling()->set_n(4);
+  StreamResult r = Generate(request);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("n must not exceed it"));
 }
 
 TEST_F(FrontendServiceTest, ClientCancelPropagatesToTheScheduler) {

@@ -28,6 +28,10 @@ ABSL_FLAG(int, max_num_batched_tokens, 512, "Tokens computed per step, over all 
 ABSL_FLAG(int, max_num_seqs, 64, "Sequences running at once.");
 ABSL_FLAG(int, max_waiting_requests, 1024,
           "Requests queued for admission; past this, new requests get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_n, 16,
+          "Choices per request at most (parallel samples, or beams returned); frontends "
+          "read it from the cluster info.");
+ABSL_FLAG(int, max_beam_width, 8, "Beam width at most (beam search).");
 ABSL_FLAG(int, max_model_len, 0, "Cap on prompt plus output tokens; 0 = the model's context.");
 ABSL_FLAG(int, num_blocks, 0, "Cap on KV blocks; 0 = as many as the workers' budgets hold.");
 ABSL_FLAG(std::string, policy, "paged",
@@ -80,6 +84,12 @@ int main(int argc, char** argv) {
   options.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   options.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  options.max_n = absl::GetFlag(FLAGS_max_n);
+  options.max_beam_width = absl::GetFlag(FLAGS_max_beam_width);
+  if (options.max_n < 1 || options.max_beam_width < 0) {
+    LOG(ERROR) << "--max_n must be at least 1 and --max_beam_width at least 0";
+    return 1;
+  }
 
   folio::ServerOptions server_options{
       .service_name = "folio.internal.v1.Scheduler",
@@ -111,6 +121,9 @@ int main(int argc, char** argv) {
   options.max_model_len = info->max_model_len();
   options.vocab_size = info->model().vocab_size();
   options.eos_id = info->tokenizer().eos_id();
+  options.num_blocks = info->num_blocks();
+  info->set_max_n(options.max_n);
+  info->set_max_beam_width(options.max_beam_width);
   sched::Scheduler scheduler(options, &cache, &workers, &registry);
   service.Start(&scheduler, *info);
   std::thread loop([&] { scheduler.Run(); });

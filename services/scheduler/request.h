@@ -1,5 +1,14 @@
 // The scheduler's record of one request, and the events it streams back. Owned by the
 // Scheduler's loop thread. Thread-compatible.
+//
+// A request runs as one or more branches, each a sequence of the cache manager:
+//  * plain sampling (n = 1): one branch;
+//  * parallel sampling (n > 1): the root branch prefills the prompt once and draws n first
+//    tokens from its last position; n - 1 children fork from it (sharing every prompt
+//    block) and each then decodes on its own, sample k drawing with rng key k;
+//  * beam search (beam_width k): the root prefills, then every step each live beam asks
+//    for its top 2k next tokens; the k best continuations survive, forking from their
+//    parents (beam_search.h has the selection and stopping rules).
 #ifndef FOLIO_SERVICES_SCHEDULER_REQUEST_H_
 #define FOLIO_SERVICES_SCHEDULER_REQUEST_H_
 
@@ -10,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "services/scheduler/beam_search.h"
 #include "services/worker/engine/step.h"
 
 namespace folio::scheduler {
@@ -25,6 +35,10 @@ struct RequestSpec {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t num_logprobs = 0;
+  // Choices to return: parallel samples, or (with beam_width > 0) the best finished beams.
+  int32_t n = 1;
+  int32_t beam_width = 0;       // 0: sampling; k > 0: beam search with k beams
+  float length_penalty = 1.0f;  // beam search: a beam scores cum_logprob / length^penalty
 };
 
 struct GeneratedToken {
@@ -33,41 +47,70 @@ struct GeneratedToken {
   std::vector<worker::TokenLogprob> top_logprobs;
 };
 
-// One message to the client: new tokens, and on the last one the finish reason (and,
-// for kError, the status).
+// One message to the client about choice `index`: new tokens and, on that choice's last
+// message, its finish reason. The request's very last event has request_done set (for
+// kCancelled and kError it is the only one that carries the reason, with index 0).
+// Beam search sends nothing until it is done, then one event per returned beam, best
+// first, each with all its tokens and its cumulative log-prob.
 struct RequestEvent {
+  int32_t index = 0;
   std::vector<GeneratedToken> tokens;
   FinishReason finish = FinishReason::kNone;
+  bool request_done = false;
   absl::Status error;
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;
+  double cumulative_logprob = 0.0;  // beam search: sum of the beam's token log-probs
 };
 
-// Receives a request's events on the loop thread; must not block. After an event with a
-// finish reason no more events come.
+// Receives a request's events on the loop thread; must not block. After an event with
+// request_done no more events come.
 using EventSink = std::function<void(const RequestEvent&)>;
+
+// One sequence of a request: a sample or a beam.
+struct Branch {
+  int32_t index = 0;         // parallel sampling: the sample index (stream index, rng key)
+  // Live while running: the cache manager's sequence (0 while it holds no blocks), its
+  // block table mirror and the number of its tokens whose KV is computed.
+  uint64_t seq_id = 0;
+  std::vector<int32_t> block_table;
+  int32_t num_computed = 0;
+  std::vector<int32_t> output;   // generated tokens
+  std::vector<float> logprobs;   // beam search: the log-prob of each output token
+  double cum_logprob = 0.0;      // beam search
+  // Beam search: the next-token candidates at this beam's end, kept until every live
+  // beam has its own and the beam step runs.
+  std::vector<worker::TokenLogprob> candidates;
+
+  int32_t num_tokens(const std::vector<int32_t>& prompt) const {
+    return static_cast<int32_t>(prompt.size() + output.size());
+  }
+  int32_t TokenAt(const std::vector<int32_t>& prompt, int32_t pos) const {
+    const int32_t p = static_cast<int32_t>(prompt.size());
+    return pos < p ? prompt[pos] : output[pos - p];
+  }
+};
 
 struct Request {
   RequestSpec spec;
   EventSink sink;
   uint64_t arrival = 0;           // admission order; preemption takes the largest
   absl::Time arrival_time;
-  std::vector<int32_t> output;    // generated tokens, streamed already
-  // Live while running: the cache manager's sequence, its block table mirror and the
-  // number of tokens (prompt + output) whose KV is computed.
-  uint64_t seq_id = 0;
-  std::vector<int32_t> block_table;
-  int32_t num_computed = 0;
+  // Live branches. branches[0] is the root: after a preemption it alone is recomputed up
+  // to the end of the prompt, and the others fork from it there.
+  std::vector<Branch> branches;
+  bool fanned_out = false;        // the first tokens are drawn / the beams have started
   int32_t max_len = 0;            // prompt + max_tokens, capped by max_model_len
   int32_t num_cached_prompt_tokens = 0;
   bool first_admission = true;
   absl::Time last_token_time;
+  int64_t num_generated = 0;      // tokens generated over all branches (logs)
+  FinishedBeams finished_beams;   // beam search
 
-  int32_t num_tokens() const { return static_cast<int32_t>(spec.prompt.size() + output.size()); }
-  int32_t TokenAt(int32_t pos) const {
-    const int32_t p = static_cast<int32_t>(spec.prompt.size());
-    return pos < p ? spec.prompt[pos] : output[pos - p];
-  }
+  bool beam() const { return spec.beam_width > 0; }
+  // The most sequences it may run at once.
+  int32_t width() const { return beam() ? spec.beam_width : spec.n; }
+  int32_t prompt_len() const { return static_cast<int32_t>(spec.prompt.size()); }
 };
 
 }  // namespace folio::scheduler

@@ -24,12 +24,6 @@ pb::FinishReason ToProto(FinishReason reason) {
 }
 
 absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
-  if (req.n() > 1) {
-    return absl::UnimplementedError("n > 1 (parallel sampling) is not supported yet");
-  }
-  if (req.beam_width() > 0) {
-    return absl::UnimplementedError("beam search is not supported yet");
-  }
   const pb::SamplingParams& s = req.sampling();
   if (s.temperature() < 0 || !(s.temperature() == s.temperature())) {
     return absl::InvalidArgumentError(
@@ -61,6 +55,9 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
   spec.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   spec.ignore_eos = req.ignore_eos();
   spec.num_logprobs = req.num_logprobs();
+  spec.n = req.n() == 0 ? 1 : req.n();
+  spec.beam_width = req.beam_width();
+  if (req.has_length_penalty()) spec.length_penalty = req.length_penalty();
   return spec;
 }
 
@@ -133,12 +130,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::ScheduleEvent>
             alt->set_logprob(lp.logprob);
           }
         }
+        event.set_index(e.index);
+        event.set_cumulative_logprob(e.cumulative_logprob);
         event.set_finish_reason(ToProto(e.finish));
         event.set_num_prompt_tokens(e.num_prompt_tokens);
         event.set_num_cached_prompt_tokens(e.num_cached_prompt_tokens);
         queue.push_back(std::move(event));
       }
-      if (e.finish != FinishReason::kNone) {
+      if (e.request_done) {
         done = true;
         if (e.finish == FinishReason::kError) {
           final_status = ToGrpcStatus(e.error);

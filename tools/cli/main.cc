@@ -2,6 +2,7 @@
 // grpc.health.v1. See kUsage.
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,13 @@ ABSL_FLAG(std::vector<std::string>, stop, {},
 ABSL_FLAG(std::optional<int>, logprobs, std::nullopt,
           "generate: report this many top alternatives per token (0 to 20; --json only).");
 ABSL_FLAG(bool, ignore_eos, false, "generate: keep generating past end-of-sequence.");
+ABSL_FLAG(int, n, 1,
+          "generate: choices to return (parallel samples sharing the prompt's KV blocks; "
+          "with --beam, the best n beams). Each choice is printed once done, as [INDEX] TEXT.");
+ABSL_FLAG(int, beam, 0, "generate: beam search with this many beams (0: sampling).");
+ABSL_FLAG(std::optional<float>, length_penalty, std::nullopt,
+          "generate: beam search ranks finished beams by cumulative log-prob / "
+          "length^length_penalty (server default 1.0).");
 ABSL_FLAG(bool, unary, false,
           "generate: use the unary Complete RPC (prints the text once done) instead of the "
           "streaming Generate RPC.");
@@ -69,8 +77,10 @@ constexpr char kUsage[] =
     "                   (--json: one JSON object with text, token_ids, finish_reason,\n"
     "                   usage and request_id once done). Sampling flags: --max_tokens\n"
     "                   (default 100), --temperature (default 0, greedy), --top_p, --top_k,\n"
-    "                   --min_p, --seed, --stop, --logprobs, --ignore_eos; --unary uses\n"
-    "                   the Complete RPC.\n"
+    "                   --min_p, --seed, --stop, --logprobs, --ignore_eos; --n=N for N\n"
+    "                   choices, --beam=K (--length_penalty) for beam search: each choice\n"
+    "                   prints once done as [INDEX] TEXT (--json: a choices list);\n"
+    "                   --unary uses the Complete RPC.\n"
     "  tokenize TEXT    Print the token ids and pieces of TEXT, one token per line\n"
     "                   (--add_bos=false to leave out BOS).\n"
     "  model            Print the served model (GetModelInfo).\n"
@@ -84,6 +94,8 @@ constexpr char kUsage[] =
     "Examples:\n"
     "  folio-cli generate \"Once upon a time\" --max_tokens=50\n"
     "  folio-cli generate \"Once upon a time\" --temperature=0.8 --seed=7 --stop=. --json\n"
+    "  folio-cli generate \"Once upon a time\" --temperature=0.8 --n=4\n"
+    "  folio-cli generate \"Once upon a time\" --beam=4 --max_tokens=32\n"
     "  folio-cli tokenize \"Hello world\"\n";
 
 constexpr int kExitOk = 0;
@@ -136,6 +148,9 @@ pb::GenerateRequest BuildRequest(const std::string& prompt) {
   if (auto v = absl::GetFlag(FLAGS_logprobs)) s->set_logprobs(*v);
   for (const std::string& stop : absl::GetFlag(FLAGS_stop)) s->add_stop(stop);
   s->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  if (absl::GetFlag(FLAGS_n) != 1) s->set_n(absl::GetFlag(FLAGS_n));
+  if (absl::GetFlag(FLAGS_beam) != 0) s->set_beam_width(absl::GetFlag(FLAGS_beam));
+  if (auto v = absl::GetFlag(FLAGS_length_penalty)) s->set_length_penalty(*v);
   return request;
 }
 
@@ -147,6 +162,7 @@ struct Completion {
   std::vector<int32_t> token_ids;
   pb::FinishReason finish_reason = pb::FINISH_REASON_UNSPECIFIED;
   pb::Usage usage;
+  double cumulative_logprob = 0.0;
 
   void Add(const std::string& delta,
            const google::protobuf::RepeatedPtrField<pb::TokenInfo>& infos) {
@@ -178,42 +194,84 @@ struct Completion {
   }
 };
 
+json UsageJson(const pb::Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens()},
+          {"completion_tokens", usage.completion_tokens()},
+          {"cached_prompt_tokens", usage.cached_prompt_tokens()}};
+}
+
 int Generate(pb::TextGeneration::Stub* stub, const std::string& prompt) {
   const pb::GenerateRequest request = BuildRequest(prompt);
   const bool as_json = absl::GetFlag(FLAGS_json);
-  Completion completion;
+  // One choice streams its text as it arrives; several (or beam search) print each
+  // choice once the request is done.
+  const bool several = absl::GetFlag(FLAGS_n) != 1 || absl::GetFlag(FLAGS_beam) != 0;
+  std::map<int32_t, Completion> choices;
+  std::string request_id;
+  pb::Usage usage;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   if (absl::GetFlag(FLAGS_unary)) {
     pb::CompleteResponse response;
     grpc::Status status = stub->Complete(&ctx, request, &response);
     if (!status.ok()) return RpcError("generate", status);
-    completion.Add(response.text(), response.tokens());
-    completion.request_id = response.request_id();
-    completion.finish_reason = response.finish_reason();
-    completion.usage = response.usage();
-    if (!as_json) std::cout << response.text();
+    request_id = response.request_id();
+    usage = response.usage();
+    for (const pb::Choice& c : response.choices()) {
+      Completion& completion = choices[c.index()];
+      completion.Add(c.text(), c.tokens());
+      completion.finish_reason = c.finish_reason();
+      completion.cumulative_logprob = c.cumulative_logprob();
+    }
+    if (!as_json && !several) std::cout << response.text();
   } else {
     std::unique_ptr<grpc::ClientReader<pb::GenerateResponse>> reader =
         stub->Generate(&ctx, request);
     pb::GenerateResponse response;
     while (reader->Read(&response)) {
+      Completion& completion = choices[response.index()];
       completion.Add(response.text(), response.tokens());
-      completion.request_id = response.request_id();
+      request_id = response.request_id();
       if (response.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
         completion.finish_reason = response.finish_reason();
-        completion.usage = response.usage();
+        completion.cumulative_logprob = response.cumulative_logprob();
       }
-      if (!as_json) std::cout << response.text() << std::flush;
+      if (response.has_usage()) usage = response.usage();
+      if (!as_json && !several) std::cout << response.text() << std::flush;
     }
     grpc::Status status = reader->Finish();
     if (!status.ok()) {
-      if (!as_json && !completion.text.empty()) std::cout << "\n";
+      if (!as_json && !several && !choices[0].text.empty()) std::cout << "\n";
       return RpcError("generate", status);
     }
   }
-  if (as_json) {
-    std::cout << completion.ToJson().dump() << "\n";
+  for (auto& [index, c] : choices) {
+    c.request_id = request_id;
+    c.usage = usage;
+  }
+  if (as_json && !several) {
+    std::cout << choices[0].ToJson().dump() << "\n";
+  } else if (as_json) {
+    json list = json::array();
+    for (const auto& [index, c] : choices) {
+      json one = c.ToJson();
+      one.erase("usage");
+      one.erase("request_id");
+      one["index"] = index;
+      if (absl::GetFlag(FLAGS_beam) != 0) one["cumulative_logprob"] = c.cumulative_logprob;
+      list.push_back(one);
+    }
+    std::cout << json{{"request_id", request_id}, {"choices", list}, {"usage", UsageJson(usage)}}
+                     .dump()
+              << "\n";
+  } else if (several) {
+    for (const auto& [index, c] : choices) {
+      std::cout << "[" << index << "]";
+      if (absl::GetFlag(FLAGS_beam) != 0) {
+        std::cout << " (cumulative logprob " << c.cumulative_logprob << ")";
+      }
+      std::cout << " " << c.text << "\n";
+    }
   } else {
     std::cout << "\n";
   }

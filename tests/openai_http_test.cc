@@ -136,7 +136,7 @@ class OpenAiHttpTest : public ::testing::Test {
 Cluster* OpenAiHttpTest::cluster_ = nullptr;
 
 TEST_F(OpenAiHttpTest, CompletionIsTheGrpcGreedyText) {
-  for (const std::string prompt : {"Once upon a time", ""}) {
+  for (const std::string prompt : {std::string("Once upon a time"), std::string()}) {
     GrpcResult g = GrpcComplete(cluster_->frontend(), Greedy(prompt, 40));
     ASSERT_TRUE(g.status.ok()) << g.status.error_message();
     HttpResult h = Post(port_, "/v1/completions",
@@ -293,8 +293,8 @@ TEST_F(OpenAiHttpTest, ErrorStatusesAndMalformedRequests) {
   EXPECT_EQ(unknown_model.parsed["error"]["code"], "model_not_found");
   EXPECT_THAT(unknown_model.parsed["error"]["message"].get<std::string>(), HasSubstr("'gpt-4'"));
 
-  for (const std::string bad : {"{", "[1, 2]", "{\"prompt\": \"x\",}", "\xff\xfe", "",
-                                std::string(10000, '[')}) {
+  for (const std::string& bad : std::vector<std::string>{"{", "[1, 2]", "{\"prompt\": \"x\",}",
+                                                          "\xff\xfe", "", std::string(10000, '[')}) {
     HttpResult h = Send(port_, "POST", "/v1/completions", bad);
     EXPECT_EQ(h.status, 400) << bad.substr(0, 20);
     EXPECT_EQ(h.parsed["error"]["type"], "invalid_request_error");

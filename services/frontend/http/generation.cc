@@ -72,7 +72,8 @@ absl::Status Generation::Next(std::vector<openai::ChoiceDelta>* deltas) {
   ipb::ScheduleEvent event;
   if (!reader_->Read(&event)) {
     done_ = true;
-    const grpc::Status status = Drain();
+    stream_closed_ = true;
+    const grpc::Status status = reader_->Finish();
     if (!status.ok()) return FromScheduler(status);
     const bool all_finished = std::all_of(choices_.begin(), choices_.end(),
                                           [](const Choice& c) { return c.finished; });

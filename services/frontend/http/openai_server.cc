@@ -74,9 +74,11 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
     if (req.path == "/health" || !self->options_.api_keys.enabled()) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    std::optional<std::string_view> auth;
+    std::optional<std::string> auth;  // owns the value: get_header_value returns a copy
     if (req.has_header("Authorization")) auth = req.get_header_value("Authorization");
-    if (absl::Status st = self->options_.api_keys.Check(auth); !st.ok()) {
+    const absl::Status st = self->options_.api_keys.Check(
+        auth.has_value() ? std::optional<std::string_view>(*auth) : std::nullopt);
+    if (!st.ok()) {
       SendError(res, openai::ErrorFromStatus(st));
       return httplib::Server::HandlerResponse::Handled;
     }

@@ -44,7 +44,9 @@ absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
     {
       std::ofstream out(tmp);
       out << "{\"grpc_port\": " << runner->port_ << ", \"metrics_port\": "
-          << runner->metrics_port() << "}\n";
+          << runner->metrics_port();
+      for (const auto& [name, port] : options.extra_ports) out << ", \"" << name << "\": " << port;
+      out << "}\n";
       if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
     }
     if (std::rename(tmp.c_str(), options.port_file.c_str()) != 0) {

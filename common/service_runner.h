@@ -14,6 +14,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,8 @@ struct ServerOptions {
   absl::Duration shutdown_grace = absl::Milliseconds(500);
   absl::Duration drain_timeout = absl::Seconds(10);
   int max_message_bytes = 64 << 20;
+  // More "name": port entries for the port file (e.g. the frontend's "http_port").
+  std::vector<std::pair<std::string, int>> extra_ports;
 };
 
 enum class ServingState { kNotServing, kServing };

@@ -70,7 +70,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
   c->scheduler_ = std::move(*scheduler);
   auto frontend = ServiceProcess::Start(
       "folio-frontend",
-      with(with(fast_shutdown, {"--scheduler=" + c->scheduler_->address(), "--port=0"}),
+      with(with(fast_shutdown, {"--scheduler=" + c->scheduler_->address(), "--port=0",
+                                "--http_port=0"}),
            options.frontend_args));
   if (!frontend.ok()) return frontend.status();
   c->frontend_ = std::move(*frontend);

@@ -50,6 +50,9 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Start(
     if (std::regex_search(s, m, std::regex(R"re("grpc_port": (\d+), "metrics_port": (-?\d+))re"))) {
       proc->grpc_port_ = std::stoi(m[1]);
       proc->metrics_port_ = std::stoi(m[2]);
+      if (std::regex_search(s, m, std::regex(R"re("http_port": (-?\d+))re"))) {
+        proc->http_port_ = std::stoi(m[1]);
+      }
       return proc;
     }
     int status = 0;

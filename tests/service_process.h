@@ -28,6 +28,8 @@ class ServiceProcess {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
+  // The "http_port" of the port file (the frontend's HTTP API), or -1 when absent.
+  int http_port() const { return http_port_; }
   std::string address() const;
   pid_t pid() const { return pid_; }
 
@@ -39,6 +41,7 @@ class ServiceProcess {
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int http_port_ = -1;
   std::string dir_;
 };
 

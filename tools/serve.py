@@ -79,6 +79,8 @@ def main():
     p.add_argument("--bin_dir", default=os.path.join(root, "build", "bin"))
     p.add_argument("--model", help="GGUF file or llama2.c checkpoint (default: stories260K)")
     p.add_argument("--port", type=int, default=50051, help="frontend gRPC port (default 50051)")
+    p.add_argument("--http_port", type=int, default=8000,
+                   help="port of the frontend's OpenAI-compatible HTTP API (-1: off)")
     p.add_argument("--block_size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--kv_cache_bytes", default="256MiB", help="KV cache budget of the worker")
     p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
@@ -152,7 +154,8 @@ def main():
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
         frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",
-                                        f"--port={args.port}"], run_dir)
+                                        f"--port={args.port}", f"--http_port={args.http_port}"],
+                           run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)
 
@@ -180,6 +183,8 @@ def main():
     print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
     for s in [scheduler, cachemgr] + workers:
         print(f"  {s.name:<9} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
+    if frontend.ports.get("http_port", -1) > 0:
+        print(f"  frontend  http http://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
     print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
     print("Ctrl-C stops the cluster.", flush=True)
 

@@ -29,6 +29,9 @@ struct Vocab {
   int32_t unk_id = 0;
   bool add_bos = true;           // prepend BOS when encoding a prompt
   bool add_dummy_prefix = true;  // prepend a space before encoding, as SentencePiece does
+  // The model's chat template (GGUF tokenizer.chat_template, Jinja source); empty: none.
+  // Carried for the frontend's chat API; encoding never reads it.
+  std::string chat_template;
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
 };

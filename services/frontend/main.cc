@@ -7,12 +7,15 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "common/process.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
+#include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
+#include "services/frontend/http/openai_server.h"
 #include "services/frontend/service.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -22,7 +25,8 @@ ABSL_FLAG(int, port, 50051, "gRPC port of the public API; 0 picks a free one (se
 ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
 ABSL_FLAG(std::string, port_file, "",
-          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
+          "If set, write {\"grpc_port\": N, \"metrics_port\": M, \"http_port\": H} here once "
+          "listening (http_port only when the HTTP API is on).");
 ABSL_FLAG(int, shutdown_grace_ms, 500,
           "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
 ABSL_FLAG(int, drain_timeout_ms, 10000,
@@ -32,6 +36,18 @@ ABSL_FLAG(int, startup_timeout_s, 300,
 ABSL_FLAG(int, max_stop_strings, 8, "Stop strings a request may give, at most.");
 ABSL_FLAG(int, max_stop_string_bytes, 256, "Bytes per stop string, at most.");
 ABSL_FLAG(int, max_logprobs, 20, "SamplingOptions.logprobs may be at most this.");
+ABSL_FLAG(int, http_port, 8000,
+          "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
+          "/v1/models, /health); 0 picks a free one (see --port_file), -1 turns it off.");
+ABSL_FLAG(int, http_threads, 256,
+          "HTTP connections served at once (each streaming request holds one).");
+ABSL_FLAG(int, http_max_body_bytes, 1 << 20, "HTTP request bodies larger than this get 413.");
+ABSL_FLAG(std::vector<std::string>, api_key, {},
+          "API keys (comma-separated). When any key is set (here or in --api_key_file), the "
+          "HTTP API needs 'Authorization: Bearer <key>' and the gRPC API the metadata "
+          "'authorization: Bearer <key>'; health checks stay open.");
+ABSL_FLAG(std::string, api_key_file, "",
+          "File of API keys, one per line ('#' starts a comment line).");
 
 namespace {
 
@@ -61,14 +77,50 @@ int main(int argc, char** argv) {
                   "--max_stop_strings and --max_logprobs non-negative";
     return kExitBadFlags;
   }
+  const int http_port = absl::GetFlag(FLAGS_http_port);
+  if (http_port < -1 || http_port > 65535 || absl::GetFlag(FLAGS_http_threads) <= 0 ||
+      absl::GetFlag(FLAGS_http_max_body_bytes) <= 0) {
+    LOG(ERROR) << "--http_port must be -1 (off), 0 (any free port) or a port number; "
+                  "--http_threads and --http_max_body_bytes must be positive";
+    return kExitBadFlags;
+  }
+  absl::StatusOr<folio::frontend::ApiKeys> api_keys = folio::frontend::ApiKeys::Create(
+      absl::GetFlag(FLAGS_api_key), absl::GetFlag(FLAGS_api_key_file));
+  if (!api_keys.ok()) {
+    LOG(ERROR) << api_keys.status();
+    return kExitBadFlags;
+  }
+  // A client that drops its HTTP connection must not take the process with it: writes to
+  // it fail with EPIPE instead.
+  signal(SIGPIPE, SIG_IGN);
 
   folio::MetricsRegistry registry;
   folio::frontend::FrontendOptions options;
   options.validator.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   options.validator.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   options.validator.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
+  options.api_keys = *api_keys;
   std::shared_ptr<grpc::Channel> channel = folio::frontend::MakeSchedulerChannel(target);
   folio::frontend::FrontendService service(options, channel, &registry);
+
+  // The HTTP API binds first, so that the port file (written by the runner) can name it.
+  std::unique_ptr<folio::frontend::OpenAiServer> http;
+  if (http_port >= 0) {
+    folio::frontend::OpenAiServerOptions http_options;
+    http_options.host = absl::GetFlag(FLAGS_host);
+    http_options.port = http_port;
+    http_options.num_threads = absl::GetFlag(FLAGS_http_threads);
+    http_options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+    http_options.api_keys = *api_keys;
+    http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
+    auto started = folio::frontend::OpenAiServer::Start(
+        http_options, [&service] { return service.model(); }, channel, service.metrics());
+    if (!started.ok()) {
+      LOG(ERROR) << started.status();
+      return kExitStartupFailed;
+    }
+    http = *std::move(started);
+  }
 
   folio::ServerOptions server_options{
       .service_name = "folio.v1.TextGeneration",
@@ -77,7 +129,9 @@ int main(int argc, char** argv) {
       .metrics_port = absl::GetFlag(FLAGS_metrics_port),
       .port_file = absl::GetFlag(FLAGS_port_file),
       .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
-      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms)),
+      .extra_ports = http ? std::vector<std::pair<std::string, int>>{{"http_port", http->port()}}
+                          : std::vector<std::pair<std::string, int>>{}};
   auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();
@@ -111,10 +165,12 @@ int main(int argc, char** argv) {
   stop = true;
   startup.join();
   if (startup_failed) {
+    if (http) http->Stop();
     (*runner)->Shutdown();
     return kExitStartupFailed;
   }
   LOG(INFO) << "signal " << sig << ", shutting down";
+  if (http) http->Stop();
   (*runner)->Shutdown();
   return kExitOk;
 }

@@ -69,7 +69,7 @@ TEST_F(FrontendMainTest, ServesOnceALateSchedulerAnswersAndStopsOnSigterm) {
   const int scheduler_port = FreePort();
   auto proc = folio::testing::ServiceProcess::Start(
       "folio-frontend", {absl::StrCat("--scheduler=127.0.0.1:", scheduler_port), "--port=0",
-                         "--metrics_port=0", "--shutdown_grace_ms=0"});
+                         "--metrics_port=0", "--http_port=0", "--shutdown_grace_ms=0"});
   ASSERT_TRUE(proc.ok()) << proc.status();
   EXPECT_EQ(Health((*proc)->address()), HealthCheckResponse::NOT_SERVING);
 
@@ -105,6 +105,7 @@ TEST_F(FrontendMainTest, ServesOnceALateSchedulerAnswersAndStopsOnSigterm) {
 TEST_F(FrontendMainTest, GivesUpAfterTheStartupTimeout) {
   auto proc = folio::testing::ServiceProcess::Start(
       "folio-frontend", {"--scheduler=127.0.0.1:1", "--port=0", "--metrics_port=-1",
+                         "--http_port=-1",
                          "--startup_timeout_s=1", "--shutdown_grace_ms=0"});
   ASSERT_TRUE(proc.ok()) << proc.status();
   absl::StatusOr<int> exit_status = (*proc)->Wait(absl::Seconds(20));

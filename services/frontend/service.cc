@@ -48,6 +48,15 @@ absl::Status FrontendService::SetClusterInfo(ipb::ClusterInfo info) {
 
 bool FrontendService::ready() const { return model() != nullptr; }
 
+absl::Status FrontendService::Authenticate(const grpc::CallbackServerContext* ctx) const {
+  if (!options_.api_keys.enabled()) return absl::OkStatus();
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find("authorization");
+  std::optional<std::string_view> value;
+  if (it != metadata.end()) value = std::string_view(it->second.data(), it->second.size());
+  return options_.api_keys.Check(value);
+}
+
 std::shared_ptr<const ModelContext> FrontendService::model() const {
   absl::MutexLock lock(&mu_);
   return model_;
@@ -64,6 +73,10 @@ grpc::ServerUnaryReactor* FrontendService::FinishLocal(grpc::CallbackServerConte
 
 grpc::ServerWriteReactor<pb::GenerateResponse>* FrontendService::Generate(
     grpc::CallbackServerContext* ctx, const pb::GenerateRequest* request) {
+  if (absl::Status auth = Authenticate(ctx); !auth.ok()) {
+    metrics_.RecordRequest("Generate", auth.code(), absl::ZeroDuration());
+    return new FailedStream(ToGrpcStatus(auth));
+  }
   std::shared_ptr<const ModelContext> model = this->model();
   if (model == nullptr) {
     metrics_.RecordRequest("Generate", absl::StatusCode::kUnavailable, absl::ZeroDuration());
@@ -75,6 +88,9 @@ grpc::ServerWriteReactor<pb::GenerateResponse>* FrontendService::Generate(
 grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext* ctx,
                                                     const pb::GenerateRequest* request,
                                                     pb::CompleteResponse* response) {
+  if (absl::Status auth = Authenticate(ctx); !auth.ok()) {
+    return FinishLocal(ctx, "Complete", absl::Now(), auth);
+  }
   std::shared_ptr<const ModelContext> model = this->model();
   if (model == nullptr) {
     return FinishLocal(ctx, "Complete", absl::Now(), absl::UnavailableError(kNotReady));
@@ -87,6 +103,9 @@ grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext*
                                                     const pb::TokenizeRequest* request,
                                                     pb::TokenizeResponse* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status auth = Authenticate(ctx); !auth.ok()) {
+    return FinishLocal(ctx, "Tokenize", start, auth);
+  }
   std::shared_ptr<const ModelContext> model = this->model();
   if (model == nullptr) {
     return FinishLocal(ctx, "Tokenize", start, absl::UnavailableError(kNotReady));
@@ -115,6 +134,9 @@ grpc::ServerUnaryReactor* FrontendService::GetModelInfo(grpc::CallbackServerCont
                                                         const pb::GetModelInfoRequest* request,
                                                         pb::ModelInfo* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status auth = Authenticate(ctx); !auth.ok()) {
+    return FinishLocal(ctx, "GetModelInfo", start, auth);
+  }
   std::shared_ptr<const ModelContext> model = this->model();
   if (model == nullptr) {
     return FinishLocal(ctx, "GetModelInfo", start, absl::UnavailableError(kNotReady));

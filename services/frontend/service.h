@@ -19,6 +19,7 @@
 #include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "folio/v1/folio.grpc.pb.h"
 #include "grpcpp/channel.h"
+#include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
 #include "services/frontend/request_validator.h"
@@ -28,6 +29,9 @@ namespace folio::frontend {
 struct FrontendOptions {
   // Limits applied to every request; max_model_len is taken from the ClusterInfo.
   ValidatorOptions validator;
+  // When keys are set, Generate, Complete, Tokenize and GetModelInfo need the metadata
+  // "authorization: Bearer <key>" (UNAUTHENTICATED otherwise); health stays open.
+  ApiKeys api_keys;
 };
 
 class FrontendService final : public folio::v1::TextGeneration::CallbackService {
@@ -42,6 +46,10 @@ class FrontendService final : public folio::v1::TextGeneration::CallbackService 
   // the previous state, if any, is then kept.
   absl::Status SetClusterInfo(folio::internal::v1::ClusterInfo info);
   bool ready() const;
+  // The model context, or null before SetClusterInfo succeeded. The HTTP API shares it.
+  std::shared_ptr<const ModelContext> model() const;
+  // The frontend's metrics, which the HTTP API records into as well.
+  FrontendMetrics* metrics() { return &metrics_; }
 
   grpc::ServerWriteReactor<folio::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const folio::v1::GenerateRequest* request) override;
@@ -56,7 +64,8 @@ class FrontendService final : public folio::v1::TextGeneration::CallbackService 
                                          folio::v1::ModelInfo* response) override;
 
  private:
-  std::shared_ptr<const ModelContext> model() const;
+  // OK, or UNAUTHENTICATED when API keys are set and the call carries none that matches.
+  absl::Status Authenticate(const grpc::CallbackServerContext* ctx) const;
   // Finishes a locally answered RPC and records it.
   grpc::ServerUnaryReactor* FinishLocal(grpc::CallbackServerContext* ctx, const char* method,
                                         absl::Time start, const absl::Status& status);

@@ -68,6 +68,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   tok->set_unk_id(v.unk_id);
   tok->set_add_bos(v.add_bos);
   tok->set_add_dummy_prefix(v.add_dummy_prefix);
+  tok->set_chat_template(v.chat_template);
 
   info.set_kv_bytes_per_token(kv_bytes_per_token);
   info.set_kv_cache_budget_bytes(options.kv_cache_budget_bytes);

@@ -5,7 +5,9 @@
 //   folio-make-model --out=/tmp/m.gguf --dim=512 --hidden_dim=1408 --layers=8
 //       --heads=8 --kv_heads=4 --vocab=4096 --context=4096 --dtype=f16 --seed=1234
 #include <cstdint>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -29,6 +31,8 @@ ABSL_FLAG(uint64_t, seed, 1234, "Random seed; the same seed gives the same file.
 ABSL_FLAG(float, rope_theta, 10000.0f, "llama.rope.freq_base.");
 ABSL_FLAG(float, rms_eps, 1e-5f, "llama.attention.layer_norm_rms_epsilon.");
 ABSL_FLAG(bool, tied, false, "Omit output.weight (classifier tied to token_embd).");
+ABSL_FLAG(std::string, chat_template_file, "",
+          "If set, the file's text is written as tokenizer.chat_template (a Jinja chat template).");
 
 int main(int argc, char** argv) {
   // --help lists the flags of this file (Abseil's default looks for <program>.cc).
@@ -56,6 +60,16 @@ int main(int argc, char** argv) {
   o.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   o.rms_norm_eps = absl::GetFlag(FLAGS_rms_eps);
   o.tied_embeddings = absl::GetFlag(FLAGS_tied);
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template_file); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      std::cerr << "folio-make-model: cannot read --chat_template_file " << path << "\n";
+      return 2;
+    }
+    o.chat_template = text.str();
+  }
 
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f32") {

@@ -217,6 +217,10 @@ absl::Status ReadVocab(const GgufFile& f, const Reader& r, Vocab* vocab) {
   ASSIGN_OR_RETURN(vocab->unk_id, r.TokenId("tokenizer.ggml.unknown_token_id", 0, size));
   ASSIGN_OR_RETURN(vocab->add_bos, r.Bool("tokenizer.ggml.add_bos_token", true));
   ASSIGN_OR_RETURN(vocab->add_dummy_prefix, r.Bool("tokenizer.ggml.add_space_prefix", true));
+  if (f.FindValue("tokenizer.chat_template") != nullptr) {
+    ASSIGN_OR_RETURN(absl::string_view chat_template, r.String("tokenizer.chat_template"));
+    vocab->chat_template = std::string(chat_template);
+  }
   return absl::OkStatus();
 }
 

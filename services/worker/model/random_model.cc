@@ -134,6 +134,7 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& o) {
   w.AddUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk_id));
   w.AddBool("tokenizer.ggml.add_bos_token", vocab.add_bos);
   w.AddBool("tokenizer.ggml.add_eos_token", false);
+  if (!o.chat_template.empty()) w.AddString("tokenizer.chat_template", o.chat_template);
 
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<float> normal(0.0f, o.weight_std);

@@ -33,6 +33,7 @@ struct RandomModelOptions {
   float rms_norm_eps = 1e-5f;
   float weight_std = 0.02f;
   bool tied_embeddings = false;    // omit output.weight
+  std::string chat_template;       // written as tokenizer.chat_template when not empty
 };
 
 // 3 control tokens + 256 byte tokens.

@@ -1,0 +1,77 @@
+// ChatTemplate: turns chat messages into the prompt text the model was trained on, with
+// the model's own template (GGUF tokenizer.chat_template, run by the Jinja subset in
+// jinja.h) or, when the model has none, kDefaultChatTemplate:
+//
+//   system: You are terse.
+//   user: Hello
+//   assistant:
+//
+// (one "role: content" line per message, then "assistant:" when a reply is wanted).
+//
+// EncodeChatPrompt then tokenizes that text the way llama.cpp's server does: the pieces of
+// control and user-defined tokens written in it ("<s>", "</s>", "<|im_start|>" when the
+// vocabulary has such a token) become those tokens, the text between them is encoded as
+// usual, and BOS is put first when the model adds BOS and the text does not already begin
+// with it.
+//
+// Immutable after Create; thread-safe.
+#ifndef FOLIO_SERVICES_FRONTEND_HTTP_CHAT_TEMPLATE_H_
+#define FOLIO_SERVICES_FRONTEND_HTTP_CHAT_TEMPLATE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
+#include "services/frontend/http/jinja.h"
+
+namespace folio::frontend {
+
+inline constexpr char kDefaultChatTemplate[] =
+    "{% for message in messages %}"
+    "{{ message['role'] + ': ' + message['content'] + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", ... (passed to the template as is)
+  std::string content;
+};
+
+class ChatTemplate {
+ public:
+  // `source` is the model's template; empty selects kDefaultChatTemplate. `bos_token` and
+  // `eos_token` are the texts the template sees as bos_token / eos_token. InvalidArgument
+  // (with the line) when the template does not parse.
+  static absl::StatusOr<ChatTemplate> Create(std::string_view source, std::string bos_token,
+                                             std::string eos_token);
+
+  // Renders `messages` (the template sees a list of {role, content} dicts named messages,
+  // add_generation_prompt, bos_token and eos_token). InvalidArgument with the template's
+  // own message when it raises (e.g. "Conversation roles must alternate ...").
+  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt) const;
+
+  bool is_default() const { return is_default_; }
+
+ private:
+  ChatTemplate(jinja::Template t, std::string bos, std::string eos, bool is_default)
+      : template_(std::move(t)), bos_(std::move(bos)), eos_(std::move(eos)),
+        is_default_(is_default) {}
+
+  jinja::Template template_;
+  std::string bos_;
+  std::string eos_;
+  bool is_default_;
+};
+
+// Tokenizes a rendered chat prompt as the file comment describes. InvalidArgument when the
+// text is not valid UTF-8.
+absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const Tokenizer& tokenizer,
+                                                      std::string_view text);
+
+}  // namespace folio::frontend
+
+#endif  // FOLIO_SERVICES_FRONTEND_HTTP_CHAT_TEMPLATE_H_

@@ -1,0 +1,156 @@
+// The chat templates published with Llama-2 chat, ChatML models, Llama-3 and Zephyr
+// (testdata/), rendered by ChatTemplate and carried through a GGUF file written by
+// folio-make-model's writer.
+#include "services/frontend/http/chat_template.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/worker/model/load_model.h"
+#include "services/worker/model/random_model.h"
+
+namespace folio::frontend {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadTemplate(const std::string& name) {
+  std::ifstream in(std::string(FOLIO_CHAT_TEMPLATES_DIR) + "/" + name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Render(const std::string& source, const std::vector<ChatMessage>& messages,
+                   const std::string& bos = "<s>", const std::string& eos = "</s>",
+                   bool add_generation_prompt = true) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(source, bos, eos);
+  if (!t.ok()) return "CREATE ERROR: " + std::string(t.status().message());
+  absl::StatusOr<std::string> out = t->Render(messages, add_generation_prompt);
+  if (!out.ok()) return "RENDER ERROR: " + std::string(out.status().message());
+  return *out;
+}
+
+TEST(ChatTemplateTest, Llama2Chat) {
+  const std::string t = ReadTemplate("llama2_chat.jinja");
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(Render(t, {{"system", "You are terse."}, {"user", "Hello"}}),
+            "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello [/INST]");
+  EXPECT_EQ(Render(t, {{"user", " Hi "}, {"assistant", "Hello!"}, {"user", "How are you?"}}),
+            "<s>[INST] Hi [/INST] Hello! </s><s>[INST] How are you? [/INST]");
+  EXPECT_THAT(Render(t, {{"user", "a"}, {"user", "b"}}),
+              HasSubstr("Conversation roles must alternate user/assistant/user/assistant/..."));
+}
+
+TEST(ChatTemplateTest, ChatMl) {
+  const std::string t = ReadTemplate("chatml.jinja");
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(Render(t, {{"system", "S"}, {"user", "U"}}),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(Render(t, {{"user", "U"}}, "<s>", "</s>", /*add_generation_prompt=*/false),
+            "<|im_start|>user\nU<|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, Llama3) {
+  const std::string t = ReadTemplate("llama3.jinja");
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(Render(t, {{"system", "Be brief. "}, {"user", " Hi"}}, "<|begin_of_text|>",
+                   "<|eot_id|>"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplateTest, ZephyrMultiLineTemplateUsesTrimAndLstripBlocks) {
+  const std::string t = ReadTemplate("zephyr.jinja");
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(Render(t, {{"system", "S"}, {"user", "Hello"}}),
+            "<|system|>\nS</s>\n<|user|>\nHello</s>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplateTest, DefaultTemplateWhenTheModelHasNone) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create("", "<s>", "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->is_default());
+  absl::StatusOr<std::string> out = t->Render({{"system", "Be kind."}, {"user", "Hi"}}, true);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "system: Be kind.\nuser: Hi\nassistant:");
+}
+
+TEST(ChatTemplateTest, BadTemplateIsAnErrorWithTheLine) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create("x\n{% for m in messages %}", "", "");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("missing {% endfor %}"));
+}
+
+TEST(ChatTemplateTest, TemplatesTravelThroughGgufFiles) {
+  for (const char* name : {"llama2_chat.jinja", "chatml.jinja", "llama3.jinja"}) {
+    worker::RandomModelOptions o;
+    o.vocab_size = 300;
+    o.dim = 32;
+    o.hidden_dim = 64;
+    o.num_heads = 4;
+    o.num_kv_heads = 2;
+    o.num_layers = 1;
+    o.chat_template = ReadTemplate(name);
+    const std::string path = ::testing::TempDir() + "/chat_" + name + ".gguf";
+    ASSERT_TRUE(worker::WriteRandomModel(o, path).ok());
+    absl::StatusOr<std::unique_ptr<worker::ModelWeights>> w = worker::LoadModel(path);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ((*w)->vocab.chat_template, o.chat_template) << name;
+    std::remove(path.c_str());
+  }
+  // A model written without one has none.
+  worker::RandomModelOptions plain;
+  plain.vocab_size = 300;
+  const std::string path = ::testing::TempDir() + "/chat_plain.gguf";
+  ASSERT_TRUE(worker::WriteRandomModel(plain, path).ok());
+  absl::StatusOr<std::unique_ptr<worker::ModelWeights>> w = worker::LoadModel(path);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->vocab.chat_template, "");
+  std::remove(path.c_str());
+}
+
+class EncodeChatPromptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Tokenizer> t = Tokenizer::Create(worker::MakeRandomModelVocab(512));
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_.emplace(*std::move(t));
+  }
+  std::vector<int32_t> Plain(std::string_view text) {
+    return *tokenizer_->Encode(text, AddBos::kNo);
+  }
+  std::optional<Tokenizer> tokenizer_;
+};
+
+TEST_F(EncodeChatPromptTest, ControlTokenPiecesBecomeTheirTokens) {
+  absl::StatusOr<std::vector<int32_t>> ids =
+      EncodeChatPrompt(*tokenizer_, "<s>[INST] hi [/INST] ok </s><s>[INST] again [/INST]");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  std::vector<int32_t> want = {tokenizer_->bos_id()};
+  for (int32_t id : Plain("[INST] hi [/INST] ok ")) want.push_back(id);
+  want.push_back(tokenizer_->eos_id());
+  want.push_back(tokenizer_->bos_id());
+  for (int32_t id : Plain("[INST] again [/INST]")) want.push_back(id);
+  EXPECT_EQ(*ids, want);
+}
+
+TEST_F(EncodeChatPromptTest, BosIsAddedOnceWhenTheTemplateLeavesItOut) {
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tokenizer_, "user: hi\nassistant:");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  std::vector<int32_t> want = {tokenizer_->bos_id()};
+  for (int32_t id : Plain("user: hi\nassistant:")) want.push_back(id);
+  EXPECT_EQ(*ids, want);
+}
+
+TEST_F(EncodeChatPromptTest, InvalidUtf8IsAnError) {
+  EXPECT_FALSE(EncodeChatPrompt(*tokenizer_, "bad \xff byte").ok());
+}
+
+}  // namespace
+}  // namespace folio::frontend

@@ -1,0 +1,668 @@
+#include "services/frontend/http/jinja.h"
+#include "services/frontend/http/jinja_ast.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+
+namespace folio::frontend::jinja {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Lexer: the source becomes text tokens and the tokens inside {{ }} and {% %}.
+
+enum class Tok { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt,
+                 kFloat, kOp, kEnd };
+
+struct Token {
+  Tok kind;
+  std::string text;  // text, name, string value, operator, or number spelling
+  int line;
+};
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view src) : src_(src) {}
+
+  std::vector<Token> Run() {
+    bool strip_next_text = false;
+    while (pos_ < src_.size()) {
+      size_t open = src_.find('{', pos_);
+      while (open != std::string_view::npos && open + 1 < src_.size() &&
+             src_[open + 1] != '{' && src_[open + 1] != '%' && src_[open + 1] != '#') {
+        open = src_.find('{', open + 1);
+      }
+      if (open == std::string_view::npos || open + 1 >= src_.size()) open = src_.size();
+      std::string text(src_.substr(pos_, open - pos_));
+      if (strip_next_text) {
+        text.erase(0, std::find_if_not(text.begin(), text.end(), IsSpace) - text.begin());
+      }
+      strip_next_text = false;
+      if (open == src_.size()) {
+        EmitText(std::move(text));
+        break;
+      }
+      const char kind = src_[open + 1];
+      size_t p = open + 2;
+      const bool strip_before = p < src_.size() && src_[p] == '-';
+      const bool keep_indent = p < src_.size() && src_[p] == '+';
+      if (strip_before || keep_indent) ++p;
+      if (strip_before) {
+        while (!text.empty() && IsSpace(text.back())) text.pop_back();
+      } else if (kind != '{' && !keep_indent) {
+        // lstrip_blocks: spaces and tabs from the start of the line to a block tag go.
+        size_t i = text.size();
+        while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) --i;
+        const bool at_line_start = i > 0 ? text[i - 1] == '\n' : (pos_ == 0 || src_[pos_ - 1] == '\n');
+        if (at_line_start) text.resize(i);
+      }
+      EmitText(std::move(text));
+      CountLines(pos_, open);
+      pos_ = p;
+      bool strip_after = false;
+      if (kind == '#') {
+        const size_t close = src_.find("#}", pos_);
+        if (close == std::string_view::npos) throw Error(line_, "unclosed comment");
+        strip_after = close > pos_ && src_[close - 1] == '-';
+        CountLines(pos_, close);
+        pos_ = close + 2;
+        if (!strip_after) TrimBlockNewline();
+      } else {
+        const bool is_var = kind == '{';
+        out_.push_back({is_var ? Tok::kVarBegin : Tok::kBlockBegin, "", line_});
+        strip_after = LexTag(is_var ? '}' : '%');
+        out_.push_back({is_var ? Tok::kVarEnd : Tok::kBlockEnd, "", line_});
+        if (!is_var && !strip_after) TrimBlockNewline();
+      }
+      strip_next_text = strip_after;
+    }
+    out_.push_back({Tok::kEnd, "", line_});
+    return std::move(out_);
+  }
+
+ private:
+  void EmitText(std::string text) {
+    if (!text.empty()) out_.push_back({Tok::kText, std::move(text), line_});
+  }
+  void CountLines(size_t from, size_t to) {
+    line_ += static_cast<int>(std::count(src_.begin() + from, src_.begin() + to, '\n'));
+  }
+  // trim_blocks: the first newline after a block tag goes.
+  void TrimBlockNewline() {
+    if (pos_ < src_.size() && src_[pos_] == '\n') {
+      ++pos_;
+      ++line_;
+    } else if (pos_ + 1 < src_.size() && src_[pos_] == '\r' && src_[pos_ + 1] == '\n') {
+      pos_ += 2;
+      ++line_;
+    }
+  }
+
+  // Lexes up to and past the closing "<close>}" (or "-<close>}"). Returns whether it had
+  // the '-'.
+  bool LexTag(char close) {
+    for (;;) {
+      while (pos_ < src_.size() && IsSpace(src_[pos_])) {
+        if (src_[pos_] == '\n') ++line_;
+        ++pos_;
+      }
+      if (pos_ >= src_.size()) throw Error(line_, "unclosed tag");
+      const std::string_view rest = src_.substr(pos_);
+      if (rest.size() >= 3 && rest[0] == '-' && rest[1] == close && rest[2] == '}') {
+        pos_ += 3;
+        return true;
+      }
+      if (rest.size() >= 2 && rest[0] == close && rest[1] == '}') {
+        pos_ += 2;
+        return false;
+      }
+      const char c = rest[0];
+      if (absl::ascii_isalpha(c) || c == '_') {
+        size_t n = 1;
+        while (n < rest.size() && (absl::ascii_isalnum(rest[n]) || rest[n] == '_')) ++n;
+        out_.push_back({Tok::kName, std::string(rest.substr(0, n)), line_});
+        pos_ += n;
+      } else if (absl::ascii_isdigit(c)) {
+        size_t n = 0;
+        bool is_float = false;
+        while (n < rest.size() && (absl::ascii_isdigit(rest[n]) || rest[n] == '_')) ++n;
+        if (n + 1 < rest.size() && rest[n] == '.' && absl::ascii_isdigit(rest[n + 1])) {
+          is_float = true;
+          ++n;
+          while (n < rest.size() && absl::ascii_isdigit(rest[n])) ++n;
+        }
+        std::string spelling(rest.substr(0, n));
+        spelling.erase(std::remove(spelling.begin(), spelling.end(), '_'), spelling.end());
+        out_.push_back({is_float ? Tok::kFloat : Tok::kInt, spelling, line_});
+        pos_ += n;
+      } else if (c == '\'' || c == '"') {
+        out_.push_back({Tok::kString, LexString(c), line_});
+      } else {
+        static constexpr std::string_view kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+",
+                                                    "-",  "*",  "/",  "%",  "~",  "<",  ">",
+                                                    "(",  ")",  "[",  "]",  "{",  "}",  ",",
+                                                    ".",  ":",  "|",  "="};
+        bool found = false;
+        for (std::string_view op : kOps) {
+          if (rest.substr(0, op.size()) == op) {
+            out_.push_back({Tok::kOp, std::string(op), line_});
+            pos_ += op.size();
+            found = true;
+            break;
+          }
+        }
+        if (!found) throw Error(line_, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+      }
+    }
+  }
+
+  std::string LexString(char quote) {
+    std::string out;
+    ++pos_;
+    while (pos_ < src_.size() && src_[pos_] != quote) {
+      char c = src_[pos_++];
+      if (c == '\n') ++line_;
+      if (c == '\\' && pos_ < src_.size()) {
+        const char e = src_[pos_++];
+        switch (e) {
+          case 'n': out += '\n'; break;
+          case 't': out += '\t'; break;
+          case 'r': out += '\r'; break;
+          case '\\': out += '\\'; break;
+          case '\'': out += '\''; break;
+          case '"': out += '"'; break;
+          default: out += '\\'; out += e; break;
+        }
+        continue;
+      }
+      out += c;
+    }
+    if (pos_ >= src_.size()) throw Error(line_, "unclosed string literal");
+    ++pos_;
+    return out;
+  }
+
+  std::string_view src_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  std::vector<Token> out_;
+};
+
+}  // namespace
+
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
+
+  std::shared_ptr<Node> ParseRoot() {
+    auto root = std::make_shared<Node>();
+    root->body = ParseBody({});  // returns only at the end: unknown tags throw
+    return root;
+  }
+
+ private:
+  const Token& Peek(size_t ahead = 0) const { return t_[std::min(i_ + ahead, t_.size() - 1)]; }
+  Token Next() { return t_[i_ < t_.size() - 1 ? i_++ : i_]; }
+  bool IsOp(std::string_view op, size_t ahead = 0) const {
+    return Peek(ahead).kind == Tok::kOp && Peek(ahead).text == op;
+  }
+  bool IsName(std::string_view name, size_t ahead = 0) const {
+    return Peek(ahead).kind == Tok::kName && Peek(ahead).text == name;
+  }
+  void ExpectOp(std::string_view op) {
+    if (!IsOp(op)) throw Error(Peek().line, absl::StrCat("expected '", std::string(op), "'", Found()));
+    ++i_;
+  }
+  void ExpectName(std::string_view name) {
+    if (!IsName(name)) throw Error(Peek().line, absl::StrCat("expected '", std::string(name), "'", Found()));
+    ++i_;
+  }
+  std::string Found() const {
+    const Token& t = Peek();
+    switch (t.kind) {
+      case Tok::kEnd: return " before the end of the template";
+      case Tok::kVarEnd: return ", found '}}'";
+      case Tok::kBlockEnd: return ", found '%}'";
+      default: return absl::StrCat(", found '", t.text, "'");
+    }
+  }
+  std::string Identifier() {
+    if (Peek().kind != Tok::kName) throw Error(Peek().line, absl::StrCat("expected a name", Found()));
+    return Next().text;
+  }
+  void ExpectBlockEnd() {
+    if (Peek().kind != Tok::kBlockEnd) throw Error(Peek().line, absl::StrCat("expected '%}'", Found()));
+    ++i_;
+  }
+
+  // Parses nodes until a {% tag %} whose name is in `until` (left unconsumed) or the end.
+  std::vector<Node> ParseBody(const std::vector<std::string_view>& until) {
+    std::vector<Node> body;
+    for (;;) {
+      const Token& t = Peek();
+      if (t.kind == Tok::kEnd) {
+        if (!until.empty()) throw Error(t.line, absl::StrCat("missing {% ", std::string(until.back()), " %}"));
+        return body;
+      }
+      if (t.kind == Tok::kText) {
+        Node n;
+        n.kind = Node::kText;
+        n.line = t.line;
+        n.text = Next().text;
+        body.push_back(std::move(n));
+        continue;
+      }
+      if (t.kind == Tok::kVarBegin) {
+        Next();
+        Node n;
+        n.kind = Node::kOutput;
+        n.line = t.line;
+        n.expr = ParseExpr();
+        if (Peek().kind != Tok::kVarEnd) throw Error(Peek().line, absl::StrCat("expected '}}'", Found()));
+        Next();
+        body.push_back(std::move(n));
+        continue;
+      }
+      if (t.kind != Tok::kBlockBegin) throw Error(t.line, "unexpected token");
+      const Token& tag = Peek(1);
+      if (tag.kind != Tok::kName) throw Error(tag.line, "expected a tag name after '{%'");
+      if (std::find(until.begin(), until.end(), tag.text) != until.end()) return body;
+      Next();
+      Next();
+      if (tag.text == "if") {
+        body.push_back(ParseIf(tag.line));
+      } else if (tag.text == "for") {
+        body.push_back(ParseFor(tag.line));
+      } else if (tag.text == "set") {
+        body.push_back(ParseSet(tag.line));
+      } else {
+        throw Error(tag.line, absl::StrCat("unsupported or unexpected tag {% ", tag.text, " %}"));
+      }
+    }
+  }
+
+  Node ParseIf(int line) {
+    Node n;
+    n.kind = Node::kIf;
+    n.line = line;
+    ExprPtr cond = ParseExpr();
+    ExpectBlockEnd();
+    for (;;) {
+      std::vector<Node> body = ParseBody({"elif", "else", "endif"});
+      n.branches.emplace_back(std::move(cond), std::move(body));
+      Next();  // {%
+      const std::string tag = Next().text;
+      if (tag == "endif") {
+        ExpectBlockEnd();
+        return n;
+      }
+      if (tag == "else") {
+        ExpectBlockEnd();
+        n.branches.emplace_back(nullptr, ParseBody({"endif"}));
+        Next();
+        Next();
+        ExpectBlockEnd();
+        return n;
+      }
+      cond = ParseExpr();  // elif
+      ExpectBlockEnd();
+    }
+  }
+
+  Node ParseFor(int line) {
+    Node n;
+    n.kind = Node::kFor;
+    n.line = line;
+    n.targets.push_back(Identifier());
+    while (IsOp(",")) {
+      Next();
+      n.targets.push_back(Identifier());
+    }
+    ExpectName("in");
+    n.expr = ParseOr();  // not ParseExpr: a trailing `if` filters the loop
+    if (IsName("if")) {
+      Next();
+      n.filter = ParseOr();
+    }
+    ExpectBlockEnd();
+    n.body = ParseBody({"else", "endfor"});
+    Next();
+    if (Next().text == "else") {
+      ExpectBlockEnd();
+      n.else_body = ParseBody({"endfor"});
+      Next();
+      Next();
+    }
+    ExpectBlockEnd();
+    return n;
+  }
+
+  Node ParseSet(int line) {
+    Node n;
+    n.kind = Node::kSet;
+    n.line = line;
+    n.targets.push_back(Identifier());
+    if (IsOp(".")) {
+      Next();
+      n.targets.push_back(Identifier());
+    }
+    if (Peek().kind == Tok::kBlockEnd) throw Error(line, "block {% set %} ... {% endset %} is not supported");
+    ExpectOp("=");
+    n.expr = ParseExpr();
+    ExpectBlockEnd();
+    return n;
+  }
+
+  ExprPtr Make(Expr::Kind kind, int line) {
+    auto e = std::make_unique<Expr>();
+    e->kind = kind;
+    e->line = line;
+    return e;
+  }
+
+  ExprPtr ParseExpr() {
+    ExprPtr value = ParseOr();
+    if (!IsName("if")) return value;
+    const int line = Next().line;
+    ExprPtr cond = ParseOr();
+    ExprPtr otherwise;
+    if (IsName("else")) {
+      Next();
+      otherwise = ParseExpr();
+    }
+    ExprPtr e = Make(Expr::kCond, line);
+    e->args.push_back(std::move(value));
+    e->args.push_back(std::move(cond));
+    e->args.push_back(std::move(otherwise));
+    return e;
+  }
+
+  ExprPtr Binary(Expr::Kind kind, std::string op, ExprPtr l, ExprPtr r, int line) {
+    ExprPtr e = Make(kind, line);
+    e->name = std::move(op);
+    e->args.push_back(std::move(l));
+    e->args.push_back(std::move(r));
+    return e;
+  }
+
+  ExprPtr ParseOr() {
+    ExprPtr l = ParseAnd();
+    while (IsName("or")) {
+      const int line = Next().line;
+      l = Binary(Expr::kOr, "or", std::move(l), ParseAnd(), line);
+    }
+    return l;
+  }
+  ExprPtr ParseAnd() {
+    ExprPtr l = ParseNot();
+    while (IsName("and")) {
+      const int line = Next().line;
+      l = Binary(Expr::kAnd, "and", std::move(l), ParseNot(), line);
+    }
+    return l;
+  }
+  ExprPtr ParseNot() {
+    if (IsName("not")) {
+      const int line = Next().line;
+      ExprPtr e = Make(Expr::kNot, line);
+      e->args.push_back(ParseNot());
+      return e;
+    }
+    return ParseCompare();
+  }
+  ExprPtr ParseCompare() {
+    ExprPtr l = ParseConcat();
+    for (;;) {
+      const int line = Peek().line;
+      static constexpr std::string_view kCmp[] = {"==", "!=", "<", "<=", ">", ">="};
+      if (Peek().kind == Tok::kOp &&
+          std::find(std::begin(kCmp), std::end(kCmp), Peek().text) != std::end(kCmp)) {
+        const std::string op = Next().text;
+        l = Binary(Expr::kBinary, op, std::move(l), ParseConcat(), line);
+      } else if (IsName("in")) {
+        Next();
+        l = Binary(Expr::kBinary, "in", std::move(l), ParseConcat(), line);
+      } else if (IsName("not") && IsName("in", 1)) {
+        Next();
+        Next();
+        l = Binary(Expr::kBinary, "in", std::move(l), ParseConcat(), line);
+        l->negated = true;
+      } else {
+        return l;
+      }
+    }
+  }
+  ExprPtr ParseConcat() {
+    ExprPtr l = ParseAdd();
+    while (IsOp("~")) {
+      const int line = Next().line;
+      l = Binary(Expr::kBinary, "~", std::move(l), ParseAdd(), line);
+    }
+    return l;
+  }
+  ExprPtr ParseAdd() {
+    ExprPtr l = ParseMul();
+    while (IsOp("+") || IsOp("-")) {
+      const Token op = Next();
+      l = Binary(Expr::kBinary, op.text, std::move(l), ParseMul(), op.line);
+    }
+    return l;
+  }
+  ExprPtr ParseMul() {
+    ExprPtr l = ParseUnary(true);
+    while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      const Token op = Next();
+      l = Binary(Expr::kBinary, op.text, std::move(l), ParseUnary(true), op.line);
+    }
+    return l;
+  }
+  // As Jinja: filters and tests apply to the unary expression (-x|abs is (-x)|abs, and
+  // a + b|trim is a + (b|trim)).
+  ExprPtr ParseUnary(bool with_filters) {
+    ExprPtr e;
+    if (IsOp("-") || IsOp("+")) {
+      const Token op = Next();
+      e = Make(Expr::kUnary, op.line);
+      e->name = op.text;
+      e->args.push_back(ParseUnary(false));
+    } else {
+      e = ParsePostfix(ParsePrimary());
+    }
+    if (!with_filters) return e;
+    for (;;) {
+      if (IsOp("|")) {
+        const int line = Next().line;
+        ExprPtr f = Make(Expr::kFilter, line);
+        f->name = Identifier();
+        f->args.push_back(std::move(e));
+        if (IsOp("(")) ParseArgs(f.get());
+        e = std::move(f);
+      } else if (IsName("is")) {
+        const int line = Next().line;
+        ExprPtr t = Make(Expr::kTest, line);
+        if (IsName("not")) {
+          Next();
+          t->negated = true;
+        }
+        t->name = Identifier();
+        t->args.push_back(std::move(e));
+        if (IsOp("(")) ParseArgs(t.get());
+        e = std::move(t);
+      } else {
+        return e;
+      }
+    }
+  }
+  // (a, b, k=v) appended to e->args / e->kwargs.
+  void ParseArgs(Expr* e) {
+    ExpectOp("(");
+    while (!IsOp(")")) {
+      if (Peek().kind == Tok::kName && IsOp("=", 1)) {
+        std::string key = Next().text;
+        Next();
+        e->kwargs.emplace_back(std::move(key), ParseExpr());
+      } else {
+        e->args.push_back(ParseExpr());
+      }
+      if (!IsOp(",")) break;
+      Next();
+    }
+    ExpectOp(")");
+  }
+  ExprPtr ParsePostfix(ExprPtr e) {
+    for (;;) {
+      const int line = Peek().line;
+      if (IsOp(".")) {
+        Next();
+        ExprPtr a = Make(Expr::kAttr, line);
+        a->name = Identifier();
+        a->args.push_back(std::move(e));
+        e = std::move(a);
+      } else if (IsOp("[")) {
+        Next();
+        ExprPtr bounds[3];
+        int parts = 0;
+        bool is_slice = false;
+        for (;;) {
+          if (!IsOp(":") && !IsOp("]")) bounds[parts] = ParseExpr();
+          if (IsOp(":") && parts < 2) {
+            Next();
+            ++parts;
+            is_slice = true;
+            continue;
+          }
+          break;
+        }
+        ExpectOp("]");
+        ExprPtr s = Make(is_slice ? Expr::kSlice : Expr::kItem, line);
+        s->args.push_back(std::move(e));
+        if (!is_slice && !bounds[0]) throw Error(line, "empty subscript");
+        for (int k = 0; k < (is_slice ? 3 : 1); ++k) s->args.push_back(std::move(bounds[k]));
+        e = std::move(s);
+      } else if (IsOp("(")) {
+        ExprPtr c = Make(Expr::kCall, line);
+        c->args.push_back(std::move(e));
+        ParseArgs(c.get());
+        e = std::move(c);
+      } else {
+        return e;
+      }
+    }
+  }
+  ExprPtr ParsePrimary() {
+    const Token t = Next();
+    switch (t.kind) {
+      case Tok::kName: {
+        ExprPtr e = Make(Expr::kLiteral, t.line);
+        if (t.text == "true" || t.text == "True") {
+          e->literal = Value(true);
+        } else if (t.text == "false" || t.text == "False") {
+          e->literal = Value(false);
+        } else if (t.text == "none" || t.text == "None") {
+          e->literal = Value::MakeNone();
+        } else {
+          e->kind = Expr::kName;
+          e->name = t.text;
+        }
+        return e;
+      }
+      case Tok::kString: {
+        std::string s = t.text;
+        while (Peek().kind == Tok::kString) s += Next().text;  // adjacent literals join
+        ExprPtr e = Make(Expr::kLiteral, t.line);
+        e->literal = Value(std::move(s));
+        return e;
+      }
+      case Tok::kInt: {
+        ExprPtr e = Make(Expr::kLiteral, t.line);
+        int64_t v = 0;
+        if (std::from_chars(t.text.data(), t.text.data() + t.text.size(), v).ec != std::errc()) {
+          throw Error(t.line, absl::StrCat("integer literal out of range: ", t.text));
+        }
+        e->literal = Value(v);
+        return e;
+      }
+      case Tok::kFloat: {
+        ExprPtr e = Make(Expr::kLiteral, t.line);
+        e->literal = Value(std::strtod(t.text.c_str(), nullptr));
+        return e;
+      }
+      case Tok::kOp:
+        if (t.text == "(") {
+          ExprPtr first = ParseExpr();
+          if (IsOp(")")) {
+            Next();
+            return first;
+          }
+          ExprPtr list = Make(Expr::kList, t.line);  // a tuple; treated as a list
+          list->args.push_back(std::move(first));
+          while (IsOp(",")) {
+            Next();
+            if (IsOp(")")) break;
+            list->args.push_back(ParseExpr());
+          }
+          ExpectOp(")");
+          return list;
+        }
+        if (t.text == "[") {
+          ExprPtr list = Make(Expr::kList, t.line);
+          while (!IsOp("]")) {
+            list->args.push_back(ParseExpr());
+            if (!IsOp(",")) break;
+            Next();
+          }
+          ExpectOp("]");
+          return list;
+        }
+        if (t.text == "{") {
+          ExprPtr dict = Make(Expr::kDict, t.line);
+          while (!IsOp("}")) {
+            dict->args.push_back(ParseExpr());
+            ExpectOp(":");
+            dict->args.push_back(ParseExpr());
+            if (!IsOp(",")) break;
+            Next();
+          }
+          ExpectOp("}");
+          return dict;
+        }
+        break;
+      default:
+        break;
+    }
+    --i_;
+    throw Error(t.line, absl::StrCat("expected an expression", Found()));
+  }
+
+  std::vector<Token> t_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Template> Template::Parse(std::string_view source) {
+  try {
+    std::shared_ptr<Node> root = Parser(Lexer(source).Run()).ParseRoot();
+    return Template(std::move(root));
+  } catch (const Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("chat template: ", e.what()));
+  }
+}
+
+// Render lives in jinja_eval.cc; Value's members in jinja_value.cc.
+
+}  // namespace folio::frontend::jinja

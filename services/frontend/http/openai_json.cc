@@ -1,0 +1,457 @@
+#include "services/frontend/http/openai_json.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace folio::frontend::openai {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status TypeError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " must be ", what));
+}
+
+// The value of `key`, or nullptr when absent or null (OpenAI treats null as "not given").
+const json* Field(const json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::Status GetBool(const json& body, const char* key, bool* out) {
+  const json* v = Field(body, key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_boolean()) return TypeError(key, "true or false");
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status GetFloat(const json& body, const char* key, std::optional<float>* out) {
+  const json* v = Field(body, key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_number()) return TypeError(key, "a number");
+  *out = static_cast<float>(v->get<double>());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> AsInt(const json& v, absl::string_view field) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return TypeError(field, "an integer in the 64-bit range");
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return TypeError(field, "an integer");
+}
+
+absl::StatusOr<int32_t> AsInt32(const json& v, absl::string_view field) {
+  absl::StatusOr<int64_t> i = AsInt(v, field);
+  if (!i.ok()) return i.status();
+  if (*i < std::numeric_limits<int32_t>::min() || *i > std::numeric_limits<int32_t>::max()) {
+    return TypeError(field, "an integer in the 32-bit range");
+  }
+  return static_cast<int32_t>(*i);
+}
+
+absl::Status GetInt32(const json& body, const char* key, std::optional<int32_t>* out) {
+  const json* v = Field(body, key);
+  if (v == nullptr) return absl::OkStatus();
+  absl::StatusOr<int32_t> i = AsInt32(*v, key);
+  if (!i.ok()) return i.status();
+  *out = *i;
+  return absl::OkStatus();
+}
+
+absl::Status GetTokenIds(const json& array, absl::string_view field, std::vector<int32_t>* out) {
+  for (size_t i = 0; i < array.size(); ++i) {
+    absl::StatusOr<int32_t> id = AsInt32(array[i], absl::StrCat(field, "[", i, "]"));
+    if (!id.ok()) return id.status();
+    out->push_back(*id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePrompt(const json& body, GenerateInput* in) {
+  const json* p = Field(body, "prompt");
+  if (p == nullptr) return absl::OkStatus();  // as an empty prompt: start from BOS
+  if (p->is_string()) {
+    in->prompt = p->get<std::string>();
+    return absl::OkStatus();
+  }
+  const char* kShape = "a string, an array of token ids, or an array holding one of these";
+  if (!p->is_array()) return TypeError("prompt", kShape);
+  if (p->empty()) return absl::InvalidArgumentError("prompt is an empty array");
+  if (p->at(0).is_number()) return GetTokenIds(*p, "prompt", &in->prompt_token_ids);
+  if (p->size() > 1) {
+    return absl::InvalidArgumentError(
+        "prompt holds several prompts; send one request per prompt (batched prompts are not "
+        "supported)");
+  }
+  const json& only = p->at(0);
+  if (only.is_string()) {
+    in->prompt = only.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (only.is_array()) return GetTokenIds(only, "prompt[0]", &in->prompt_token_ids);
+  return TypeError("prompt", kShape);
+}
+
+absl::Status ParseStop(const json& body, GenerateInput* in) {
+  const json* s = Field(body, "stop");
+  if (s == nullptr) return absl::OkStatus();
+  if (s->is_string()) {
+    in->stop.push_back(s->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!s->is_array()) return TypeError("stop", "a string or an array of strings");
+  for (size_t i = 0; i < s->size(); ++i) {
+    if (!(*s)[i].is_string()) return TypeError(absl::StrCat("stop[", i, "]"), "a string");
+    in->stop.push_back((*s)[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(const json& body, std::vector<ChatMessage>* out) {
+  const json* m = Field(body, "messages");
+  if (m == nullptr) return absl::InvalidArgumentError("messages is required");
+  if (!m->is_array()) return TypeError("messages", "an array");
+  if (m->empty()) return absl::InvalidArgumentError("messages is empty");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (!msg.is_object()) return TypeError(field, "an object");
+    const json* role = Field(msg, "role");
+    if (role == nullptr || !role->is_string()) return TypeError(field + ".role", "a string");
+    ChatMessage out_msg;
+    out_msg.role = role->get<std::string>();
+    const json* content = Field(msg, "content");
+    if (content == nullptr) {
+      // Allowed (an assistant turn that only called tools); renders as empty text.
+    } else if (content->is_string()) {
+      out_msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const std::string part_field = absl::StrCat(field, ".content[", k, "]");
+        const json* type = part.is_object() ? Field(part, "type") : nullptr;
+        if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              part_field, " is not a text part; only {\"type\": \"text\", \"text\": ...} "
+                          "parts are supported"));
+        }
+        const json* text = Field(part, "text");
+        if (text == nullptr || !text->is_string()) return TypeError(part_field + ".text", "a string");
+        out_msg.content += text->get<std::string>();
+      }
+    } else {
+      return TypeError(field + ".content", "a string or an array of text parts");
+    }
+    out->push_back(std::move(out_msg));
+  }
+  return absl::OkStatus();
+}
+
+// Fields whose only supported value is their default.
+absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    const json* v = Field(body, key);
+    if (v == nullptr) continue;
+    if (!v->is_number()) return TypeError(key, "a number");
+    if (v->get<double>() != 0.0) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " is not supported (only 0)"));
+    }
+  }
+  if (const json* v = Field(body, "logit_bias"); v != nullptr && !v->empty()) {
+    return absl::InvalidArgumentError("logit_bias is not supported");
+  }
+  if (const json* v = Field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
+    return absl::InvalidArgumentError("suffix is not supported");
+  }
+  if (const json* v = Field(body, "tools"); v != nullptr && !v->empty()) {
+    return absl::InvalidArgumentError("tools are not supported");
+  }
+  if (const json* v = Field(body, "response_format"); v != nullptr) {
+    const json* type = v->is_object() ? Field(*v, "type") : nullptr;
+    if (type == nullptr || *type != "text") {
+      return absl::InvalidArgumentError("response_format other than {\"type\": \"text\"} is not supported");
+    }
+  }
+  (void)endpoint;
+  return absl::OkStatus();
+}
+
+#define FOLIO_RETURN_IF_ERROR(expr)            \
+  do {                                         \
+    if (absl::Status _s = (expr); !_s.ok()) return _s; \
+  } while (0)
+
+json LogprobsJson(const ResponseHeader& h, const std::vector<TokenOut>& tokens) {
+  if (!h.logprobs) return nullptr;
+  if (h.endpoint == Endpoint::kChatCompletions) {
+    json content = json::array();
+    auto bytes = [](const std::string& s) {
+      json b = json::array();
+      for (unsigned char c : s) b.push_back(static_cast<int>(c));
+      return b;
+    };
+    for (const TokenOut& t : tokens) {
+      json top = json::array();
+      for (const auto& [text, lp] : t.top_logprobs) {
+        top.push_back({{"token", text}, {"logprob", lp}, {"bytes", bytes(text)}});
+      }
+      content.push_back({{"token", t.text},
+                         {"logprob", t.logprob.value_or(0.0f)},
+                         {"bytes", bytes(t.text)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  size_t offset = 0;
+  for (const TokenOut& t : tokens) {
+    out["tokens"].push_back(t.text);
+    out["token_logprobs"].push_back(t.logprob.value_or(0.0f));
+    json top = json::object();
+    for (const auto& [text, lp] : t.top_logprobs) top[text] = lp;
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(offset);
+    offset += t.text.size();
+  }
+  return out;
+}
+
+json UsageJson(const Usage& u) {
+  json out = {{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  out["prompt_tokens_details"] = {{"cached_tokens", u.cached_prompt_tokens}};
+  return out;
+}
+
+json FinishJson(const std::string& reason) {
+  return reason.empty() ? json(nullptr) : json(reason);
+}
+
+json HeaderJson(const ResponseHeader& h, bool chunk) {
+  const bool chat = h.endpoint == Endpoint::kChatCompletions;
+  return {{"id", h.id},
+          {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+          {"created", h.created},
+          {"model", h.model}};
+}
+
+}  // namespace
+
+absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+
+  Request r;
+  r.endpoint = endpoint;
+  GenerateInput& in = r.input;
+  if (const json* m = Field(body, "model"); m != nullptr) {
+    if (!m->is_string()) return TypeError("model", "a string");
+    r.model = m->get<std::string>();
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    FOLIO_RETURN_IF_ERROR(ParsePrompt(body, &in));
+    FOLIO_RETURN_IF_ERROR(GetBool(body, "echo", &r.echo));
+    std::optional<int32_t> logprobs;
+    FOLIO_RETURN_IF_ERROR(GetInt32(body, "logprobs", &logprobs));
+    in.logprobs = logprobs;
+    FOLIO_RETURN_IF_ERROR(GetInt32(body, "max_tokens", &in.max_tokens));
+  } else {
+    FOLIO_RETURN_IF_ERROR(ParseMessages(body, &r.messages));
+    FOLIO_RETURN_IF_ERROR(GetBool(body, "add_generation_prompt", &r.add_generation_prompt));
+    bool logprobs = false;
+    FOLIO_RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
+    std::optional<int32_t> top_logprobs;
+    FOLIO_RETURN_IF_ERROR(GetInt32(body, "top_logprobs", &top_logprobs));
+    if (top_logprobs.has_value() && !logprobs) {
+      return absl::InvalidArgumentError("top_logprobs needs logprobs set to true");
+    }
+    if (logprobs) in.logprobs = top_logprobs.value_or(0);
+    FOLIO_RETURN_IF_ERROR(GetInt32(body, "max_completion_tokens", &in.max_tokens));
+    if (!in.max_tokens.has_value()) FOLIO_RETURN_IF_ERROR(GetInt32(body, "max_tokens", &in.max_tokens));
+  }
+  FOLIO_RETURN_IF_ERROR(GetFloat(body, "temperature", &in.temperature));
+  FOLIO_RETURN_IF_ERROR(GetFloat(body, "top_p", &in.top_p));
+  FOLIO_RETURN_IF_ERROR(GetInt32(body, "top_k", &in.top_k));
+  FOLIO_RETURN_IF_ERROR(GetFloat(body, "min_p", &in.min_p));
+  if (const json* s = Field(body, "seed"); s != nullptr) {
+    absl::StatusOr<int64_t> seed = AsInt(*s, "seed");
+    if (!seed.ok()) return seed.status();
+    in.seed = static_cast<uint64_t>(*seed);
+  }
+  FOLIO_RETURN_IF_ERROR(ParseStop(body, &in));
+  if (const json* ids = Field(body, "stop_token_ids"); ids != nullptr) {
+    if (!ids->is_array()) return TypeError("stop_token_ids", "an array of token ids");
+    FOLIO_RETURN_IF_ERROR(GetTokenIds(*ids, "stop_token_ids", &in.stop_token_ids));
+  }
+  FOLIO_RETURN_IF_ERROR(GetBool(body, "ignore_eos", &in.ignore_eos));
+  std::optional<int32_t> n;
+  FOLIO_RETURN_IF_ERROR(GetInt32(body, "n", &n));
+  r.n = n.value_or(1);
+  if (r.n < 1) return absl::InvalidArgumentError(absl::StrCat("n is ", r.n, "; it must be at least 1"));
+  std::optional<int32_t> best_of;
+  FOLIO_RETURN_IF_ERROR(GetInt32(body, "best_of", &best_of));
+  if (best_of.has_value() && *best_of != r.n) {
+    return absl::InvalidArgumentError("best_of is not supported (only best_of equal to n)");
+  }
+  FOLIO_RETURN_IF_ERROR(GetBool(body, "stream", &r.stream));
+  if (const json* so = Field(body, "stream_options"); so != nullptr) {
+    if (!so->is_object()) return TypeError("stream_options", "an object");
+    FOLIO_RETURN_IF_ERROR(GetBool(*so, "include_usage", &r.include_usage));
+  }
+  FOLIO_RETURN_IF_ERROR(RejectUnsupported(body, endpoint));
+  return r;
+}
+
+json BuildResponse(const ResponseHeader& h, const std::vector<ChoiceDelta>& choices,
+                   const Usage& usage) {
+  json out = HeaderJson(h, /*chunk=*/false);
+  json list = json::array();
+  for (const ChoiceDelta& c : choices) {
+    json choice = {{"index", c.index}};
+    if (h.endpoint == Endpoint::kChatCompletions) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = LogprobsJson(h, c.tokens);
+    choice["finish_reason"] = FinishJson(c.finish_reason);
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+json BuildChunk(const ResponseHeader& h, const std::vector<ChoiceDelta>& deltas,
+                bool include_usage_field) {
+  json out = HeaderJson(h, /*chunk=*/true);
+  json list = json::array();
+  for (const ChoiceDelta& d : deltas) {
+    json choice = {{"index", d.index}};
+    if (h.endpoint == Endpoint::kChatCompletions) {
+      choice["delta"] = d.text.empty() && !d.finish_reason.empty() ? json::object()
+                                                                   : json{{"content", d.text}};
+    } else {
+      choice["text"] = d.text;
+    }
+    choice["logprobs"] = LogprobsJson(h, d.tokens);
+    choice["finish_reason"] = FinishJson(d.finish_reason);
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  if (include_usage_field) out["usage"] = nullptr;
+  return out;
+}
+
+json BuildRoleChunk(const ResponseHeader& h, int32_t n, bool include_usage_field) {
+  json out = HeaderJson(h, /*chunk=*/true);
+  json list = json::array();
+  for (int32_t i = 0; i < n; ++i) {
+    list.push_back({{"index", i},
+                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}});
+  }
+  out["choices"] = std::move(list);
+  if (include_usage_field) out["usage"] = nullptr;
+  return out;
+}
+
+json BuildUsageChunk(const ResponseHeader& h, const Usage& usage) {
+  json out = HeaderJson(h, /*chunk=*/true);
+  out["choices"] = json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+HttpError MakeError(int http_status, absl::string_view type, absl::string_view code,
+                    absl::string_view message) {
+  HttpError e;
+  e.http_status = http_status;
+  e.body = {{"error",
+             {{"message", std::string(message)},
+              {"type", std::string(type)},
+              {"param", nullptr},
+              {"code", code.empty() ? json(nullptr) : json(std::string(code))}}}};
+  return e;
+}
+
+HttpError ErrorFromStatus(const absl::Status& status) {
+  HttpError e;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      e = MakeError(400, "invalid_request_error", "", status.message());
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      e = MakeError(401, "authentication_error", "invalid_api_key", status.message());
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      e = MakeError(403, "permission_error", "", status.message());
+      break;
+    case absl::StatusCode::kNotFound:
+      e = MakeError(404, "invalid_request_error", "model_not_found", status.message());
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e = MakeError(429, "rate_limit_error", "rate_limit_exceeded", status.message());
+      break;
+    case absl::StatusCode::kUnimplemented:
+      e = MakeError(501, "not_implemented_error", "", status.message());
+      break;
+    case absl::StatusCode::kUnavailable:
+      e = MakeError(503, "service_unavailable_error", "", status.message());
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      e = MakeError(504, "timeout_error", "", status.message());
+      break;
+    default:
+      e = MakeError(500, "server_error", "", status.message());
+      break;
+  }
+  if (e.http_status == 400) {
+    // The field the message is about, when it opens with one ("temperature is 3; ...",
+    // "messages[0].role must be ...", "prompt_token_ids[2] is ...").
+    absl::string_view m = status.message();
+    size_t n = 0;
+    while (n < m.size() && (absl::ascii_islower(m[n]) || m[n] == '_')) ++n;
+    const absl::string_view field = m.substr(0, n);
+    static constexpr const char* kFields[] = {
+        "prompt", "prompt_token_ids", "messages", "max_tokens", "temperature", "top_p",
+        "top_k", "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n",
+        "echo", "stream", "stream_options", "ignore_eos", "model", "best_of", "suffix",
+        "logit_bias", "presence_penalty", "frequency_penalty", "tools", "response_format",
+        "max_completion_tokens", "add_generation_prompt"};
+    for (const char* f : kFields) {
+      if (field == f && n < m.size() && (m[n] == ' ' || m[n] == '[' || m[n] == '.')) {
+        e.body["error"]["param"] = field == "prompt_token_ids" ? "prompt" : std::string(f);
+      }
+    }
+  }
+  return e;
+}
+
+std::string SseEvent(const json& data) {
+  return absl::StrCat("data: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
+}
+
+}  // namespace folio::frontend::openai

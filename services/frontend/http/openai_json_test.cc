@@ -1,0 +1,157 @@
+#include "services/frontend/http/openai_json.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace folio::frontend::openai {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+absl::Status ParseError(Endpoint e, const std::string& body) {
+  return ParseRequest(e, body).status();
+}
+
+TEST(OpenAiJsonTest, ParsesACompletionRequest) {
+  absl::StatusOr<Request> r = ParseRequest(Endpoint::kCompletions, R"({
+      "model": "m", "prompt": "Once", "max_tokens": 5, "temperature": 0, "top_p": 0.5,
+      "top_k": 3, "min_p": 0.1, "seed": 7, "stop": ["a", "b"], "logprobs": 2, "echo": true,
+      "ignore_eos": true, "n": 1, "stream": true, "stream_options": {"include_usage": true},
+      "presence_penalty": 0, "user": "ignored"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, "m");
+  EXPECT_EQ(r->input.prompt, "Once");
+  EXPECT_EQ(r->input.max_tokens, 5);
+  EXPECT_EQ(r->input.temperature, 0.0f);
+  EXPECT_EQ(r->input.top_p, 0.5f);
+  EXPECT_EQ(r->input.top_k, 3);
+  EXPECT_EQ(r->input.seed, 7u);
+  EXPECT_EQ(r->input.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r->input.logprobs, 2);
+  EXPECT_TRUE(r->input.ignore_eos);
+  EXPECT_TRUE(r->echo);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+}
+
+TEST(OpenAiJsonTest, PromptShapes) {
+  auto prompt_ids = [](const std::string& body) {
+    return ParseRequest(Endpoint::kCompletions, body)->input.prompt_token_ids;
+  };
+  EXPECT_EQ(prompt_ids(R"({"prompt": [1, 2, 3]})"), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(prompt_ids(R"({"prompt": [[4, 5]]})"), (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(ParseRequest(Endpoint::kCompletions, R"({"prompt": ["x"]})")->input.prompt, "x");
+  EXPECT_EQ(ParseRequest(Endpoint::kCompletions, R"({})")->input.prompt, "");
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": ["a", "b"]})").message(),
+              HasSubstr("several prompts"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": [1, "x"]})").message(),
+              HasSubstr("prompt[1] must be an integer"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": 5})").message(),
+              HasSubstr("prompt must be a string"));
+}
+
+TEST(OpenAiJsonTest, ParsesAChatRequest) {
+  absl::StatusOr<Request> r = ParseRequest(Endpoint::kChatCompletions, R"({
+      "messages": [{"role": "system", "content": "S"},
+                   {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                {"type": "text", "text": "b"}]}],
+      "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[1].role, "user");
+  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_EQ(r->input.max_tokens, 9);
+  EXPECT_EQ(r->input.logprobs, 3);
+  EXPECT_TRUE(r->add_generation_prompt);
+  EXPECT_FALSE(ParseRequest(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})")
+                   ->input.logprobs.has_value());
+}
+
+TEST(OpenAiJsonTest, ShapeErrorsNameTheField) {
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, "{not json").message(),
+              HasSubstr("not valid JSON"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, "[1]").message(), HasSubstr("a JSON object"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"temperature": "hot"})").message(),
+              HasSubstr("temperature must be a number"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"max_tokens": 1.5})").message(),
+              HasSubstr("max_tokens must be an integer"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"max_tokens": 99999999999})").message(),
+              HasSubstr("32-bit range"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"stop": [1]})").message(),
+              HasSubstr("stop[0] must be a string"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"n": 0})").message(),
+              HasSubstr("n is 0; it must be at least 1"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"frequency_penalty": 0.5})").message(),
+              HasSubstr("frequency_penalty is not supported"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"1": 2}})").message(),
+              HasSubstr("logit_bias is not supported"));
+  EXPECT_THAT(ParseError(Endpoint::kChatCompletions, R"({})").message(),
+              HasSubstr("messages is required"));
+  EXPECT_THAT(ParseError(Endpoint::kChatCompletions, R"({"messages": []})").message(),
+              HasSubstr("messages is empty"));
+  EXPECT_THAT(ParseError(Endpoint::kChatCompletions, R"({"messages": [{"content": "x"}]})").message(),
+              HasSubstr("messages[0].role must be a string"));
+  EXPECT_THAT(ParseError(Endpoint::kChatCompletions,
+                         R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")
+                  .message(),
+              HasSubstr("messages[0].content[0] is not a text part"));
+  EXPECT_THAT(ParseError(Endpoint::kChatCompletions,
+                         R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})")
+                  .message(),
+              HasSubstr("top_logprobs needs logprobs"));
+}
+
+TEST(OpenAiJsonTest, ErrorsMapToHttpStatusesAndOpenAiObjects) {
+  HttpError e = ErrorFromStatus(absl::InvalidArgumentError("temperature is 3; it must be in [0, 2]"));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.body["error"]["message"], "temperature is 3; it must be in [0, 2]");
+  EXPECT_EQ(e.body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e.body["error"]["param"], "temperature");
+  EXPECT_TRUE(e.body["error"]["code"].is_null());
+  EXPECT_EQ(ErrorFromStatus(absl::InvalidArgumentError("prompt_token_ids[0] is 9999; ..."))
+                .body["error"]["param"],
+            "prompt");
+  EXPECT_TRUE(ErrorFromStatus(absl::InvalidArgumentError("the prompt has 5 tokens"))
+                  .body["error"]["param"]
+                  .is_null());
+  EXPECT_EQ(ErrorFromStatus(absl::UnauthenticatedError("x")).http_status, 401);
+  EXPECT_EQ(ErrorFromStatus(absl::NotFoundError("x")).http_status, 404);
+  EXPECT_EQ(ErrorFromStatus(absl::NotFoundError("x")).body["error"]["code"], "model_not_found");
+  EXPECT_EQ(ErrorFromStatus(absl::ResourceExhaustedError("x")).http_status, 429);
+  EXPECT_EQ(ErrorFromStatus(absl::UnavailableError("x")).http_status, 503);
+  EXPECT_EQ(ErrorFromStatus(absl::UnimplementedError("x")).http_status, 501);
+  EXPECT_EQ(ErrorFromStatus(absl::InternalError("x")).http_status, 500);
+}
+
+TEST(OpenAiJsonTest, ResponsesAndChunks) {
+  ResponseHeader h{"cmpl-r1", 1700000000, "m", Endpoint::kCompletions, false};
+  ChoiceDelta c;
+  c.index = 0;
+  c.text = "hello";
+  c.finish_reason = "length";
+  json r = BuildResponse(h, {c}, Usage{3, 2, 1});
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], "hello");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(r["usage"]["total_tokens"], 5);
+  EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+
+  ResponseHeader chat{"chatcmpl-r1", 1, "m", Endpoint::kChatCompletions, true};
+  ChoiceDelta d;
+  d.text = "hi";
+  d.tokens.push_back(TokenOut{7, "hi", -0.5f, {{"hi", -0.5f}, {"yo", -1.0f}}});
+  json chunk = BuildChunk(chat, {d}, /*include_usage_field=*/true);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["delta"]["content"], "hi");
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(chunk["usage"].is_null());
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["content"][0]["top_logprobs"][1]["token"], "yo");
+  EXPECT_EQ(BuildRoleChunk(chat, 2, false)["choices"][1]["delta"]["role"], "assistant");
+  EXPECT_EQ(BuildUsageChunk(chat, Usage{1, 2, 0})["choices"].size(), 0u);
+  EXPECT_EQ(SseEvent(json{{"a", 1}}), "data: {\"a\":1}\n\n");
+}
+
+}  // namespace
+}  // namespace folio::frontend::openai

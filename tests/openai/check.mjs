@@ -1,0 +1,70 @@
+// Runs the official openai client against a Folio frontend's HTTP API and compares each
+// completion with the text the gRPC API gave for the same request.
+//
+//   node check.mjs CASES.json
+//
+// CASES.json: {"baseURL", "apiKey", "model", "cases": [{"name", "kind", "prompt" |
+// "messages", "max_tokens", "expected"}]}, kind one of completion, completion_stream,
+// chat_stream. Prints one line per case; exits 1 when any text differs or a call fails.
+import { readFileSync } from "node:fs";
+import OpenAI from "openai";
+
+const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const client = new OpenAI({ baseURL: spec.baseURL, apiKey: spec.apiKey, maxRetries: 0 });
+
+async function run(c) {
+  const common = { model: spec.model, max_tokens: c.max_tokens, temperature: 0 };
+  if (c.kind === "completion") {
+    const r = await client.completions.create({ ...common, prompt: c.prompt });
+    if (r.object !== "text_completion") throw new Error(`object is ${r.object}`);
+    if (r.usage.completion_tokens <= 0) throw new Error("no completion tokens in usage");
+    return r.choices[0].text;
+  }
+  if (c.kind === "completion_stream") {
+    const stream = await client.completions.create({
+      ...common, prompt: c.prompt, stream: true, stream_options: { include_usage: true } });
+    let text = "";
+    let usage = null;
+    let finish = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const choice of chunk.choices) {
+        text += choice.text;
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+    }
+    if (!usage || usage.completion_tokens <= 0) throw new Error("no usage chunk");
+    if (!finish) throw new Error("no finish_reason");
+    return text;
+  }
+  if (c.kind === "chat_stream") {
+    const stream = await client.chat.completions.create({
+      ...common, messages: c.messages, stream: true });
+    let text = "";
+    let role = null;
+    for await (const chunk of stream) {
+      for (const choice of chunk.choices) {
+        if (choice.delta.role) role = choice.delta.role;
+        if (choice.delta.content) text += choice.delta.content;
+      }
+    }
+    if (role !== "assistant") throw new Error(`role is ${role}`);
+    return text;
+  }
+  throw new Error(`unknown kind ${c.kind}`);
+}
+
+let failed = 0;
+for (const c of spec.cases) {
+  try {
+    const text = await run(c);
+    const ok = text === c.expected;
+    if (!ok) failed++;
+    console.log(`${ok ? "OK  " : "DIFF"} ${c.name}: ${JSON.stringify(text)}` +
+                (ok ? "" : ` (gRPC: ${JSON.stringify(c.expected)})`));
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${c.name}: ${e}`);
+  }
+}
+process.exit(failed === 0 ? 0 : 1);

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
                   "--max_stop_strings and --max_logprobs non-negative";
     return kExitBadFlags;
   }
+  folio::ExitIfCheckingFlags();
 
   folio::MetricsRegistry registry;
   folio::frontend::FrontendOptions options;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -9,6 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/version.h"
 #include "glog/logging.h"
+
+ABSL_FLAG(bool, check_flags, false,
+          "Only parse and validate the flags, then exit: 0 when they are valid, else the "
+          "code a normal start-up would fail with. Opens no file, port or model.");
 
 namespace folio {
 
@@ -18,7 +23,7 @@ std::vector<char*> InitProcess(int argc, char** argv, const std::string& usage) 
   config.normalize_filename = [](absl::string_view file) { return std::string(file); };
   // --help lists the flags a binary defines in its own main.cc.
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "main.cc");
+    return absl::EndsWith(file, "main.cc") || absl::EndsWith(file, "common/process.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
@@ -29,6 +34,14 @@ std::vector<char*> InitProcess(int argc, char** argv, const std::string& usage) 
   }
   google::InitGoogleLogging(argv[0]);
   return args;
+}
+
+bool CheckingFlags() { return absl::GetFlag(FLAGS_check_flags); }
+
+void ExitIfCheckingFlags() {
+  if (!CheckingFlags()) return;
+  LOG(INFO) << "--check_flags: the flags are valid";
+  std::exit(0);
 }
 
 }  // namespace folio

@@ -4,6 +4,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -13,7 +15,7 @@ namespace folio {
 
 absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
     const ServerOptions& options, const std::vector<grpc::Service*>& services,
-    const MetricsRegistry* registry) {
+    MetricsRegistry* registry) {
   auto runner = absl::WrapUnique(new ServiceRunner(options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -31,10 +33,28 @@ absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
                                                " (port in use, or host not local?)"));
   }
+  if (options.metrics_port >= 0) {
+    CHECK(registry != nullptr) << "metrics enabled without a registry";
+    registry
+        ->AddGaugeFamily("folio_build_info",
+                         "Always 1; the labels name the service and the build it runs.",
+                         {"service", "version", "revision"})
+        .WithLabels({options.service_name, kVersionNumber, kGitRevision})
+        .Set(1);
+    registry
+        ->AddGauge("folio_process_start_time_seconds",
+                   "Start time of the process, in seconds since the Unix epoch.")
+        .Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    runner->serving_gauge_ =
+        &registry
+             ->AddGaugeFamily("folio_health_serving",
+                              "1 while grpc.health.v1 reports SERVING for the service, else 0.",
+                              {"service"})
+             .WithLabels({options.service_name});
+  }
   runner->SetServing(ServingState::kNotServing);
 
   if (options.metrics_port >= 0) {
-    CHECK(registry != nullptr) << "metrics enabled without a registry";
     auto metrics = MetricsServer::Start(options.host, options.metrics_port, registry);
     if (!metrics.ok()) return metrics.status();
     runner->metrics_ = std::move(*metrics);
@@ -67,6 +87,7 @@ void ServiceRunner::SetServing(ServingState state) {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(options_.service_name, serving);
   health->SetServingStatus("", serving);
+  if (serving_gauge_ != nullptr) serving_gauge_->Set(serving ? 1 : 0);
   LOG(INFO) << options_.service_name << " health: " << (serving ? "SERVING" : "NOT_SERVING");
 }
 

@@ -2,6 +2,10 @@
 // the gRPC server (callback API), the standard grpc.health.v1 service, server
 // reflection, the /metrics HTTP endpoint, and graceful shutdown.
 //
+// With metrics on, the runner adds to the registry folio_build_info{service, version,
+// revision} (always 1), folio_process_start_time_seconds and folio_health_serving{service}
+// (1 while health says SERVING), so every service exposes them.
+//
 // Health starts NOT_SERVING; the service calls SetServing(kServing) once its part is
 // ready. Shutdown() is written out in three stages: report NOT_SERVING and keep serving
 // for `shutdown_grace` (so load balancers and probes see the change), stop accepting and
@@ -46,10 +50,11 @@ enum class ServingState { kNotServing, kServing };
 class ServiceRunner {
  public:
   // Builds and starts the server with `services` (not owned; they must outlive the runner)
-  // and the metrics endpoint for `registry` (may be null when metrics_port is -1).
+  // and the metrics endpoint for `registry` (may be null when metrics_port is -1; the
+  // process metrics above are added to it, so one registry serves one runner).
   static absl::StatusOr<std::unique_ptr<ServiceRunner>> Start(
       const ServerOptions& options, const std::vector<grpc::Service*>& services,
-      const MetricsRegistry* registry);
+      MetricsRegistry* registry);
   ~ServiceRunner();
 
   int port() const { return port_; }
@@ -67,6 +72,7 @@ class ServiceRunner {
   const ServerOptions options_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_;
+  Gauge* serving_gauge_ = nullptr;  // owned by the registry; null without metrics
   int port_ = 0;
   std::atomic<bool> shut_down_{false};
 };

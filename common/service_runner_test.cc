@@ -45,6 +45,11 @@ TEST(ServiceRunnerTest, HealthFollowsReadinessAndShutdown) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_THAT(res->body, ::testing::HasSubstr("folio_test_total 1"));
+  // The runner's own process metrics.
+  EXPECT_THAT(res->body, ::testing::HasSubstr("folio_build_info{service=\"folio.test.Svc\","));
+  EXPECT_THAT(res->body,
+              ::testing::HasSubstr("folio_health_serving{service=\"folio.test.Svc\"} 1"));
+  EXPECT_THAT(res->body, ::testing::HasSubstr("folio_process_start_time_seconds "));
 
   // During the grace period the server still answers, and says NOT_SERVING.
   std::thread shutdown([&] { (*runner)->Shutdown(); });

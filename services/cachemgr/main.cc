@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   defaults.rounding = absl::GetFlag(FLAGS_round_to_power_of_two)
                           ? folio::cachemgr::ContiguousPolicy::Rounding::kPowerOfTwo
                           : folio::cachemgr::ContiguousPolicy::Rounding::kExact;
+  folio::ExitIfCheckingFlags();
 
   folio::MetricsRegistry registry;
   folio::cachemgr::CacheManagerService service(defaults, &registry);

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << api_keys.status();
     return kExitBadFlags;
   }
+  folio::ExitIfCheckingFlags();
   // A client that drops its HTTP connection must not take the process with it: writes to
   // it fail with EPIPE instead.
   signal(SIGPIPE, SIG_IGN);

@@ -9,7 +9,9 @@
 #include "grpcpp/create_channel.h"
 #include "services/scheduler/cluster_setup.h"
 #include "services/scheduler/grpc_clients.h"
+#include "services/scheduler/pool_usage_gauge.h"
 #include "services/scheduler/service.h"
+#include "services/scheduler/timed_clients.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--block_size, --max_num_batched_tokens and --max_num_seqs must be positive";
     return 2;
   }
+  folio::ExitIfCheckingFlags();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   std::vector<std::shared_ptr<grpc::Channel>> ranks;
@@ -71,11 +74,17 @@ int main(int argc, char** argv) {
   }
   sched::GrpcWorkerClient workers(ranks,
                                   absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms)));
-  sched::GrpcCacheClient cache(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_cachemgr), grpc::InsecureChannelCredentials()),
-      absl::Milliseconds(absl::GetFlag(FLAGS_cachemgr_timeout_ms)));
+  std::shared_ptr<grpc::Channel> cachemgr_channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_cachemgr), grpc::InsecureChannelCredentials());
+  sched::GrpcCacheClient cache(cachemgr_channel,
+                               absl::Milliseconds(absl::GetFlag(FLAGS_cachemgr_timeout_ms)));
 
   folio::MetricsRegistry registry;
+  // The step loop's calls are timed; cluster set-up talks to the gRPC clients directly.
+  sched::RpcMetrics rpc_metrics(&registry);
+  sched::TimedCacheClient timed_cache(&cache, &rpc_metrics);
+  sched::TimedWorkerClient timed_workers(&workers, &rpc_metrics);
+  sched::AddPoolUsageGauge(&registry, cachemgr_channel, absl::Milliseconds(250));
   // The service starts first so health answers NOT_SERVING while the cluster sets up; the
   // scheduler is built once the model's limits are known.
   sched::SchedulerService service;
@@ -124,7 +133,7 @@ int main(int argc, char** argv) {
   options.num_blocks = info->num_blocks();
   info->set_max_n(options.max_n);
   info->set_max_beam_width(options.max_beam_width);
-  sched::Scheduler scheduler(options, &cache, &workers, &registry);
+  sched::Scheduler scheduler(options, &timed_cache, &timed_workers, &registry);
   service.Start(&scheduler, *info);
   std::thread loop([&] { scheduler.Run(); });
   (*runner)->SetServing(folio::ServingState::kServing);

@@ -9,6 +9,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/process.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
@@ -99,7 +100,6 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--num_threads must be >= 0 (0 = all cores)";
     return 2;
   }
-
   options.tp_size = absl::GetFlag(FLAGS_tp_size);
   options.tp_rank = absl::GetFlag(FLAGS_tp_rank);
   if (options.tp_size < 1 || options.tp_rank < 0 || options.tp_rank >= options.tp_size) {
@@ -124,9 +124,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  folio::ExitIfCheckingFlags();
 
+  const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> weights =
       folio::worker::LoadModel(model_path);
+  const absl::Duration load_time = absl::Now() - load_start;
   if (!weights.ok()) {
     LOG(ERROR) << "cannot load --model=" << model_path << ": " << weights.status();
     return 2;
@@ -142,6 +145,10 @@ int main(int argc, char** argv) {
   folio::MetricsRegistry registry;
   // Outlives the service: its step thread may still be joining the group through it.
   folio::worker::KvStore rendezvous_table;
+  registry
+      .AddGauge("folio_worker_model_load_seconds",
+                "Time this worker took to load its model at start-up, in seconds.")
+      .Set(absl::ToDoubleSeconds(load_time));
   folio::worker::WorkerService service(*std::move(weights), options, &registry);
   LOG(INFO) << "model " << (config.name.empty() ? model_path : config.name) << ": "
             << config.num_layers << " layers, dim " << config.dim << ", vocab "

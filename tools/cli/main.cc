@@ -350,6 +350,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = folio::InitProcess(argc, argv, kUsage);
   if (args.size() < 2) return UsageError("no command given");
   const std::string command = args[1];
+  folio::ExitIfCheckingFlags();
   auto channel =
       grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
   auto stub = pb::TextGeneration::NewStub(channel);

@@ -107,6 +107,7 @@ int Run() {
   sampling.top_k = absl::GetFlag(FLAGS_top_k);
   sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
   sampling.seed = absl::GetFlag(FLAGS_seed);
+  ExitIfCheckingFlags();
 
   absl::StatusOr<std::unique_ptr<ModelWeights>> weights = LoadModel(path);
   if (!weights.ok()) {

@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
                                    "' (expected snapshot, parallel-sampling, fragmentation or "
                                    "pool)"));
   }
+  folio::ExitIfCheckingFlags();
 
   if (subcommand == "snapshot") {
     auto policy = folio::cachemgr::ParsePolicyKind(absl::GetFlag(FLAGS_policy));

@@ -1,6 +1,7 @@
 #include "common/metrics_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "httplib.h"
 
 namespace folio {
@@ -23,15 +24,23 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot bind the metrics endpoint to ", host, ":", port));
   }
-  server->thread_ = std::thread([http = server->http_.get()] { http->listen_after_bind(); });
+  server->thread_ = std::thread([s = server.get()] {
+    s->http_->listen_after_bind();
+    s->listen_returned_ = true;
+  });
   return server;
 }
 
 MetricsServer::~MetricsServer() { Stop(); }
 
 void MetricsServer::Stop() {
-  if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  // cpp-httplib 0.11's stop() does nothing until the listening thread has started, and
+  // that thread would then listen for ever: a server stopped right after it started hung
+  // here. Wait until it listens (or has given up) first.
+  while (!http_->is_running() && !listen_returned_) absl::SleepFor(absl::Milliseconds(1));
+  http_->stop();
+  thread_.join();
 }
 
 }  // namespace folio

@@ -3,6 +3,7 @@
 #ifndef FOLIO_COMMON_METRICS_SERVER_H_
 #define FOLIO_COMMON_METRICS_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,6 +33,7 @@ class MetricsServer {
 
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};  // the listening thread is done
   int port_ = 0;
 };
 

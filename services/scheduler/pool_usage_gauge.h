@@ -14,8 +14,8 @@ namespace folio::scheduler {
 
 // Adds folio_scheduler_kv_usage_ratio to `registry`, refreshed on each scrape by a
 // GetStats call to the cache manager behind `cachemgr` (deadline `timeout`). When the
-// call fails the gauge keeps its last value and the failure is logged. `registry` must
-// outlive the channel's use; the hook owns its own stub. Thread-safe.
+// call fails the gauge keeps its last value and the failure is logged. The hook, which
+// the registry owns, holds its own stub on `cachemgr`. Thread-safe.
 void AddPoolUsageGauge(MetricsRegistry* registry, std::shared_ptr<grpc::Channel> cachemgr,
                        absl::Duration timeout);
 

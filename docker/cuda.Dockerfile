@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Folio for NVIDIA GPUs: built in the CUDA 13 devel image with the CUDA backend enabled
-# (-DFOLIO_ENABLE_CUDA=ON), run in the CUDA 13 runtime image (cudart, cuBLAS, NCCL).
+# (-DFOLIO_CUDA=ON), run in the CUDA 13 runtime image (cudart, cuBLAS, NCCL).
 #
 #   docker build -f docker/cuda.Dockerfile -t folio:cuda .
 #   docker build -f docker/cuda.Dockerfile --build-arg CUDA_TAG=13.0.1-cudnn-devel-ubuntu24.04 ...
@@ -17,7 +17,7 @@ ARG FOLIO_GIT_REV=unknown
 WORKDIR /src
 COPY . .
 RUN FOLIO_GIT_REV=${FOLIO_GIT_REV} FOLIO_BUILD_ONLY=1 FOLIO_BUILD_DIR=/build \
-    FOLIO_CMAKE_ARGS="-DFOLIO_ENABLE_CUDA=ON -DFOLIO_BUILD_BENCHMARKS=OFF" \
+    FOLIO_CMAKE_ARGS="-DFOLIO_CUDA=ON -DFOLIO_BUILD_BENCHMARKS=OFF" \
     ./folio install /opt/folio
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}

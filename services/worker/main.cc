@@ -19,6 +19,7 @@
 #include "services/worker/dist/rendezvous_service.h"
 #include "services/worker/engine/cpu_weights.h"
 #include "services/worker/model/load_model.h"
+#include "services/worker/backend.h"
 #include "services/worker/service.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
@@ -50,6 +51,17 @@ ABSL_FLAG(int, tp_timeout_ms, 60000,
           "breaks the group (the replica must then be restarted).");
 ABSL_FLAG(int, tp_rendezvous_timeout_s, 300,
           "How long to wait at start-up for every rank of the group to join.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu, or cuda (the CUDA backend on --cuda_device; needs a build with CUDA).");
+ABSL_FLAG(int, cuda_device, 0, "CUDA device index for --device=cuda.");
+ABSL_FLAG(std::string, dtype, "f16",
+          "--device=cuda: weight and GEMM input type on the device: f16, bf16 or f32.");
+ABSL_FLAG(int, max_num_batched_tokens, 2048,
+          "--device=cuda: the largest step in new tokens; buffers are sized and profiled for "
+          "it at start-up. Keep it at least the scheduler's --max_num_batched_tokens.");
+ABSL_FLAG(int, max_num_seqs, 256,
+          "--device=cuda: the largest step in sequences. Keep it at least the scheduler's "
+          "--max_num_seqs.");
 ABSL_FLAG(int, shutdown_grace_ms, 500,
           "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
 ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight RPCs finish for this long.");
@@ -124,6 +136,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  folio::worker::BackendOptions backend;
+  backend.device = absl::GetFlag(FLAGS_device);
+  backend.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  backend.dtype = absl::GetFlag(FLAGS_dtype);
+  backend.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  backend.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  backend.kv_dtype = options.kv_dtype;
+  backend.tp_size = options.tp_size;
+  absl::StatusOr<folio::worker::RunnerFactory> factory = folio::worker::MakeRunnerFactory(backend);
+  if (!factory.ok()) {
+    LOG(ERROR) << factory.status().message();
+    return 2;
+  }
+  options.make_runner = *std::move(factory);
   folio::ExitIfCheckingFlags();
 
   const absl::Time load_start = absl::Now();

@@ -40,6 +40,25 @@ KvCacheShape ShapeFor(const ModelConfig& config, int32_t tp_size, kernels::KvDTy
   return shape;
 }
 
+absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
+                                              const RunnerRequest& request) {
+  CpuModelRunnerOptions options;
+  options.communicator = request.communicator;
+  options.block_size = request.block_size;
+  options.kv_dtype = request.kv_dtype;
+  options.kv_cache_bytes = request.kv_cache_bytes;
+  options.max_num_blocks = request.num_blocks;
+  options.num_threads = request.num_threads;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner = CpuModelRunner::Create(weights, options);
+  if (!runner.ok()) return runner.status();
+  RunnerResources r;
+  r.kv_cache_bytes = (*runner)->kv_cache().size_bytes();
+  r.weight_bytes = (*runner)->weights().size_bytes();
+  r.layer_weight_bytes = (*runner)->weights().layer_bytes();
+  r.runner = *std::move(runner);
+  return r;
+}
+
 pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOptions& options,
                               int64_t kv_bytes_per_token) {
   pb::WorkerInfo info;
@@ -361,17 +380,18 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
         "cannot build tensor-parallel rank ", options_.tp_rank, " of ", options_.tp_size,
         " without its group: ", communicator_status_.message()));
   }
-  CpuModelRunnerOptions options;
-  options.communicator = communicator_.get();
-  options.block_size = block_size;
-  options.kv_dtype = options_.kv_dtype;
-  options.kv_cache_bytes =
+  RunnerRequest request;
+  request.num_blocks = num_blocks;
+  request.block_size = block_size;
+  request.kv_cache_bytes =
       int64_t{num_blocks} * KvBytesPerBlock(ShapeFor(weights_->config, options_.tp_size,
                                                      options_.kv_dtype, block_size));
-  options.max_num_blocks = num_blocks;
-  options.num_threads = options_.num_threads;
-  absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner =
-      CpuModelRunner::Create(*weights_, options);
+  request.kv_dtype = options_.kv_dtype;
+  request.num_threads = options_.num_threads;
+  request.communicator = communicator_.get();
+  absl::StatusOr<RunnerResources> runner = options_.make_runner
+                                               ? options_.make_runner(*weights_, request)
+                                               : MakeCpuRunner(*weights_, request);
   if (!runner.ok()) {
     {
       absl::MutexLock lock(&info_mu_);
@@ -386,11 +406,11 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
     if (had_pool && serving_callback_) serving_callback_(ServingState::kNotServing);
     return runner.status();
   }
-  CHECK_EQ((*runner)->num_blocks(), num_blocks) << "the pool is sized to the request";
-  const int64_t bytes = (*runner)->kv_cache().size_bytes();
-  const int64_t weight_bytes = (*runner)->weights().size_bytes();
-  const int64_t layer_weight_bytes = (*runner)->weights().layer_bytes();
-  runner_ = *std::move(runner);
+  CHECK_EQ(runner->runner->num_blocks(), num_blocks) << "the pool is sized to the request";
+  const int64_t bytes = runner->kv_cache_bytes;
+  const int64_t weight_bytes = runner->weight_bytes;
+  const int64_t layer_weight_bytes = runner->layer_weight_bytes;
+  runner_ = std::move(runner->runner);
   {
     absl::MutexLock lock(&info_mu_);
     num_blocks_ = num_blocks;

@@ -43,6 +43,7 @@
 #include "folio/internal/v1/worker.grpc.pb.h"
 #include "services/worker/dist/communicator.h"
 #include "services/worker/engine/model_runner.h"
+#include "services/worker/engine/runner_factory.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/kv_cache_view.h"
 #include "services/worker/model/weights.h"
@@ -50,6 +51,7 @@
 namespace folio::worker {
 
 struct WorkerServiceOptions {
+  RunnerFactory make_runner;                            // empty: the CPU backend
   kernels::KvDType kv_dtype = kernels::KvDType::kF16;  // KV cache element type
   int64_t kv_cache_budget_bytes = int64_t{256} << 20;   // most bytes the KV pool may take
   int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores

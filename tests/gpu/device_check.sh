@@ -4,7 +4,8 @@
 # $OUT (default ./device-check-out) as soon as it has it:
 #   env.txt            GPU, driver, where cuBLAS was found
 #   tests.txt          the CUDA kernel and runner tests (every kernel against its CPU
-#                      reference, GPU vs CPU logits, the golden text on the GPU)
+#                      reference, GPU vs CPU logits, the golden text on the GPU) and the
+#                      worker's --device=cuda factory
 #   bench.json/.txt    attention bandwidth against the device's copy bandwidth, paged vs
 #                      contiguous attention, decode tokens/s at batch 1, 32 and 128
 # Exit status: the tests' (the benchmark is informative).
@@ -56,6 +57,7 @@ log "tests"
 FOLIO_MODELS_DIR="$models" timeout 240 "${run[@]}" "$DEV/bin/folio_worker_cuda_test" \
   --gtest_brief=0 >"$OUT/tests.txt" 2>&1
 tests_rc=$?
+FOLIO_MODELS_DIR="$models" timeout 60 "${run[@]}" "$DEV/bin/worker_backend_test" >>"$OUT/tests.txt" 2>&1 || tests_rc=1
 log "tests exit $tests_rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.txt" | tr '\n' ' ')"
 
 log "benchmarks"

@@ -14,10 +14,10 @@ MODELS="${FOLIO_MODELS_DIR:-$ROOT/../shared/models}"
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFOLIO_CUDA=ON
 fi
-cmake --build "$BUILD" -j "${FOLIO_JOBS:-$(nproc)}" --target folio_worker_cuda_test cuda_bench folio-make-model
+cmake --build "$BUILD" -j "${FOLIO_JOBS:-$(nproc)}" --target folio_worker_cuda_test worker_backend_test cuda_bench folio-make-model
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib/sys" "$OUT/models"
-for b in folio_worker_cuda_test cuda_bench folio-make-model; do
+for b in folio_worker_cuda_test worker_backend_test cuda_bench folio-make-model; do
   strip -o "$OUT/bin/$b" "$BUILD/bin/$b"
 done
 # Every library the binaries load but cuBLAS and NCCL (hundreds of MB; device_check.sh

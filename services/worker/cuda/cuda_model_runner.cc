@@ -219,6 +219,7 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
   const bool tied = weights != nullptr ? weights->config.tied_embeddings : false;
   if (absl::Status s = alloc(m.tok_embeddings, c.vocab_size * dim * wb, "token embeddings"); !s.ok()) return s;
   m.layers.resize(c.num_layers);
+  const int64_t before_layers = weight_bytes;
   for (LayerBuffers& l : m.layers) {
     for (auto [buf, bytes, what] :
          {std::tuple{&l.attn_norm, dim * 4, "attn_norm"},
@@ -230,6 +231,7 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
       if (absl::Status s = alloc(*buf, bytes, what); !s.ok()) return s;
     }
   }
+  memory_.layer_weight_bytes = weight_bytes - before_layers;
   if (absl::Status s = alloc(m.final_norm, dim * 4, "final_norm"); !s.ok()) return s;
   if (!tied) {
     if (absl::Status s = alloc(m.lm_head, c.vocab_size * dim * wb, "lm_head"); !s.ok()) return s;

@@ -54,6 +54,7 @@ struct CudaMemoryReport {
   std::string device_name;
   int64_t total_bytes = 0;        // the device's memory
   int64_t weight_bytes = 0;
+  int64_t layer_weight_bytes = 0;  // of weight_bytes, in the transformer layers
   int64_t activation_bytes = 0;   // buffers for the largest step
   int64_t in_use_after_profile = 0;  // device-wide, after the profiling step, without KV
   int64_t kv_cache_bytes = 0;

@@ -1,0 +1,37 @@
+// The worker's choice of backend (--device): the CPU engine, or the CUDA backend when the
+// binary was built with it. MakeRunnerFactory checks at start-up what can be checked
+// before the scheduler allocates the KV pool (the build, the device, the flags), so a
+// worker that cannot get a device says so at once and exits.
+#ifndef FOLIO_SERVICES_WORKER_BACKEND_H_
+#define FOLIO_SERVICES_WORKER_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/worker/engine/runner_factory.h"
+#include "services/worker/kernels/kv_cache_view.h"
+
+namespace folio::worker {
+
+struct BackendOptions {
+  std::string device = "cpu";      // cpu or cuda
+  int32_t cuda_device = 0;
+  std::string dtype = "f16";       // CUDA weights: f16, bf16 or f32
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 256;
+  kernels::KvDType kv_dtype = kernels::KvDType::kF16;  // the worker's --kv_dtype
+  int32_t tp_size = 1;                                  // the worker's --tp_size
+};
+
+// True when this binary carries the CUDA backend.
+bool HaveCudaBackend();
+
+// The factory WorkerServiceOptions::make_runner takes: empty for the CPU. InvalidArgument
+// for bad flags or a combination not built yet (CUDA with tensor parallelism, f32 KV);
+// FailedPrecondition when CUDA is asked for and the build or the machine has none.
+absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend);
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_BACKEND_H_

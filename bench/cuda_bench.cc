@@ -135,6 +135,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   p.block_table_stride = blocks_per_seq;
   p.max_context = context;
   p.workspace = workspace.as<float>();
+  p.workspace_floats = ws;
   p.partition_size = partition;
   CHECK(LaunchPagedAttention(p, kv, nullptr).ok());  // warm-up
   CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);

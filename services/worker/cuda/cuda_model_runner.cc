@@ -549,6 +549,7 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
   ap.block_table_stride = static_cast<int32_t>(table_stride);
   ap.max_context = max_context;
   ap.workspace = m.workspace.as<float>();
+  ap.workspace_floats = m.workspace.bytes() / 4;
   const int32_t* d_positions = reinterpret_cast<int32_t*>(d + meta.positions);
   const int64_t* d_slots = reinterpret_cast<int64_t*>(d + meta.slots);
 

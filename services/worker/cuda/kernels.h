@@ -80,16 +80,24 @@ struct PagedAttentionParams {
   const int32_t* block_tables = nullptr;
   int32_t block_table_stride = 0;
   int32_t max_context = 0;     // the largest row_context (sizes the grid)
-  int32_t partition_size = 0;  // keys per thread block; 0 = kDefaultPartitionSize
+  int32_t partition_size = 0;  // keys per thread block; 0 = chosen (see below)
   float* workspace = nullptr;  // PagedAttentionWorkspaceFloats() floats, or null for one partition
+  int64_t workspace_floats = 0;  // its size
 };
 
 // Keys one thread block handles. A row whose context fits one partition is finished by
 // one block (the "v1" path); longer rows are split into partitions whose partial
 // softmax results a second kernel merges (the "v2" path), so long contexts still fill
-// the device. Must be a multiple of 32.
+// the device. Must be a multiple of 32. With partition_size 0 the launcher starts from
+// kDefaultPartitionSize and halves it, down to kMinPartitionSize, while the grid has
+// fewer than two blocks per multiprocessor and the workspace holds the partitions (a
+// single long sequence then spreads over the whole device).
 inline constexpr int32_t kDefaultPartitionSize = 512;
+inline constexpr int32_t kMinPartitionSize = 64;
 
+// Workspace for params of these sizes. With partition_size 0 it includes room for the
+// smaller partitions of small grids (kSmallGridPartitions row-partitions).
+inline constexpr int64_t kSmallGridPartitions = 512;
 int64_t PagedAttentionWorkspaceFloats(int32_t num_rows, int32_t num_heads, int32_t head_dim,
                                       int32_t max_context, int32_t partition_size);
 

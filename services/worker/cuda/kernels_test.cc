@@ -174,6 +174,7 @@ TEST_P(PagedAttentionTest, MatchesCpuReference) {
   p.max_context = max_context;
   p.partition_size = partition;
   p.workspace = d_ws.as<float>();
+  p.workspace_floats = ws;
   ASSERT_TRUE(LaunchPagedAttention(p, kv, nullptr).ok());
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const std::vector<float> got = Download<float>(d_out, rows * q_dim);

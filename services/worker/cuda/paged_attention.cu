@@ -19,6 +19,8 @@
 // With one partition the block writes the normalized output (the "v1" path). With
 // several it writes its normalized partial output with its max and sum, and
 // MergePartitions combines them with the usual log-sum-exp rescaling (the "v2" path).
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -34,7 +36,7 @@ constexpr int kWarps = kThreads / 32;
 // CHUNKS: 16-byte chunks of a K/V row per thread (2 where registers allow, so a token
 // needs fewer threads and fewer shuffle steps).
 template <typename KvT, int HEAD_DIM, int GROUP>
-constexpr int ChunksPerThread() {
+__host__ __device__ constexpr int ChunksPerThread() {
   return (GROUP <= 4 && HEAD_DIM >= 16) ? 2 : 1;
 }
 
@@ -262,6 +264,20 @@ int32_t BlockShift(int32_t block_size) {
   return shift;
 }
 
+// Multiprocessors of the current device (cached per device).
+int MultiprocessorCount() {
+  static std::atomic<int> cached[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64) return 132;
+  if (cached[device] == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    cached[device] = n > 0 ? n : 132;
+  }
+  return cached[device];
+}
+
 int32_t PartitionSize(int32_t requested) {
   return requested > 0 ? requested : kDefaultPartitionSize;
 }
@@ -344,8 +360,11 @@ int64_t PagedAttentionWorkspaceFloats(int32_t num_rows, int32_t num_heads, int32
                                       int32_t max_context, int32_t partition_size) {
   const int32_t size = PartitionSize(partition_size);
   const int64_t parts = (max_context + size - 1) / size;
-  if (parts <= 1) return 0;
-  return static_cast<int64_t>(num_rows) * num_heads * parts * (head_dim + 2);
+  int64_t floats = parts <= 1 ? 0 : static_cast<int64_t>(num_rows) * num_heads * parts * (head_dim + 2);
+  if (partition_size == 0 && max_context > kMinPartitionSize) {
+    floats = std::max<int64_t>(floats, kSmallGridPartitions * num_heads * (head_dim + 2));
+  }
+  return floats;
 }
 
 absl::Status LaunchPagedAttention(const PagedAttentionParams& p, const KvView& kv,
@@ -356,7 +375,19 @@ absl::Status LaunchPagedAttention(const PagedAttentionParams& p, const KvView& k
                                                    " query heads do not group over ",
                                                    kv.num_kv_heads, " kv heads"));
   }
-  const int32_t partition_size = PartitionSize(p.partition_size);
+  int32_t partition_size = PartitionSize(p.partition_size);
+  if (p.partition_size == 0) {
+    // Small grids: halve the partitions while the device would sit mostly idle and the
+    // workspace holds them.
+    const int64_t target_blocks = 2 * static_cast<int64_t>(MultiprocessorCount());
+    auto parts = [&](int32_t size) { return int64_t{(p.max_context + size - 1) / size}; };
+    while (partition_size > kMinPartitionSize &&
+           int64_t{p.num_rows} * kv.num_kv_heads * parts(partition_size) < target_blocks &&
+           int64_t{p.num_rows} * p.num_heads * parts(partition_size / 2) * (kv.head_dim + 2) <=
+               p.workspace_floats) {
+      partition_size /= 2;
+    }
+  }
   if (partition_size % 32 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "paged attention: partition size must be a multiple of 32, got ", partition_size));

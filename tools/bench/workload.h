@@ -1,0 +1,43 @@
+// The request mix of folio-bench: prompt and output lengths drawn from a seed, so a run
+// repeats exactly, and the prompt token ids themselves.
+#ifndef FOLIO_TOOLS_BENCH_WORKLOAD_H_
+#define FOLIO_TOOLS_BENCH_WORKLOAD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace folio::bench {
+
+struct WorkloadOptions {
+  std::string name = "sharegpt-like";  // sharegpt-like, alpaca-like or fixed
+  int num_requests = 64;
+  uint64_t seed = 0;
+  int max_input_len = 512;   // caps of the log-normal workloads
+  int max_output_len = 512;
+  int input_len = 128;       // fixed
+  int output_len = 128;      // fixed
+  // The model's: ids drawn for prompts lie in [0, vocab_size) minus the special ones, and
+  // input + output is held to max_model_len (the prompt is shortened first).
+  int vocab_size = 0;
+  int max_model_len = 0;
+  std::vector<int32_t> special_ids;  // never drawn (BOS, EOS, unknown)
+};
+
+struct BenchRequest {
+  std::vector<int32_t> prompt_token_ids;
+  int output_len = 0;  // max_tokens, with ignore_eos
+};
+
+// The requests of a workload, or InvalidArgument naming the bad option.
+absl::StatusOr<std::vector<BenchRequest>> MakeWorkload(const WorkloadOptions& options);
+
+// Arrival offsets in seconds from the start, one per request: Poisson at `rate` per
+// second (exponential gaps, from `seed`), or all zero when rate is infinite.
+std::vector<double> ArrivalTimes(int n, double rate, uint64_t seed);
+
+}  // namespace folio::bench
+
+#endif  // FOLIO_TOOLS_BENCH_WORKLOAD_H_

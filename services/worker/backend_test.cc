@@ -2,8 +2,6 @@
 // service uses, end to end: a pool of exactly the requested blocks and the golden text.
 #include "services/worker/backend.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -99,28 +97,16 @@ TEST(BackendTest, CudaFactoryBuildsTheRequestedPoolAndRunsTheGoldenText) {
   EXPECT_GT(r->layer_weight_bytes, 0);
   EXPECT_LT(r->layer_weight_bytes, r->weight_bytes);
 
-  std::ifstream in(*dir + "/stories260K/expected_run_c_t0_n200.txt", std::ios::binary);
-  std::stringstream expected;
-  expected << in.rdbuf();
+  const std::string expected =
+      testing::ReadFileOrEmpty(*dir + "/stories260K/expected_run_c_t0_n200.txt");
+  ASSERT_FALSE(expected.empty());
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(weights->vocab);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  SequenceStep seq;
-  seq.seq_id = 1;
-  seq.sampling.temperature = 0.0f;
-  seq.block_table = testing::ScatteredBlocks(13, /*seed=*/9);
-  std::vector<int32_t> ids = {tokenizer->bos_id()};
-  for (int pos = 0; pos < 200; ++pos) {
-    seq.token_ids = {ids.back()};
-    seq.start_pos = pos;
-    StepInput step;
-    step.seqs = {seq};
-    absl::StatusOr<StepOutput> out = r->runner->Execute(step);
-    ASSERT_TRUE(out.ok()) << out.status();
-    ids.push_back(out->seqs[0].samples[0].token_id);
-  }
+  const std::vector<int32_t> ids =
+      testing::GreedyFromBos(*r->runner, tokenizer->bos_id(), /*steps=*/200, /*table_seed=*/9);
   absl::StatusOr<std::string> text = tokenizer->Decode(ids);
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_EQ(*text + "\n", expected.str());
+  EXPECT_EQ(*text + "\n", expected);
 }
 
 }  // namespace

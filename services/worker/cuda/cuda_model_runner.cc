@@ -30,6 +30,15 @@ cudaDataType_t CudaType(DType dtype) {
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
+// Allocates `bytes` into b and adds them to *total.
+absl::Status AllocateCounted(DeviceBuffer& b, int64_t bytes, const char* what, int64_t* total) {
+  absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Allocate(bytes, what);
+  if (!buf.ok()) return buf.status();
+  b = *std::move(buf);
+  *total += bytes;
+  return absl::OkStatus();
+}
+
 // A sequence whose output is the greedy token alone: the device's argmax answers it and
 // its logits never leave the device.
 bool GreedyOnDevice(const SequenceStep& seq) {
@@ -209,12 +218,8 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
 
   // Weights.
   int64_t weight_bytes = 0;
-  auto alloc = [&weight_bytes](DeviceBuffer& b, int64_t bytes, const char* what) -> absl::Status {
-    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Allocate(bytes, what);
-    if (!buf.ok()) return buf.status();
-    b = *std::move(buf);
-    weight_bytes += bytes;
-    return absl::OkStatus();
+  auto alloc = [&weight_bytes](DeviceBuffer& b, int64_t bytes, const char* what) {
+    return AllocateCounted(b, bytes, what, &weight_bytes);
   };
   const bool tied = weights != nullptr ? weights->config.tied_embeddings : false;
   if (absl::Status s = alloc(m.tok_embeddings, c.vocab_size * dim * wb, "token embeddings"); !s.ok()) return s;
@@ -305,12 +310,8 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
   const int64_t T = o.max_num_batched_tokens;
   const int64_t S = std::min<int64_t>(o.max_num_seqs, T);
   int64_t activation_bytes = 0;
-  auto act = [&activation_bytes](DeviceBuffer& b, int64_t bytes, const char* what) -> absl::Status {
-    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Allocate(bytes, what);
-    if (!buf.ok()) return buf.status();
-    b = *std::move(buf);
-    activation_bytes += bytes;
-    return absl::OkStatus();
+  auto act = [&activation_bytes](DeviceBuffer& b, int64_t bytes, const char* what) {
+    return AllocateCounted(b, bytes, what, &activation_bytes);
   };
   const int64_t max_context = std::max(c.max_seq_len, 1);
   const int64_t ws_floats =

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -160,20 +158,14 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.model + "_" + DTypeName(info.param.compute);
     });
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // stories260K greedy from BOS for 200 steps prints exactly llama2.c's output (f32 weights
 // on the device, f16 KV cache, as the CPU golden test).
 TEST(CudaGoldenTest, GreedyFromBosMatchesLlama2c) {
   FOLIO_SKIP_WITHOUT_CUDA_DEVICE();
   const std::optional<std::string> dir = wt::ModelsDir();
   if (!dir) GTEST_SKIP() << wt::kModelsDirHelp;
-  const std::string expected = ReadFile(*dir + "/stories260K/expected_run_c_t0_n200.txt");
+  const std::string expected =
+      wt::ReadFileOrEmpty(*dir + "/stories260K/expected_run_c_t0_n200.txt");
   ASSERT_FALSE(expected.empty());
   std::unique_ptr<ModelWeights> weights = wt::LoadOrDie(*dir + "/stories260K/stories260K.bin");
   absl::StatusOr<std::unique_ptr<CudaModelRunner>> runner =
@@ -181,20 +173,8 @@ TEST(CudaGoldenTest, GreedyFromBosMatchesLlama2c) {
   ASSERT_TRUE(runner.ok()) << runner.status();
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(weights->vocab);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  SequenceStep seq;
-  seq.seq_id = 1;
-  seq.sampling.temperature = 0.0f;
-  seq.block_table = wt::ScatteredBlocks(13, /*seed=*/3);
-  std::vector<int32_t> ids = {tokenizer->bos_id()};
-  for (int pos = 0; pos < 200; ++pos) {
-    seq.token_ids = {ids.back()};
-    seq.start_pos = pos;
-    StepInput step;
-    step.seqs = {seq};
-    absl::StatusOr<StepOutput> out = (*runner)->Execute(step);
-    ASSERT_TRUE(out.ok()) << out.status();
-    ids.push_back(out->seqs[0].samples[0].token_id);
-  }
+  const std::vector<int32_t> ids =
+      wt::GreedyFromBos(**runner, tokenizer->bos_id(), /*steps=*/200, /*table_seed=*/3);
   absl::StatusOr<std::string> text = tokenizer->Decode(ids);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text + "\n", expected);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -55,6 +57,35 @@ std::vector<int32_t> ScatteredBlocks(int32_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::shuffle(ids.begin(), ids.end(), rng);
   return ids;
+}
+
+std::vector<int32_t> GreedyFromBos(ModelRunner& runner, int32_t bos_id, int steps,
+                                   uint64_t table_seed) {
+  SequenceStep seq;
+  seq.seq_id = 1;
+  seq.sampling.temperature = 0.0f;
+  seq.block_table =
+      ScatteredBlocks((steps + runner.block_size() - 1) / runner.block_size(), table_seed);
+  std::vector<int32_t> ids = {bos_id};
+  for (int pos = 0; pos < steps; ++pos) {
+    seq.token_ids = {ids.back()};
+    seq.start_pos = pos;
+    StepInput step;
+    step.seqs = {seq};
+    absl::StatusOr<StepOutput> out = runner.Execute(step);
+    CHECK(out.ok()) << "step at position " << pos << ": " << out.status();
+    CHECK_EQ(out->seqs.size(), 1u);
+    CHECK_EQ(out->seqs[0].samples.size(), 1u);
+    ids.push_back(out->seqs[0].samples[0].token_id);
+  }
+  return ids;
+}
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace folio::worker::testing

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/model_runner.h"
 #include "services/worker/model/weights.h"
 
 namespace folio::worker::testing {
@@ -29,6 +30,15 @@ std::unique_ptr<ModelWeights> RandomModelOrDie(uint64_t seed);
 
 // Block table 0..n-1 shuffled with `seed` (scattered over the pool).
 std::vector<int32_t> ScatteredBlocks(int32_t n, uint64_t seed);
+
+// The golden run's tokens: from `bos_id` with an empty prompt, `steps` greedy decode
+// steps of one sequence (block table ScatteredBlocks(..., table_seed)). Returns BOS
+// followed by the sampled ids; CHECK-fails if a step fails.
+std::vector<int32_t> GreedyFromBos(ModelRunner& runner, int32_t bos_id, int steps,
+                                   uint64_t table_seed);
+
+// The file's bytes, or "" when it cannot be read.
+std::string ReadFileOrEmpty(const std::string& path);
 
 }  // namespace folio::worker::testing
 

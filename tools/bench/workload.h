@@ -29,6 +29,8 @@ struct WorkloadOptions {
 struct BenchRequest {
   std::vector<int32_t> prompt_token_ids;
   int output_len = 0;  // max_tokens, with ignore_eos
+  int n = 1;           // choices asked for (parallel sampling when > 1)
+  int beam_width = 0;  // beam search of this width when > 0 (then n <= beam_width)
 };
 
 // The requests of a workload, or InvalidArgument naming the bad option.

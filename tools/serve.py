@@ -86,6 +86,12 @@ def main():
     p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
     p.add_argument("--max_num_seqs", type=int, default=64)
     p.add_argument("--max_num_batched_tokens", type=int, default=512)
+    p.add_argument("--max_model_len", type=int, default=0,
+                   help="cap on prompt plus output tokens (0: the model's context)")
+    p.add_argument("--no_prefix_caching", action="store_true",
+                   help="do not reuse the KV of prompt prefixes seen before")
+    p.add_argument("--info_file",
+                   help="once serving, write the services' addresses and /metrics URLs here (JSON)")
     p.add_argument("--threads", type=int, default=0,
                    help="threads per worker rank (0: all cores, shared out over the ranks)")
     p.add_argument("--tp", type=int, default=1,
@@ -150,7 +156,9 @@ def main():
             "--workers=" + ",".join(w.address for w in workers),
             f"--block_size={args.block_size}", f"--policy={args.policy}",
             f"--max_num_seqs={args.max_num_seqs}",
-            f"--max_num_batched_tokens={args.max_num_batched_tokens}"], run_dir)
+            f"--max_num_batched_tokens={args.max_num_batched_tokens}",
+            f"--max_model_len={args.max_model_len}",
+            f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}"], run_dir)
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
         frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",
@@ -179,6 +187,19 @@ def main():
         stop_all()
         return 1
 
+    if args.info_file:
+        info = {"run_dir": run_dir, "model": model, "policy": args.policy,
+                "frontend": {"grpc": f"127.0.0.1:{args.port}",
+                             "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics"}}
+        if frontend.ports.get("http_port", -1) > 0:
+            info["frontend"]["http"] = f"http://127.0.0.1:{frontend.ports['http_port']}"
+        for s in [scheduler, cachemgr] + workers:
+            info[s.name] = {"grpc": s.address,
+                            "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics"}
+        tmp = args.info_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(info, f, indent=2)
+        os.replace(tmp, args.info_file)  # readers never see half a file
     print("Folio is serving.", flush=True)
     print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
     for s in [scheduler, cachemgr] + workers:

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 #ifdef FOLIO_HAVE_CUDA
 #include "services/worker/cuda/cuda_model_runner.h"
@@ -19,17 +20,27 @@ bool HaveCudaBackend() {
 #endif
 }
 
-absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend) {
-  if (backend.device == "cpu") return RunnerFactory();
-  if (backend.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device must be cpu or cuda, got \"", backend.device, "\""));
+namespace {
+
+// What can be checked of a --device=cuda configuration in any build.
+absl::Status CheckCudaFlags(const BackendOptions& backend) {
+  if (!(backend.gpu_memory_utilization > 0 && backend.gpu_memory_utilization <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpu_memory_utilization must lie in (0, 1], got ", backend.gpu_memory_utilization));
   }
 #ifndef FOLIO_HAVE_CUDA
   return absl::FailedPreconditionError(
       "--device=cuda: this folio-worker was built without the CUDA backend (configure with "
       "-DFOLIO_CUDA=ON on a machine with nvcc and NCCL)");
 #else
+  return absl::OkStatus();
+#endif
+}
+
+#ifdef FOLIO_HAVE_CUDA
+// The runner options of a --device=cuda configuration, once the flags and the device are
+// checked.
+absl::StatusOr<cuda::CudaModelRunnerOptions> CudaOptions(const BackendOptions& backend) {
   if (backend.tp_size > 1) {
     return absl::InvalidArgumentError(
         "--device=cuda with --tp_size > 1: tensor parallelism on the CUDA backend is not built "
@@ -41,6 +52,7 @@ absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend) {
   cuda::CudaModelRunnerOptions options;
   options.device = backend.cuda_device;
   options.kv_dtype = cuda::DType::kF16;
+  options.gpu_memory_utilization = backend.gpu_memory_utilization;
   if (backend.dtype == "f16") {
     options.compute_dtype = cuda::DType::kF16;
   } else if (backend.dtype == "bf16") {
@@ -65,8 +77,25 @@ absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--cuda_device=", backend.cuda_device, ": this machine has ", devices, " CUDA device(s)"));
   }
-  return RunnerFactory([options](const ModelWeights& weights,
-                                 const RunnerRequest& request) -> absl::StatusOr<RunnerResources> {
+  return options;
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend) {
+  if (backend.device == "cpu") return RunnerFactory();
+  if (backend.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got \"", backend.device, "\""));
+  }
+  if (absl::Status s = CheckCudaFlags(backend); !s.ok()) return s;
+#ifdef FOLIO_HAVE_CUDA
+  absl::StatusOr<cuda::CudaModelRunnerOptions> options = CudaOptions(backend);
+  if (!options.ok()) return options.status();
+  return RunnerFactory([options = *options](const ModelWeights& weights,
+                                            const RunnerRequest& request)
+                           -> absl::StatusOr<RunnerResources> {
     cuda::CudaModelRunnerOptions o = options;
     o.block_size = request.block_size;
     o.kv_cache_bytes = request.kv_cache_bytes;
@@ -81,6 +110,39 @@ absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend) {
     r.runner = *std::move(runner);
     return r;
   });
+#else
+  return absl::InternalError("unreachable: CheckCudaFlags refuses CUDA in this build");
+#endif
+}
+
+absl::StatusOr<int64_t> MeasureKvBudget(const ModelWeights& weights,
+                                        const BackendOptions& backend) {
+  if (backend.device != "cuda") {
+    return absl::FailedPreconditionError(
+        "the KV budget is measured on the CUDA backend only; give the CPU worker "
+        "--kv_cache_bytes");
+  }
+  if (absl::Status s = CheckCudaFlags(backend); !s.ok()) return s;
+#ifdef FOLIO_HAVE_CUDA
+  absl::StatusOr<cuda::CudaModelRunnerOptions> options = CudaOptions(backend);
+  if (!options.ok()) return options.status();
+  options->kv_cache_bytes = 0;  // the utilization rule
+  absl::StatusOr<std::unique_ptr<cuda::CudaModelRunner>> runner =
+      cuda::CudaModelRunner::Create(weights, *options);
+  if (!runner.ok()) return runner.status();
+  const cuda::CudaMemoryReport& m = (*runner)->memory();
+  constexpr double kMiB = 1024.0 * 1024.0;
+  LOG(INFO) << "device " << backend.cuda_device << " (" << m.device_name << "): "
+            << m.total_bytes / kMiB << " MiB; weights " << m.weight_bytes / kMiB
+            << " MiB, activations for " << backend.max_num_batched_tokens << " tokens / "
+            << backend.max_num_seqs << " sequences " << m.activation_bytes / kMiB
+            << " MiB, in use after the profiling step " << m.in_use_after_profile / kMiB
+            << " MiB; KV budget at --gpu_memory_utilization=" << backend.gpu_memory_utilization
+            << ": " << m.kv_cache_bytes / kMiB << " MiB (" << m.num_blocks << " blocks of "
+            << options->block_size << " tokens)";
+  return m.kv_cache_bytes;
+#else
+  return absl::InternalError("unreachable: CheckCudaFlags refuses CUDA in this build");
 #endif
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "services/worker/engine/runner_factory.h"
 #include "services/worker/kernels/kv_cache_view.h"
+#include "services/worker/model/weights.h"
 
 namespace folio::worker {
 
@@ -22,6 +23,7 @@ struct BackendOptions {
   int32_t max_num_seqs = 256;
   kernels::KvDType kv_dtype = kernels::KvDType::kF16;  // the worker's --kv_dtype
   int32_t tp_size = 1;                                  // the worker's --tp_size
+  double gpu_memory_utilization = 0.9;  // CUDA: share of the device the worker may fill
 };
 
 // True when this binary carries the CUDA backend.
@@ -31,6 +33,15 @@ bool HaveCudaBackend();
 // for bad flags or a combination not built yet (CUDA with tensor parallelism, f32 KV);
 // FailedPrecondition when CUDA is asked for and the build or the machine has none.
 absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend);
+
+// The KV cache budget the CUDA backend finds at start-up, as vLLM sizes its pool: it
+// uploads `weights`, runs one profiling step at the largest batch (max_num_batched_tokens
+// rows, max_num_seqs sequences), and takes gpu_memory_utilization of the device's memory
+// minus everything then in use. The runner it built is freed before returning. Logs the
+// device's memory report. ResourceExhausted when the weights or one KV block do not fit
+// (the message gives the figures), FailedPrecondition for the CPU backend, whose budget is
+// the --kv_cache_bytes flag, or a build without CUDA.
+absl::StatusOr<int64_t> MeasureKvBudget(const ModelWeights& weights, const BackendOptions& backend);
 
 }  // namespace folio::worker
 

@@ -2,6 +2,9 @@
 // service uses, end to end: a pool of exactly the requested blocks and the golden text.
 #include "services/worker/backend.h"
 
+#include <algorithm>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,26 @@ TEST(BackendTest, CudaRefusalsSayWhy) {
   b.kv_dtype = kernels::KvDType::kF16;
   b.dtype = "f8";
   EXPECT_EQ(MakeRunnerFactory(b).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BackendTest, GpuMemoryUtilizationOutsideZeroToOneIsRefusedInAnyBuild) {
+  BackendOptions b;
+  b.device = "cuda";
+  for (double u : {0.0, -0.5, 1.01}) {
+    b.gpu_memory_utilization = u;
+    const absl::Status s = MakeRunnerFactory(b).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << u;
+    EXPECT_NE(s.message().find("--gpu_memory_utilization"), std::string::npos) << s;
+  }
+}
+
+TEST(BackendTest, TheCpuBudgetIsAFlagNotAMeasurement) {
+  const std::optional<std::string> dir = testing::ModelsDir();
+  if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;
+  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(*dir + "/stories260K/stories260K.bin");
+  const absl::Status s = MeasureKvBudget(*weights, BackendOptions{}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("--kv_cache_bytes"), std::string::npos) << s;
 }
 
 #ifdef FOLIO_HAVE_CUDA
@@ -107,6 +130,57 @@ TEST(BackendTest, CudaFactoryBuildsTheRequestedPoolAndRunsTheGoldenText) {
   absl::StatusOr<std::string> text = tokenizer->Decode(ids);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text + "\n", expected);
+}
+
+// The start-up budget follows the utilization rule: lowering --gpu_memory_utilization by
+// 0.4 lowers the budget by 0.4 of the device (what else is in use stays the same), and the
+// pool the scheduler then allocates from that budget builds.
+TEST(BackendTest, MeasuredBudgetFollowsGpuMemoryUtilization) {
+  std::string why;
+  if (!HaveDevice(&why)) GTEST_SKIP() << "no CUDA device on this machine (" << why << ")";
+  const std::optional<std::string> dir = testing::ModelsDir();
+  if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;
+  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(*dir + "/stories260K/stories260K.bin");
+  BackendOptions b;
+  b.device = "cuda";
+  b.max_num_batched_tokens = 512;
+  b.max_num_seqs = 32;
+  b.gpu_memory_utilization = 0.9;
+  absl::StatusOr<int64_t> high = MeasureKvBudget(*weights, b);
+  ASSERT_TRUE(high.ok()) << high.status();
+  b.gpu_memory_utilization = 0.5;
+  absl::StatusOr<int64_t> low = MeasureKvBudget(*weights, b);
+  ASSERT_TRUE(low.ok()) << low.status();
+  ASSERT_GT(*low, 0);
+  int64_t total = 0;
+#ifdef FOLIO_HAVE_CUDA
+  {
+    cuda::CudaModelRunnerOptions o;
+    o.kv_cache_bytes = int64_t{1} << 20;
+    o.max_num_batched_tokens = 64;
+    o.max_num_seqs = 4;
+    absl::StatusOr<std::unique_ptr<cuda::CudaModelRunner>> r = cuda::CudaModelRunner::Create(*weights, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    total = (*r)->memory().total_bytes;
+  }
+#endif
+  ASSERT_GT(total, 0);
+  EXPECT_LE(*high, static_cast<int64_t>(0.9 * static_cast<double>(total)));
+  // Other processes may change the device's use between the two measurements; 1% slack.
+  EXPECT_NEAR(static_cast<double>(*high - *low), 0.4 * static_cast<double>(total),
+              0.01 * static_cast<double>(total));
+
+  absl::StatusOr<RunnerFactory> factory = MakeRunnerFactory(b);
+  ASSERT_TRUE(factory.ok()) << factory.status();
+  const ModelConfig& c = weights->config;
+  RunnerRequest request;
+  request.block_size = 16;
+  const int64_t block_bytes = int64_t{2} * c.num_layers * 16 * c.num_kv_heads * c.head_dim * 2;
+  request.num_blocks = static_cast<int32_t>(std::min<int64_t>(*low / block_bytes, 1 << 20));
+  request.kv_cache_bytes = request.num_blocks * block_bytes;
+  absl::StatusOr<RunnerResources> r = (*factory)(*weights, request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->runner->num_blocks(), request.num_blocks);
 }
 
 }  // namespace

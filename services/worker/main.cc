@@ -31,9 +31,14 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(std::string, model, "",
           "Model file (required): a GGUF file, or a llama2.c checkpoint with its tokenizer "
           "(tok<N>.bin or tokenizer.bin) beside it. Defaults to $FOLIO_MODEL when unset.");
-ABSL_FLAG(std::string, kv_cache_bytes, "256MiB",
+ABSL_FLAG(std::string, kv_cache_bytes, "auto",
           "Bytes this worker may give the KV cache (reported to the scheduler, which sizes "
-          "the pool from it): a number of bytes or a size with a unit, e.g. 512MiB, 2GiB, 1.5GB.");
+          "the pool from it): a number of bytes or a size with a unit, e.g. 512MiB, 2GiB, 1.5GB. "
+          "auto: 256MiB on the CPU; on CUDA, measured at start-up from "
+          "--gpu_memory_utilization after the weights and one profiling step.");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9,
+          "--device=cuda with --kv_cache_bytes=auto: the share of the device's memory the "
+          "worker may fill (weights, activations and KV cache together), in (0, 1].");
 ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(int, num_threads, 0, "Threads for the kernels and OpenBLAS; 0 = all cores.");
 ABSL_FLAG(int, tp_size, 1,
@@ -71,7 +76,7 @@ int main(int argc, char** argv) {
   folio::InitProcess(argc, argv,
                      "one worker rank: holds the model weights and the KV cache and runs "
                      "steps for the scheduler.\n"
-                     "Usage: folio-worker --model=PATH [--kv_cache_bytes=256MiB] "
+                     "Usage: folio-worker --model=PATH [--kv_cache_bytes=auto|256MiB] [--device=cpu|cuda] "
                      "[--kv_dtype=f16|f32] [--port=N] ...\n"
                      "Tensor parallelism: start --tp_size ranks; rank 0 with --tp_rank=0, the "
                      "others with --tp_rank=R --tp_rendezvous=RANK0_HOST:PORT.");
@@ -97,7 +102,11 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--kv_dtype must be f16 or f32, got \"" << kv_dtype << "\"";
     return 2;
   }
-  absl::StatusOr<int64_t> budget = folio::worker::ParseByteSize(absl::GetFlag(FLAGS_kv_cache_bytes));
+  // "auto" on CUDA: measured once the weights are loaded (below).
+  const bool measure_budget =
+      absl::GetFlag(FLAGS_kv_cache_bytes) == "auto" && absl::GetFlag(FLAGS_device) == "cuda";
+  absl::StatusOr<int64_t> budget = folio::worker::ParseByteSize(
+      absl::GetFlag(FLAGS_kv_cache_bytes) == "auto" ? "256MiB" : absl::GetFlag(FLAGS_kv_cache_bytes));
   if (!budget.ok()) {
     LOG(ERROR) << "--kv_cache_bytes: " << budget.status().message();
     return 2;
@@ -144,6 +153,7 @@ int main(int argc, char** argv) {
   backend.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   backend.kv_dtype = options.kv_dtype;
   backend.tp_size = options.tp_size;
+  backend.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
   absl::StatusOr<folio::worker::RunnerFactory> factory = folio::worker::MakeRunnerFactory(backend);
   if (!factory.ok()) {
     LOG(ERROR) << factory.status().message();
@@ -166,6 +176,16 @@ int main(int argc, char** argv) {
       !s.ok()) {
     LOG(ERROR) << "--tp_size=" << options.tp_size << ": " << s.message();
     return 2;
+  }
+
+  if (measure_budget) {
+    absl::StatusOr<int64_t> measured = folio::worker::MeasureKvBudget(**weights, backend);
+    if (!measured.ok()) {
+      LOG(ERROR) << "cannot size the KV cache on --cuda_device=" << backend.cuda_device << ": "
+                 << measured.status().message();
+      return 2;
+    }
+    options.kv_cache_budget_bytes = *measured;
   }
 
   folio::MetricsRegistry registry;

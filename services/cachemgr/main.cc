@@ -3,15 +3,12 @@
 
 #include "absl/flags/flag.h"
 #include "common/process.h"
+#include "common/server_flags.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
 #include "services/cachemgr/service.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
-ABSL_FLAG(int, metrics_port, 0, "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
 ABSL_FLAG(std::string, policy, "paged",
           "Allocation policy: paged (PagedAttention) or contiguous (reserve max_len per sequence, "
           "the baseline).");
@@ -22,9 +19,6 @@ ABSL_FLAG(int, num_blocks, 0,
 ABSL_FLAG(bool, enable_prefix_caching, true, "Find full computed blocks again by content hash.");
 ABSL_FLAG(bool, round_to_power_of_two, false,
           "Contiguous policy: round each reservation up to a power of two blocks.");
-ABSL_FLAG(int, shutdown_grace_ms, 500,
-          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
-ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight RPCs finish for this long.");
 
 int main(int argc, char** argv) {
   folio::BlockTerminationSignals();
@@ -50,14 +44,8 @@ int main(int argc, char** argv) {
 
   folio::MetricsRegistry registry;
   folio::cachemgr::CacheManagerService service(defaults, &registry);
-  folio::ServerOptions options{
-      .service_name = "folio.internal.v1.CacheManager",
-      .host = absl::GetFlag(FLAGS_host),
-      .port = absl::GetFlag(FLAGS_port),
-      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
-      .port_file = absl::GetFlag(FLAGS_port_file),
-      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
-      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  folio::ServerOptions options =
+      folio::ServerOptionsFromFlags("folio.internal.v1.CacheManager", absl::GetFlag(FLAGS_port));
   auto runner = folio::ServiceRunner::Start(options, {&service}, &registry);
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();

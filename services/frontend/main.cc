@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/process.h"
+#include "common/server_flags.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
 #include "services/frontend/api_keys.h"
@@ -20,17 +21,7 @@
 
 ABSL_FLAG(std::string, scheduler, "",
           "Required. Address (HOST:PORT) of the replica's folio-scheduler.");
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 50051, "gRPC port of the public API; 0 picks a free one (see --port_file).");
-ABSL_FLAG(int, metrics_port, 0,
-          "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, write {\"grpc_port\": N, \"metrics_port\": M, \"http_port\": H} here once "
-          "listening (http_port only when the HTTP API is on).");
-ABSL_FLAG(int, shutdown_grace_ms, 500,
-          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
-ABSL_FLAG(int, drain_timeout_ms, 10000,
-          "Then let in-flight RPCs (streams included) finish for this long before cancelling.");
 ABSL_FLAG(int, startup_timeout_s, 300,
           "Give up (exit 1) when the scheduler has not answered GetClusterInfo for this long.");
 ABSL_FLAG(int, max_stop_strings, 8, "Stop strings a request may give, at most.");
@@ -123,16 +114,9 @@ int main(int argc, char** argv) {
     http = *std::move(started);
   }
 
-  folio::ServerOptions server_options{
-      .service_name = "folio.v1.TextGeneration",
-      .host = absl::GetFlag(FLAGS_host),
-      .port = absl::GetFlag(FLAGS_port),
-      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
-      .port_file = absl::GetFlag(FLAGS_port_file),
-      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
-      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms)),
-      .extra_ports = http ? std::vector<std::pair<std::string, int>>{{"http_port", http->port()}}
-                          : std::vector<std::pair<std::string, int>>{}};
+  folio::ServerOptions server_options =
+      folio::ServerOptionsFromFlags("folio.v1.TextGeneration", absl::GetFlag(FLAGS_port));
+  if (http) server_options.extra_ports = {{"http_port", http->port()}};
   auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();

@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "common/process.h"
+#include "common/server_flags.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
@@ -13,15 +14,7 @@
 #include "services/scheduler/service.h"
 #include "services/scheduler/timed_clients.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
-ABSL_FLAG(int, metrics_port, 0,
-          "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
-ABSL_FLAG(int, shutdown_grace_ms, 500,
-          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
-ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight requests finish for this long.");
 ABSL_FLAG(std::string, cachemgr, "", "Address of this replica's folio-cachemgr (HOST:PORT).");
 ABSL_FLAG(std::string, workers, "",
           "Addresses of this replica's folio-worker ranks, rank 0 first (HOST:PORT,...).");
@@ -100,14 +93,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  folio::ServerOptions server_options{
-      .service_name = "folio.internal.v1.Scheduler",
-      .host = absl::GetFlag(FLAGS_host),
-      .port = absl::GetFlag(FLAGS_port),
-      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
-      .port_file = absl::GetFlag(FLAGS_port_file),
-      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
-      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  folio::ServerOptions server_options =
+      folio::ServerOptionsFromFlags("folio.internal.v1.Scheduler", absl::GetFlag(FLAGS_port));
   auto runner = folio::ServiceRunner::Start(server_options, {&service}, &registry);
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();

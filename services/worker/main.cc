@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/process.h"
+#include "common/server_flags.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
@@ -22,12 +23,7 @@
 #include "services/worker/backend.h"
 #include "services/worker/service.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
-ABSL_FLAG(int, metrics_port, 0,
-          "Port of the Prometheus /metrics endpoint; 0 picks a free one, -1 disables it.");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, write {\"grpc_port\": N, \"metrics_port\": M} here once listening.");
 ABSL_FLAG(std::string, model, "",
           "Model file (required): a GGUF file, or a llama2.c checkpoint with its tokenizer "
           "(tok<N>.bin or tokenizer.bin) beside it. Defaults to $FOLIO_MODEL when unset.");
@@ -67,9 +63,6 @@ ABSL_FLAG(int, max_num_batched_tokens, 2048,
 ABSL_FLAG(int, max_num_seqs, 256,
           "--device=cuda: the largest step in sequences. Keep it at least the scheduler's "
           "--max_num_seqs.");
-ABSL_FLAG(int, shutdown_grace_ms, 500,
-          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
-ABSL_FLAG(int, drain_timeout_ms, 10000, "Then let in-flight RPCs finish for this long.");
 
 int main(int argc, char** argv) {
   folio::BlockTerminationSignals();
@@ -202,14 +195,8 @@ int main(int argc, char** argv) {
             << service.kv_bytes_per_token() << " bytes per token (" << kv_dtype
             << "), budget " << options.kv_cache_budget_bytes << " bytes";
 
-  folio::ServerOptions server_options{
-      .service_name = "folio.internal.v1.Worker",
-      .host = absl::GetFlag(FLAGS_host),
-      .port = absl::GetFlag(FLAGS_port),
-      .metrics_port = absl::GetFlag(FLAGS_metrics_port),
-      .port_file = absl::GetFlag(FLAGS_port_file),
-      .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
-      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+  folio::ServerOptions server_options =
+      folio::ServerOptionsFromFlags("folio.internal.v1.Worker", absl::GetFlag(FLAGS_port));
   // An AllocateKvCache may finish before Start() returns (the port file is written
   // first): the state waits here until the runner exists. After Shutdown() the
   // callback does nothing.

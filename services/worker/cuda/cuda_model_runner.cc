@@ -30,6 +30,9 @@ cudaDataType_t CudaType(DType dtype) {
 
 int64_t AlignUp(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
+// Logits columns each vocab-parallel rank sends: its slice padded to the largest one.
+int64_t LogitChunk(int64_t vocab, int32_t tp) { return (vocab + tp - 1) / tp; }
+
 // Allocates `bytes` into b and adds them to *total.
 absl::Status AllocateCounted(DeviceBuffer& b, int64_t bytes, const char* what, int64_t* total) {
   absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Allocate(bytes, what);
@@ -91,12 +94,17 @@ struct CudaModelRunner::Impl {
   int32_t* host_argmax = nullptr;  // [max logit rows]: greedy tokens
   float* host_argmax_logprob = nullptr;  // [max logit rows]: their log-probs
   DeviceBuffer lse, argmax, argmax_logprob;
+  // Tensor parallelism: the group, and the LM head's vocab slices (padded to one chunk per
+  // rank so every rank sends the same count) before and after the gather to rank 0.
+  std::unique_ptr<Communicator> comm;
+  DeviceBuffer local_logits, gathered_logits;
 
   // KV pool: layer l's K at l * layer_bytes * 2, its V at + layer_bytes.
   DeviceBuffer kv;
   int64_t kv_layer_bytes = 0;
 
   ~Impl() {
+    comm.reset();  // may hold the stream
     if (host_logits != nullptr) cudaFreeHost(host_logits);
     if (host_lse != nullptr) cudaFreeHost(host_lse);
     if (host_argmax != nullptr) cudaFreeHost(host_argmax);
@@ -191,6 +199,18 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
         " with ", c.num_heads / c.num_kv_heads,
         " query heads per kv head (compiled: head sizes 8, 16, 64, 128; groups 1, 2, 4, 8)"));
   }
+  const TpShard shard = o.shard;
+  if (absl::Status s = CheckTpShard(c, shard); !s.ok()) return s;
+  if (shard.size > 1 && !o.make_communicator) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor-parallel rank ", shard.rank, " of ", shard.size, " needs a communicator"));
+  }
+  // The split of cpu_weights.h: whole heads (KV heads divide by the TP degree, and query
+  // heads with them), SwiGLU units and vocabulary rows as evenly as whole items allow.
+  local_.num_heads = c.num_heads / shard.size;
+  local_.num_kv_heads = c.num_kv_heads / shard.size;
+  local_.hidden_dim = static_cast<int32_t>(SplitEvenly(c.hidden_dim, shard.size, shard.rank).size());
+  local_.vocab = SplitEvenly(c.vocab_size, shard.size, shard.rank);
   std::string why;
   const int devices = CudaDeviceCount(&why);
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device: " + why);
@@ -207,12 +227,22 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
   FOLIO_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   FOLIO_CUBLAS_RETURN_IF_ERROR(cublasCreate(&m.cublas));
   FOLIO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(m.cublas, m.stream));
+  if (tensor_parallel()) {
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = o.make_communicator(m.stream);
+    if (!comm.ok()) return comm.status();
+    if (*comm == nullptr || (*comm)->rank() != shard.rank || (*comm)->world_size() != shard.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the communicator is not rank ", shard.rank, " of a group of ", shard.size));
+    }
+    m.comm = *std::move(comm);
+  }
 
   const int64_t dim = c.dim;
-  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q_dim = int64_t{local_.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{local_.num_kv_heads} * c.head_dim;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
-  const int64_t hidden = c.hidden_dim;
+  const int64_t hidden = local_.hidden_dim;
+  const int64_t vocab = local_.vocab.size();
   const DType wt = o.compute_dtype;
   const int64_t wb = DTypeBytes(wt);
 
@@ -222,7 +252,7 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
     return AllocateCounted(b, bytes, what, &weight_bytes);
   };
   const bool tied = weights != nullptr ? weights->config.tied_embeddings : false;
-  if (absl::Status s = alloc(m.tok_embeddings, c.vocab_size * dim * wb, "token embeddings"); !s.ok()) return s;
+  if (absl::Status s = alloc(m.tok_embeddings, vocab * dim * wb, "token embeddings"); !s.ok()) return s;
   m.layers.resize(c.num_layers);
   const int64_t before_layers = weight_bytes;
   for (LayerBuffers& l : m.layers) {
@@ -239,12 +269,17 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
   memory_.layer_weight_bytes = weight_bytes - before_layers;
   if (absl::Status s = alloc(m.final_norm, dim * 4, "final_norm"); !s.ok()) return s;
   if (!tied) {
-    if (absl::Status s = alloc(m.lm_head, c.vocab_size * dim * wb, "lm_head"); !s.ok()) return s;
+    if (absl::Status s = alloc(m.lm_head, vocab * dim * wb, "lm_head"); !s.ok()) return s;
   }
 
   if (weights != nullptr) {
-    absl::StatusOr<CpuWeights> host = CpuWeights::Create(*weights);
+    absl::StatusOr<CpuWeights> host = CpuWeights::Create(*weights, shard);
     if (!host.ok()) return host.status();
+    if (host->num_heads != local_.num_heads || host->num_kv_heads != local_.num_kv_heads ||
+        host->hidden_dim != local_.hidden_dim || host->vocab.begin != local_.vocab.begin ||
+        host->vocab.end != local_.vocab.end) {
+      return absl::InternalError("the CUDA runner's shard disagrees with CpuWeights' split");
+    }
     int64_t largest = 0;
     auto track = [&largest](const std::vector<float>& v) {
       largest = std::max<int64_t>(largest, static_cast<int64_t>(v.size()));
@@ -315,7 +350,7 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
   };
   const int64_t max_context = std::max(c.max_seq_len, 1);
   const int64_t ws_floats =
-      PagedAttentionWorkspaceFloats(T, c.num_heads, c.head_dim, max_context, 0);
+      PagedAttentionWorkspaceFloats(T, local_.num_heads, c.head_dim, max_context, 0);
   const int64_t max_table = (max_context + o.block_size - 1) / o.block_size;
   const MetaLayout meta = LayoutMeta(T, S, max_table, /*num_copies=*/2 * S);
   for (auto [buf, bytes, what] :
@@ -326,6 +361,14 @@ absl::Status CudaModelRunner::Initialize(const ModelWeights* weights, uint64_t s
         std::tuple{&m.attn_in, wt == DType::kF32 ? int64_t{0} : T * q_dim * wb, "wo input"},
         std::tuple{&m.gate_up, T * 2 * hidden * 4, "gate_up"},
         std::tuple{&m.hidden, T * hidden * wb, "hidden"},
+        std::tuple{&m.local_logits,
+                   tensor_parallel() ? S * LogitChunk(c.vocab_size, shard.size) * 4 : int64_t{0},
+                   "local logits"},
+        std::tuple{&m.gathered_logits,
+                   tensor_parallel() && shard.rank == 0
+                       ? S * LogitChunk(c.vocab_size, shard.size) * 4 * shard.size
+                       : int64_t{0},
+                   "gathered logits"},
         std::tuple{&m.logits, S * int64_t{c.vocab_size} * 4, "logits"},
         std::tuple{&m.lse, S * 4, "log-sum-exp"},
         std::tuple{&m.argmax, S * 4, "argmax"},
@@ -503,19 +546,24 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
 
   // One block of one layer's K (or V).
   const int64_t block_bytes =
-      int64_t{bs} * c.num_kv_heads * c.head_dim * DTypeBytes(options_.kv_dtype);
+      int64_t{bs} * local_.num_kv_heads * c.head_dim * DTypeBytes(options_.kv_dtype);
   LaunchCopyBlocks(m.kv.get(), 2 * m.kv_layer_bytes, m.kv_layer_bytes, c.num_layers,
                    block_bytes, reinterpret_cast<int32_t*>(d + meta.copy_src),
                    reinterpret_cast<int32_t*>(d + meta.copy_dst), static_cast<int32_t>(num_copies),
                    st);
 
   const int64_t dim = c.dim;
-  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q_dim = int64_t{local_.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{local_.num_kv_heads} * c.head_dim;
   const int64_t qkv_dim = q_dim + 2 * kv_dim;
-  const int64_t hidden = c.hidden_dim;
+  const int64_t hidden = local_.hidden_dim;
   const DType wt = options_.compute_dtype;
   const cudaDataType_t ct = CudaType(wt);
+  const bool tp = tensor_parallel();
+  // Row-parallel projections add partial sums into the residual stream x, which every
+  // rank holds whole: rank 0 accumulates its part onto x (beta 1), the others overwrite x
+  // with theirs (beta 0), and the all-reduce leaves x + the sum of the parts everywhere.
+  const float residual_beta = !tp || options_.shard.rank == 0 ? 1.0f : 0.0f;
   const int32_t T = static_cast<int32_t>(num_tokens);
   float* x = m.x.as<float>();
   float* qkv = m.qkv.as<float>();
@@ -534,15 +582,22 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
     return absl::OkStatus();
   };
 
+  auto all_reduce_x = [&]() -> absl::Status {
+    return tp ? m.comm->AllReduceSum(x, int64_t{T} * dim, CommDType::kF32) : absl::OkStatus();
+  };
+  // Vocab-parallel embedding: tokens of other ranks' rows embed as zeros here, and the
+  // all-reduce assembles every row.
   LaunchEmbedTokens(reinterpret_cast<int32_t*>(d + meta.tokens), T, m.tok_embeddings.get(), wt,
-                    c.dim, x, st);
+                    static_cast<int32_t>(local_.vocab.begin),
+                    static_cast<int32_t>(local_.vocab.size()), c.dim, x, st);
+  if (absl::Status s = all_reduce_x(); !s.ok()) return s;
   PagedAttentionParams ap;
   ap.q = qkv;
   ap.q_row_stride = qkv_dim;
   ap.out = attn;
   ap.out_row_stride = q_dim;
   ap.num_rows = T;
-  ap.num_heads = c.num_heads;
+  ap.num_heads = local_.num_heads;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ap.row_seq = reinterpret_cast<int32_t*>(d + meta.row_seq);
   ap.row_context = reinterpret_cast<int32_t*>(d + meta.row_context);
@@ -562,24 +617,26 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
     kv.dtype = options_.kv_dtype;
     kv.num_blocks = num_blocks_;
     kv.block_size = bs;
-    kv.num_kv_heads = c.num_kv_heads;
+    kv.num_kv_heads = local_.num_kv_heads;
     kv.head_dim = c.head_dim;
 
     LaunchRmsNorm(x, dim, nullptr, T, c.dim, w.attn_norm.as<float>(), c.rms_norm_eps, m.xb.get(),
                   dim, wt, st);
     if (absl::Status s = gemm(m.xb.get(), dim, T, dim, w.wqkv.get(), qkv_dim, 0.0f, qkv, qkv_dim); !s.ok()) return s;
-    LaunchRope(qkv, qkv_dim, T, d_positions, c.num_heads + c.num_kv_heads, c.head_dim,
+    LaunchRope(qkv, qkv_dim, T, d_positions, local_.num_heads + local_.num_kv_heads, c.head_dim,
                c.rope_theta, st);
     LaunchWriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, d_slots, T, kv, st);
     if (absl::Status s = LaunchPagedAttention(ap, kv, st); !s.ok()) return s;
     if (wt != DType::kF32) LaunchConvert(attn, T * q_dim, attn_in, wt, st);
-    if (absl::Status s = gemm(attn_in, q_dim, T, q_dim, w.wo.get(), dim, 1.0f, x, dim); !s.ok()) return s;
+    if (absl::Status s = gemm(attn_in, q_dim, T, q_dim, w.wo.get(), dim, residual_beta, x, dim); !s.ok()) return s;
+    if (absl::Status s = all_reduce_x(); !s.ok()) return s;
     LaunchRmsNorm(x, dim, nullptr, T, c.dim, w.ffn_norm.as<float>(), c.rms_norm_eps, m.xb.get(),
                   dim, wt, st);
     if (absl::Status s = gemm(m.xb.get(), dim, T, dim, w.w_gate_up.get(), 2 * hidden, 0.0f,
                               m.gate_up.as<float>(), 2 * hidden); !s.ok()) return s;
-    LaunchSiluAndMul(m.gate_up.as<float>(), T, c.hidden_dim, m.hidden.get(), wt, st);
-    if (absl::Status s = gemm(m.hidden.get(), hidden, T, hidden, w.w_down.get(), dim, 1.0f, x, dim); !s.ok()) return s;
+    LaunchSiluAndMul(m.gate_up.as<float>(), T, local_.hidden_dim, m.hidden.get(), wt, st);
+    if (absl::Status s = gemm(m.hidden.get(), hidden, T, hidden, w.w_down.get(), dim, residual_beta, x, dim); !s.ok()) return s;
+    if (absl::Status s = all_reduce_x(); !s.ok()) return s;
   }
 
   StepOutput out;
@@ -589,8 +646,43 @@ absl::StatusOr<StepOutput> CudaModelRunner::Execute(const StepInput& step) {
     LaunchRmsNorm(x, dim, reinterpret_cast<int32_t*>(d + meta.logit_rows), num_logit_rows,
                   c.dim, m.final_norm.as<float>(), c.rms_norm_eps, m.xb.get(), dim, wt, st);
     const void* head = m.lm_head.get() != nullptr ? m.lm_head.get() : m.tok_embeddings.get();
-    if (absl::Status s = gemm(m.xb.get(), dim, num_logit_rows, dim, head, c.vocab_size, 0.0f,
-                              m.logits.as<float>(), c.vocab_size); !s.ok()) return s;
+    if (!tp) {
+      if (absl::Status s = gemm(m.xb.get(), dim, num_logit_rows, dim, head, c.vocab_size, 0.0f,
+                                m.logits.as<float>(), c.vocab_size); !s.ok()) return s;
+    } else {
+      // Vocab-parallel LM head: this rank's slice of each row, padded to one chunk so
+      // every rank sends the same count; rank 0 gathers the chunks and unpads them into
+      // whole rows.
+      const int32_t tp_size = options_.shard.size;
+      const int64_t chunk = LogitChunk(c.vocab_size, tp_size);
+      const int64_t local_vocab = local_.vocab.size();
+      float* local = m.local_logits.as<float>();
+      if (chunk > local_vocab) {
+        FOLIO_CUDA_RETURN_IF_ERROR(cudaMemset2DAsync(local + local_vocab, chunk * 4, 0,
+                                                     (chunk - local_vocab) * 4, num_logit_rows, st));
+      }
+      if (absl::Status s = gemm(m.xb.get(), dim, num_logit_rows, dim, head, local_vocab, 0.0f,
+                                local, chunk); !s.ok()) return s;
+      if (absl::Status s = m.comm->GatherToRoot(local, m.gathered_logits.get(),
+                                                num_logit_rows * chunk, CommDType::kF32);
+          !s.ok()) {
+        return s;
+      }
+      if (options_.shard.rank == 0) {
+        for (int32_t r = 0; r < tp_size; ++r) {
+          const ShardRange v = SplitEvenly(c.vocab_size, tp_size, r);
+          FOLIO_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+              m.logits.as<float>() + v.begin, c.vocab_size * 4,
+              m.gathered_logits.as<float>() + int64_t{r} * num_logit_rows * chunk, chunk * 4,
+              v.size() * 4, num_logit_rows, cudaMemcpyDeviceToDevice, st));
+        }
+      }
+    }
+    if (tp && options_.shard.rank != 0) {  // rank 0 samples; the others are done
+      FOLIO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+      if (absl::Status s = LastLaunchStatus("step kernels"); !s.ok()) return s;
+      return out;
+    }
     LaunchLogSumExpArgmax(m.logits.as<float>(), num_logit_rows, c.vocab_size,
                           m.lse.as<float>(), m.argmax.as<int32_t>(),
                           m.argmax_logprob.as<float>(), st);

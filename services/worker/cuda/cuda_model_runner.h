@@ -21,18 +21,27 @@
 // memory() reports the figures. Steps larger than the profiled shape are refused with
 // InvalidArgument rather than allocating during serving.
 //
+// Tensor parallelism (shard.size > 1), as the CPU runner: the embedding and the LM head
+// are split by vocabulary rows, Q/K/V and gate/up by heads and units (column-parallel), wo
+// and down by their inputs (row-parallel) and all-reduced into the residual stream; rank 0
+// gathers the logits and samples, the other ranks return no samples. Every rank must run
+// every step, the profiling step at Create included.
+//
 // Thread-compatible: one step thread calls Execute; the runner binds its device on every
 // call.
 #ifndef FOLIO_SERVICES_WORKER_CUDA_CUDA_MODEL_RUNNER_H_
 #define FOLIO_SERVICES_WORKER_CUDA_CUDA_MODEL_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "services/worker/cuda/kernels.h"
+#include "services/worker/dist/communicator.h"
+#include "services/worker/engine/cpu_weights.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/model/weights.h"
 
@@ -48,6 +57,15 @@ struct CudaModelRunnerOptions {
   int64_t max_num_blocks = 0;   // > 0: cap on the pool
   int32_t max_num_batched_tokens = 2048;  // largest step, in new tokens
   int32_t max_num_seqs = 256;             // largest step, in sequences
+  // Tensor parallelism: this runner is rank shard.rank of shard.size and holds that rank's
+  // slices (the Megatron split of cpu_weights.h: heads, SwiGLU units and vocabulary rows)
+  // and only its KV heads. make_communicator builds the group's communicator for device
+  // memory on the runner's stream (NcclCommunicator, or a host one behind
+  // HostStagedCommunicator); it is required when shard.size > 1 and must give a group of
+  // shard.size ranks in which this one is shard.rank.
+  TpShard shard;
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(cudaStream_t stream)>
+      make_communicator;
 };
 
 struct CudaMemoryReport {
@@ -94,8 +112,19 @@ class CudaModelRunner final : public ModelRunner {
   CudaModelRunner(const ModelConfig& config, const CudaModelRunnerOptions& options);
   absl::Status Initialize(const ModelWeights* weights, uint64_t seed);
 
+  // This rank's share of the model (all of it without tensor parallelism).
+  struct LocalShape {
+    int32_t num_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t hidden_dim = 0;
+    ShardRange vocab;
+  };
+
+  bool tensor_parallel() const { return options_.shard.size > 1; }
+
   const ModelConfig config_;
   const CudaModelRunnerOptions options_;
+  LocalShape local_;
   std::unique_ptr<Impl> impl_;
   int64_t num_blocks_ = 0;
   CudaMemoryReport memory_;

@@ -140,9 +140,15 @@ __global__ void LogSumExpArgmaxKernel(const float* __restrict__ logits, int32_t 
 
 template <typename T>
 __global__ void EmbedKernel(const int32_t* __restrict__ tokens, const T* __restrict__ table,
-                            int32_t dim, float* __restrict__ x) {
-  const T* src = table + static_cast<int64_t>(tokens[blockIdx.x]) * dim;
+                            int32_t vocab_begin, int32_t vocab_rows, int32_t dim,
+                            float* __restrict__ x) {
+  const int32_t local = tokens[blockIdx.x] - vocab_begin;
   float* dst = x + static_cast<int64_t>(blockIdx.x) * dim;
+  if (local < 0 || local >= vocab_rows) {  // another rank's row
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = 0.0f;
+    return;
+  }
+  const T* src = table + static_cast<int64_t>(local) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = ToFloat(src[i]);
 }
 
@@ -209,11 +215,13 @@ void LaunchSiluAndMul(const float* gate_up, int32_t rows, int32_t hidden, void* 
 }
 
 void LaunchEmbedTokens(const int32_t* tokens, int32_t rows, const void* table,
-                       DType table_dtype, int32_t dim, float* x, cudaStream_t stream) {
+                       DType table_dtype, int32_t vocab_begin, int32_t vocab_rows, int32_t dim,
+                       float* x, cudaStream_t stream) {
   if (rows == 0) return;
   DispatchDType(static_cast<int>(table_dtype), [&](auto* type) {
     using T = std::remove_pointer_t<decltype(type)>;
-    EmbedKernel<T><<<rows, kRowThreads, 0, stream>>>(tokens, static_cast<const T*>(table), dim, x);
+    EmbedKernel<T><<<rows, kRowThreads, 0, stream>>>(tokens, static_cast<const T*>(table),
+                                                     vocab_begin, vocab_rows, dim, x);
   });
 }
 

@@ -122,9 +122,13 @@ void LaunchRope(float* x, int64_t row_stride, int32_t rows, const int32_t* posit
 void LaunchSiluAndMul(const float* gate_up, int32_t rows, int32_t hidden, void* out,
                       DType out_dtype, cudaStream_t stream);
 
-// x[r] = table[tokens[r]] widened to f32; table [vocab, dim] in table_dtype.
+// x[r] = table[tokens[r] - vocab_begin] widened to f32; table [vocab_rows, dim] in
+// table_dtype holds vocabulary rows [vocab_begin, vocab_begin + vocab_rows) (a
+// vocab-parallel rank's slice, or the whole vocabulary from 0). A token outside them
+// embeds as zeros (another rank holds its row).
 void LaunchEmbedTokens(const int32_t* tokens, int32_t rows, const void* table,
-                       DType table_dtype, int32_t dim, float* x, cudaStream_t stream);
+                       DType table_dtype, int32_t vocab_begin, int32_t vocab_rows, int32_t dim,
+                       float* x, cudaStream_t stream);
 
 // For each of `rows` rows of `vocab` f32 logits: lse[r] = log(sum(exp(logits[r])))
 // (computed stably, max first) and argmax[r] = the index of the largest logit, the lowest

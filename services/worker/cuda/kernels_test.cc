@@ -336,11 +336,23 @@ TEST(ElementwiseTest, RmsNormRopeSiluEmbedMatchCpu) {
   for (size_t i = 0; i < table.size(); ++i) table_bits[i] = FloatToBf16(table[i]);
   const std::vector<int32_t> tokens = {3, 49, 0, 3, 17, 8, 21};
   DeviceBuffer d_table = Upload(table_bits), d_tok = Upload(tokens);
-  LaunchEmbedTokens(d_tok.as<int32_t>(), rows, d_table.get(), DType::kBF16, dim, d_out.as<float>(), nullptr);
+  LaunchEmbedTokens(d_tok.as<int32_t>(), rows, d_table.get(), DType::kBF16, 0, vocab, dim,
+                    d_out.as<float>(), nullptr);
   const std::vector<float> emb = Download<float>(d_out, rows * dim);
   for (int r = 0; r < rows; ++r) {
     for (int i = 0; i < dim; ++i) {
       ASSERT_EQ(emb[r * dim + i], Bf16ToFloat(table_bits[tokens[r] * dim + i])) << r << "," << i;
+    }
+  }
+  // A vocab-parallel slice: rows [8, 24) of the table; other tokens embed as zeros.
+  LaunchEmbedTokens(d_tok.as<int32_t>(), rows, d_table.as<uint16_t>() + 8 * dim, DType::kBF16, 8,
+                    16, dim, d_out.as<float>(), nullptr);
+  const std::vector<float> sliced = Download<float>(d_out, rows * dim);
+  for (int r = 0; r < rows; ++r) {
+    const bool here = tokens[r] >= 8 && tokens[r] < 24;
+    for (int i = 0; i < dim; ++i) {
+      ASSERT_EQ(sliced[r * dim + i], here ? Bf16ToFloat(table_bits[tokens[r] * dim + i]) : 0.0f)
+          << r << "," << i;
     }
   }
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);

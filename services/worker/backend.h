@@ -24,13 +24,18 @@ struct BackendOptions {
   kernels::KvDType kv_dtype = kernels::KvDType::kF16;  // the worker's --kv_dtype
   int32_t tp_size = 1;                                  // the worker's --tp_size
   double gpu_memory_utilization = 0.9;  // CUDA: share of the device the worker may fill
+  // CUDA tensor-parallel collectives: "nccl" (ranks on separate devices), or "host" (the
+  // worker's Gloo group through pinned host memory; ranks may share a device).
+  std::string cuda_collectives = "nccl";
 };
 
 // True when this binary carries the CUDA backend.
 bool HaveCudaBackend();
 
-// The factory WorkerServiceOptions::make_runner takes: empty for the CPU. InvalidArgument
-// for bad flags or a combination not built yet (CUDA with tensor parallelism, f32 KV);
+// The factory WorkerServiceOptions::make_runner takes: empty for the CPU. With tensor
+// parallelism a CUDA rank holds its shard and joins its group's collectives (NCCL, its
+// unique id passed over the worker's Gloo group; or that group itself, host-staged).
+// InvalidArgument for bad flags or a combination not built (f32 KV on CUDA);
 // FailedPrecondition when CUDA is asked for and the build or the machine has none.
 absl::StatusOr<RunnerFactory> MakeRunnerFactory(const BackendOptions& backend);
 

@@ -42,9 +42,9 @@ TEST(BackendTest, CudaRefusalsSayWhy) {
     EXPECT_NE(s.message().find("built without the CUDA backend"), std::string::npos) << s;
     return;
   }
-  b.tp_size = 2;
+  b.cuda_collectives = "mpi";
   EXPECT_EQ(MakeRunnerFactory(b).status().code(), absl::StatusCode::kInvalidArgument);
-  b.tp_size = 1;
+  b.cuda_collectives = "nccl";
   b.kv_dtype = kernels::KvDType::kF32;
   EXPECT_EQ(MakeRunnerFactory(b).status().code(), absl::StatusCode::kInvalidArgument);
   b.kv_dtype = kernels::KvDType::kF16;

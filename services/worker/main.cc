@@ -55,6 +55,9 @@ ABSL_FLAG(int, tp_rendezvous_timeout_s, 300,
 ABSL_FLAG(std::string, device, "cpu",
           "Backend: cpu, or cuda (the CUDA backend on --cuda_device; needs a build with CUDA).");
 ABSL_FLAG(int, cuda_device, 0, "CUDA device index for --device=cuda.");
+ABSL_FLAG(std::string, cuda_collectives, "nccl",
+          "--device=cuda with --tp_size > 1: nccl (each rank on its own device), or host (the "
+          "ranks' Gloo group through pinned host memory; slower, but ranks may share a device).");
 ABSL_FLAG(std::string, dtype, "f16",
           "--device=cuda: weight and GEMM input type on the device: f16, bf16 or f32.");
 ABSL_FLAG(int, max_num_batched_tokens, 2048,
@@ -141,6 +144,7 @@ int main(int argc, char** argv) {
   folio::worker::BackendOptions backend;
   backend.device = absl::GetFlag(FLAGS_device);
   backend.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  backend.cuda_collectives = absl::GetFlag(FLAGS_cuda_collectives);
   backend.dtype = absl::GetFlag(FLAGS_dtype);
   backend.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   backend.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);

@@ -4,8 +4,9 @@
 # $OUT (default ./device-check-out) as soon as it has it:
 #   env.txt            GPU, driver, where cuBLAS was found
 #   tests.txt          the CUDA kernel and runner tests (every kernel against its CPU
-#                      reference, GPU vs CPU logits, the golden text on the GPU) and the
-#                      worker's --device=cuda factory
+#                      reference, GPU vs CPU logits, the golden text on the GPU, TP=2
+#                      against TP=1 on one device), the worker's --device=cuda factory,
+#                      and two CUDA worker processes as one tensor-parallel group
 #   bench.json/.txt    attention bandwidth against the device's copy bandwidth, paged vs
 #                      contiguous attention, decode tokens/s at batch 1, 32 and 128
 # Exit status: the tests' (the benchmark is informative).
@@ -58,6 +59,14 @@ FOLIO_MODELS_DIR="$models" timeout 240 "${run[@]}" "$DEV/bin/folio_worker_cuda_t
   --gtest_brief=0 >"$OUT/tests.txt" 2>&1
 tests_rc=$?
 FOLIO_MODELS_DIR="$models" timeout 60 "${run[@]}" "$DEV/bin/worker_backend_test" >>"$OUT/tests.txt" 2>&1 || tests_rc=1
+# Worker processes the test starts inherit the environment, so this needs the machine's
+# own C library (the packed loader only reaches the test binary itself).
+if [ "${run[0]}" = env ]; then
+  FOLIO_MODELS_DIR="$models" FOLIO_BUILD_DIR="$DEV" LD_LIBRARY_PATH="$libpath" timeout 90 \
+    "$DEV/bin/tp_worker_test" --gtest_filter='*Cuda*' >>"$OUT/tests.txt" 2>&1 || tests_rc=1
+else
+  log "tp_worker_test not run: its worker processes need the machine's C library"
+fi
 log "tests exit $tests_rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.txt" | tr '\n' ' ')"
 
 log "benchmarks"

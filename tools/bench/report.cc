@@ -119,6 +119,17 @@ std::string FormatTable(const json& s) {
   }
   line("Normalized latency (ms/token, mean)",
        absl::StrFormat("%.2f", s["normalized_latency_ms_per_token"].get<double>()));
+  if (s.contains("server_metrics")) {
+    const json& m = s["server_metrics"];
+    line("Server metrics samples (errors)",
+         absl::StrFormat("%d (%d)", m["samples"].get<int>(), m["scrape_errors"].get<int>()));
+    out += absl::StrFormat("%-36s %10s %10s %10s\n", "  while requests in flight", "mean", "min",
+                           "max");
+    for (const auto& [name, g] : m["gauges"].items()) {
+      out += absl::StrFormat("  %-50s %10.3f %10.3f %10.3f\n", name, g["mean"].get<double>(),
+                             g["min"].get<double>(), g["max"].get<double>());
+    }
+  }
   out += "============================================\n";
   return out;
 }

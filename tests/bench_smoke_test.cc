@@ -47,9 +47,11 @@ TEST_F(BenchSmokeTest, FixedWorkloadEveryRequestCompletesWithItsLength) {
   const testing::CommandResult r = testing::RunCommand(
       Bench() + " --server=" + cluster_->frontend_process().address() +
       " --workload=fixed --input_len=8 --output_len=24 --num_requests=6 --request_rate=20"
-      " --max_concurrency=3 --seed=3 --progress=false --result_json=" + json_path_);
+      " --max_concurrency=3 --seed=3 --goodput=e2e:600000 --progress=false --result_json=" +
+      json_path_);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Output token throughput"));
+  EXPECT_THAT(r.output, HasSubstr("Goodput (req/s) at e2e<=600000 ms"));
   const json s = ReadResult();
   EXPECT_EQ(s["num_requests"], 6);
   EXPECT_EQ(s["completed"], 6);
@@ -68,6 +70,11 @@ TEST_F(BenchSmokeTest, FixedWorkloadEveryRequestCompletesWithItsLength) {
     ExpectOrderedPositive(s[key], key);
   }
   EXPECT_LE(s["ttft_ms"]["p50"].get<double>(), s["e2e_latency_ms"]["p99"].get<double>());
+  // Ten minutes per request: every one is within it.
+  EXPECT_EQ(s["goodput"]["fraction"], 1.0);
+  EXPECT_EQ(s["goodput"]["slo_ms"], json({{"e2e", 600000}}));
+  EXPECT_DOUBLE_EQ(s["goodput"]["requests_per_s"].get<double>(),
+                   s["request_throughput"].get<double>());
 }
 
 // Lengths the model cannot hold are cut to its max_model_len (512); the same seed gives
@@ -137,6 +144,9 @@ TEST(BenchCliTest, UnreachableServerAndBadFlagsAreClearErrors) {
   r = testing::RunCommand(Bench() + " --metrics_interval_ms=0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--metrics_interval_ms must be positive"));
+  r = testing::RunCommand(Bench() + " --goodput=ttft:fast");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bad --goodput 'ttft:fast'"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/goodput.h"
 #include "tools/bench/metrics_poller.h"
 #include "tools/bench/report.h"
 #include "tools/bench/workload.h"
@@ -48,6 +49,9 @@ ABSL_FLAG(bool, progress, true, "Print a progress line on stderr while running."
 ABSL_FLAG(std::vector<std::string>, metrics_url, {},
           "Prometheus /metrics pages to scrape during the run (comma-separated), e.g. the "
           "cachemgr's http://127.0.0.1:PORT/metrics.");
+ABSL_FLAG(std::string, goodput, "",
+          "Service-level objectives ttft:MS,tpot:MS,e2e:MS (any subset): also report the "
+          "requests per second that met all of them.");
 ABSL_FLAG(int, metrics_interval_ms, 250, "Scrape the --metrics_url pages this often.");
 ABSL_FLAG(std::vector<std::string>, metrics_gauges, folio::bench::DefaultMetricsGauges(),
           "Gauges kept from the --metrics_url pages (comma-separated); each is summed over "
@@ -65,6 +69,7 @@ constexpr char kUsage[] =
     "         [--num_requests=N] [--request_rate=R|inf] [--max_concurrency=C] [--seed=S]\n"
     "         [--duration_s=T] [--result_json=FILE]\n"
     "         [--metrics_url=URL[,URL...] [--metrics_interval_ms=MS] [--metrics_gauges=G,...]]\n"
+    "         [--goodput=ttft:MS,tpot:MS,e2e:MS]\n"
     "\n"
     "Prompts are random token ids (prompt_token_ids) drawn from the served vocabulary;\n"
     "each request asks for its output length with max_tokens and ignore_eos. Lengths are\n"
@@ -77,7 +82,11 @@ constexpr char kUsage[] =
     "waiting requests), each summed over its labels, go to \"server_metrics\" in the JSON:\n"
     "the series with the client's requests in flight, and mean / max / min over the samples\n"
     "taken while at least one request was in flight. tools/serve.py --info_file lists the\n"
-    "services' /metrics URLs. An unreachable URL at the start exits 1.\n";
+    "services' /metrics URLs. An unreachable URL at the start exits 1.\n"
+    "\n"
+    "Goodput: --goodput=ttft:500,tpot:50 (any subset of ttft, tpot, e2e, in ms) counts the\n"
+    "requests that completed within every bound: \"goodput\" in the JSON holds the bounds,\n"
+    "those requests per second and their fraction of the requests sent.\n";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -158,6 +167,12 @@ int main(int argc, char** argv) {
   }
   const int metrics_interval_ms = absl::GetFlag(FLAGS_metrics_interval_ms);
   if (metrics_interval_ms <= 0) return UsageError("--metrics_interval_ms must be positive");
+  std::optional<folio::bench::Slo> slo;
+  if (const std::string spec = absl::GetFlag(FLAGS_goodput); !spec.empty()) {
+    absl::StatusOr<folio::bench::Slo> parsed = folio::bench::ParseSlo(spec);
+    if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
+    slo = *parsed;
+  }
   folio::ExitIfCheckingFlags();
 
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server),
@@ -261,6 +276,7 @@ int main(int argc, char** argv) {
                        {"max_concurrency", max_concurrency},
                        {"duration_s", duration_s}};
   if (poller) summary["server_metrics"] = poller->Result();
+  if (slo) summary["goodput"] = folio::bench::Goodput(results, elapsed, *slo);
   std::cout << folio::bench::FormatTable(summary);
   const std::string path = absl::GetFlag(FLAGS_result_json);
   if (!path.empty()) {

@@ -51,7 +51,7 @@ TEST_F(BenchSmokeTest, FixedWorkloadEveryRequestCompletesWithItsLength) {
       json_path_);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Output token throughput"));
-  EXPECT_THAT(r.output, HasSubstr("Goodput (req/s) at e2e<=600000 ms"));
+  EXPECT_THAT(r.output, HasSubstr("(100.0% of sent within e2e<=600000 ms)"));
   const json s = ReadResult();
   EXPECT_EQ(s["num_requests"], 6);
   EXPECT_EQ(s["completed"], 6);

@@ -79,5 +79,23 @@ TEST(GoodputTest, CountsRequestsWithinEveryBound) {
   EXPECT_EQ(Goodput({}, 0, e2e_only)["fraction"], 0.0);
 }
 
+TEST(GoodputTest, TableShowsGoodputAndServerGauges) {
+  Slo slo;
+  slo.ttft_ms = 100;
+  const std::vector<RequestResult> results = {Done(0.05, 0.2, 4), Done(0.5, 0.9, 4)};
+  nlohmann::json summary = Summarize(results, 1.0);
+  summary["goodput"] = Goodput(results, 1.0, slo);
+  summary["server_metrics"] = {
+      {"samples", 12},
+      {"scrape_errors", 1},
+      {"gauges", {{"folio_cachemgr_slot_utilization_ratio",
+                   {{"mean", 0.875}, {"min", 0.5}, {"max", 1.0}}}}}};
+  const std::string table = FormatTable(summary);
+  EXPECT_THAT(table, HasSubstr("1.00 (50.0% of sent within ttft<=100 ms)"));
+  EXPECT_THAT(table, HasSubstr("12 (1)"));
+  EXPECT_THAT(table, HasSubstr("folio_cachemgr_slot_utilization_ratio"));
+  EXPECT_THAT(table, HasSubstr("0.875      0.500      1.000"));
+}
+
 }  // namespace
 }  // namespace folio::bench

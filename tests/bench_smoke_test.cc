@@ -188,6 +188,14 @@ TEST(BenchCliTest, UnreachableServerAndBadFlagsAreClearErrors) {
   r = testing::RunCommand(Bench() + " --backend=openai");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--backend=openai needs --base_url"));
+  r = testing::RunCommand(Bench() + " --backend=openai --base_url=localhost:8000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--base_url: bad URL 'localhost:8000'"));
+  r = testing::RunCommand(Bench() +
+                          " --backend=openai --base_url=http://127.0.0.1:1 --model_file=/no/such.gguf");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--model_file:"));
+  EXPECT_THAT(r.output, HasSubstr("/no/such.gguf"));
   r = testing::RunCommand(Bench() + " --backend=rest");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--backend must be grpc or openai"));

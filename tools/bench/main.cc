@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/bench/goodput.h"
 #include "tools/bench/grpc_client.h"
+#include "tools/bench/http_url.h"
 #include "tools/bench/metrics_poller.h"
 #include "tools/bench/model_file.h"
 #include "tools/bench/openai_client.h"
@@ -147,25 +148,34 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
     slo = *parsed;
   }
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  if (backend_name != "grpc" && backend_name != "openai") {
+    return UsageError("--backend must be grpc or openai, not '" + backend_name + "'");
+  }
+  if (backend_name == "openai") {
+    const std::string base_url = absl::GetFlag(FLAGS_base_url);
+    if (base_url.empty()) return UsageError("--backend=openai needs --base_url=http://HOST:PORT");
+    if (absl::StatusOr<folio::bench::HttpUrl> u = folio::bench::ParseHttpUrl(base_url); !u.ok()) {
+      return UsageError("--base_url: " + std::string(u.status().message()));
+    }
+    if (absl::GetFlag(FLAGS_vocab_size) < 0 || absl::GetFlag(FLAGS_max_model_len) < 0) {
+      return UsageError("--vocab_size and --max_model_len must be positive");
+    }
+  }
   folio::ExitIfCheckingFlags();
 
-  const std::string backend_name = absl::GetFlag(FLAGS_backend);
   std::unique_ptr<folio::bench::Backend> backend;
   std::string target;
   if (backend_name == "grpc") {
     target = absl::GetFlag(FLAGS_server);
     backend = std::make_unique<folio::bench::GrpcBackend>(target);
-  } else if (backend_name == "openai") {
+  } else {
     folio::bench::OpenAiOptions o;
     o.base_url = target = absl::GetFlag(FLAGS_base_url);
-    if (o.base_url.empty()) return UsageError("--backend=openai needs --base_url=http://HOST:PORT");
     o.api_key = absl::GetFlag(FLAGS_api_key);
     o.served_model_name = absl::GetFlag(FLAGS_served_model_name);
     o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
     o.max_model_len = absl::GetFlag(FLAGS_max_model_len);
-    if (o.vocab_size < 0 || o.max_model_len < 0) {
-      return UsageError("--vocab_size and --max_model_len must be positive");
-    }
     if (const std::string path = absl::GetFlag(FLAGS_model_file); !path.empty()) {
       absl::StatusOr<folio::bench::ModelFacts> facts = folio::bench::ReadModelFile(path);
       if (!facts.ok()) return UsageError("--model_file: " + std::string(facts.status().message()));
@@ -174,8 +184,6 @@ int main(int argc, char** argv) {
     auto created = folio::bench::OpenAiBackend::Create(std::move(o));
     if (!created.ok()) return UsageError("--base_url: " + std::string(created.status().message()));
     backend = *std::move(created);
-  } else {
-    return UsageError("--backend must be grpc or openai, not '" + backend_name + "'");
   }
   absl::StatusOr<folio::bench::ModelFacts> info = backend->Connect();
   if (!info.ok()) {

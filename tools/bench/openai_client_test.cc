@@ -126,11 +126,15 @@ class OpenAiServerTest : public ::testing::Test {
             "application/json");
         return;
       }
+      const int n = last_body_.value("n", 1);
       std::string events;
       for (int i = 0; i < last_body_["max_tokens"].get<int>(); ++i) {
-        events += Chunk(json::array({{{"index", 0}, {"text", "x"}}}));
+        json choices = json::array();
+        for (int c = 0; c < n; ++c) choices.push_back({{"index", c}, {"text", "x"}});
+        events += Chunk(choices);
       }
-      events += Chunk(json::array(), {{"completion_tokens", last_body_["max_tokens"]}});
+      events += Chunk(json::array(),
+                      {{"completion_tokens", n * last_body_["max_tokens"].get<int>()}});
       events += "data: [DONE]\n\n";
       res.set_content(events, "text/event-stream");
     });
@@ -177,6 +181,16 @@ TEST_F(OpenAiServerTest, ConnectsRunsAndReportsHttpErrors) {
   EXPECT_EQ(out.prompt_tokens, 2);
   EXPECT_EQ(last_body_["model"], "tiny");
 
+  // Parallel sampling: n goes out, the tokens of every choice are counted.
+  r.n = 2;
+  RequestResult two;
+  (*backend)->Run(r, std::nullopt, &two);
+  EXPECT_TRUE(two.ok);
+  EXPECT_EQ(last_body_["n"], 2);
+  EXPECT_EQ(two.output_tokens, 10);
+  EXPECT_EQ(two.itl_s.size(), 4u);  // 5 chunks, each carrying text
+
+  r.n = 1;
   r.output_len = 0;
   RequestResult bad;
   (*backend)->Run(r, std::nullopt, &bad);

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "httplib.h"
 #include "tools/bench/prom_text.h"
 
@@ -120,8 +121,9 @@ void MetricsPoller::Loop(Clock::time_point start) {
       std::chrono::duration<double>(interval_s_));
   for (int64_t k = 1;; ++k) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_until(lock, start + k * interval, [this] { return stop_; })) return;
+      absl::MutexLock lock(&mu_);
+      const absl::Time tick = absl::Now() + absl::FromChrono(start + k * interval - Clock::now());
+      if (mu_.AwaitWithDeadline(absl::Condition(&stop_), tick)) return;
     }
     const Clock::time_point began = Clock::now();
     const int before = in_flight_();
@@ -142,10 +144,9 @@ void MetricsPoller::Loop(Clock::time_point start) {
 
 void MetricsPoller::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 

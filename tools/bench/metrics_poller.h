@@ -6,16 +6,16 @@
 #define FOLIO_TOOLS_BENCH_METRICS_POLLER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench/http_url.h"
 
@@ -38,6 +38,8 @@ nlohmann::json SummarizeMetrics(const std::vector<std::string>& urls, double int
                                 const std::vector<MetricsSample>& samples, int scrape_errors,
                                 const std::string& last_error);
 
+// Start() and Stop() are for one owning thread; the polling thread alone writes the
+// samples, which Result() reads once Stop() has joined it.
 class MetricsPoller {
  public:
   using Clock = std::chrono::steady_clock;
@@ -69,9 +71,8 @@ class MetricsPoller {
   std::vector<std::string> gauges_;
   std::function<int()> in_flight_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::vector<MetricsSample> samples_;  // written by the thread until it is joined
   int scrape_errors_ = 0;

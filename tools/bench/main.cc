@@ -1,6 +1,7 @@
-// folio-bench: drives a running Folio cluster through the public gRPC API
-// (folio.v1.TextGeneration/Generate) with a seeded workload and reports throughput and
-// latency. See kUsage.
+// folio-bench: drives a running Folio cluster through its public gRPC API
+// (folio.v1.TextGeneration/Generate) or any OpenAI-compatible HTTP server
+// (/v1/completions) with a seeded workload and reports throughput, latency, goodput and
+// the servers' own gauges. See kUsage.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -18,17 +19,33 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_status.h"
 #include "common/process.h"
-#include "folio/v1/folio.grpc.pb.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/goodput.h"
+#include "tools/bench/grpc_client.h"
+#include "tools/bench/http_url.h"
+#include "tools/bench/metrics_poller.h"
+#include "tools/bench/model_file.h"
+#include "tools/bench/openai_client.h"
 #include "tools/bench/report.h"
 #include "tools/bench/workload.h"
 
-ABSL_FLAG(std::string, server, "localhost:50051", "Address (HOST:PORT) of folio-frontend.");
+ABSL_FLAG(std::string, backend, "grpc",
+          "grpc (Folio's gRPC API at --server) or openai (an OpenAI-compatible HTTP server "
+          "at --base_url).");
+ABSL_FLAG(std::string, server, "localhost:50051",
+          "grpc: address (HOST:PORT) of folio-frontend.");
+ABSL_FLAG(std::string, base_url, "", "openai: the server's http://HOST:PORT.");
+ABSL_FLAG(std::string, api_key, "", "openai: sent as 'Authorization: Bearer KEY'.");
+ABSL_FLAG(std::string, served_model_name, "",
+          "openai: the request's \"model\"; empty: the first id of GET /v1/models.");
+ABSL_FLAG(std::string, model_file, "",
+          "openai: the served model file (GGUF or llama2.c), read for its vocabulary size, "
+          "context length and special token ids.");
+ABSL_FLAG(int, vocab_size, 0, "openai: the model's vocabulary size (instead of --model_file).");
+ABSL_FLAG(int, max_model_len, 0,
+          "openai: prompt + output cap; default: /v1/models' max_model_len, else the model "
+          "file's context length.");
 ABSL_FLAG(std::string, workload, "sharegpt-like", "sharegpt-like, alpaca-like or fixed.");
 ABSL_FLAG(int, num_requests, 64, "Requests to send.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the workload and of the arrival times.");
@@ -44,82 +61,66 @@ ABSL_FLAG(int, input_len, 128, "fixed: prompt length in tokens.");
 ABSL_FLAG(int, output_len, 128, "fixed: output length in tokens.");
 ABSL_FLAG(std::string, result_json, "", "Write the figures and per-request results here.");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr while running.");
+ABSL_FLAG(std::vector<std::string>, metrics_url, {},
+          "Prometheus /metrics pages to scrape during the run (comma-separated), e.g. the "
+          "cachemgr's http://127.0.0.1:PORT/metrics.");
+ABSL_FLAG(std::string, goodput, "",
+          "Service-level objectives ttft:MS,tpot:MS,e2e:MS (any subset): also report the "
+          "requests per second that met all of them.");
+ABSL_FLAG(int, metrics_interval_ms, 250, "Scrape the --metrics_url pages this often.");
+ABSL_FLAG(std::vector<std::string>, metrics_gauges, folio::bench::DefaultMetricsGauges(),
+          "Gauges kept from the --metrics_url pages (comma-separated); each is summed over "
+          "its label sets.");
 
 namespace {
 
-namespace pb = folio::v1;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kUsage[] =
-    "drives a running Folio cluster through its gRPC API and reports throughput and latency.\n"
+    "drives a running Folio cluster (or any OpenAI-compatible server) with a seeded\n"
+    "workload and reports throughput, latency, goodput and the servers' gauges.\n"
     "\n"
-    "Usage: folio-bench --server=HOST:PORT [--workload=sharegpt-like|alpaca-like|fixed]\n"
-    "         [--num_requests=N] [--request_rate=R|inf] [--max_concurrency=C] [--seed=S]\n"
-    "         [--duration_s=T] [--result_json=FILE]\n"
+    "Usage: folio-bench [--backend=grpc] --server=HOST:PORT [options]\n"
+    "       folio-bench --backend=openai --base_url=http://HOST:PORT\n"
+    "         (--model_file=PATH.gguf | --vocab_size=N [--max_model_len=N])\n"
+    "         [--served_model_name=NAME] [--api_key=KEY] [options]\n"
+    "Options: [--workload=sharegpt-like|alpaca-like|fixed] [--num_requests=N]\n"
+    "         [--request_rate=R|inf] [--max_concurrency=C] [--seed=S] [--duration_s=T]\n"
+    "         [--result_json=FILE] [--goodput=ttft:MS,tpot:MS,e2e:MS]\n"
+    "         [--metrics_url=URL[,URL...] [--metrics_interval_ms=MS] [--metrics_gauges=G,...]]\n"
     "\n"
-    "Prompts are random token ids (prompt_token_ids) drawn from the served vocabulary;\n"
-    "each request asks for its output length with max_tokens and ignore_eos. Lengths are\n"
-    "held to the model's max_model_len. Exits 0 once the run is reported (failed requests\n"
-    "are counted in the report), 1 when the server cannot be reached, 2 on bad flags.\n";
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string FinishReasonName(pb::FinishReason reason) {
-  switch (reason) {
-    case pb::FINISH_REASON_LENGTH:
-      return "length";
-    case pb::FINISH_REASON_STOP:
-      return "stop";
-    case pb::FINISH_REASON_CANCELLED:
-      return "cancelled";
-    default:
-      return "";
-  }
-}
-
-void RunOne(pb::TextGeneration::Stub* stub, const folio::bench::BenchRequest& req,
-            std::optional<Clock::time_point> deadline, folio::bench::RequestResult* out) {
-  pb::GenerateRequest request;
-  request.mutable_prompt_token_ids()->Assign(req.prompt_token_ids.begin(),
-                                             req.prompt_token_ids.end());
-  pb::SamplingOptions* s = request.mutable_sampling();
-  s->set_max_tokens(req.output_len);
-  s->set_ignore_eos(true);
-  s->set_temperature(0);
-  grpc::ClientContext ctx;
-  if (deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::system_clock::duration>(
-        *deadline - Clock::now());
-    ctx.set_deadline(std::chrono::system_clock::now() + left);
-  }
-  out->sent = true;
-  out->prompt_tokens = static_cast<int>(req.prompt_token_ids.size());
-  out->requested_output = req.output_len;
-  const Clock::time_point start = Clock::now();
-  Clock::time_point last;
-  auto reader = stub->Generate(&ctx, request);
-  pb::GenerateResponse response;
-  while (reader->Read(&response)) {
-    if (response.tokens_size() > 0) {
-      const Clock::time_point now = Clock::now();
-      if (out->output_tokens == 0) {
-        out->ttft_s = Seconds(now - start);
-      } else {
-        out->itl_s.push_back(Seconds(now - last));
-      }
-      last = now;
-      out->output_tokens += response.tokens_size();
-    }
-    if (response.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
-      out->finish_reason = FinishReasonName(response.finish_reason());
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  out->e2e_s = Seconds(Clock::now() - start);
-  out->ok = status.ok();
-  out->status = absl::StatusCodeToString(folio::FromGrpcStatus(status).code());
-  if (!status.ok()) out->error_message = status.error_message();
-}
+    "Prompts are random token ids drawn from the served vocabulary (never the unknown,\n"
+    "BOS or EOS id); each request asks for its output length with max_tokens and\n"
+    "ignore_eos at temperature 0. Lengths are held to the model's max_model_len. Exits 0\n"
+    "once the run is reported (failed requests are counted in the report), 1 when the\n"
+    "server cannot be reached, 2 on bad flags.\n"
+    "\n"
+    "grpc (default): folio.v1.TextGeneration/Generate streams on --server; the model's\n"
+    "vocabulary, max_model_len and special ids come from GetModelInfo. Failures are\n"
+    "counted by gRPC status.\n"
+    "\n"
+    "openai: streamed POST /v1/completions on --base_url with the prompt as a token-id\n"
+    "array, stream_options.include_usage and n (parallel sampling); the model is\n"
+    "--served_model_name or the first id of GET /v1/models. The HTTP API does not tell\n"
+    "the vocabulary: --model_file reads it (and the context length and special ids) from\n"
+    "the served model file, or give --vocab_size (special ids then 0, 1, 2);\n"
+    "max_model_len is --max_model_len, else /v1/models' max_model_len, else the file's.\n"
+    "TTFT is taken at the first chunk carrying text, ITL between such chunks; output\n"
+    "tokens come from the usage chunk. Failures are counted as HTTP_<status> (with the\n"
+    "OpenAI error message), ERROR_EVENT (an error inside the stream), UNAVAILABLE or\n"
+    "DEADLINE_EXCEEDED. Beam-search requests are refused (the HTTP API has no beam).\n"
+    "\n"
+    "Server metrics: with --metrics_url, the Prometheus pages are scraped every\n"
+    "--metrics_interval_ms during the run; the gauges of --metrics_gauges (default: the\n"
+    "cachemgr's KV / slot utilization, sequences and blocks, the scheduler's running and\n"
+    "waiting requests), each summed over its labels, go to \"server_metrics\" in the JSON:\n"
+    "the series with the client's requests in flight, and mean / max / min over the samples\n"
+    "taken while at least one request was in flight. tools/serve.py --info_file lists the\n"
+    "services' /metrics URLs. An unreachable URL at the start exits 1.\n"
+    "\n"
+    "Goodput: --goodput=ttft:500,tpot:50 (any subset of ttft, tpot, e2e, in ms) counts the\n"
+    "requests that completed within every bound: \"goodput\" in the JSON holds the bounds,\n"
+    "those requests per second and their fraction of the requests sent.\n";
 
 int UsageError(const std::string& message) {
   std::cerr << "folio-bench: " << message << "\nRun folio-bench --help for usage.\n";
@@ -139,22 +140,55 @@ int main(int argc, char** argv) {
   if (duration_s < 0 || !std::isfinite(duration_s)) {
     return UsageError("--duration_s must be finite and >= 0");
   }
+  const int metrics_interval_ms = absl::GetFlag(FLAGS_metrics_interval_ms);
+  if (metrics_interval_ms <= 0) return UsageError("--metrics_interval_ms must be positive");
+  std::optional<folio::bench::Slo> slo;
+  if (const std::string spec = absl::GetFlag(FLAGS_goodput); !spec.empty()) {
+    absl::StatusOr<folio::bench::Slo> parsed = folio::bench::ParseSlo(spec);
+    if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
+    slo = *parsed;
+  }
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  if (backend_name != "grpc" && backend_name != "openai") {
+    return UsageError("--backend must be grpc or openai, not '" + backend_name + "'");
+  }
+  if (backend_name == "openai") {
+    const std::string base_url = absl::GetFlag(FLAGS_base_url);
+    if (base_url.empty()) return UsageError("--backend=openai needs --base_url=http://HOST:PORT");
+    if (absl::StatusOr<folio::bench::HttpUrl> u = folio::bench::ParseHttpUrl(base_url); !u.ok()) {
+      return UsageError("--base_url: " + std::string(u.status().message()));
+    }
+    if (absl::GetFlag(FLAGS_vocab_size) < 0 || absl::GetFlag(FLAGS_max_model_len) < 0) {
+      return UsageError("--vocab_size and --max_model_len must be positive");
+    }
+  }
   folio::ExitIfCheckingFlags();
 
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = pb::TextGeneration::NewStub(channel);
-  pb::ModelInfo info;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    const grpc::Status status = stub->GetModelInfo(&ctx, pb::GetModelInfoRequest(), &info);
-    if (!status.ok()) {
-      std::cerr << "folio-bench: GetModelInfo at " << absl::GetFlag(FLAGS_server) << " failed: "
-                << absl::StatusCodeToString(folio::FromGrpcStatus(status).code()) << ": "
-                << status.error_message() << "\n";
-      return 1;
+  std::unique_ptr<folio::bench::Backend> backend;
+  std::string target;
+  if (backend_name == "grpc") {
+    target = absl::GetFlag(FLAGS_server);
+    backend = std::make_unique<folio::bench::GrpcBackend>(target);
+  } else {
+    folio::bench::OpenAiOptions o;
+    o.base_url = target = absl::GetFlag(FLAGS_base_url);
+    o.api_key = absl::GetFlag(FLAGS_api_key);
+    o.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+    o.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+    o.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+    if (const std::string path = absl::GetFlag(FLAGS_model_file); !path.empty()) {
+      absl::StatusOr<folio::bench::ModelFacts> facts = folio::bench::ReadModelFile(path);
+      if (!facts.ok()) return UsageError("--model_file: " + std::string(facts.status().message()));
+      o.model_file = *facts;
     }
+    auto created = folio::bench::OpenAiBackend::Create(std::move(o));
+    if (!created.ok()) return UsageError("--base_url: " + std::string(created.status().message()));
+    backend = *std::move(created);
+  }
+  absl::StatusOr<folio::bench::ModelFacts> info = backend->Connect();
+  if (!info.ok()) {
+    std::cerr << "folio-bench: " << info.status().message() << "\n";
+    return info.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   folio::bench::WorkloadOptions wo;
   wo.name = absl::GetFlag(FLAGS_workload);
@@ -164,13 +198,31 @@ int main(int argc, char** argv) {
   wo.max_output_len = absl::GetFlag(FLAGS_max_output_len);
   wo.input_len = absl::GetFlag(FLAGS_input_len);
   wo.output_len = absl::GetFlag(FLAGS_output_len);
-  wo.vocab_size = info.vocab_size();
-  wo.max_model_len = info.max_model_len();
-  wo.special_ids = {0, info.bos_id(), info.eos_id()};
+  wo.vocab_size = info->vocab_size;
+  wo.max_model_len = info->max_model_len;
+  wo.special_ids = info->special_ids;
   auto workload = folio::bench::MakeWorkload(wo);
   if (!workload.ok()) return UsageError(std::string(workload.status().message()));
+  for (const folio::bench::BenchRequest& request : *workload) {
+    if (absl::Status s = backend->CanSend(request); !s.ok()) {
+      return UsageError(std::string(s.message()));
+    }
+  }
   const int n = static_cast<int>(workload->size());
   const std::vector<double> arrivals = folio::bench::ArrivalTimes(n, rate, wo.seed);
+
+  std::atomic<int> in_flight{0};
+  std::unique_ptr<folio::bench::MetricsPoller> poller;
+  if (const std::vector<std::string> urls = absl::GetFlag(FLAGS_metrics_url); !urls.empty()) {
+    auto created = folio::bench::MetricsPoller::Create(
+        urls, metrics_interval_ms / 1e3, absl::GetFlag(FLAGS_metrics_gauges),
+        [&in_flight] { return in_flight.load(); });
+    if (!created.ok()) {
+      std::cerr << "folio-bench: --metrics_url: " << created.status().message() << "\n";
+      return created.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    poller = *std::move(created);
+  }
 
   std::vector<folio::bench::RequestResult> results(n);
   std::counting_semaphore<> slots(max_concurrency > 0 ? max_concurrency : n);
@@ -182,12 +234,13 @@ int main(int argc, char** argv) {
     deadline = start + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(duration_s));
   }
+  if (poller) poller->Start(start);
   std::thread progress([&] {
     if (!absl::GetFlag(FLAGS_progress)) return;
     while (true) {
       const bool last = finished.load();
       std::fprintf(stderr, "\r[folio-bench] %d/%d requests done, %.1f s elapsed", done.load(), n,
-                   Seconds(Clock::now() - start));
+                   folio::bench::Seconds(Clock::now() - start));
       if (last) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
@@ -205,25 +258,31 @@ int main(int argc, char** argv) {
     } else {
       slots.acquire();
     }
+    in_flight.fetch_add(1);
     threads.emplace_back([&, i] {
-      RunOne(stub.get(), (*workload)[i], deadline, &results[i]);
+      backend->Run((*workload)[i], deadline, &results[i]);
+      in_flight.fetch_sub(1);
       done.fetch_add(1);
       slots.release();
     });
   }
   for (std::thread& t : threads) t.join();
-  const double elapsed = Seconds(Clock::now() - start);
+  const double elapsed = folio::bench::Seconds(Clock::now() - start);
+  if (poller) poller->Stop();
   finished.store(true);
   progress.join();
 
   nlohmann::json summary = folio::bench::Summarize(results, elapsed);
-  summary["config"] = {{"server", absl::GetFlag(FLAGS_server)},
-                       {"model", info.name()},
+  summary["config"] = {{"backend", backend_name},
+                       {"server", target},
+                       {"model", info->name},
                        {"workload", wo.name},
                        {"seed", wo.seed},
                        {"request_rate", std::isfinite(rate) ? nlohmann::json(rate) : "inf"},
                        {"max_concurrency", max_concurrency},
                        {"duration_s", duration_s}};
+  if (poller) summary["server_metrics"] = poller->Result();
+  if (slo) summary["goodput"] = folio::bench::Goodput(results, elapsed, *slo);
   std::cout << folio::bench::FormatTable(summary);
   const std::string path = absl::GetFlag(FLAGS_result_json);
   if (!path.empty()) {

@@ -1,6 +1,7 @@
 // folio-bench: drives a running Folio cluster through the public gRPC API
 // (folio.v1.TextGeneration/Generate) with a seeded workload and reports throughput and
 // latency. See kUsage.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -29,7 +30,9 @@
 #include "tools/bench/workload.h"
 
 ABSL_FLAG(std::string, server, "localhost:50051", "Address (HOST:PORT) of folio-frontend.");
-ABSL_FLAG(std::string, workload, "sharegpt-like", "sharegpt-like, alpaca-like or fixed.");
+ABSL_FLAG(std::string, workload, "sharegpt-like",
+          "sharegpt-like, alpaca-like, fixed, shared-prefix, parallel-sampling (n in 2..6, "
+          "temperature 1, seeded) or beam (width in 2..6, every beam returned).");
 ABSL_FLAG(int, num_requests, 64, "Requests to send.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the workload and of the arrival times.");
 ABSL_FLAG(double, request_rate, std::numeric_limits<double>::infinity(),
@@ -41,7 +44,9 @@ ABSL_FLAG(double, duration_s, 0,
 ABSL_FLAG(int, max_input_len, 512, "sharegpt-like, alpaca-like: prompt length cap.");
 ABSL_FLAG(int, max_output_len, 512, "sharegpt-like, alpaca-like: output length cap.");
 ABSL_FLAG(int, input_len, 128, "fixed: prompt length in tokens.");
-ABSL_FLAG(int, output_len, 128, "fixed: output length in tokens.");
+ABSL_FLAG(int, output_len, 128, "fixed, shared-prefix: output length in tokens.");
+ABSL_FLAG(int, prefix_len, 1000, "shared-prefix: tokens of the prefix common to all requests.");
+ABSL_FLAG(int, suffix_len, 32, "shared-prefix: tokens of each request's own part.");
 ABSL_FLAG(std::string, result_json, "", "Write the figures and per-request results here.");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr while running.");
 
@@ -53,13 +58,15 @@ using Clock = std::chrono::steady_clock;
 constexpr char kUsage[] =
     "drives a running Folio cluster through its gRPC API and reports throughput and latency.\n"
     "\n"
-    "Usage: folio-bench --server=HOST:PORT [--workload=sharegpt-like|alpaca-like|fixed]\n"
+    "Usage: folio-bench --server=HOST:PORT [--workload=sharegpt-like|alpaca-like|fixed|\n"
+    "         shared-prefix|parallel-sampling|beam]\n"
     "         [--num_requests=N] [--request_rate=R|inf] [--max_concurrency=C] [--seed=S]\n"
     "         [--duration_s=T] [--result_json=FILE]\n"
     "\n"
     "Prompts are random token ids (prompt_token_ids) drawn from the served vocabulary;\n"
     "each request asks for its output length with max_tokens and ignore_eos. Lengths are\n"
-    "held to the model's max_model_len. Exits 0 once the run is reported (failed requests\n"
+    "held to the model's max_model_len. With n > 1 (parallel-sampling, beam) output tokens\n"
+    "count every choice. Exits 0 once the run is reported (failed requests\n"
     "are counted in the report), 1 when the server cannot be reached, 2 on bad flags.\n";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -77,8 +84,11 @@ std::string FinishReasonName(pb::FinishReason reason) {
   }
 }
 
+// Parallel sampling (n > 1) samples at temperature 1 with a seed of its own per request,
+// so the n choices differ and a run repeats; everything else is greedy.
 void RunOne(pb::TextGeneration::Stub* stub, const folio::bench::BenchRequest& req,
-            std::optional<Clock::time_point> deadline, folio::bench::RequestResult* out) {
+            uint64_t sampling_seed, std::optional<Clock::time_point> deadline,
+            folio::bench::RequestResult* out) {
   pb::GenerateRequest request;
   request.mutable_prompt_token_ids()->Assign(req.prompt_token_ids.begin(),
                                              req.prompt_token_ids.end());
@@ -86,6 +96,13 @@ void RunOne(pb::TextGeneration::Stub* stub, const folio::bench::BenchRequest& re
   s->set_max_tokens(req.output_len);
   s->set_ignore_eos(true);
   s->set_temperature(0);
+  if (req.n > 1) s->set_n(req.n);
+  if (req.beam_width > 0) {
+    s->set_beam_width(req.beam_width);
+  } else if (req.n > 1) {
+    s->set_temperature(1.0f);
+    s->set_seed(sampling_seed);
+  }
   grpc::ClientContext ctx;
   if (deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -95,10 +112,13 @@ void RunOne(pb::TextGeneration::Stub* stub, const folio::bench::BenchRequest& re
   out->sent = true;
   out->prompt_tokens = static_cast<int>(req.prompt_token_ids.size());
   out->requested_output = req.output_len;
+  out->n = req.n;
+  out->beam_width = req.beam_width;
   const Clock::time_point start = Clock::now();
   Clock::time_point last;
   auto reader = stub->Generate(&ctx, request);
   pb::GenerateResponse response;
+  std::vector<std::string> reasons(std::max(req.n, 1));  // by choice index
   while (reader->Read(&response)) {
     if (response.tokens_size() > 0) {
       const Clock::time_point now = Clock::now();
@@ -110,10 +130,12 @@ void RunOne(pb::TextGeneration::Stub* stub, const folio::bench::BenchRequest& re
       last = now;
       out->output_tokens += response.tokens_size();
     }
-    if (response.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
-      out->finish_reason = FinishReasonName(response.finish_reason());
+    if (response.finish_reason() != pb::FINISH_REASON_UNSPECIFIED &&
+        response.index() >= 0 && response.index() < static_cast<int>(reasons.size())) {
+      reasons[response.index()] = FinishReasonName(response.finish_reason());
     }
   }
+  out->finish_reason = folio::bench::CombineFinishReasons(reasons);
   const grpc::Status status = reader->Finish();
   out->e2e_s = Seconds(Clock::now() - start);
   out->ok = status.ok();
@@ -164,6 +186,8 @@ int main(int argc, char** argv) {
   wo.max_output_len = absl::GetFlag(FLAGS_max_output_len);
   wo.input_len = absl::GetFlag(FLAGS_input_len);
   wo.output_len = absl::GetFlag(FLAGS_output_len);
+  wo.prefix_len = absl::GetFlag(FLAGS_prefix_len);
+  wo.suffix_len = absl::GetFlag(FLAGS_suffix_len);
   wo.vocab_size = info.vocab_size();
   wo.max_model_len = info.max_model_len();
   wo.special_ids = {0, info.bos_id(), info.eos_id()};
@@ -206,7 +230,7 @@ int main(int argc, char** argv) {
       slots.acquire();
     }
     threads.emplace_back([&, i] {
-      RunOne(stub.get(), (*workload)[i], deadline, &results[i]);
+      RunOne(stub.get(), (*workload)[i], wo.seed * 1000003 + i, deadline, &results[i]);
       done.fetch_add(1);
       slots.release();
     });

@@ -182,7 +182,9 @@ TEST(WorkloadTest, ParallelSamplingAndBeamWidthsCoverTheirRange) {
       EXPECT_GE(width, 2);
       EXPECT_LE(width, 6);
       EXPECT_EQ(r.n, width);  // beam: every beam is returned
-      if (name == "parallel-sampling") EXPECT_EQ(r.beam_width, 0);
+      if (name == "parallel-sampling") {
+        EXPECT_EQ(r.beam_width, 0);
+      }
       EXPECT_GE(r.prompt_token_ids.size(), 1u);
       EXPECT_GE(r.output_len, 1);
       EXPECT_LE(r.prompt_token_ids.size() + r.output_len, 64u);

@@ -17,6 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEFAULT_MODEL = os.path.join(os.path.dirname(ROOT), "shared", "models", "bench-28m-f16.gguf")
 
 
+# A driver stopped with SIGTERM (or started in the background, where SIGINT is ignored)
+# still leaves its `with Cluster(...)` block, which stops the cluster.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def log(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

@@ -4,7 +4,10 @@
 (a) TTFT gain. The shared-prefix workload (one --prefix_len-token prefix common to all
     requests, then --suffix_len tokens of each one's own) against a fresh local cluster
     with prefix caching on, then against one with it off (tools/serve.py
-    --no_prefix_caching); the gain is TTFT p50 off / TTFT p50 on.
+    --no_prefix_caching); the gain is TTFT p50 off / TTFT p50 on. By default one request
+    runs at a time (--max_concurrency=1), so a TTFT is that request's own prefill and first
+    token, not time queued behind others (which would inflate the gain with load); the
+    first request fills the cache, so the p50 is a hit's.
 
 (b) Cost at a 0% hit rate, in instructions counted by callgrind (wall-clock differences
     of this size drown in the noise of a shared machine). build/bin/prefix_cache_cost
@@ -90,6 +93,7 @@ def measure_ttft(args, work):
                 ["--workload=shared-prefix", f"--prefix_len={args.prefix_len}",
                  f"--suffix_len={args.suffix_len}", f"--output_len={args.output_len}",
                  f"--num_requests={args.num_requests}", f"--request_rate={args.request_rate}",
+                 f"--max_concurrency={args.max_concurrency}",
                  f"--seed={args.seed}"],
                 os.path.join(work, f"shared-prefix-{caching}.json"))
     out = ttft_gain(runs["on"], runs["off"])
@@ -124,8 +128,9 @@ def main():
     p.add_argument("--prefix_len", type=int, default=1000)
     p.add_argument("--suffix_len", type=int, default=32)
     p.add_argument("--output_len", type=int, default=16)
-    p.add_argument("--num_requests", type=int, default=32)
-    p.add_argument("--request_rate", default="2")
+    p.add_argument("--num_requests", type=int, default=16)
+    p.add_argument("--request_rate", default="inf")
+    p.add_argument("--max_concurrency", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seqs", type=int, default=32, help="(b): sequences per step")
     p.add_argument("--cost_prompt_len", type=int, default=128)

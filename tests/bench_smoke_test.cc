@@ -171,6 +171,37 @@ TEST_F(BenchSmokeTest, ScrapesTheCacheManagersMetrics) {
   }
 }
 
+// n > 1: every choice of every request runs to its length, and output tokens count them all.
+TEST_F(BenchSmokeTest, ParallelSamplingAndBeamCompleteEveryChoice) {
+  for (const std::string workload : {"parallel-sampling", "beam"}) {
+    SCOPED_TRACE(workload);
+    const testing::CommandResult r = testing::RunCommand(
+        Bench() + " --server=" + cluster_->frontend_process().address() + " --workload=" +
+        workload + " --max_input_len=16 --max_output_len=12 --num_requests=4 --seed=2"
+        " --progress=false --result_json=" + json_path_);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json s = ReadResult();
+    EXPECT_EQ(s["completed"], 4);
+    EXPECT_EQ(s["failed"], 0);
+    int total = 0;
+    for (const json& req : s["requests"]) {
+      EXPECT_EQ(req["status"], "OK");
+      const int n = req["n"].get<int>();
+      EXPECT_GE(n, 2);
+      EXPECT_LE(n, 6);
+      if (workload == "beam") {
+        EXPECT_EQ(req["beam_width"], n);
+      } else {
+        EXPECT_FALSE(req.contains("beam_width"));
+      }
+      EXPECT_EQ(req["output_tokens"].get<int>(), n * req["requested_output_tokens"].get<int>());
+      EXPECT_EQ(req["finish_reason"], "length");
+      total += req["output_tokens"].get<int>();
+    }
+    EXPECT_EQ(s["total_output_tokens"], total);
+  }
+}
+
 TEST(BenchCliTest, UnreachableServerAndBadFlagsAreClearErrors) {
   testing::CommandResult r =
       testing::RunCommand(Bench() + " --server=127.0.0.1:1 --num_requests=1");

@@ -1,5 +1,9 @@
 #include "tools/bench/grpc_client.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "grpcpp/client_context.h"
@@ -56,7 +60,10 @@ void GrpcBackend::Run(const BenchRequest& req, std::optional<Clock::time_point> 
   pb::SamplingOptions* s = request.mutable_sampling();
   s->set_max_tokens(req.output_len);
   s->set_ignore_eos(true);
-  s->set_temperature(0);
+  s->set_temperature(req.temperature);
+  if (req.temperature > 0) s->set_seed(req.sampling_seed);
+  if (req.n > 1) s->set_n(req.n);
+  if (req.beam_width > 0) s->set_beam_width(req.beam_width);
   grpc::ClientContext ctx;
   if (deadline) {
     const auto left = std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -66,10 +73,13 @@ void GrpcBackend::Run(const BenchRequest& req, std::optional<Clock::time_point> 
   out->sent = true;
   out->prompt_tokens = static_cast<int>(req.prompt_token_ids.size());
   out->requested_output = req.output_len;
+  out->n = req.n;
+  out->beam_width = req.beam_width;
   const Clock::time_point start = Clock::now();
   Clock::time_point last;
   auto reader = stub_->Generate(&ctx, request);
   pb::GenerateResponse response;
+  std::vector<std::string> reasons(std::max(req.n, 1));  // by choice index
   while (reader->Read(&response)) {
     if (response.tokens_size() > 0) {
       const Clock::time_point now = Clock::now();
@@ -81,10 +91,12 @@ void GrpcBackend::Run(const BenchRequest& req, std::optional<Clock::time_point> 
       last = now;
       out->output_tokens += response.tokens_size();
     }
-    if (response.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
-      out->finish_reason = FinishReasonName(response.finish_reason());
+    if (response.finish_reason() != pb::FINISH_REASON_UNSPECIFIED && response.index() >= 0 &&
+        response.index() < static_cast<int>(reasons.size())) {
+      reasons[response.index()] = FinishReasonName(response.finish_reason());
     }
   }
+  out->finish_reason = CombineFinishReasons(reasons);
   const grpc::Status status = reader->Finish();
   out->e2e_s = Seconds(Clock::now() - start);
   out->ok = status.ok();

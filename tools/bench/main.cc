@@ -46,7 +46,9 @@ ABSL_FLAG(int, vocab_size, 0, "openai: the model's vocabulary size (instead of -
 ABSL_FLAG(int, max_model_len, 0,
           "openai: prompt + output cap; default: /v1/models' max_model_len, else the model "
           "file's context length.");
-ABSL_FLAG(std::string, workload, "sharegpt-like", "sharegpt-like, alpaca-like or fixed.");
+ABSL_FLAG(std::string, workload, "sharegpt-like",
+          "sharegpt-like, alpaca-like, fixed, shared-prefix, parallel-sampling (n in 2..6, "
+          "temperature 1, seeded) or beam (width in 2..6, every beam returned).");
 ABSL_FLAG(int, num_requests, 64, "Requests to send.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the workload and of the arrival times.");
 ABSL_FLAG(double, request_rate, std::numeric_limits<double>::infinity(),
@@ -58,7 +60,9 @@ ABSL_FLAG(double, duration_s, 0,
 ABSL_FLAG(int, max_input_len, 512, "sharegpt-like, alpaca-like: prompt length cap.");
 ABSL_FLAG(int, max_output_len, 512, "sharegpt-like, alpaca-like: output length cap.");
 ABSL_FLAG(int, input_len, 128, "fixed: prompt length in tokens.");
-ABSL_FLAG(int, output_len, 128, "fixed: output length in tokens.");
+ABSL_FLAG(int, output_len, 128, "fixed, shared-prefix: output length in tokens.");
+ABSL_FLAG(int, prefix_len, 1000, "shared-prefix: tokens of the prefix common to all requests.");
+ABSL_FLAG(int, suffix_len, 32, "shared-prefix: tokens of each request's own part.");
 ABSL_FLAG(std::string, result_json, "", "Write the figures and per-request results here.");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr while running.");
 ABSL_FLAG(std::vector<std::string>, metrics_url, {},
@@ -84,14 +88,17 @@ constexpr char kUsage[] =
     "       folio-bench --backend=openai --base_url=http://HOST:PORT\n"
     "         (--model_file=PATH.gguf | --vocab_size=N [--max_model_len=N])\n"
     "         [--served_model_name=NAME] [--api_key=KEY] [options]\n"
-    "Options: [--workload=sharegpt-like|alpaca-like|fixed] [--num_requests=N]\n"
+    "Options: [--workload=sharegpt-like|alpaca-like|fixed|shared-prefix|parallel-sampling|beam]\n"
+    "         [--num_requests=N]\n"
     "         [--request_rate=R|inf] [--max_concurrency=C] [--seed=S] [--duration_s=T]\n"
     "         [--result_json=FILE] [--goodput=ttft:MS,tpot:MS,e2e:MS]\n"
     "         [--metrics_url=URL[,URL...] [--metrics_interval_ms=MS] [--metrics_gauges=G,...]]\n"
     "\n"
     "Prompts are random token ids drawn from the served vocabulary (never the unknown,\n"
     "BOS or EOS id); each request asks for its output length with max_tokens and\n"
-    "ignore_eos at temperature 0. Lengths are held to the model's max_model_len. Exits 0\n"
+    "ignore_eos, greedy except parallel-sampling (temperature 1, a seed per request).\n"
+    "With n > 1 (parallel-sampling, beam) output tokens count every choice. Lengths are\n"
+    "held to the model's max_model_len. Exits 0\n"
     "once the run is reported (failed requests are counted in the report), 1 when the\n"
     "server cannot be reached, 2 on bad flags.\n"
     "\n"
@@ -198,6 +205,8 @@ int main(int argc, char** argv) {
   wo.max_output_len = absl::GetFlag(FLAGS_max_output_len);
   wo.input_len = absl::GetFlag(FLAGS_input_len);
   wo.output_len = absl::GetFlag(FLAGS_output_len);
+  wo.prefix_len = absl::GetFlag(FLAGS_prefix_len);
+  wo.suffix_len = absl::GetFlag(FLAGS_suffix_len);
   wo.vocab_size = info->vocab_size;
   wo.max_model_len = info->max_model_len;
   wo.special_ids = info->special_ids;

@@ -41,10 +41,11 @@ json CompletionRequestBody(const BenchRequest& request, const std::string& model
                {"prompt", request.prompt_token_ids},
                {"max_tokens", request.output_len},
                {"ignore_eos", true},
-               {"temperature", 0},
+               {"temperature", request.temperature},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
   if (request.n > 1) body["n"] = request.n;
+  if (request.temperature > 0) body["seed"] = request.sampling_seed;
   return body;
 }
 
@@ -86,7 +87,12 @@ void CompletionStream::OnEvent(const std::string& data, Backend::Clock::time_poi
         ++with_text;
       }
       if (const auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) {
-        out_->finish_reason = f->get<std::string>();
+        const auto i = choice.find("index");
+        const int index = i != choice.end() && i->is_number_integer() ? i->get<int>() : 0;
+        if (index >= 0 && index < 1024) {
+          if (index >= static_cast<int>(reasons_.size())) reasons_.resize(index + 1);
+          reasons_[index] = f->get<std::string>();
+        }
       }
     }
   }
@@ -109,6 +115,7 @@ void CompletionStream::OnEvent(const std::string& data, Backend::Clock::time_poi
 void CompletionStream::Finish(Backend::Clock::time_point now) {
   out_->e2e_s = Seconds(now - start_);
   out_->output_tokens = usage_tokens_.value_or(text_pieces_);
+  out_->finish_reason = CombineFinishReasons(reasons_);
   if (failed_) return;
   if (!done_) {
     out_->status = "UNAVAILABLE";
@@ -189,6 +196,8 @@ void OpenAiBackend::Run(const BenchRequest& request, std::optional<Clock::time_p
   out->sent = true;
   out->prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
   out->requested_output = request.output_len;
+  out->n = request.n;
+  out->beam_width = request.beam_width;
   httplib::Client client(url_.host, url_.port);
   client.set_connection_timeout(10, 0);
   long read_timeout_ms = 3600L * 1000;

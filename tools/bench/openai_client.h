@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 #include "tools/bench/backend.h"
@@ -53,6 +54,7 @@ class CompletionStream {
   bool failed_ = false;
   int text_pieces_ = 0;
   std::optional<int> usage_tokens_;
+  std::vector<std::string> reasons_;  // finish reasons by choice index
 };
 
 class OpenAiBackend : public Backend {

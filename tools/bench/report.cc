@@ -29,6 +29,19 @@ json Distribution(std::vector<double> values_s) {
           {"p99", Percentile(values_s, 0.99) * 1e3}};
 }
 
+std::string CombineFinishReasons(const std::vector<std::string>& by_choice) {
+  std::vector<std::string> distinct;
+  for (const std::string& r : by_choice) {
+    if (std::find(distinct.begin(), distinct.end(), r) == distinct.end()) distinct.push_back(r);
+  }
+  std::string out;
+  for (const std::string& r : distinct) {
+    if (!out.empty()) out += ",";
+    out += r.empty() ? "none" : r;
+  }
+  return distinct.size() == 1 ? distinct[0] : out;
+}
+
 json Summarize(const std::vector<RequestResult>& results, double duration_s) {
   std::vector<double> ttft, tpot, itl, e2e, normalized;
   std::map<std::string, int> failures;
@@ -44,6 +57,8 @@ json Summarize(const std::vector<RequestResult>& results, double duration_s) {
                         {"finish_reason", r.finish_reason},
                         {"ttft_ms", r.ttft_s * 1e3},
                         {"e2e_ms", r.e2e_s * 1e3}});
+    if (r.n > 1) requests.back()["n"] = r.n;
+    if (r.beam_width > 0) requests.back()["beam_width"] = r.beam_width;
     if (!r.error_message.empty()) requests.back()["error"] = r.error_message;
     if (!r.sent) continue;
     ++sent;

@@ -23,7 +23,13 @@ struct RequestResult {
   double ttft_s = 0;          // request start to the first token
   double e2e_s = 0;           // request start to the end of the stream
   std::vector<double> itl_s;  // gaps between messages that carried tokens
+  int n = 1;                  // choices asked for; output_tokens counts them all
+  int beam_width = 0;         // > 0: beam search
 };
+
+// One finish reason for a request from its choices' (by index): the common one when they
+// agree ("" if none arrived), else the distinct ones joined by commas in index order.
+std::string CombineFinishReasons(const std::vector<std::string>& by_choice);
 
 // The value at fraction q in [0, 1] of sorted `v`, interpolating linearly between ranks.
 double Percentile(const std::vector<double>& sorted, double q);

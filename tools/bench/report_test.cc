@@ -14,6 +14,13 @@ TEST(ReportTest, PercentileInterpolates) {
   EXPECT_DOUBLE_EQ(Percentile({}, 0.5), 0);
 }
 
+TEST(ReportTest, FinishReasonsOfChoicesCombine) {
+  EXPECT_EQ(CombineFinishReasons({"length", "length", "length"}), "length");
+  EXPECT_EQ(CombineFinishReasons({"length", "stop", "length"}), "length,stop");
+  EXPECT_EQ(CombineFinishReasons({"length", ""}), "length,none");
+  EXPECT_EQ(CombineFinishReasons({""}), "");
+}
+
 TEST(ReportTest, SummaryFigures) {
   RequestResult a{.sent = true, .ok = true, .status = "OK", .prompt_tokens = 4,
                   .requested_output = 3, .output_tokens = 3, .finish_reason = "length",

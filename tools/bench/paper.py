@@ -274,7 +274,8 @@ def run_all(args, out_dir):
                     f"{fig['output_throughput']:.0f} tok/s, "
                     f"{fig['normalized_latency_ms']:.2f} ms/token, slot util "
                     f"{'n/a' if util is None else f'{100 * util:.1f}%'}, "
-                    f"max seqs {paper_analysis._num(fig['max_sequences'], 'g')}, {fig['failed']} failed, {seconds:.0f} s")
+                    f"max seqs {paper_analysis._num(fig['max_sequences'], 'g')}, "
+                    f"{fig['failed']} failed, {seconds:.0f} s")
     return runs, commands, time.time() - progress.start
 
 

@@ -47,9 +47,11 @@ TEST_F(BenchSmokeTest, FixedWorkloadEveryRequestCompletesWithItsLength) {
   const testing::CommandResult r = testing::RunCommand(
       Bench() + " --server=" + cluster_->frontend_process().address() +
       " --workload=fixed --input_len=8 --output_len=24 --num_requests=6 --request_rate=20"
-      " --max_concurrency=3 --seed=3 --progress=false --result_json=" + json_path_);
+      " --max_concurrency=3 --seed=3 --goodput=e2e:600000 --progress=false --result_json=" +
+      json_path_);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Output token throughput"));
+  EXPECT_THAT(r.output, HasSubstr("Goodput (req/s) at e2e<=600000 ms"));
   const json s = ReadResult();
   EXPECT_EQ(s["num_requests"], 6);
   EXPECT_EQ(s["completed"], 6);
@@ -68,6 +70,11 @@ TEST_F(BenchSmokeTest, FixedWorkloadEveryRequestCompletesWithItsLength) {
     ExpectOrderedPositive(s[key], key);
   }
   EXPECT_LE(s["ttft_ms"]["p50"].get<double>(), s["e2e_latency_ms"]["p99"].get<double>());
+  // Ten minutes per request: every one is within it.
+  EXPECT_EQ(s["goodput"]["fraction"], 1.0);
+  EXPECT_EQ(s["goodput"]["slo_ms"], json({{"e2e", 600000}}));
+  EXPECT_DOUBLE_EQ(s["goodput"]["requests_per_s"].get<double>(),
+                   s["request_throughput"].get<double>());
 }
 
 // Lengths the model cannot hold are cut to its max_model_len (512); the same seed gives
@@ -93,6 +100,39 @@ TEST_F(BenchSmokeTest, ShareGptLikeRepeatsFromItsSeed) {
   }
 }
 
+// The cache manager's /metrics scraped during the run: samples with requests in flight
+// show a pool in use.
+TEST_F(BenchSmokeTest, ScrapesTheCacheManagersMetrics) {
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string(cluster_->cachemgr_process().metrics_port()) +
+      "/metrics";
+  const testing::CommandResult r = testing::RunCommand(
+      Bench() + " --server=" + cluster_->frontend_process().address() +
+      " --workload=fixed --input_len=8 --output_len=200 --num_requests=4 --seed=1"
+      " --metrics_url=" + url + " --metrics_interval_ms=10 --progress=false --result_json=" +
+      json_path_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("folio_cachemgr_slot_utilization_ratio"));
+  const json s = ReadResult();
+  EXPECT_EQ(s["completed"], 4);
+  const json& m = s["server_metrics"];
+  EXPECT_EQ(m["urls"], json::array({url}));
+  EXPECT_EQ(m["interval_s"], 0.01);
+  EXPECT_GT(m["samples"].get<int>(), 0) << m.dump(1);
+  ASSERT_EQ(m["series"].size(), m["samples"].get<size_t>());
+  ASSERT_TRUE(m["gauges"].contains("folio_cachemgr_slot_utilization_ratio")) << m.dump(1);
+  const json& util = m["gauges"]["folio_cachemgr_slot_utilization_ratio"];
+  EXPECT_GT(util["mean"].get<double>(), 0) << m.dump(1);
+  EXPECT_LE(util["mean"].get<double>(), 1);
+  EXPECT_LE(util["max"].get<double>(), 1);
+  EXPECT_GE(m["gauges"]["folio_cachemgr_blocks_capacity"]["min"].get<double>(), 1);
+  EXPECT_LE(m["gauges"]["folio_cachemgr_sequences"]["max"].get<double>(), 4);
+  for (const json& point : m["series"]) {
+    EXPECT_GE(point["in_flight"].get<int>(), 0);
+    EXPECT_LE(point["in_flight"].get<int>(), 4);
+  }
+}
+
 TEST(BenchCliTest, UnreachableServerAndBadFlagsAreClearErrors) {
   testing::CommandResult r =
       testing::RunCommand(Bench() + " --server=127.0.0.1:1 --num_requests=1");
@@ -101,6 +141,12 @@ TEST(BenchCliTest, UnreachableServerAndBadFlagsAreClearErrors) {
   r = testing::RunCommand(Bench() + " --request_rate=0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--request_rate must be positive"));
+  r = testing::RunCommand(Bench() + " --metrics_interval_ms=0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--metrics_interval_ms must be positive"));
+  r = testing::RunCommand(Bench() + " --goodput=ttft:fast");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bad --goodput 'ttft:fast'"));
 }
 
 }  // namespace

@@ -25,6 +25,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/goodput.h"
+#include "tools/bench/metrics_poller.h"
 #include "tools/bench/report.h"
 #include "tools/bench/workload.h"
 
@@ -44,6 +46,16 @@ ABSL_FLAG(int, input_len, 128, "fixed: prompt length in tokens.");
 ABSL_FLAG(int, output_len, 128, "fixed: output length in tokens.");
 ABSL_FLAG(std::string, result_json, "", "Write the figures and per-request results here.");
 ABSL_FLAG(bool, progress, true, "Print a progress line on stderr while running.");
+ABSL_FLAG(std::vector<std::string>, metrics_url, {},
+          "Prometheus /metrics pages to scrape during the run (comma-separated), e.g. the "
+          "cachemgr's http://127.0.0.1:PORT/metrics.");
+ABSL_FLAG(std::string, goodput, "",
+          "Service-level objectives ttft:MS,tpot:MS,e2e:MS (any subset): also report the "
+          "requests per second that met all of them.");
+ABSL_FLAG(int, metrics_interval_ms, 250, "Scrape the --metrics_url pages this often.");
+ABSL_FLAG(std::vector<std::string>, metrics_gauges, folio::bench::DefaultMetricsGauges(),
+          "Gauges kept from the --metrics_url pages (comma-separated); each is summed over "
+          "its label sets.");
 
 namespace {
 
@@ -56,11 +68,25 @@ constexpr char kUsage[] =
     "Usage: folio-bench --server=HOST:PORT [--workload=sharegpt-like|alpaca-like|fixed]\n"
     "         [--num_requests=N] [--request_rate=R|inf] [--max_concurrency=C] [--seed=S]\n"
     "         [--duration_s=T] [--result_json=FILE]\n"
+    "         [--metrics_url=URL[,URL...] [--metrics_interval_ms=MS] [--metrics_gauges=G,...]]\n"
+    "         [--goodput=ttft:MS,tpot:MS,e2e:MS]\n"
     "\n"
     "Prompts are random token ids (prompt_token_ids) drawn from the served vocabulary;\n"
     "each request asks for its output length with max_tokens and ignore_eos. Lengths are\n"
     "held to the model's max_model_len. Exits 0 once the run is reported (failed requests\n"
-    "are counted in the report), 1 when the server cannot be reached, 2 on bad flags.\n";
+    "are counted in the report), 1 when the server cannot be reached, 2 on bad flags.\n"
+    "\n"
+    "Server metrics: with --metrics_url, the Prometheus pages are scraped every\n"
+    "--metrics_interval_ms during the run; the gauges of --metrics_gauges (default: the\n"
+    "cachemgr's KV / slot utilization, sequences and blocks, the scheduler's running and\n"
+    "waiting requests), each summed over its labels, go to \"server_metrics\" in the JSON:\n"
+    "the series with the client's requests in flight, and mean / max / min over the samples\n"
+    "taken while at least one request was in flight. tools/serve.py --info_file lists the\n"
+    "services' /metrics URLs. An unreachable URL at the start exits 1.\n"
+    "\n"
+    "Goodput: --goodput=ttft:500,tpot:50 (any subset of ttft, tpot, e2e, in ms) counts the\n"
+    "requests that completed within every bound: \"goodput\" in the JSON holds the bounds,\n"
+    "those requests per second and their fraction of the requests sent.\n";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -139,6 +165,14 @@ int main(int argc, char** argv) {
   if (duration_s < 0 || !std::isfinite(duration_s)) {
     return UsageError("--duration_s must be finite and >= 0");
   }
+  const int metrics_interval_ms = absl::GetFlag(FLAGS_metrics_interval_ms);
+  if (metrics_interval_ms <= 0) return UsageError("--metrics_interval_ms must be positive");
+  std::optional<folio::bench::Slo> slo;
+  if (const std::string spec = absl::GetFlag(FLAGS_goodput); !spec.empty()) {
+    absl::StatusOr<folio::bench::Slo> parsed = folio::bench::ParseSlo(spec);
+    if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
+    slo = *parsed;
+  }
   folio::ExitIfCheckingFlags();
 
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server),
@@ -172,6 +206,19 @@ int main(int argc, char** argv) {
   const int n = static_cast<int>(workload->size());
   const std::vector<double> arrivals = folio::bench::ArrivalTimes(n, rate, wo.seed);
 
+  std::atomic<int> in_flight{0};
+  std::unique_ptr<folio::bench::MetricsPoller> poller;
+  if (const std::vector<std::string> urls = absl::GetFlag(FLAGS_metrics_url); !urls.empty()) {
+    auto created = folio::bench::MetricsPoller::Create(
+        urls, metrics_interval_ms / 1e3, absl::GetFlag(FLAGS_metrics_gauges),
+        [&in_flight] { return in_flight.load(); });
+    if (!created.ok()) {
+      std::cerr << "folio-bench: --metrics_url: " << created.status().message() << "\n";
+      return created.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    poller = *std::move(created);
+  }
+
   std::vector<folio::bench::RequestResult> results(n);
   std::counting_semaphore<> slots(max_concurrency > 0 ? max_concurrency : n);
   std::atomic<int> done{0};
@@ -182,6 +229,7 @@ int main(int argc, char** argv) {
     deadline = start + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(duration_s));
   }
+  if (poller) poller->Start(start);
   std::thread progress([&] {
     if (!absl::GetFlag(FLAGS_progress)) return;
     while (true) {
@@ -205,14 +253,17 @@ int main(int argc, char** argv) {
     } else {
       slots.acquire();
     }
+    in_flight.fetch_add(1);
     threads.emplace_back([&, i] {
       RunOne(stub.get(), (*workload)[i], deadline, &results[i]);
+      in_flight.fetch_sub(1);
       done.fetch_add(1);
       slots.release();
     });
   }
   for (std::thread& t : threads) t.join();
   const double elapsed = Seconds(Clock::now() - start);
+  if (poller) poller->Stop();
   finished.store(true);
   progress.join();
 
@@ -224,6 +275,8 @@ int main(int argc, char** argv) {
                        {"request_rate", std::isfinite(rate) ? nlohmann::json(rate) : "inf"},
                        {"max_concurrency", max_concurrency},
                        {"duration_s", duration_s}};
+  if (poller) summary["server_metrics"] = poller->Result();
+  if (slo) summary["goodput"] = folio::bench::Goodput(results, elapsed, *slo);
   std::cout << folio::bench::FormatTable(summary);
   const std::string path = absl::GetFlag(FLAGS_result_json);
   if (!path.empty()) {

@@ -119,6 +119,27 @@ std::string FormatTable(const json& s) {
   }
   line("Normalized latency (ms/token, mean)",
        absl::StrFormat("%.2f", s["normalized_latency_ms_per_token"].get<double>()));
+  if (s.contains("goodput")) {
+    const json& g = s["goodput"];
+    std::string bounds;
+    for (const auto& [name, ms] : g["slo_ms"].items()) {
+      bounds += absl::StrFormat("%s%s<=%g", bounds.empty() ? "" : ",", name, ms.get<double>());
+    }
+    line("Goodput (req/s) at " + bounds + " ms",
+         absl::StrFormat("%.2f (%.1f%% of sent)", g["requests_per_s"].get<double>(),
+                         100 * g["fraction"].get<double>()));
+  }
+  if (s.contains("server_metrics")) {
+    const json& m = s["server_metrics"];
+    line("Server metrics samples (errors)",
+         absl::StrFormat("%d (%d)", m["samples"].get<int>(), m["scrape_errors"].get<int>()));
+    out += absl::StrFormat("%-36s %10s %10s %10s\n", "  while requests in flight", "mean", "min",
+                           "max");
+    for (const auto& [name, g] : m["gauges"].items()) {
+      out += absl::StrFormat("  %-50s %10.3f %10.3f %10.3f\n", name, g["mean"].get<double>(),
+                             g["min"].get<double>(), g["max"].get<double>());
+    }
+  }
   out += "============================================\n";
   return out;
 }

@@ -22,9 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paper_analysis  # noqa: E402
@@ -119,67 +117,6 @@ class Cluster:
             return "".join(f.readlines()[-lines:])
 
 
-GAUGES = (paper_analysis.KV, paper_analysis.UTIL, paper_analysis.SEQS,
-          "folio_cachemgr_blocks_used", "folio_cachemgr_blocks_capacity")
-
-
-class Scraper:
-    """Samples the cachemgr's /metrics while folio-bench runs, for a folio-bench without
-    --metrics_url. Writes folio-bench's server_metrics schema; in_flight is then the
-    server's count (live sequences), since the client's is not visible from here."""
-
-    def __init__(self, url, interval_s):
-        self.url, self.interval_s = url, interval_s
-        self.series, self.errors = [], 0
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-
-    def scrape(self):
-        values = {}
-        with urllib.request.urlopen(self.url, timeout=2) as r:
-            for line in r.read().decode().splitlines():
-                if not line or line.startswith("#"):
-                    continue
-                name, _, value = line.rpartition(" ")
-                name = name.split("{", 1)[0]
-                if name in GAUGES:
-                    values[name] = values.get(name, 0.0) + float(value)
-        return values
-
-    def loop(self):
-        t0 = time.time()
-        while not self.stop_event.wait(self.interval_s):
-            try:
-                values = self.scrape()
-            except (OSError, ValueError):
-                self.errors += 1
-                continue
-            values["t_s"] = round(time.time() - t0, 3)
-            values["in_flight"] = int(values.get(paper_analysis.SEQS, 0))
-            self.series.append(values)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_event.set()
-        self.thread.join()
-
-    def server_metrics(self):
-        live = paper_analysis.in_flight_samples(self.series)
-        gauges = {}
-        for name in GAUGES:
-            values = [s[name] for s in live if name in s]
-            if values:
-                gauges[name] = {"mean": sum(values) / len(values), "max": max(values),
-                                "min": min(values)}
-        return {"urls": [self.url], "interval_s": self.interval_s,
-                "samples": len(self.series), "scrape_errors": self.errors,
-                "in_flight_source": "server (folio_cachemgr_sequences)",
-                "gauges": gauges, "series": self.series}
-
-
 def bench_supports_metrics(bench):
     r = subprocess.run([bench, "--helpfull"], capture_output=True, text=True)
     return "metrics_url" in r.stdout + r.stderr
@@ -216,9 +153,9 @@ def run_all(args, out_dir):
     bench = os.path.join(args.bin_dir, "folio-bench")
     if not os.path.exists(bench):
         raise RuntimeError(f"{bench} is not built; run ./folio build")
-    own_scraper = not bench_supports_metrics(bench)
-    if own_scraper:
-        log("this folio-bench has no --metrics_url: the cachemgr is scraped from here")
+    if not bench_supports_metrics(bench):
+        raise RuntimeError(f"{bench} has no --metrics_url (it cannot scrape the cachemgr); "
+                           "rebuild it")
     runs_dir = os.path.join(out_dir, "runs")
     os.makedirs(runs_dir, exist_ok=True)
     plan = [(p, r) for p in args.policies for r in args.rates]
@@ -240,31 +177,17 @@ def run_all(args, out_dir):
                         f"--request_rate={rate:g}", f"--seed={args.seed}",
                         f"--max_input_len={args.max_input_len}",
                         f"--max_output_len={args.max_output_len}",
-                        f"--result_json={path}", "--progress=false"]
-                if not own_scraper:
-                    argv += [f"--metrics_url={metrics_url}",
-                             f"--metrics_interval_ms={args.metrics_interval_ms}"]
+                        f"--result_json={path}", f"--metrics_url={metrics_url}",
+                        f"--metrics_interval_ms={args.metrics_interval_ms}", "--progress=false"]
                 commands.append(" ".join(shlex.quote(a) for a in argv))
                 t0 = time.time()
-                scraper = Scraper(metrics_url, args.metrics_interval_ms / 1000)
-                if own_scraper:
-                    scraper.__enter__()
-                try:
-                    r = subprocess.run(argv, capture_output=True, text=True)
-                finally:
-                    if own_scraper:
-                        scraper.__exit__()
+                r = subprocess.run(argv, capture_output=True, text=True)
                 seconds = time.time() - t0
                 if r.returncode != 0:
                     raise RuntimeError(f"folio-bench failed (exit {r.returncode}):\n{r.stderr}"
                                        f"\ncluster log tail:\n{cluster.tail()}")
                 with open(path) as f:
-                    result = json.load(f)
-                if own_scraper:
-                    result["server_metrics"] = scraper.server_metrics()
-                    with open(path, "w") as f:
-                        json.dump(result, f, indent=2)
-                fig = paper_analysis.run_figures(result)
+                    fig = paper_analysis.run_figures(json.load(f))
                 fig["result_json"] = os.path.relpath(path, out_dir)
                 fig["wall_s"] = seconds
                 runs[policy].append(fig)

@@ -126,26 +126,29 @@ class Progress:
     """Which run, elapsed time and an ETA on stderr.
 
     The ETA takes each remaining run as long as its arrivals (requests / rate) or as long
-    as the same policy's previous run took to drain, whichever is longer.
+    as the requests take to serve at the rate the policy's last run completed them (the
+    other policy's before its first run), whichever is longer.
     """
 
     def __init__(self, plan, num_requests):
         self.plan = plan
         self.n = num_requests
         self.start = time.time()
-        self.drain = {}  # policy -> seconds beyond the arrivals, last run
+        self.capacity = {}  # policy -> requests completed per second of wall time, last run
         self.done = 0
 
     def estimate(self, policy, rate):
-        return self.n / rate + self.drain.get(policy, 0.0)
+        cap = self.capacity.get(policy) or next(iter(self.capacity.values()), None)
+        return max(self.n / rate, self.n / cap if cap else 0.0)
 
     def begin(self, policy, rate):
         left = sum(self.estimate(p, r) for p, r in self.plan[self.done:])
         log(f"run {self.done + 1}/{len(self.plan)}: {policy}, {rate:g} req/s, "
             f"{time.time() - self.start:.0f} s elapsed, about {left:.0f} s to go")
 
-    def end(self, policy, rate, seconds):
-        self.drain[policy] = max(0.0, seconds - self.n / rate)
+    def end(self, policy, completed, seconds):
+        if completed > 0 and seconds > 0:
+            self.capacity[policy] = completed / seconds
         self.done += 1
 
 
@@ -191,7 +194,7 @@ def run_all(args, out_dir):
                 fig["result_json"] = os.path.relpath(path, out_dir)
                 fig["wall_s"] = seconds
                 runs[policy].append(fig)
-                progress.end(policy, rate, seconds)
+                progress.end(policy, fig["completed"], seconds)
                 util = fig["slot_utilization"]
                 log(f"  {policy} {rate:g} req/s: {fig['request_throughput']:.2f} req/s, "
                     f"{fig['output_throughput']:.0f} tok/s, "

@@ -88,6 +88,10 @@ def main():
     p.add_argument("--max_num_batched_tokens", type=int, default=512)
     p.add_argument("--max_model_len", type=int, default=0,
                    help="cap on prompt plus output tokens (0: the model's context)")
+    p.add_argument("--reserve_max_model_len", action="store_true",
+                   help="each sequence reserves max_model_len tokens, not prompt + max_tokens "
+                        "(with --policy=contiguous: a reservation system that cannot know the "
+                        "output length)")
     p.add_argument("--no_prefix_caching", action="store_true",
                    help="do not reuse the KV of prompt prefixes seen before")
     p.add_argument("--info_file",
@@ -158,7 +162,8 @@ def main():
             f"--max_num_seqs={args.max_num_seqs}",
             f"--max_num_batched_tokens={args.max_num_batched_tokens}",
             f"--max_model_len={args.max_model_len}",
-            f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}"], run_dir)
+            f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
+            f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"], run_dir)
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
         frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",

@@ -31,6 +31,9 @@ ABSL_FLAG(int, max_model_len, 0, "Cap on prompt plus output tokens; 0 = the mode
 ABSL_FLAG(int, num_blocks, 0, "Cap on KV blocks; 0 = as many as the workers' budgets hold.");
 ABSL_FLAG(std::string, policy, "paged",
           "KV allocation policy: paged, or contiguous (the pre-PagedAttention baseline).");
+ABSL_FLAG(bool, reserve_max_model_len, false,
+          "Each sequence reserves max_model_len tokens, not prompt + max_tokens (with "
+          "--policy=contiguous: a reservation system that cannot know the output length).");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Reuse the KV of prompt prefixes seen before.");
 ABSL_FLAG(int, worker_timeout_ms, 60000, "Deadline of one worker step RPC.");
 ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");
@@ -118,6 +121,15 @@ int main(int argc, char** argv) {
   options.vocab_size = info->model().vocab_size();
   options.eos_id = info->tokenizer().eos_id();
   options.num_blocks = info->num_blocks();
+  options.reserve_max_model_len = absl::GetFlag(FLAGS_reserve_max_model_len);
+  if (options.reserve_max_model_len && options.num_blocks > 0 &&
+      static_cast<int64_t>(options.num_blocks) * options.block_size < options.max_model_len) {
+    LOG(ERROR) << "--reserve_max_model_len: the pool's " << options.num_blocks << " blocks of "
+               << options.block_size << " tokens cannot hold one sequence of max_model_len "
+               << options.max_model_len << "; lower --max_model_len";
+    (*runner)->Shutdown();
+    return 2;
+  }
   info->set_max_n(options.max_n);
   info->set_max_beam_width(options.max_beam_width);
   sched::Scheduler scheduler(options, &timed_cache, &timed_workers, &registry);

@@ -428,8 +428,10 @@ std::vector<Scheduler::Granted> Scheduler::AdmitWaiting(int32_t* budget,
   cachemgr::StepRequest create;
   for (Request* r : candidates) {
     const Branch& root = r->branches[0];
-    cachemgr::CreateOp op{
-        .seq = SeqId{next_seq_id_++}, .max_len = r->max_len, .request_id = r->spec.request_id};
+    cachemgr::CreateOp op{.seq = SeqId{next_seq_id_++},
+                          .max_len = options_.reserve_max_model_len ? options_.max_model_len
+                                                                    : r->max_len,
+                          .request_id = r->spec.request_id};
     const int32_t lookup =
         r->branches.size() > 1 ? r->prompt_len() : root.num_tokens(r->spec.prompt);
     for (int32_t i = 0; i < lookup; ++i) op.prompt.push_back(root.TokenAt(r->spec.prompt, i));

@@ -50,6 +50,10 @@ struct SchedulerOptions {
   int32_t num_blocks = 0;                // the pool's size; 0: unknown (no size check)
   int32_t max_n = 16;                    // choices per request, at most
   int32_t max_beam_width = 8;            // beam width, at most
+  // Each sequence asks the cache manager for max_model_len tokens rather than its prompt
+  // plus max_tokens: what a reservation system that cannot know the output length must
+  // reserve (the article's Orca (Max) baseline, with the contiguous policy).
+  bool reserve_max_model_len = false;
 };
 
 struct SchedulerStats {

@@ -63,7 +63,8 @@ class SchedulerTest : public ::testing::Test {
     golden_ = expected.substr(0, expected.size() - 1);  // the runner ends with a newline
   }
 
-  void Make(int32_t num_blocks, int32_t block_size, SchedulerOptions options = {}) {
+  void Make(int32_t num_blocks, int32_t block_size, SchedulerOptions options = {},
+            cachemgr::PolicyKind policy = cachemgr::PolicyKind::kPaged) {
     worker::CpuModelRunnerOptions ro;
     ro.block_size = block_size;
     ro.kv_cache_bytes = int64_t{64} << 20;
@@ -72,7 +73,7 @@ class SchedulerTest : public ::testing::Test {
     runner_ = *worker::CpuModelRunner::Create(*weights_, ro);
     ASSERT_EQ(runner_->num_blocks(), num_blocks);
     manager_ = *cachemgr::KvCacheManager::Create(
-        cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = block_size});
+        cachemgr::CacheConfig{.policy = policy, .num_blocks = num_blocks, .block_size = block_size});
     cache_client_ = std::make_unique<LocalCacheClient>(manager_.get());
     worker_client_ = std::make_unique<LocalWorkerClient>(runner_.get());
     options.block_size = block_size;
@@ -187,6 +188,33 @@ TEST_F(SchedulerTest, ChunkedPrefillAndPrefixCacheHits) {
   EXPECT_GT(scheduler_->Stats().prefix_cache_hit_tokens, 0);
   ExpectPoolFull();
 }
+
+// Contiguous reservations over 64 blocks of 16 (1,024 slots): a 10-token request reserves
+// one block when it reserves what it asks for, and max_model_len (512 tokens, 32 blocks)
+// when it reserves the most it could ever need, so only two run at once.
+class ReservationTest : public SchedulerTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ReservationTest, ContiguousReservesRequestOrMaxModelLen) {
+  const bool reserve_max = GetParam();
+  Make(64, 16, SchedulerOptions{.reserve_max_model_len = reserve_max},
+       cachemgr::PolicyKind::kContiguous);
+  std::vector<Stream> streams(3);
+  for (Stream& s : streams) {
+    ASSERT_TRUE(scheduler_->Submit(Greedy({tokenizer_->bos_id()}, 9), s.Sink()).ok());
+  }
+  scheduler_->RunOnce();
+  EXPECT_EQ(manager_->Stats().num_sequences, reserve_max ? 2 : 3);
+  EXPECT_EQ(manager_->Stats().pool.num_blocks_used, reserve_max ? 64 : 3);
+  RunUntilIdle();
+  for (const Stream& s : streams) {
+    EXPECT_EQ(s.finish, FinishReason::kLength);
+    EXPECT_EQ(Text(s.tokens), golden_.substr(0, Text(s.tokens).size()));
+    EXPECT_EQ(s.tokens.size(), 9u);
+  }
+  ExpectPoolFull();
+}
+
+INSTANTIATE_TEST_SUITE_P(RequestOrMax, ReservationTest, ::testing::Bool());
 
 TEST_F(SchedulerTest, CancelFreesEverything) {
   Make(64, 16);

@@ -60,12 +60,15 @@ CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
       comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
   const bool pack = gemm_threading_ == GemmThreading::kPacked;
-  auto linear = [pack](const float* w, int64_t out, int64_t in) {
+  // f16 panels (lossless: only for matrices whose every weight is an f16 value) halve the
+  // weight bytes a step streams; only the AVX2 kernel widens them in hardware.
+  const bool f16_when_exact = isa_ == k::CpuIsa::kAvx2;
+  auto linear = [pack, f16_when_exact](const float* w, int64_t out, int64_t in) {
     Linear l;
     l.w = w;
     l.out = out;
     l.in = in;
-    if (pack) l.packed = k::PackedMatrix(w, out, in);
+    if (pack) l.packed = k::PackedMatrix(w, out, in, f16_when_exact);
     return l;
   };
   const int64_t dim = weights_.config.dim;

@@ -17,8 +17,9 @@
 // every call. kKernelPool runs OpenBLAS sgemm on the same pool (each thread one slice of
 // output features, OpenBLAS's process-wide thread count set to 1), so no OpenBLAS thread
 // spins while attention runs; kOpenBlas hands the GEMMs to OpenBLAS's threads instead
-// (its count set to num_threads). The packed copies double the weights' memory; the
-// OpenBLAS modes are kept to measure against.
+// (its count set to num_threads). The packed copies add to the weights' memory (half as
+// much again for a model shipped in f16, whose matrices pack losslessly in f16 on the
+// AVX2 path; as much again otherwise); the OpenBLAS modes are kept to measure against.
 // Tensor parallelism: given a Communicator of world size tp, the runner is one rank. It
 // holds only its shard of the weights (cpu_weights.h) and its KV heads, and every rank of
 // the group must Execute the same steps in the same order (the collectives pair up by

@@ -8,6 +8,8 @@
 //   panel p, element (k, j) = W[p * 16 + j, k]      at data[(p * in + k) * 16 + j]
 //   (the last panel is zero-padded to 16 features)
 //
+// (in f16, two bytes per weight, when every weight of the matrix is exactly an f16 value,
+// as in a model shipped in f16: half the memory traffic, the same products),
 // so the microkernel reads one panel front to back, two 8-float vectors per k, and
 // multiplies them by up to 6 token rows at once (a 6 x 16 tile of accumulators in
 // registers). Each output element is one chain of fused multiply-adds over k in order,
@@ -30,19 +32,26 @@ class PackedMatrix {
   static constexpr int kPanel = 16;
 
   PackedMatrix() = default;
-  // Packs w, row-major [out, in].
-  PackedMatrix(const float* w, int64_t out, int64_t in);
+  // Packs w, row-major [out, in]; in f16 when f16_when_exact and every weight converts to
+  // f16 and back unchanged, else in f32.
+  PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_when_exact = false);
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
   int64_t num_panels() const { return (out_ + kPanel - 1) / kPanel; }
+  bool is_f16() const { return !half_.empty(); }
+  // Panel p's [in][16] weights, in f32 (!is_f16()) or as f16 bit patterns (is_f16()).
   const float* panel(int64_t p) const { return data_.data() + p * in_ * kPanel; }
-  int64_t size_bytes() const { return static_cast<int64_t>(data_.size() * sizeof(float)); }
+  const uint16_t* half_panel(int64_t p) const { return half_.data() + p * in_ * kPanel; }
+  int64_t size_bytes() const {
+    return static_cast<int64_t>(data_.size() * sizeof(float) + half_.size() * sizeof(uint16_t));
+  }
 
  private:
   int64_t out_ = 0;
   int64_t in_ = 0;
-  std::vector<float> data_;
+  std::vector<float> data_;     // f32 panels, or empty
+  std::vector<uint16_t> half_;  // f16 panels, or empty
 };
 
 // y = x . W^T + beta * y for x [rows, w.in()] (row stride ldx) and y [rows, w.out()] (row

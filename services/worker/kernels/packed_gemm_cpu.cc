@@ -6,8 +6,10 @@
 // of the block before the next panel (a panel, 16 x in floats, stays in L1/L2 for the
 // block's tiles). Each weight is read from memory once per row block.
 #include <algorithm>
+#include <cmath>
 
 #include "services/worker/kernels/avx2_math.h"
+#include "services/worker/kernels/half.h"
 #include "services/worker/kernels/packed_gemm.h"
 
 
@@ -31,12 +33,20 @@ inline void StoreTile(const float (*tile)[kP], int rows, int cols, float beta, f
   }
 }
 
-template <int R>
-void TilePortable(const float* x, int64_t ldx, const float* panel, int64_t in, float beta,
+inline const float* PanelRow(const float* panel, int64_t k, float*) { return panel + k * kP; }
+inline const float* PanelRow(const uint16_t* panel, int64_t k, float* buf) {
+  for (int j = 0; j < kP; ++j) buf[j] = HalfToFloat(panel[k * kP + j]);
+  return buf;
+}
+
+template <int R, typename WT>
+void TilePortable(const float* x, int64_t ldx, const void* panel_v, int64_t in, float beta,
                   float* y, int64_t ldy, int cols) {
+  const WT* panel = static_cast<const WT*>(panel_v);
   float acc[R][kP] = {};
+  float buf[kP];
   for (int64_t k = 0; k < in; ++k) {
-    const float* b = panel + k * kP;
+    const float* b = PanelRow(panel, k, buf);
     for (int r = 0; r < R; ++r) {
       const float a = x[r * ldx + k];
       for (int j = 0; j < kP; ++j) acc[r][j] += a * b[j];
@@ -46,9 +56,19 @@ void TilePortable(const float* x, int64_t ldx, const float* panel, int64_t in, f
 }
 
 #if FOLIO_HAVE_AVX2_PATH
-template <int R>
-FOLIO_AVX2_TARGET void TileAvx2(const float* x, int64_t ldx, const float* panel, int64_t in,
+template <typename WT>
+FOLIO_AVX2_TARGET inline __m256 LoadPanel8(const WT* p) {
+  if constexpr (sizeof(WT) == 2) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    return _mm256_loadu_ps(p);
+  }
+}
+
+template <int R, typename WT>
+FOLIO_AVX2_TARGET void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int64_t in,
                                 float beta, float* y, int64_t ldy, int cols) {
+  const WT* panel = static_cast<const WT*>(panel_v);
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
@@ -56,8 +76,8 @@ FOLIO_AVX2_TARGET void TileAvx2(const float* x, int64_t ldx, const float* panel,
     c1[r] = _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < in; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(panel + k * kP);
-    const __m256 b1 = _mm256_loadu_ps(panel + k * kP + 8);
+    const __m256 b0 = LoadPanel8(panel + k * kP);
+    const __m256 b1 = LoadPanel8(panel + k * kP + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
@@ -89,16 +109,23 @@ FOLIO_AVX2_TARGET void TileAvx2(const float* x, int64_t ldx, const float* panel,
 }
 #endif  // FOLIO_HAVE_AVX2_PATH
 
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float, float*, int64_t,
+using TileFn = void (*)(const float*, int64_t, const void*, int64_t, float, float*, int64_t,
                         int);
 
+template <typename WT>
 constexpr TileFn kPortableTiles[kMaxTileRows + 1] = {
-    nullptr,          &TilePortable<1>, &TilePortable<2>, &TilePortable<3>,
-    &TilePortable<4>, &TilePortable<5>, &TilePortable<6>};
+    nullptr,
+    &TilePortable<1, WT>,
+    &TilePortable<2, WT>,
+    &TilePortable<3, WT>,
+    &TilePortable<4, WT>,
+    &TilePortable<5, WT>,
+    &TilePortable<6, WT>};
 #if FOLIO_HAVE_AVX2_PATH
-constexpr TileFn kAvx2Tiles[kMaxTileRows + 1] = {nullptr,      &TileAvx2<1>, &TileAvx2<2>,
-                                                 &TileAvx2<3>, &TileAvx2<4>, &TileAvx2<5>,
-                                                 &TileAvx2<6>};
+template <typename WT>
+constexpr TileFn kAvx2Tiles[kMaxTileRows + 1] = {
+    nullptr,          &TileAvx2<1, WT>, &TileAvx2<2, WT>, &TileAvx2<3, WT>,
+    &TileAvx2<4, WT>, &TileAvx2<5, WT>, &TileAvx2<6, WT>};
 #endif
 
 // Rows [r0, r1) against panels [p0, p1): tiles of nearly equal height (32 rows: 6 6 5 5 5 5),
@@ -114,7 +141,9 @@ void RunBlock(const TileFn* tiles, const float* x, int64_t ldx, int64_t r0, int6
     for (int64_t t = 0; t < num_tiles; ++t) {
       const int64_t left = r1 - r;
       const int h = static_cast<int>((left + (num_tiles - t) - 1) / (num_tiles - t));
-      tiles[h](x + r * ldx, ldx, w.panel(p), w.in(), beta, y + r * ldy + o0, ldy, cols);
+      const void* panel = w.is_f16() ? static_cast<const void*>(w.half_panel(p))
+                                     : static_cast<const void*>(w.panel(p));
+      tiles[h](x + r * ldx, ldx, panel, w.in(), beta, y + r * ldy + o0, ldy, cols);
       r += h;
     }
   }
@@ -122,21 +151,36 @@ void RunBlock(const TileFn* tiles, const float* x, int64_t ldx, int64_t r0, int6
 
 }  // namespace
 
-PackedMatrix::PackedMatrix(const float* w, int64_t out, int64_t in) : out_(out), in_(in) {
-  data_.assign(static_cast<size_t>(num_panels() * in * kP), 0.0f);
+PackedMatrix::PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_when_exact)
+    : out_(out), in_(in) {
+  bool f16 = f16_when_exact;
+  for (int64_t i = 0; f16 && i < out * in; ++i) {
+    const float back = HalfToFloat(FloatToHalf(w[i]));
+    f16 = back == w[i] && std::signbit(back) == std::signbit(w[i]);
+  }
+  const size_t size = static_cast<size_t>(num_panels() * in * kP);
+  if (f16) {
+    half_.assign(size, 0);
+  } else {
+    data_.assign(size, 0.0f);
+  }
   for (int64_t o = 0; o < out; ++o) {
-    float* dst = data_.data() + (o / kP) * in * kP + o % kP;
+    const int64_t first = (o / kP) * in * kP + o % kP;
     const float* src = w + o * in;
-    for (int64_t k = 0; k < in; ++k) dst[k * kP] = src[k];
+    if (f16) {
+      for (int64_t k = 0; k < in; ++k) half_[first + k * kP] = FloatToHalf(src[k]);
+    } else {
+      for (int64_t k = 0; k < in; ++k) data_[first + k * kP] = src[k];
+    }
   }
 }
 
 void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
                   float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool) {
   if (rows <= 0 || w.out() <= 0) return;
-  const TileFn* tiles = kPortableTiles;
+  const TileFn* tiles = w.is_f16() ? kPortableTiles<uint16_t> : kPortableTiles<float>;
 #if FOLIO_HAVE_AVX2_PATH
-  if (isa == CpuIsa::kAvx2) tiles = kAvx2Tiles;
+  if (isa == CpuIsa::kAvx2) tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : kAvx2Tiles<float>;
 #else
   (void)isa;
 #endif

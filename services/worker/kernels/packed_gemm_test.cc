@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/half.h"
 #include "services/worker/kernels/packed_gemm.h"
 
 namespace folio::worker::kernels {
@@ -40,11 +41,34 @@ TEST(PackedMatrixTest, PanelLayout) {
   for (int j = 4; j < 16; ++j) EXPECT_EQ(p.panel(1)[2 * 16 + j], 0.0f);
 }
 
+TEST(PackedMatrixTest, F16OnlyWhenExact) {
+  std::vector<float> w = Random(40 * 9, 3);
+  EXPECT_FALSE(PackedMatrix(w.data(), 40, 9, /*f16_when_exact=*/true).is_f16());
+  for (float& x : w) x = HalfToFloat(FloatToHalf(x));
+  EXPECT_FALSE(PackedMatrix(w.data(), 40, 9, /*f16_when_exact=*/false).is_f16());
+  const PackedMatrix half(w.data(), 40, 9, /*f16_when_exact=*/true);
+  ASSERT_TRUE(half.is_f16());
+  for (int o = 0; o < 40; ++o) {
+    for (int k = 0; k < 9; ++k) {
+      EXPECT_EQ(HalfToFloat(half.half_panel(o / 16)[k * 16 + o % 16]), w[o * 9 + k]);
+    }
+  }
+  w[17] = 1e-9f;  // below the smallest f16 subnormal: not exact, so the matrix stays f32
+  EXPECT_FALSE(PackedMatrix(w.data(), 40, 9, /*f16_when_exact=*/true).is_f16());
+}
+
 TEST(PackedLinearTest, MatchesReference) {
   ThreadPool pool(3);
-  for (const auto& [out, in] : {std::pair{13, 19}, std::pair{48, 64}, std::pair{100, 37}}) {
-    const std::vector<float> w = Random(out * in, out + in);
-    const PackedMatrix packed(w.data(), out, in);
+  const std::pair<int, int> shapes[] = {{13, 19}, {48, 64}, {100, 37}};
+  for (int shape = 0; shape < 6; ++shape) {
+    const auto [out, in] = shapes[shape / 2];
+    const bool f16 = shape % 2 == 1;  // weights that are exact f16 values pack in f16
+    std::vector<float> w = Random(out * in, out + in);
+    if (f16) {
+      for (float& v : w) v = HalfToFloat(FloatToHalf(v));
+    }
+    const PackedMatrix packed(w.data(), out, in, /*f16_when_exact=*/true);
+    ASSERT_EQ(packed.is_f16(), f16);
     for (int rows : {1, 2, 5, 6, 7, 32, 50, 101}) {
       const int ldx = in + 3, ldy = out + 2;
       const std::vector<float> x = Random(rows * ldx, rows);
@@ -58,7 +82,8 @@ TEST(PackedLinearTest, MatchesReference) {
                 double s = beta * 0.5;
                 for (int i = 0; i < in; ++i) s += double(x[r * ldx + i]) * w[o * in + i];
                 ASSERT_NEAR(y[r * ldy + o], s, 1e-4)
-                    << "out " << out << " in " << in << " rows " << rows << " beta " << beta
+                    << "out " << out << " in " << in << " f16 " << f16 << " rows " << rows
+                    << " beta " << beta
                     << " isa " << CpuIsaName(isa) << " pool " << (p != nullptr) << " at "
                     << r << "," << o;
               }

@@ -12,7 +12,6 @@
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/packed_gemm.h"
 
-
 namespace folio::worker::kernels {
 namespace {
 

@@ -58,15 +58,45 @@ CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
       isa_(options.isa),
       gemm_threading_(options.gemm_threading),
       comm_(options.communicator) {
-  k::SetGemmThreads(gemm_threading_ == GemmThreading::kKernelPool ? 1 : num_threads);
+  k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
+  const bool pack = gemm_threading_ == GemmThreading::kPacked;
+  // f16 panels (lossless: only for matrices whose every weight is an f16 value) halve the
+  // weight bytes a step streams; only the AVX2 kernel widens them in hardware.
+  const bool f16_when_exact = isa_ == k::CpuIsa::kAvx2;
+  auto linear = [pack, f16_when_exact](const float* w, int64_t out, int64_t in) {
+    Linear l;
+    l.w = w;
+    l.out = out;
+    l.in = in;
+    if (pack) l.packed = k::PackedMatrix(w, out, in, f16_when_exact);
+    return l;
+  };
+  const int64_t dim = weights_.config.dim;
+  const int64_t q_dim = weights_.q_dim();
+  const int64_t hidden = weights_.hidden_dim;
+  for (const CpuLayerWeights& w : weights_.layers) {
+    LayerLinears l;
+    l.qkv = linear(w.wqkv.data(), q_dim + 2 * weights_.kv_dim(), dim);
+    l.wo = linear(w.wo.data(), dim, q_dim);
+    l.gate_up = linear(w.w_gate_up.data(), 2 * hidden, dim);
+    l.down = linear(w.w_down.data(), dim, hidden);
+    linears_.push_back(std::move(l));
+  }
+  lm_head_ = linear(weights_.lm_head_data(), weights_.vocab.size(), dim);
 }
 
-void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
-                          int64_t out, float beta, float* y, int64_t ldy) {
-  if (gemm_threading_ == GemmThreading::kKernelPool) {
-    k::LinearOnPool(x, ldx, rows, in, w, out, beta, y, ldy, &pool_);
-  } else {
-    k::Linear(x, ldx, rows, in, w, out, beta, y, ldy);
+void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta,
+                          float* y, int64_t ldy) {
+  switch (gemm_threading_) {
+    case GemmThreading::kPacked:
+      k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
+      break;
+    case GemmThreading::kKernelPool:
+      k::LinearOnPool(x, ldx, rows, w.in, w.w, w.out, beta, y, ldy, &pool_);
+      break;
+    case GemmThreading::kOpenBlas:
+      k::Linear(x, ldx, rows, w.in, w.w, w.out, beta, y, ldy);
+      break;
   }
 }
 
@@ -180,10 +210,11 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
 
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const CpuLayerWeights& w = weights_.layers[l];
+    const LayerLinears& lin = linears_[l];
     const k::KvCacheView kv = kv_->layer(l);
     // Attention block.
     k::RmsNorm(x, dim, T, dim, w.attn_norm.data(), c.rms_norm_eps, xb, dim);
-    Gemm(xb, dim, T, dim, w.wqkv.data(), qkv_dim, 0.0f, qkv, qkv_dim);
+    Gemm(xb, dim, T, lin.qkv, 0.0f, qkv, qkv_dim);
     // q and k heads are adjacent in each qkv row, so one call rotates both.
     k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
       k::ApplyRope(qkv + b * qkv_dim, qkv_dim, e - b, positions.data() + b,
@@ -191,15 +222,15 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     });
     k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
     k::PagedAttention(attn_args, attn_seqs, kv, &pool_);
-    Gemm(attn, q_dim, T, q_dim, w.wo.data(), dim, residual_beta, x, dim);
+    Gemm(attn, q_dim, T, lin.wo, residual_beta, x, dim);
     if (absl::Status s = all_reduce_x(); !s.ok()) return s;
     // MLP block.
     k::RmsNorm(x, dim, T, dim, w.ffn_norm.data(), c.rms_norm_eps, xb, dim);
-    Gemm(xb, dim, T, dim, w.w_gate_up.data(), 2 * hidden, 0.0f, gate_up_.data(), 2 * hidden);
+    Gemm(xb, dim, T, lin.gate_up, 0.0f, gate_up_.data(), 2 * hidden);
     k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
-      k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden);
+      k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden, isa_);
     });
-    Gemm(hidden_.data(), hidden, T, hidden, w.w_down.data(), dim, residual_beta, x, dim);
+    Gemm(hidden_.data(), hidden, T, lin.down, residual_beta, x, dim);
     if (absl::Status s = all_reduce_x(); !s.ok()) return s;
   }
 
@@ -233,8 +264,7 @@ absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_row
     ++row;
   }
   if (!tensor_parallel()) {
-    Gemm(xb_.data(), dim, num_logit_rows, dim, weights_.lm_head_data(), c.vocab_size, 0.0f,
-         logits_.data(), c.vocab_size);
+    Gemm(xb_.data(), dim, num_logit_rows, lm_head_, 0.0f, logits_.data(), c.vocab_size);
     return absl::OkStatus();
   }
   if (num_logit_rows == 0) return absl::OkStatus();  // every rank sees the same step
@@ -244,8 +274,7 @@ absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_row
   const int64_t chunk = (c.vocab_size + tp - 1) / tp;
   const int64_t local_vocab = weights_.vocab.size();
   float* local = local_logits_.data();
-  Gemm(xb_.data(), dim, num_logit_rows, dim, weights_.lm_head_data(), local_vocab, 0.0f, local,
-       chunk);
+  Gemm(xb_.data(), dim, num_logit_rows, lm_head_, 0.0f, local, chunk);
   for (int64_t r = 0; r < num_logit_rows; ++r) {
     std::fill(local + r * chunk + local_vocab, local + (r + 1) * chunk, 0.0f);
   }

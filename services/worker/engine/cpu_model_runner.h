@@ -11,10 +11,15 @@
 //            needs logits -> sampling
 //
 // Owns its f32 weights (cpu_weights.h), the KV cache, a thread pool for the kernels and
-// the activation buffers. By default the GEMMs run on the same pool as the kernels (each
-// thread one slice of output features, OpenBLAS's process-wide thread count set to 1),
-// so no OpenBLAS thread spins while attention runs; GemmThreading::kOpenBlas hands them
-// to OpenBLAS's threads instead (its count set to num_threads).
+// the activation buffers. By default (GemmThreading::kPacked) every projection's weights
+// are also packed once, at creation, into the panels of Folio's own GEMM kernel
+// (packed_gemm.h), which runs on the kernels' pool: OpenBLAS would repack the weights on
+// every call. kKernelPool runs OpenBLAS sgemm on the same pool (each thread one slice of
+// output features, OpenBLAS's process-wide thread count set to 1), so no OpenBLAS thread
+// spins while attention runs; kOpenBlas hands the GEMMs to OpenBLAS's threads instead
+// (its count set to num_threads). The packed copies add to the weights' memory (half as
+// much again for a model shipped in f16, whose matrices pack losslessly in f16 on the
+// AVX2 path; as much again otherwise); the OpenBLAS modes are kept to measure against.
 // Tensor parallelism: given a Communicator of world size tp, the runner is one rank. It
 // holds only its shard of the weights (cpu_weights.h) and its KV heads, and every rank of
 // the group must Execute the same steps in the same order (the collectives pair up by
@@ -39,15 +44,17 @@
 #include "services/worker/engine/sampler.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/thread_pool.h"
 #include "services/worker/model/weights.h"
 
 namespace folio::worker {
 
-// Who runs the GEMMs' threads.
+// How the GEMMs run.
 enum class GemmThreading {
-  kOpenBlas,    // OpenBLAS's own threads (set to num_threads)
-  kKernelPool,  // the runner's pool: output features split across it, OpenBLAS at 1 thread
+  kOpenBlas,    // OpenBLAS sgemm on its own threads (set to num_threads)
+  kKernelPool,  // OpenBLAS sgemm on the runner's pool: output features split, OpenBLAS at 1 thread
+  kPacked,      // Folio's kernel on weights packed at creation, on the runner's pool
 };
 
 struct CpuModelRunnerOptions {
@@ -56,8 +63,8 @@ struct CpuModelRunnerOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;          // budget for the KV pool
   int64_t max_num_blocks = 0;                           // cap on the pool; 0 = what fits
   int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
-  kernels::CpuIsa isa = kernels::BestCpuIsa();          // attention path (tests force one)
-  GemmThreading gemm_threading = GemmThreading::kKernelPool;
+  kernels::CpuIsa isa = kernels::BestCpuIsa();          // kernels' path (tests force one)
+  GemmThreading gemm_threading = GemmThreading::kPacked;
   // The tensor-parallel group this runner is one rank of (not owned; must outlive the
   // runner). Null: the whole model on this runner.
   Communicator* communicator = nullptr;
@@ -91,9 +98,20 @@ class CpuModelRunner final : public ModelRunner {
   // [num_logit_rows, vocab_size] logits in logits_ (gathered from every rank's slice).
   absl::Status ComputeLogits(const std::vector<int64_t>& logit_rows, int64_t num_logit_rows);
 
-  // y = x . w^T (+ beta * y) on the threads gemm_threading_ names.
-  void Gemm(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
-            float beta, float* y, int64_t ldy);
+  // One projection's weights: row-major [out, in], and packed under kPacked.
+  struct Linear {
+    const float* w = nullptr;
+    int64_t out = 0;
+    int64_t in = 0;
+    kernels::PackedMatrix packed;
+  };
+  struct LayerLinears {
+    Linear qkv, wo, gate_up, down;
+  };
+
+  // y = x . w^T (+ beta * y) the way gemm_threading_ says.
+  void Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta, float* y,
+            int64_t ldy);
 
   // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
   void Reserve(int64_t num_tokens, int64_t num_logit_rows);
@@ -105,6 +123,8 @@ class CpuModelRunner final : public ModelRunner {
   const GemmThreading gemm_threading_;
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism
+  std::vector<LayerLinears> linears_;  // per layer, pointing into weights_
+  Linear lm_head_;                     // this rank's vocabulary rows
 
   // Per-step buffers, reused across steps.
   std::vector<float> x_;        // [num_tokens, dim] residual stream

@@ -1,16 +1,42 @@
 #include <cstring>
 
 #include "glog/logging.h"
+#include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/cache_ops.h"
+#include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/half.h"
 
 namespace folio::worker::kernels {
+
+namespace {
+
+void ToHalfPortable(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = FloatToHalf(src[j]);
+}
+
+#if FOLIO_HAVE_AVX2_PATH
+// vcvtps2ph rounds to nearest-even exactly as FloatToHalf does: the same bits.
+FOLIO_AVX2_TARGET void ToHalfF16c(const float* src, int64_t n, uint16_t* dst) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT));
+  }
+  ToHalfPortable(src + j, n - j, dst + j);
+}
+#endif
+
+}  // namespace
 
 const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kF32 ? "f32" : "f16"; }
 
 void WriteKv(const float* k, const float* v, int64_t row_stride,
              absl::Span<const int64_t> slots, const KvCacheView& kv) {
   const int64_t n = kv.slot_stride();
+  void (*to_half)(const float*, int64_t, uint16_t*) = &ToHalfPortable;
+#if FOLIO_HAVE_AVX2_PATH
+  if (HasF16c() && BestCpuIsa() == CpuIsa::kAvx2) to_half = &ToHalfF16c;
+#endif
   for (size_t i = 0; i < slots.size(); ++i) {
     const int64_t slot = slots[i];
     DCHECK_GE(slot, 0);
@@ -23,10 +49,8 @@ void WriteKv(const float* k, const float* v, int64_t row_stride,
     } else {
       uint16_t* kdst = static_cast<uint16_t*>(kv.k) + slot * n;
       uint16_t* vdst = static_cast<uint16_t*>(kv.v) + slot * n;
-      for (int64_t j = 0; j < n; ++j) {
-        kdst[j] = FloatToHalf(ksrc[j]);
-        vdst[j] = FloatToHalf(vsrc[j]);
-      }
+      to_half(ksrc, n, kdst);
+      to_half(vsrc, n, vdst);
     }
   }
 }

@@ -119,6 +119,34 @@ TEST_P(CacheOpsTest, WriteKvThenCopyBlocks) {
   EXPECT_NE(read(kbuf, 3 * kv.block_stride()), 0.0f);
 }
 
+TEST(WriteKvTest, F16BitsMatchFloatToHalf) {
+  // Values that need rounding, subnormals and out-of-range ones: the vectorised store
+  // (F16C, when the CPU has it) must give FloatToHalf's bits exactly.
+  KvCacheView kv;
+  kv.dtype = KvDType::kF16;
+  kv.num_blocks = 1;
+  kv.block_size = 2;
+  kv.num_kv_heads = 3;
+  kv.head_dim = 7;  // 21 values per row: two vectors of 8 and a tail
+  std::vector<uint16_t> kbuf(kv.block_stride()), vbuf(kv.block_stride());
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+  const int64_t n = kv.slot_stride();
+  std::vector<float> k(2 * n), v(2 * n);
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    k[i] = 1.0f / 3.0f * static_cast<float>(i - 20) * (i % 5 == 0 ? 1e-6f : 1.0f);
+    v[i] = i % 7 == 0 ? 70000.0f * static_cast<float>(i % 2 ? 1 : -1) : 0.1f * static_cast<float>(i);
+  }
+  const std::vector<int64_t> slots = {1, 0};
+  WriteKv(k.data(), v.data(), n, slots, kv);
+  for (int t = 0; t < 2; ++t) {
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(kbuf[slots[t] * n + j], FloatToHalf(k[t * n + j])) << t << " " << j;
+      ASSERT_EQ(vbuf[slots[t] * n + j], FloatToHalf(v[t * n + j])) << t << " " << j;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CacheOpsTest, ::testing::Values(KvDType::kF32, KvDType::kF16),
                          [](const auto& info) { return KvDTypeName(info.param); });
 

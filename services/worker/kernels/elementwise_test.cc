@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/gemm.h"
 #include "services/worker/kernels/rms_norm.h"
 #include "services/worker/kernels/rope.h"
@@ -62,13 +63,21 @@ TEST(RopeTest, RotatesAdjacentPairsPerHead) {
 }
 
 TEST(SwiGluTest, MatchesFormula) {
-  const int rows = 2, hidden = 11;
-  std::vector<float> gu = Random(rows * 2 * hidden, 4), out(rows * hidden);
-  SwiGlu(gu.data(), rows, hidden, out.data());
-  for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < hidden; ++i) {
-      const double g = gu[r * 2 * hidden + i], u = gu[r * 2 * hidden + hidden + i];
-      EXPECT_NEAR(out[r * hidden + i], g / (1 + std::exp(-g)) * u, 1e-5);
+  const int rows = 2, hidden = 37;  // vectors of 8 and a tail
+  std::vector<float> gu = Random(rows * 2 * hidden, 4);
+  gu[0] = -100.0f;  // e^-gate overflows a float: silu is -0
+  gu[1] = 100.0f;   // silu is the gate itself
+  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
+  if (BestCpuIsa() == CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  for (CpuIsa isa : isas) {
+    std::vector<float> out(rows * hidden);
+    SwiGlu(gu.data(), rows, hidden, out.data(), isa);
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < hidden; ++i) {
+        const double g = gu[r * 2 * hidden + i], u = gu[r * 2 * hidden + hidden + i];
+        const double want = g / (1 + std::exp(-g)) * u;
+        EXPECT_NEAR(out[r * hidden + i], want, 1e-5 + 1e-6 * std::abs(want)) << CpuIsaName(isa);
+      }
     }
   }
 }

@@ -25,7 +25,9 @@
 // widened to f32 in a head_dim-sized register-like buffer just before it is used).
 //
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
-// (sequence, query, kv head) items on the given pool.
+// (sequence, query, run of kv heads) items on the given pool: every kv head of a query in
+// one item when the step has rows enough for the threads, so each slot is read front to
+// back once, else fewer.
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_
 

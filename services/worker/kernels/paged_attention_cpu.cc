@@ -13,15 +13,10 @@
 #include <vector>
 
 #include "glog/logging.h"
+#include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/paged_attention.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define FOLIO_HAVE_AVX2_PATH 1
-#else
-#define FOLIO_HAVE_AVX2_PATH 0
-#endif
 
 namespace folio::worker::kernels {
 namespace {
@@ -61,8 +56,6 @@ struct PortablePrims {
 };
 
 #if FOLIO_HAVE_AVX2_PATH
-#define FOLIO_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-
 struct Avx2Prims {
   FOLIO_AVX2_TARGET static const float* Widen(const float* row, float*, int) { return row; }
   FOLIO_AVX2_TARGET static const float* Widen(const uint16_t* row, float* buf, int n) {
@@ -101,30 +94,12 @@ struct Avx2Prims {
     }
     for (; i < n; ++i) y[i] += a * x[i];
   }
-  // e^x for x <= 0 (softmax arguments), 8 lanes: Cody-Waite range reduction to
-  // r in [-ln2/2, ln2/2] and a degree-6 polynomial; relative error below 2e-7.
-  FOLIO_AVX2_TARGET static __m256 Exp(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));  // below this e^x is ~0 for softmax
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  }
   FOLIO_AVX2_TARGET static float ExpSum(float* s, int64_t n, float max) {
     const __m256 vmax = _mm256_set1_ps(max);
     __m256 acc = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
-      const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax));
+      const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax));
       _mm256_storeu_ps(s + j, e);
       acc = _mm256_add_ps(acc, e);
     }
@@ -144,7 +119,7 @@ struct Avx2Prims {
 struct Item {
   int32_t seq;
   int32_t query;
-  int32_t kv_head;
+  int32_t kv_head;  // the first of heads_per_item
 };
 
 // Per-thread scratch, grown as needed: scores [group][num_keys], a widened row [head_dim]
@@ -250,26 +225,208 @@ __attribute__((always_inline)) inline void AttendBody(const PagedAttentionArgs& 
 
 template <typename KvT>
 void AttendPortable(const PagedAttentionArgs& args, const AttentionSeq& seq, int32_t query,
-                    int32_t kv_head, const KvCacheView& kv) {
-  AttendBody<PortablePrims, KvT>(args, seq, query, kv_head, kv);
+                    int32_t head_begin, int32_t head_count, const KvCacheView& kv) {
+  for (int32_t h = head_begin; h < head_begin + head_count; ++h) {
+    AttendBody<PortablePrims, KvT>(args, seq, query, h, kv);
+  }
 }
 
 #if FOLIO_HAVE_AVX2_PATH
 template <typename KvT>
 FOLIO_AVX2_TARGET void AttendAvx2(const PagedAttentionArgs& args, const AttentionSeq& seq,
-                                  int32_t query, int32_t kv_head, const KvCacheView& kv) {
-  AttendBody<Avx2Prims, KvT>(args, seq, query, kv_head, kv);
+                                  int32_t query, int32_t head_begin, int32_t head_count,
+                                  const KvCacheView& kv) {
+  for (int32_t h = head_begin; h < head_begin + head_count; ++h) {
+    AttendBody<Avx2Prims, KvT>(args, seq, query, h, kv);
+  }
+}
+
+// The AVX2 path for head_dim a multiple of 8 and G = num_heads / num_kv_heads one of
+// 1, 2, 4, 8: G * KB = 8 (query head, key) dot products at a time, KB = 8 / G keys, in
+// eight accumulators that one horizontal-add tree turns into eight scores (instead of a
+// reduction per dot product), and values summed four keys at a time so each output
+// accumulator is loaded and stored once per four keys. The f16 rows are widened in
+// registers. One call serves kv heads [head_begin, head_begin + H) of one query: a slot
+// holds every kv head's row side by side, so walking the heads inside the row loop reads
+// each block front to back (what the hardware prefetcher follows) instead of one 64- or
+// 128-byte row per slot. Every output is the same sequence of fused multiply-adds over the keys in
+// order as in the generic body; only the score dot products are summed in another order.
+template <typename KvT>
+FOLIO_AVX2_TARGET inline __m256 Load8(const KvT* p) {
+  if constexpr (sizeof(KvT) == 2) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    return _mm256_loadu_ps(p);
+  }
+}
+
+// [sum(v[0]), sum(v[1]), ..., sum(v[7])].
+FOLIO_AVX2_TARGET inline __m256 SumEach(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [0a 1a 2a 3a | 0b 1b 2b 3b]
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [4a 5a 6a 7a | 4b 5b 6b 7b]
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+template <int G, typename KvT>
+FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const AttentionSeq& seq,
+                                         int32_t query, int32_t head_begin, int32_t H,
+                                         const KvCacheView& kv) {
+  constexpr int KB = 8 / G;
+  const int hd = kv.head_dim;
+  const int64_t block_size = kv.block_size;
+  const int64_t slot_stride = kv.slot_stride();
+  const int64_t block_stride = kv.block_stride();
+  const int64_t num_keys = static_cast<int64_t>(seq.context_len) - seq.num_queries + query + 1;
+  const int64_t row = static_cast<int64_t>(seq.query_offset) + query;
+  const int64_t heads = static_cast<int64_t>(H) * G;  // query heads of this call
+  const float* q = args.q + row * args.q_row_stride + static_cast<int64_t>(head_begin) * G * hd;
+  float* out = args.out + row * args.out_row_stride + static_cast<int64_t>(head_begin) * G * hd;
+
+  std::vector<float>& scratch = Scratch();
+  const size_t need = static_cast<size_t>(heads) * (num_keys + hd);
+  if (scratch.size() < need) scratch.resize(need);
+  float* scores = scratch.data();          // [H * G][num_keys]
+  float* acc = scores + heads * num_keys;  // [H * G][hd]
+
+  const KvT* k_base = static_cast<const KvT*>(kv.k) + static_cast<int64_t>(head_begin) * hd;
+  const KvT* v_base = static_cast<const KvT*>(kv.v) + static_cast<int64_t>(head_begin) * hd;
+  const int span = H * hd;  // elements of one slot this call reads
+  const __m256 vscale = _mm256_set1_ps(args.scale);
+
+  // Pass 1: scores.
+  int64_t next_prefetch = 0;
+  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
+    const int64_t rows = std::min(block_size, num_keys - first);
+    const KvT* k_block = k_base + seq.block_table[b] * block_stride;
+    for (int64_t r = 0; r < rows; r += KB) {
+      if (first + r >= next_prefetch) {
+        const int64_t from = next_prefetch + kPrefetchAhead;
+        PrefetchRows(k_base, seq.block_table, block_size, block_stride, slot_stride, span, from,
+                     std::min(num_keys, from + kPrefetchRows));
+        next_prefetch += kPrefetchRows;
+      }
+      const int64_t n = std::min<int64_t>(KB, rows - r);
+      const KvT* krow[KB];
+#pragma GCC unroll 8
+      for (int i = 0; i < KB; ++i) krow[i] = k_block + (r + std::min<int64_t>(i, n - 1)) * slot_stride;
+      for (int h = 0; h < H; ++h) {
+        const float* qh = q + static_cast<int64_t>(h) * G * hd;
+        __m256 dot[8];
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) dot[v] = _mm256_setzero_ps();
+        for (int c = 0; c < hd; c += 8) {
+#pragma GCC unroll 8
+          for (int i = 0; i < KB; ++i) {
+            const __m256 kc = Load8(krow[i] + h * hd + c);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) {
+              dot[g * KB + i] =
+                  _mm256_fmadd_ps(kc, _mm256_loadu_ps(qh + g * hd + c), dot[g * KB + i]);
+            }
+          }
+        }
+        alignas(32) float sums[8];
+        _mm256_store_ps(sums, _mm256_mul_ps(SumEach(dot), vscale));
+        float* sh = scores + static_cast<int64_t>(h) * G * num_keys + first + r;
+        for (int g = 0; g < G; ++g) {
+          for (int64_t i = 0; i < n; ++i) sh[g * num_keys + i] = sums[g * KB + i];
+        }
+      }
+    }
+  }
+  // Softmax per query head.
+  for (int64_t g = 0; g < heads; ++g) {
+    float* s = scores + g * num_keys;
+    float max = s[0];
+    for (int64_t j = 1; j < num_keys; ++j) max = std::max(max, s[j]);
+    const float inv = 1.0f / Avx2Prims::ExpSum(s, num_keys, max);
+    for (int64_t j = 0; j < num_keys; ++j) s[j] *= inv;
+  }
+  // Pass 2: weighted sum of values, four keys at a time (a missing key weighs 0).
+  std::fill(acc, acc + heads * hd, 0.0f);
+  next_prefetch = 0;
+  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
+    const int64_t rows = std::min(block_size, num_keys - first);
+    const KvT* v_block = v_base + seq.block_table[b] * block_stride;
+    for (int64_t r = 0; r < rows; r += 4) {
+      if (first + r >= next_prefetch) {
+        const int64_t from = next_prefetch + kPrefetchAhead;
+        PrefetchRows(v_base, seq.block_table, block_size, block_stride, slot_stride, span, from,
+                     std::min(num_keys, from + kPrefetchRows));
+        next_prefetch += kPrefetchRows;
+      }
+      const int64_t n = std::min<int64_t>(4, rows - r);
+      const KvT* vrow[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) vrow[i] = v_block + (r + std::min<int64_t>(i, n - 1)) * slot_stride;
+      for (int h = 0; h < H; ++h) {
+        const float* sh = scores + static_cast<int64_t>(h) * G * num_keys + first + r;
+        float* ah = acc + static_cast<int64_t>(h) * G * hd;
+        __m256 p[G][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) p[g][i] = _mm256_set1_ps(i < n ? sh[g * num_keys + i] : 0.0f);
+        }
+        for (int c = 0; c < hd; c += 8) {
+          const int64_t o = static_cast<int64_t>(h) * hd + c;
+          const __m256 v0 = Load8(vrow[0] + o), v1 = Load8(vrow[1] + o);
+          const __m256 v2 = Load8(vrow[2] + o), v3 = Load8(vrow[3] + o);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) {
+            __m256 a = _mm256_loadu_ps(ah + g * hd + c);
+            a = _mm256_fmadd_ps(p[g][0], v0, a);
+            a = _mm256_fmadd_ps(p[g][1], v1, a);
+            a = _mm256_fmadd_ps(p[g][2], v2, a);
+            a = _mm256_fmadd_ps(p[g][3], v3, a);
+            _mm256_storeu_ps(ah + g * hd + c, a);
+          }
+        }
+      }
+    }
+  }
+  std::memcpy(out, acc, sizeof(float) * heads * hd);
 }
 #endif
 
+// (args, seq, query, first kv head, kv head count, kv)
 using AttendFn = void (*)(const PagedAttentionArgs&, const AttentionSeq&, int32_t, int32_t,
-                          const KvCacheView&);
+                          int32_t, const KvCacheView&);
 
-AttendFn PickAttendFn(CpuIsa isa, KvDType dtype) {
+template <typename KvT>
+AttendFn PickBlocked(int group) {
+#if FOLIO_HAVE_AVX2_PATH
+  switch (group) {
+    case 1:
+      return &AttendAvx2Blocked<1, KvT>;
+    case 2:
+      return &AttendAvx2Blocked<2, KvT>;
+    case 4:
+      return &AttendAvx2Blocked<4, KvT>;
+    case 8:
+      return &AttendAvx2Blocked<8, KvT>;
+  }
+#endif
+  (void)group;
+  return nullptr;
+}
+
+AttendFn PickAttendFn(CpuIsa isa, KvDType dtype, int group, int head_dim) {
 #if FOLIO_HAVE_AVX2_PATH
   if (isa == CpuIsa::kAvx2) {
+    if (head_dim % 8 == 0) {
+      AttendFn blocked = dtype == KvDType::kF16 ? PickBlocked<uint16_t>(group) : PickBlocked<float>(group);
+      if (blocked != nullptr) return blocked;
+    }
     return dtype == KvDType::kF16 ? &AttendAvx2<uint16_t> : &AttendAvx2<float>;
   }
+#else
+  (void)group;
+  (void)head_dim;
 #endif
   return dtype == KvDType::kF16 ? &AttendPortable<uint16_t> : &AttendPortable<float>;
 }
@@ -281,20 +438,32 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   CHECK_GT(kv.num_kv_heads, 0);
   CHECK_EQ(args.num_heads % kv.num_kv_heads, 0)
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
+  // An item is one query row and a run of its kv heads: all of them when there are
+  // enough rows to keep every thread busy (each slot is then read front to back once),
+  // fewer when there are few rows (batch-1 decode still spreads over the pool).
+  int64_t num_rows = 0;
+  for (const AttentionSeq& s : seqs) num_rows += s.num_queries;
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  int32_t heads_per_item = kv.num_kv_heads;
+  while (heads_per_item > 1 && heads_per_item % 2 == 0 &&
+         num_rows * (kv.num_kv_heads / heads_per_item) < 4 * threads) {
+    heads_per_item /= 2;
+  }
   std::vector<Item> items;
   for (size_t s = 0; s < seqs.size(); ++s) {
     DCHECK_GE(seqs[s].context_len, seqs[s].num_queries);
     for (int32_t i = 0; i < seqs[s].num_queries; ++i) {
-      for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
+      for (int32_t h = 0; h < kv.num_kv_heads; h += heads_per_item) {
         items.push_back({static_cast<int32_t>(s), i, h});
       }
     }
   }
-  const AttendFn attend = PickAttendFn(args.isa, kv.dtype);
+  const AttendFn attend =
+      PickAttendFn(args.isa, kv.dtype, args.num_heads / kv.num_kv_heads, kv.head_dim);
   ParallelFor(pool, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Item& it = items[i];
-      attend(args, seqs[it.seq], it.query, it.kv_head, kv);
+      attend(args, seqs[it.seq], it.query, it.kv_head, heads_per_item, kv);
     }
   });
 }

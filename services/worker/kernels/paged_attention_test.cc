@@ -69,13 +69,11 @@ using Param = std::tuple<int /*block_size*/, int /*head_dim*/, int /*gqa*/, KvDT
 
 class PagedAttentionTest : public ::testing::TestWithParam<Param> {};
 
-TEST_P(PagedAttentionTest, MatchesContiguousReference) {
-  const auto [block_size, head_dim, gqa, dtype, isa] = GetParam();
-  if (isa == CpuIsa::kAvx2 && BestCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
-  const int num_kv_heads = 2;
+// Runs one batch of `cases` through PagedAttention on a pool of two threads and compares
+// every output row with the double-precision reference.
+void CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype, CpuIsa isa,
+                           int num_kv_heads, const std::vector<SeqCase>& cases) {
   const int num_heads = num_kv_heads * gqa;
-  const std::vector<SeqCase> cases = {{37, 1}, {1, 1}, {23, 23}, {50, 9}, {block_size, 1},
-                                      {2 * block_size + 1, block_size + 1}};
 
   std::mt19937 rng(block_size * 1000 + head_dim * 10 + gqa);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -177,6 +175,32 @@ TEST_P(PagedAttentionTest, MatchesContiguousReference) {
             << "seq " << s << " query " << i << " element " << j;
       }
       EXPECT_EQ(r[q_width], -7.0f) << "wrote past the row";
+    }
+  }
+}
+
+TEST_P(PagedAttentionTest, MatchesContiguousReference) {
+  const auto [block_size, head_dim, gqa, dtype, isa] = GetParam();
+  if (isa == CpuIsa::kAvx2 && BestCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
+  CheckAgainstReference(block_size, head_dim, gqa, dtype, isa, /*num_kv_heads=*/2,
+                        {{37, 1}, {1, 1}, {23, 23}, {50, 9}, {block_size, 1},
+                         {2 * block_size + 1, block_size + 1}});
+}
+
+TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
+  // One or two decode rows with four kv heads leave too few items for whole-query work,
+  // so the heads are split across items; groups of 3 and 8 take the generic and the
+  // widest blocked AVX2 bodies.
+  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
+  if (BestCpuIsa() == CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  for (CpuIsa isa : isas) {
+    for (int gqa : {3, 8}) {
+      for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
+        SCOPED_TRACE(std::string(CpuIsaName(isa)) + " gqa " + std::to_string(gqa) + " " +
+                     KvDTypeName(dtype));
+        CheckAgainstReference(16, 64, gqa, dtype, isa, /*num_kv_heads=*/4, {{70, 1}});
+        CheckAgainstReference(16, 64, gqa, dtype, isa, /*num_kv_heads=*/4, {{5, 1}, {33, 1}});
+      }
     }
   }
 }

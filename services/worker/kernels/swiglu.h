@@ -5,11 +5,15 @@
 
 #include <cstdint>
 
+#include "services/worker/kernels/cpu_isa.h"
+
 namespace folio::worker::kernels {
 
 // gate_up: [rows, 2 * hidden] as the fused gate/up projection writes it: gate in columns
 // [0, hidden), up in [hidden, 2 * hidden). out: [rows, hidden].
-void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out);
+// isa: the AVX2 path computes e^-gate with a polynomial (relative error below 2e-7).
+void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out,
+            CpuIsa isa = BestCpuIsa());
 
 }  // namespace folio::worker::kernels
 

@@ -1,18 +1,46 @@
 #include <cmath>
 
+#include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/swiglu.h"
 
 namespace folio::worker::kernels {
+namespace {
 
-void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out) {
+void SwiGluPortable(const float* gate, const float* up, int64_t n, float* o) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    o[i] = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+#if FOLIO_HAVE_AVX2_PATH
+FOLIO_AVX2_TARGET void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* o) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  SwiGluPortable(gate + i, up + i, n - i, o + i);
+}
+#endif
+
+}  // namespace
+
+void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out, CpuIsa isa) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = gate_up + r * 2 * hidden;
     const float* up = gate + hidden;
     float* o = out + r * hidden;
-    for (int64_t i = 0; i < hidden; ++i) {
-      const float g = gate[i];
-      o[i] = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
+#if FOLIO_HAVE_AVX2_PATH
+    if (isa == CpuIsa::kAvx2) {
+      SwiGluAvx2(gate, up, hidden, o);
+      continue;
     }
+#endif
+    SwiGluPortable(gate, up, hidden, o);
   }
 }
 

@@ -35,6 +35,10 @@ void ThreadPool::WorkerLoop() {
       mu_.Await(absl::Condition(&ready));
       if (stop_) return;
       seen = generation_;
+      // Woken after the caller had run every chunk itself (a busy machine may keep a
+      // worker off the CPU that long): nothing left, and the caller is not waiting.
+      if (closed_) continue;
+      ++busy_workers_;
     }
     RunChunks();
     {
@@ -58,11 +62,14 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     n_ = n;
     grain_ = grain;
     next_.store(0, std::memory_order_relaxed);
-    busy_workers_ = static_cast<int>(workers_.size());
+    closed_ = false;
     ++generation_;
   }
   RunChunks();
+  // Every chunk is claimed now. Wait only for the workers that joined the loop: one that
+  // has not woken yet would find nothing to do.
   absl::MutexLock lock(&mu_);
+  closed_ = true;
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return busy_workers_ == 0; };
   mu_.Await(absl::Condition(&done));
   fn_ = nullptr;

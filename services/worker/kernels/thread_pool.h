@@ -1,7 +1,8 @@
 // ThreadPool: a small fixed pool that runs data-parallel loops for the CPU kernels.
 //
 // The calling thread takes part in every loop, so a pool of N threads starts N - 1
-// workers. Idle workers block in absl::Mutex::Await (no busy-waiting), which matters on
+// workers, and waits at the end only for workers that took part: on a busy machine a
+// worker woken late finds the loop done and the caller gone on. Idle workers block in absl::Mutex::Await (no busy-waiting), which matters on
 // machines shared with other processes and with OpenBLAS's own threads: kernels and
 // GEMMs never run at the same time, so each may use all cores in turn.
 //
@@ -45,8 +46,11 @@ class ThreadPool {
   absl::Mutex mu_;
   // Bumped for each loop; a worker runs a loop once when it sees a new generation.
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // Workers still inside the current loop; the caller waits for 0.
+  // Workers inside the current loop; the caller waits for 0 once it has closed the loop.
   int busy_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by the caller when every chunk of the current loop is claimed: workers that see
+  // the loop only then skip it.
+  bool closed_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // The current loop. Written by the caller under mu_ before the generation bump and
   // read by workers after they observed it (under mu_), so plain fields suffice.

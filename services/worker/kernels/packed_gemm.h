@@ -1,0 +1,65 @@
+// Linear layers on weights packed once, at load time, for Folio's own GEMM microkernel.
+//
+// OpenBLAS repacks the weight matrix on every sgemm call; with a step's few token rows
+// (decode: one row per sequence) that repacking streams every weight twice and took a
+// fifth of a serving run's time. A PackedMatrix stores W [out, in] as panels of
+// kPanel = 16 output features, each panel k-major:
+//
+//   panel p, element (k, j) = W[p * 16 + j, k]      at data[(p * in + k) * 16 + j]
+//   (the last panel is zero-padded to 16 features)
+//
+// (in f16, two bytes per weight, when every weight of the matrix is exactly an f16 value,
+// as in a model shipped in f16: half the memory traffic, the same products),
+// so the microkernel reads one panel front to back, two 8-float vectors per k, and
+// multiplies them by up to 6 token rows at once (a 6 x 16 tile of accumulators in
+// registers). Each output element is one chain of fused multiply-adds over k in order,
+// whatever the batch: results do not depend on how many rows a step has.
+//
+// Immutable after construction; PackedLinear is thread-safe for disjoint outputs.
+#ifndef FOLIO_SERVICES_WORKER_KERNELS_PACKED_GEMM_H_
+#define FOLIO_SERVICES_WORKER_KERNELS_PACKED_GEMM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/thread_pool.h"
+
+namespace folio::worker::kernels {
+
+class PackedMatrix {
+ public:
+  static constexpr int kPanel = 16;
+
+  PackedMatrix() = default;
+  // Packs w, row-major [out, in]; in f16 when f16_when_exact and every weight converts to
+  // f16 and back unchanged, else in f32.
+  PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_when_exact = false);
+
+  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }
+  int64_t num_panels() const { return (out_ + kPanel - 1) / kPanel; }
+  bool is_f16() const { return !half_.empty(); }
+  // Panel p's [in][16] weights, in f32 (!is_f16()) or as f16 bit patterns (is_f16()).
+  const float* panel(int64_t p) const { return data_.data() + p * in_ * kPanel; }
+  const uint16_t* half_panel(int64_t p) const { return half_.data() + p * in_ * kPanel; }
+  int64_t size_bytes() const {
+    return static_cast<int64_t>(data_.size() * sizeof(float) + half_.size() * sizeof(uint16_t));
+  }
+
+ private:
+  int64_t out_ = 0;
+  int64_t in_ = 0;
+  std::vector<float> data_;     // f32 panels, or empty
+  std::vector<uint16_t> half_;  // f16 panels, or empty
+};
+
+// y = x . W^T + beta * y for x [rows, w.in()] (row stride ldx) and y [rows, w.out()] (row
+// stride ldy); beta = 0 never reads y. Work is split over (row block, panel range) items
+// on `pool` (null: the caller alone). `isa` picks the AVX2/FMA or the portable kernel.
+void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
+                  float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool);
+
+}  // namespace folio::worker::kernels
+
+#endif  // FOLIO_SERVICES_WORKER_KERNELS_PACKED_GEMM_H_

@@ -1,0 +1,205 @@
+// The packed-weight GEMM: a 6 x 16 register tile (AVX2/FMA, chosen at run time from
+// CpuIsa) or the same loops in plain C++ for the portable path.
+//
+// Blocking: rows are taken kRowBlock at a time (their x rows, at most 48 x in floats,
+// stay in L2 while the panels stream past) and each panel is applied to every row tile
+// of the block before the next panel (a panel, 16 x in floats, stays in L1/L2 for the
+// block's tiles). Each weight is read from memory once per row block.
+#include <algorithm>
+#include <cmath>
+
+#include "services/worker/kernels/avx2_math.h"
+#include "services/worker/kernels/half.h"
+#include "services/worker/kernels/packed_gemm.h"
+
+namespace folio::worker::kernels {
+namespace {
+
+constexpr int kP = PackedMatrix::kPanel;
+constexpr int kMaxTileRows = 6;
+constexpr int64_t kRowBlock = 48;
+
+// y[r, j] = tile[r][j] + beta * y[r, j], r < rows, j < cols (beta 0: y is not read).
+inline void StoreTile(const float (*tile)[kP], int rows, int cols, float beta, float* y,
+                      int64_t ldy) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    if (beta == 0.0f) {
+      for (int j = 0; j < cols; ++j) yr[j] = tile[r][j];
+    } else {
+      for (int j = 0; j < cols; ++j) yr[j] = tile[r][j] + beta * yr[j];
+    }
+  }
+}
+
+inline const float* PanelRow(const float* panel, int64_t k, float*) { return panel + k * kP; }
+inline const float* PanelRow(const uint16_t* panel, int64_t k, float* buf) {
+  for (int j = 0; j < kP; ++j) buf[j] = HalfToFloat(panel[k * kP + j]);
+  return buf;
+}
+
+template <int R, typename WT>
+void TilePortable(const float* x, int64_t ldx, const void* panel_v, int64_t in, float beta,
+                  float* y, int64_t ldy, int cols) {
+  const WT* panel = static_cast<const WT*>(panel_v);
+  float acc[R][kP] = {};
+  float buf[kP];
+  for (int64_t k = 0; k < in; ++k) {
+    const float* b = PanelRow(panel, k, buf);
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * ldx + k];
+      for (int j = 0; j < kP; ++j) acc[r][j] += a * b[j];
+    }
+  }
+  StoreTile(acc, R, cols, beta, y, ldy);
+}
+
+#if FOLIO_HAVE_AVX2_PATH
+template <typename WT>
+FOLIO_AVX2_TARGET inline __m256 LoadPanel8(const WT* p) {
+  if constexpr (sizeof(WT) == 2) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    return _mm256_loadu_ps(p);
+  }
+}
+
+template <int R, typename WT>
+FOLIO_AVX2_TARGET void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int64_t in,
+                                float beta, float* y, int64_t ldy, int cols) {
+  const WT* panel = static_cast<const WT*>(panel_v);
+  __m256 c0[R], c1[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    c0[r] = _mm256_setzero_ps();
+    c1[r] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < in; ++k) {
+    const __m256 b0 = LoadPanel8(panel + k * kP);
+    const __m256 b1 = LoadPanel8(panel + k * kP + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+      c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
+    }
+  }
+  if (cols == kP) {
+    const __m256 vbeta = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      float* yr = y + r * ldy;
+      if (beta != 0.0f) {
+        c0[r] = _mm256_fmadd_ps(vbeta, _mm256_loadu_ps(yr), c0[r]);
+        c1[r] = _mm256_fmadd_ps(vbeta, _mm256_loadu_ps(yr + 8), c1[r]);
+      }
+      _mm256_storeu_ps(yr, c0[r]);
+      _mm256_storeu_ps(yr + 8, c1[r]);
+    }
+    return;
+  }
+  alignas(32) float tile[R][kP];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(tile[r], c0[r]);
+    _mm256_store_ps(tile[r] + 8, c1[r]);
+  }
+  StoreTile(tile, R, cols, beta, y, ldy);
+}
+#endif  // FOLIO_HAVE_AVX2_PATH
+
+using TileFn = void (*)(const float*, int64_t, const void*, int64_t, float, float*, int64_t,
+                        int);
+
+template <typename WT>
+constexpr TileFn kPortableTiles[kMaxTileRows + 1] = {
+    nullptr,
+    &TilePortable<1, WT>,
+    &TilePortable<2, WT>,
+    &TilePortable<3, WT>,
+    &TilePortable<4, WT>,
+    &TilePortable<5, WT>,
+    &TilePortable<6, WT>};
+#if FOLIO_HAVE_AVX2_PATH
+template <typename WT>
+constexpr TileFn kAvx2Tiles[kMaxTileRows + 1] = {
+    nullptr,          &TileAvx2<1, WT>, &TileAvx2<2, WT>, &TileAvx2<3, WT>,
+    &TileAvx2<4, WT>, &TileAvx2<5, WT>, &TileAvx2<6, WT>};
+#endif
+
+// Rows [r0, r1) against panels [p0, p1): tiles of nearly equal height (32 rows: 6 6 5 5 5 5),
+// so no tile is left with one or two rows to carry a whole panel's loads.
+void RunBlock(const TileFn* tiles, const float* x, int64_t ldx, int64_t r0, int64_t r1,
+              const PackedMatrix& w, int64_t p0, int64_t p1, float beta, float* y, int64_t ldy) {
+  const int64_t rows = r1 - r0;
+  const int64_t num_tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t o0 = p * kP;
+    const int cols = static_cast<int>(std::min<int64_t>(kP, w.out() - o0));
+    int64_t r = r0;
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t left = r1 - r;
+      const int h = static_cast<int>((left + (num_tiles - t) - 1) / (num_tiles - t));
+      const void* panel = w.is_f16() ? static_cast<const void*>(w.half_panel(p))
+                                     : static_cast<const void*>(w.panel(p));
+      tiles[h](x + r * ldx, ldx, panel, w.in(), beta, y + r * ldy + o0, ldy, cols);
+      r += h;
+    }
+  }
+}
+
+}  // namespace
+
+PackedMatrix::PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_when_exact)
+    : out_(out), in_(in) {
+  bool f16 = f16_when_exact;
+  for (int64_t i = 0; f16 && i < out * in; ++i) {
+    const float back = HalfToFloat(FloatToHalf(w[i]));
+    f16 = back == w[i] && std::signbit(back) == std::signbit(w[i]);
+  }
+  const size_t size = static_cast<size_t>(num_panels() * in * kP);
+  if (f16) {
+    half_.assign(size, 0);
+  } else {
+    data_.assign(size, 0.0f);
+  }
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t first = (o / kP) * in * kP + o % kP;
+    const float* src = w + o * in;
+    if (f16) {
+      for (int64_t k = 0; k < in; ++k) half_[first + k * kP] = FloatToHalf(src[k]);
+    } else {
+      for (int64_t k = 0; k < in; ++k) data_[first + k * kP] = src[k];
+    }
+  }
+}
+
+void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
+                  float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool) {
+  if (rows <= 0 || w.out() <= 0) return;
+  const TileFn* tiles = w.is_f16() ? kPortableTiles<uint16_t> : kPortableTiles<float>;
+#if FOLIO_HAVE_AVX2_PATH
+  if (isa == CpuIsa::kAvx2) tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : kAvx2Tiles<float>;
+#else
+  (void)isa;
+#endif
+  const int64_t num_panels = w.num_panels();
+  const int64_t num_row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  // A few panel ranges per thread, claimed dynamically, even out a core that is busy
+  // with something else.
+  const int64_t num_ranges = std::min<int64_t>(num_panels, threads == 1 ? 1 : threads * 4);
+  const int64_t range = (num_panels + num_ranges - 1) / num_ranges;
+  const int64_t ranges = (num_panels + range - 1) / range;
+  ParallelFor(threads == 1 ? nullptr : pool, num_row_blocks * ranges, 1,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t item = begin; item < end; ++item) {
+                  const int64_t rb = item / ranges;
+                  const int64_t p0 = (item % ranges) * range;
+                  RunBlock(tiles, x, ldx, rb * kRowBlock, std::min(rows, (rb + 1) * kRowBlock),
+                           w, p0, std::min(num_panels, p0 + range), beta, y, ldy);
+                }
+              });
+}
+
+}  // namespace folio::worker::kernels

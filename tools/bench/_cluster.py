@@ -42,6 +42,27 @@ def default_model(name=MODEL_NAME):
     return None
 
 
+def add_cluster_args(parser):
+    """--model, --bin_dir and --threads, the flags every driver's cluster takes."""
+    parser.add_argument("--model", default=None,
+                        help=f"GGUF file (default: $FOLIO_MODELS_DIR/{MODEL_NAME}, else "
+                             f"../shared/models/{MODEL_NAME})")
+    parser.add_argument("--bin_dir", default=DEFAULT_BIN_DIR)
+    parser.add_argument("--threads", type=int, default=2)
+
+
+def find_model(args):
+    """Sets args.model to the default model when none was given; False (after saying why)
+    when there is no such file."""
+    args.model = args.model or default_model()
+    if args.model and os.path.exists(args.model):
+        return True
+    log(f"no model at {args.model}: pass --model=FILE, or set FOLIO_MODELS_DIR to a folder "
+        f"holding {MODEL_NAME}" if args.model else
+        f"no model: pass --model=FILE, or set FOLIO_MODELS_DIR to a folder holding {MODEL_NAME}")
+    return False
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -167,19 +167,25 @@ def draw_plots(out_dir, results):
         pts = sorted((f["rate"], f[key]) for f in runs[policy] if f[key] is not None)
         return [p[0] for p in pts], [p[1] for p in pts]
 
+    def save(fig, name):
+        fig.tight_layout()
+        paths.append(os.path.join(out_dir, name))
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    def against_rate(ax, ylabel, title):
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for p in runs:
         x, y = by_rate(p, "request_throughput")
         ax.plot(x, y, "o-", color=colors.get(p), label=p)
-    ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("request throughput (req/s)")
-    ax.set_title("Throughput")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "throughput.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    against_rate(ax, "request throughput (req/s)", "Throughput")
+    save(fig, "throughput.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     bound = summary["latency_bound_ms_per_token"]
@@ -190,16 +196,10 @@ def draw_plots(out_dir, results):
         if s["sustained_kind"] == "crossed":
             ax.axvline(s["sustained_rate"], color=colors.get(p), ls=":", alpha=0.7)
     ax.axhline(bound, color="gray", ls="--", label=f"bound {bound:.1f} ms/token")
-    ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("normalized latency (ms/token)")
     ax.set_yscale("log")
-    ax.set_title("Normalized latency (end-to-end / output tokens)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "latency.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    against_rate(ax, "normalized latency (ms/token)",
+                 "Normalized latency (end-to-end / output tokens)")
+    save(fig, "latency.png")
 
     # KV usage and slot utilization over time, at the highest rate both policies ran.
     rate = max(set.intersection(*[{f["rate"] for f in runs[p]} for p in runs]))
@@ -224,21 +224,14 @@ def draw_plots(out_dir, results):
         lines2 = ax2.get_legend_handles_labels()
         ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("time since the first request (s)")
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "memory.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "memory.png")
     return paths
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin_dir", default=_cluster.DEFAULT_BIN_DIR)
-    p.add_argument("--model", default=None,
-                   help=f"GGUF file (default: $FOLIO_MODELS_DIR/{_cluster.MODEL_NAME}, else "
-                        f"../shared/models/{_cluster.MODEL_NAME})")
-    p.add_argument("--threads", type=int, default=2)
+    _cluster.add_cluster_args(p)
     p.add_argument("--kv_cache_bytes", default="64MiB")
     p.add_argument("--max_model_len", type=int, default=2048)
     p.add_argument("--block_size", type=int, default=16)
@@ -288,10 +281,7 @@ def main():
             log(f"wrote {path}")
         return 0
 
-    args.model = args.model or _cluster.default_model()
-    if not args.model or not os.path.exists(args.model):
-        log("no model: pass --model, or set FOLIO_MODELS_DIR to a folder holding "
-            f"{_cluster.MODEL_NAME}")
+    if not _cluster.find_model(args):
         return 2
     date = datetime.datetime.now(datetime.timezone.utc)
     out_dir = args.out or os.path.join("bench-results", "paper-" + date.strftime("%Y%m%d-%H%M%S"))

@@ -136,11 +136,7 @@ def measure_cost(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None,
-                   help=f"GGUF file (default: $FOLIO_MODELS_DIR/{_cluster.MODEL_NAME}, else "
-                        f"../shared/models/{_cluster.MODEL_NAME})")
-    p.add_argument("--bin_dir", default=_cluster.DEFAULT_BIN_DIR)
-    p.add_argument("--threads", type=int, default=2)
+    _cluster.add_cluster_args(p)
     p.add_argument("--prefix_len", type=int, default=1000)
     p.add_argument("--suffix_len", type=int, default=32)
     p.add_argument("--output_len", type=int, default=16)
@@ -157,9 +153,7 @@ def main():
     p.add_argument("--skip_callgrind", action="store_true")
     p.add_argument("--out", help="write the figures here as JSON")
     args = p.parse_args()
-    args.model = args.model or _cluster.default_model()
-    if not args.model or not os.path.exists(args.model):
-        _cluster.log(f"no model at {args.model}; pass --model=FILE")
+    if not _cluster.find_model(args):
         return 2
     results = {"model": args.model}
     ok = True

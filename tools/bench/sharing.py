@@ -91,11 +91,7 @@ def pct(x):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None,
-                   help=f"GGUF file (default: $FOLIO_MODELS_DIR/{_cluster.MODEL_NAME}, else "
-                        f"../shared/models/{_cluster.MODEL_NAME})")
-    p.add_argument("--bin_dir", default=_cluster.DEFAULT_BIN_DIR)
-    p.add_argument("--threads", type=int, default=2)
+    _cluster.add_cluster_args(p)
     p.add_argument("--kv_cache_bytes", default="256MiB")
     p.add_argument("--num_requests", type=int, default=32)
     p.add_argument("--request_rate", default="inf")
@@ -106,9 +102,7 @@ def main():
     p.add_argument("--workloads", default="parallel-sampling,beam")
     p.add_argument("--out", help="write the figures here as JSON")
     args = p.parse_args()
-    args.model = args.model or _cluster.default_model()
-    if not args.model or not os.path.exists(args.model):
-        _cluster.log(f"no model at {args.model}; pass --model=FILE")
+    if not _cluster.find_model(args):
         return 2
 
     results = {"model": args.model, "threads": args.threads,

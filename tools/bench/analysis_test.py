@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The arithmetic of sharing.py and prefix.py on hand-made inputs (no cluster)."""
+"""The arithmetic of sharing.py and prefix.py on hand-made inputs, and _cluster.py's helpers
+(no cluster is started)."""
 
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -11,42 +13,68 @@ import prefix  # noqa: E402
 import sharing  # noqa: E402
 
 
-def scrape(used, shared, seqs, forks=0, cow=0, peak=0):
-    return {sharing.USED: used, sharing.SHARED: shared, sharing.SEQS: seqs,
-            sharing.FORKS: forks, sharing.COW: cow, sharing.PEAK: peak}
+def point(t, used, shared, seqs):
+    """One entry of folio-bench's server_metrics.series."""
+    return {"t_s": t, "in_flight": 1 if seqs else 0, sharing.USED: used, sharing.SHARED: shared,
+            sharing.SEQS: seqs}
 
 
-class ParsePrometheusTest(unittest.TestCase):
-    def test_names_values_and_label_sets_summed(self):
-        text = ("# HELP folio_cachemgr_blocks_used Blocks in use.\n"
-                "# TYPE folio_cachemgr_blocks_used gauge\n"
-                "folio_cachemgr_blocks_used 12\n"
-                'folio_x{rank="0",note="a b"} 2.5\n'
-                'folio_x{rank="1"} 1.5 1700000000\n'
-                "folio_y NaN\n"
+def counters(forks=0, cow=0, peak=0):
+    return {sharing.FORKS: forks, sharing.COW: cow, sharing.PEAK: peak}
+
+
+class ClusterHelpersTest(unittest.TestCase):
+    def test_counter_values_reads_only_the_named_unlabelled_samples(self):
+        text = ("# HELP folio_cachemgr_forks_total Forks.\n"
+                "# TYPE folio_cachemgr_forks_total counter\n"
+                "folio_cachemgr_forks_total 12\n"
+                "folio_cachemgr_forks_total_other 99\n"
+                'folio_cachemgr_cow_copies_total{rank="0"} 3\n'
+                "folio_cachemgr_blocks_used_peak 40.5\n"
                 "\n")
-        m = _cluster.parse_prometheus(text)
-        self.assertEqual(m["folio_cachemgr_blocks_used"], 12)
-        self.assertEqual(m["folio_x"], 4.0)
-        self.assertNotIn("# HELP", m)
-        self.assertIn("folio_y", m)  # NaN parses; it is a float
+        m = _cluster.counter_values(text, [sharing.FORKS, sharing.PEAK, sharing.COW])
+        self.assertEqual(m, {sharing.FORKS: 12.0, sharing.PEAK: 40.5})
+
+    def test_metrics_args(self):
+        self.assertEqual(_cluster.metrics_args("http://h:1/metrics", 100, ["a", "b"]),
+                         ["--metrics_url=http://h:1/metrics", "--metrics_interval_ms=100",
+                          "--metrics_gauges=a,b"])
+        self.assertEqual(len(_cluster.metrics_args("http://h:1/metrics", 250)), 2)
+
+    def test_series_of_a_result(self):
+        self.assertEqual(_cluster.series({"server_metrics": {"series": [{"t_s": 1}]}}),
+                         [{"t_s": 1}])
+        self.assertEqual(_cluster.series({}), [])
+
+    def test_a_cluster_that_cannot_start_raises_with_its_log(self):
+        with tempfile.TemporaryDirectory() as d:
+            c = _cluster.Cluster(os.path.join(d, "no-bin"), ["--model=/nonexistent.gguf"], d,
+                                 "broken", startup_timeout_s=60)
+            with self.assertRaises(RuntimeError) as e:
+                with c:
+                    self.fail("the block ran without a cluster")
+            self.assertIn("did not start", str(e.exception))
+            self.assertIn("broken.serve.log", str(e.exception))
+            self.assertTrue(c.log_file.closed)
+            self.assertIsNotNone(c.proc.returncode)
 
 
 class SharingSummaryTest(unittest.TestCase):
     def test_saved_fraction(self):
-        self.assertAlmostEqual(sharing.saved_fraction(scrape(30, 10, 1)), 0.25)
-        self.assertIsNone(sharing.saved_fraction(scrape(0, 0, 0)))
+        self.assertAlmostEqual(sharing.saved_fraction(point(0, 30, 10, 1)), 0.25)
+        self.assertIsNone(sharing.saved_fraction(point(0, 0, 0, 0)))
+        self.assertIsNone(sharing.saved_fraction({sharing.USED: None}))  # a NaN gauge
 
     def test_time_weighted_over_in_flight_scrapes_and_at_peak(self):
-        samples = [
-            (0.0, scrape(0, 0, 0, forks=5, cow=1)),     # idle: left out
-            (0.1, scrape(10, 10, 2, forks=6, cow=1)),   # 50%, stands for 0.1 s
-            (0.2, scrape(60, 20, 4, forks=9, cow=3)),   # 25%, 0.3 s; the most blocks needed
-            (0.5, scrape(10, 0, 1, forks=9, cow=3)),    # 0%, 0.5 s
-            (1.0, scrape(0, 0, 0, forks=9, cow=3)),     # idle again
-            (None, scrape(0, 0, 0, forks=10, cow=4, peak=60)),
+        series = [
+            point(0.0, 0, 0, 0),     # idle: left out
+            point(0.1, 10, 10, 2),   # 50%, stands for 0.1 s
+            point(0.2, 60, 20, 4),   # 25%, 0.3 s; the most blocks needed
+            point(0.5, 10, 0, 1),    # 0%, 0.5 s
+            point(1.0, 0, 0, 0),     # idle again
         ]
-        s = sharing.sharing_summary(samples)
+        s = sharing.sharing_summary(series, counters(forks=5, cow=1),
+                                    counters(forks=10, cow=4, peak=60))
         self.assertEqual(s["samples"], 5)
         self.assertEqual(s["samples_in_flight"], 3)
         self.assertAlmostEqual(s["saved_time_avg"], (0.1 * 0.5 + 0.3 * 0.25) / 0.9)
@@ -57,10 +85,15 @@ class SharingSummaryTest(unittest.TestCase):
         self.assertEqual(s["cow_copies"], 3)
         self.assertEqual(s["blocks_used_peak"], 60)
 
+    def test_last_in_flight_scrape_stands_for_one_interval(self):
+        s = sharing.sharing_summary([point(0.1, 10, 10, 1), point(0.3, 30, 10, 2)], {}, {})
+        self.assertAlmostEqual(s["saved_time_avg"], (0.2 * 0.5 + 0.2 * 0.25) / 0.4)
+
     def test_no_in_flight_scrape_gives_none(self):
-        s = sharing.sharing_summary([(0.0, scrape(0, 0, 0)), (None, scrape(0, 0, 0))])
+        s = sharing.sharing_summary([point(0.0, 0, 0, 0)], counters(), counters())
         self.assertIsNone(s["saved_time_avg"])
         self.assertIsNone(s["saved_at_peak"])
+        self.assertEqual(s["forks"], 0)
 
 
 class PrefixAnalysisTest(unittest.TestCase):
@@ -70,6 +103,12 @@ class PrefixAnalysisTest(unittest.TestCase):
         g = prefix.ttft_gain(on, off)
         self.assertAlmostEqual(g["gain_p50"], 6.5)
         self.assertEqual(g["ttft_p50_ms_off"], 130.0)
+
+    def test_prefix_hits_are_counter_growth(self):
+        h = prefix.prefix_hits({prefix.QUERIES: 100, prefix.HITS: 40},
+                               {prefix.QUERIES: 1100, prefix.HITS: 940})
+        self.assertEqual(h, {"query_tokens": 1000, "hit_tokens": 900})
+        self.assertEqual(prefix.prefix_hits({}, {}), {"query_tokens": 0, "hit_tokens": 0})
 
     def test_callgrind_collected(self):
         text = "==1== Events    : Ir\n==1== Collected : 21,874,926\n==1==\n"

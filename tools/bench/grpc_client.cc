@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/finish_reason.h"
 #include "common/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -14,19 +15,6 @@ namespace folio::bench {
 namespace {
 
 namespace pb = folio::v1;
-
-std::string FinishReasonName(pb::FinishReason reason) {
-  switch (reason) {
-    case pb::FINISH_REASON_LENGTH:
-      return "length";
-    case pb::FINISH_REASON_STOP:
-      return "stop";
-    case pb::FINISH_REASON_CANCELLED:
-      return "cancelled";
-    default:
-      return "";
-  }
-}
 
 }  // namespace
 

@@ -16,41 +16,15 @@ import datetime
 import json
 import os
 import platform
-import shlex
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _cluster  # noqa: E402
 import paper_analysis  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL_NAME = "bench-28m-f16.gguf"
-
-
-def log(msg):
-    print(f"[paper] {msg}", file=sys.stderr, flush=True)
-
-
-def default_model():
-    dirs = []
-    if os.environ.get("FOLIO_MODELS_DIR"):
-        dirs.append(os.environ["FOLIO_MODELS_DIR"])
-    dirs.append(os.path.join(ROOT, "..", "shared", "models"))
-    for d in dirs:
-        path = os.path.join(d, MODEL_NAME)
-        if os.path.exists(path):
-            return os.path.abspath(path)
-    return None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+log = _cluster.log
 
 
 def parse_rates(text):
@@ -63,63 +37,14 @@ def parse_rates(text):
     return sorted(set(rates))
 
 
-class Cluster:
-    """A local cluster from tools/serve.py, stopped on exit."""
-
-    def __init__(self, args, policy, run_dir):
-        self.info_file = os.path.join(run_dir, f"{policy}.info.json")
-        self.log_path = os.path.join(run_dir, f"{policy}.serve.log")
-        self.port = free_port()
-        argv = [sys.executable, os.path.join(ROOT, "tools", "serve.py"),
-                f"--bin_dir={args.bin_dir}", f"--model={args.model}", f"--port={self.port}",
-                "--http_port=-1", f"--threads={args.threads}",
-                f"--kv_cache_bytes={args.kv_cache_bytes}", f"--policy={policy}",
-                f"--max_model_len={args.max_model_len}", f"--block_size={args.block_size}",
-                f"--info_file={self.info_file}"]
-        if policy == "contiguous" and not args.reserve_request:
-            argv.append("--reserve_max_model_len")
-        self.argv = argv
-        self.timeout_s = args.startup_timeout_s
-        self.proc = None
-
-    def __enter__(self):
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + self.timeout_s
-        while not os.path.exists(self.info_file):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the cluster did not start (exit {self.proc.returncode}); "
-                                   f"see {self.log_path}:\n{self.tail()}")
-            if time.time() > deadline:
-                self.stop()
-                raise RuntimeError(f"the cluster did not start within {self.timeout_s} s; "
-                                   f"see {self.log_path}")
-            time.sleep(0.2)
-        with open(self.info_file) as f:
-            self.info = json.load(f)
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-    def tail(self, lines=30):
-        with open(self.log_path) as f:
-            return "".join(f.readlines()[-lines:])
-
-
-def bench_supports_metrics(bench):
-    r = subprocess.run([bench, "--helpfull"], capture_output=True, text=True)
-    return "metrics_url" in r.stdout + r.stderr
+def serve_args(args, policy):
+    """tools/serve.py's flags for a cluster with this KV policy."""
+    argv = [f"--model={args.model}", f"--threads={args.threads}",
+            f"--kv_cache_bytes={args.kv_cache_bytes}", f"--policy={policy}",
+            f"--max_model_len={args.max_model_len}", f"--block_size={args.block_size}"]
+    if policy == "contiguous" and not args.reserve_request:
+        argv.append("--reserve_max_model_len")
+    return argv
 
 
 class Progress:
@@ -153,12 +78,7 @@ class Progress:
 
 
 def run_all(args, out_dir):
-    bench = os.path.join(args.bin_dir, "folio-bench")
-    if not os.path.exists(bench):
-        raise RuntimeError(f"{bench} is not built; run ./folio build")
-    if not bench_supports_metrics(bench):
-        raise RuntimeError(f"{bench} has no --metrics_url (it cannot scrape the cachemgr); "
-                           "rebuild it")
+    _cluster.check_bench(args.bin_dir)
     runs_dir = os.path.join(out_dir, "runs")
     os.makedirs(runs_dir, exist_ok=True)
     plan = [(p, r) for p in args.policies for r in args.rates]
@@ -169,28 +89,21 @@ def run_all(args, out_dir):
     log(f"cluster logs in {run_dir}")
     for policy in args.policies:
         log(f"starting a {policy} cluster")
-        with Cluster(args, policy, run_dir) as cluster:
-            commands.append(" ".join(shlex.quote(a) for a in cluster.argv))
-            metrics_url = cluster.info["cachemgr"]["metrics"]
+        with _cluster.Cluster(args.bin_dir, serve_args(args, policy), run_dir, policy,
+                              args.startup_timeout_s) as cluster:
             for rate in args.rates:
                 progress.begin(policy, rate)
                 path = os.path.join(runs_dir, f"{policy}-rate{rate:g}.json")
-                argv = [bench, f"--server=127.0.0.1:{cluster.port}",
-                        f"--workload={args.workload}", f"--num_requests={args.num_requests}",
-                        f"--request_rate={rate:g}", f"--seed={args.seed}",
-                        f"--max_input_len={args.max_input_len}",
-                        f"--max_output_len={args.max_output_len}",
-                        f"--result_json={path}", f"--metrics_url={metrics_url}",
-                        f"--metrics_interval_ms={args.metrics_interval_ms}", "--progress=false"]
-                commands.append(" ".join(shlex.quote(a) for a in argv))
                 t0 = time.time()
-                r = subprocess.run(argv, capture_output=True, text=True)
+                result = cluster.bench(
+                    [f"--workload={args.workload}", f"--num_requests={args.num_requests}",
+                     f"--request_rate={rate:g}", f"--seed={args.seed}",
+                     f"--max_input_len={args.max_input_len}",
+                     f"--max_output_len={args.max_output_len}"]
+                    + _cluster.metrics_args(cluster.cachemgr_metrics, args.metrics_interval_ms),
+                    path, echo=False)
                 seconds = time.time() - t0
-                if r.returncode != 0:
-                    raise RuntimeError(f"folio-bench failed (exit {r.returncode}):\n{r.stderr}"
-                                       f"\ncluster log tail:\n{cluster.tail()}")
-                with open(path) as f:
-                    fig = paper_analysis.run_figures(json.load(f))
+                fig = paper_analysis.run_figures(result)
                 fig["result_json"] = os.path.relpath(path, out_dir)
                 fig["wall_s"] = seconds
                 runs[policy].append(fig)
@@ -202,6 +115,7 @@ def run_all(args, out_dir):
                     f"{'n/a' if util is None else f'{100 * util:.1f}%'}, "
                     f"max seqs {paper_analysis._num(fig['max_sequences'], 'g')}, "
                     f"{fig['failed']} failed, {seconds:.0f} s")
+        commands += cluster.commands
     return runs, commands, time.time() - progress.start
 
 
@@ -230,7 +144,7 @@ def load_series(out_dir, fig):
     path = os.path.join(out_dir, fig.get("result_json", ""))
     try:
         with open(path) as f:
-            return (json.load(f).get("server_metrics") or {}).get("series") or []
+            return _cluster.series(json.load(f))
     except (OSError, ValueError):
         return []
 
@@ -253,19 +167,25 @@ def draw_plots(out_dir, results):
         pts = sorted((f["rate"], f[key]) for f in runs[policy] if f[key] is not None)
         return [p[0] for p in pts], [p[1] for p in pts]
 
+    def save(fig, name):
+        fig.tight_layout()
+        paths.append(os.path.join(out_dir, name))
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    def against_rate(ax, ylabel, title):
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for p in runs:
         x, y = by_rate(p, "request_throughput")
         ax.plot(x, y, "o-", color=colors.get(p), label=p)
-    ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("request throughput (req/s)")
-    ax.set_title("Throughput")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "throughput.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    against_rate(ax, "request throughput (req/s)", "Throughput")
+    save(fig, "throughput.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     bound = summary["latency_bound_ms_per_token"]
@@ -276,16 +196,10 @@ def draw_plots(out_dir, results):
         if s["sustained_kind"] == "crossed":
             ax.axvline(s["sustained_rate"], color=colors.get(p), ls=":", alpha=0.7)
     ax.axhline(bound, color="gray", ls="--", label=f"bound {bound:.1f} ms/token")
-    ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("normalized latency (ms/token)")
     ax.set_yscale("log")
-    ax.set_title("Normalized latency (end-to-end / output tokens)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "latency.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    against_rate(ax, "normalized latency (ms/token)",
+                 "Normalized latency (end-to-end / output tokens)")
+    save(fig, "latency.png")
 
     # KV usage and slot utilization over time, at the highest rate both policies ran.
     rate = max(set.intersection(*[{f["rate"] for f in runs[p]} for p in runs]))
@@ -310,21 +224,14 @@ def draw_plots(out_dir, results):
         lines2 = ax2.get_legend_handles_labels()
         ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("time since the first request (s)")
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "memory.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "memory.png")
     return paths
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin_dir", default=os.path.join(ROOT, "build", "bin"))
-    p.add_argument("--model", default=None,
-                   help=f"GGUF file (default: $FOLIO_MODELS_DIR/{MODEL_NAME}, else "
-                        f"../shared/models/{MODEL_NAME})")
-    p.add_argument("--threads", type=int, default=2)
+    _cluster.add_cluster_args(p)
     p.add_argument("--kv_cache_bytes", default="64MiB")
     p.add_argument("--max_model_len", type=int, default=2048)
     p.add_argument("--block_size", type=int, default=16)
@@ -374,9 +281,7 @@ def main():
             log(f"wrote {path}")
         return 0
 
-    args.model = args.model or default_model()
-    if not args.model or not os.path.exists(args.model):
-        log(f"no model: pass --model, or set FOLIO_MODELS_DIR to a folder holding {MODEL_NAME}")
+    if not _cluster.find_model(args):
         return 2
     date = datetime.datetime.now(datetime.timezone.utc)
     out_dir = args.out or os.path.join("bench-results", "paper-" + date.strftime("%Y%m%d-%H%M%S"))
@@ -396,7 +301,7 @@ def main():
         return 1
     config = {k: v for k, v in vars(args).items() if k not in ("plots_only",)}
     results = {"date": date.isoformat(timespec="seconds"), "elapsed_s": elapsed,
-               "command": " ".join(shlex.quote(a) for a in sys.argv), "config": config,
+               "command": _cluster.quote(sys.argv), "config": config,
                "machine_before": before, "machine_after": machine(),
                "commands": commands, "runs": runs, "summary": summary}
     print(write_report(out_dir, results), end="")

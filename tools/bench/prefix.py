@@ -38,6 +38,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _cluster  # noqa: E402
 
 
+HITS = "folio_cachemgr_prefix_cache_hits_total"
+QUERIES = "folio_cachemgr_prefix_cache_queries_total"
+
+
+def prefix_hits(before, after):
+    """Prompt tokens looked up in the prefix cache and found there over a run, from the
+    counters read before and after it."""
+    return {"query_tokens": after.get(QUERIES, 0.0) - before.get(QUERIES, 0.0),
+            "hit_tokens": after.get(HITS, 0.0) - before.get(HITS, 0.0)}
+
+
 def ttft_gain(on, off):
     """TTFT p50 without prefix caching over TTFT p50 with it, from folio-bench results."""
     p50_on, p50_off = on["ttft_ms"]["p50"], off["ttft_ms"]["p50"]
@@ -82,22 +93,25 @@ def callgrind(argv, function):
 
 
 def measure_ttft(args, work):
-    runs = {}
+    runs, hits = {}, {}
     for caching in ("on", "off"):
         serve = [f"--model={args.model}", f"--threads={args.threads}"]
         if caching == "off":
             serve.append("--no_prefix_caching")
-        with _cluster.Cluster(args.bin_dir, serve) as c:
-            runs[caching] = _cluster.run_bench(
-                args.bin_dir, c.server,
+        with _cluster.Cluster(args.bin_dir, serve, work, f"caching-{caching}") as c:
+            before = _cluster.counters(c.cachemgr_metrics, [HITS, QUERIES])
+            runs[caching] = c.bench(
                 ["--workload=shared-prefix", f"--prefix_len={args.prefix_len}",
                  f"--suffix_len={args.suffix_len}", f"--output_len={args.output_len}",
                  f"--num_requests={args.num_requests}", f"--request_rate={args.request_rate}",
                  f"--max_concurrency={args.max_concurrency}",
                  f"--seed={args.seed}"],
                 os.path.join(work, f"shared-prefix-{caching}.json"))
+            hits[caching] = prefix_hits(before, _cluster.counters(c.cachemgr_metrics,
+                                                                   [HITS, QUERIES]))
     out = ttft_gain(runs["on"], runs["off"])
     out["failed"] = runs["on"]["failed"] + runs["off"]["failed"]
+    out["prefix_cache"] = hits
     return out
 
 
@@ -122,9 +136,7 @@ def measure_cost(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=_cluster.DEFAULT_MODEL)
-    p.add_argument("--bin_dir", default=os.path.join(_cluster.ROOT, "build", "bin"))
-    p.add_argument("--threads", type=int, default=2)
+    _cluster.add_cluster_args(p)
     p.add_argument("--prefix_len", type=int, default=1000)
     p.add_argument("--suffix_len", type=int, default=32)
     p.add_argument("--output_len", type=int, default=16)
@@ -141,17 +153,22 @@ def main():
     p.add_argument("--skip_callgrind", action="store_true")
     p.add_argument("--out", help="write the figures here as JSON")
     args = p.parse_args()
-    if not os.path.exists(args.model):
-        _cluster.log(f"no model at {args.model}; pass --model=FILE")
+    if not _cluster.find_model(args):
         return 2
     results = {"model": args.model}
     ok = True
     if not args.skip_ttft:
-        t = results["ttft"] = measure_ttft(args, tempfile.mkdtemp(prefix="folio-prefix-"))
+        try:
+            t = results["ttft"] = measure_ttft(args, tempfile.mkdtemp(prefix="folio-prefix-"))
+        except (RuntimeError, OSError) as e:
+            _cluster.log(str(e))
+            return 1
         ok = ok and t["failed"] == 0
+        on = t["prefix_cache"]["on"]
         print(f"TTFT p50 with a shared {args.prefix_len}-token prefix: "
               f"{t['ttft_p50_ms_on']:.1f} ms with prefix caching, {t['ttft_p50_ms_off']:.1f} ms "
-              f"without: {t['gain_p50']:.1f}x")
+              f"without: {t['gain_p50']:.1f}x (with it, {on['hit_tokens']:.0f} of "
+              f"{on['query_tokens']:.0f} prompt tokens looked up were found)")
     if not args.skip_callgrind:
         if shutil.which("valgrind") is None:
             _cluster.log("valgrind is not installed (apt-get install valgrind)")

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/finish_reason.h"
 #include "common/grpc_status.h"
 #include "common/process.h"
 #include "folio/v1/folio.grpc.pb.h"
@@ -121,19 +122,6 @@ void SetDeadline(grpc::ClientContext* ctx) {
   }
 }
 
-std::string FinishReasonName(pb::FinishReason reason) {
-  switch (reason) {
-    case pb::FINISH_REASON_LENGTH:
-      return "length";
-    case pb::FINISH_REASON_STOP:
-      return "stop";
-    case pb::FINISH_REASON_CANCELLED:
-      return "cancelled";
-    default:
-      return "unspecified";
-  }
-}
-
 pb::GenerateRequest BuildRequest(const std::string& prompt) {
   pb::GenerateRequest request;
   request.set_prompt(prompt);
@@ -184,7 +172,7 @@ struct Completion {
     json out = {{"request_id", request_id},
                 {"text", text},
                 {"token_ids", token_ids},
-                {"finish_reason", FinishReasonName(finish_reason)},
+                {"finish_reason", folio::FinishReasonName(finish_reason)},
                 {"usage",
                  {{"prompt_tokens", usage.prompt_tokens()},
                   {"completion_tokens", usage.completion_tokens()},

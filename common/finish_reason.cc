@@ -1,0 +1,18 @@
+#include "common/finish_reason.h"
+
+namespace folio {
+
+std::string FinishReasonName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return "unspecified";
+  }
+}
+
+}  // namespace folio

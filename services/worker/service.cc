@@ -53,8 +53,8 @@ absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
   if (!runner.ok()) return runner.status();
   RunnerResources r;
   r.kv_cache_bytes = (*runner)->kv_cache().size_bytes();
-  r.weight_bytes = (*runner)->weights().size_bytes();
-  r.layer_weight_bytes = (*runner)->weights().layer_bytes();
+  r.weight_bytes = (*runner)->weight_bytes();
+  r.layer_weight_bytes = (*runner)->layer_weight_bytes();
   r.runner = *std::move(runner);
   return r;
 }

@@ -185,22 +185,34 @@ TEST(TpRunnerTest, EachRankHoldsItsShareOfTheWeights) {
   const std::optional<std::string> dir = testing::ModelsDir();
   if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;
   std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(*dir + "/stories260K/stories260K.gguf");
-  const int64_t full_layers = SingleOrDie(*weights)->weights().layer_bytes();
-  const int64_t full_total = SingleOrDie(*weights)->weights().size_bytes();
-  std::unique_ptr<InProcessTpRunner> tp = TpOrDie(*weights, 2);
+  // The shards themselves, in f32: exactly half of every split matrix each.
+  absl::StatusOr<CpuWeights> full = CpuWeights::Create(*weights);
+  ASSERT_TRUE(full.ok()) << full.status();
   int64_t sum_layers = 0;
   for (int r = 0; r < 2; ++r) {
-    const CpuWeights& w = tp->rank(r).weights();
+    absl::StatusOr<CpuWeights> w = CpuWeights::Create(*weights, {.rank = r, .size = 2});
+    ASSERT_TRUE(w.ok()) << w.status();
     // Only the norms are replicated: about half of the layer bytes each.
-    EXPECT_NEAR(static_cast<double>(w.layer_bytes()) / full_layers, 0.5, 0.02) << "rank " << r;
-    EXPECT_NEAR(static_cast<double>(w.size_bytes()) / full_total, 0.5, 0.02) << "rank " << r;
-    EXPECT_EQ(w.num_kv_heads, 2);
-    EXPECT_EQ(tp->rank(r).kv_cache().shape().num_kv_heads, 2);
-    sum_layers += w.layer_bytes();
+    EXPECT_NEAR(static_cast<double>(w->layer_bytes()) / full->layer_bytes(), 0.5, 0.02) << "rank " << r;
+    EXPECT_NEAR(static_cast<double>(w->size_bytes()) / full->size_bytes(), 0.5, 0.02) << "rank " << r;
+    EXPECT_EQ(w->num_kv_heads, 2);
+    sum_layers += w->layer_bytes();
   }
   // The replicated norms are the only overlap.
   const ModelConfig& c = weights->config;
-  EXPECT_EQ(sum_layers, full_layers + int64_t{c.num_layers} * 2 * c.dim * 4);
+  EXPECT_EQ(sum_layers, full->layer_bytes() + int64_t{c.num_layers} * 2 * c.dim * 4);
+
+  // What the runners hold (packed panels and the f32 norms and embeddings): half each.
+  const int64_t full_layers = SingleOrDie(*weights)->layer_weight_bytes();
+  const int64_t full_total = SingleOrDie(*weights)->weight_bytes();
+  std::unique_ptr<InProcessTpRunner> tp = TpOrDie(*weights, 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(static_cast<double>(tp->rank(r).layer_weight_bytes()) / full_layers, 0.5, 0.02)
+        << "rank " << r;
+    EXPECT_NEAR(static_cast<double>(tp->rank(r).weight_bytes()) / full_total, 0.5, 0.02)
+        << "rank " << r;
+    EXPECT_EQ(tp->rank(r).kv_cache().shape().num_kv_heads, 2);
+  }
 }
 
 TEST(TpRunnerTest, CollectivesPerStepFollowTheLayerCount) {

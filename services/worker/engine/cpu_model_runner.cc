@@ -1,5 +1,7 @@
 #include "services/worker/engine/cpu_model_runner.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -83,6 +85,38 @@ CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
     linears_.push_back(std::move(l));
   }
   lm_head_ = linear(weights_.lm_head_data(), weights_.vocab.size(), dim);
+  if (pack) {
+    // The panels are all the packed GEMM reads: release the f32 matrices. A tied LM head
+    // is the embedding table, which the embedding lookup still reads.
+    auto release = [](std::vector<float>& v) { std::vector<float>().swap(v); };
+    for (size_t i = 0; i < weights_.layers.size(); ++i) {
+      CpuLayerWeights& w = weights_.layers[i];
+      for (std::vector<float>* v : {&w.wqkv, &w.wo, &w.w_gate_up, &w.w_down}) release(*v);
+      for (Linear* l : {&linears_[i].qkv, &linears_[i].wo, &linears_[i].gate_up, &linears_[i].down}) {
+        l->w = nullptr;
+      }
+    }
+    if (!weights_.lm_head.empty()) {
+      release(weights_.lm_head);
+      lm_head_.w = nullptr;
+    }
+    // glibc keeps freed heap memory for reuse; hand the released matrices back to the OS.
+    malloc_trim(0);
+  }
+}
+
+int64_t CpuModelRunner::layer_weight_bytes() const {
+  int64_t n = weights_.layer_bytes();  // the norms, and the matrices unless released
+  for (const LayerLinears& l : linears_) {
+    n += l.qkv.packed.size_bytes() + l.wo.packed.size_bytes() + l.gate_up.packed.size_bytes() +
+         l.down.packed.size_bytes();
+  }
+  return n;
+}
+
+int64_t CpuModelRunner::weight_bytes() const {
+  return weights_.size_bytes() + (layer_weight_bytes() - weights_.layer_bytes()) +
+         lm_head_.packed.size_bytes();
 }
 
 void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta,

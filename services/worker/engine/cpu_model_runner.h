@@ -17,9 +17,11 @@
 // every call. kKernelPool runs OpenBLAS sgemm on the same pool (each thread one slice of
 // output features, OpenBLAS's process-wide thread count set to 1), so no OpenBLAS thread
 // spins while attention runs; kOpenBlas hands the GEMMs to OpenBLAS's threads instead
-// (its count set to num_threads). The packed copies add to the weights' memory (half as
-// much again for a model shipped in f16, whose matrices pack losslessly in f16 on the
-// AVX2 path; as much again otherwise); the OpenBLAS modes are kept to measure against.
+// (its count set to num_threads). Once packed, the f32 projection matrices are released,
+// so under kPacked a model costs its panels (f16 for a model shipped in f16, whose
+// matrices pack losslessly in f16 on the AVX2 path; f32 otherwise) plus the f32
+// embeddings and norms. The OpenBLAS modes keep and read the f32 matrices; they are kept
+// to measure against.
 // Tensor parallelism: given a Communicator of world size tp, the runner is one rank. It
 // holds only its shard of the weights (cpu_weights.h) and its KV heads, and every rank of
 // the group must Execute the same steps in the same order (the collectives pair up by
@@ -84,8 +86,14 @@ class CpuModelRunner final : public ModelRunner {
   int64_t num_blocks() const override { return kv_->num_blocks(); }
 
   const KvCache& kv_cache() const { return *kv_; }
-  // This rank's weights (its shard under tensor parallelism).
+  // This rank's weights (its shard under tensor parallelism): its shape, the norms and
+  // the embeddings. Under kPacked the projection matrices (and an untied LM head) live
+  // only in their packed panels, and their f32 vectors here are empty.
   const CpuWeights& weights() const { return weights_; }
+  // Bytes of weights this runner holds (f32 and packed), and of those the transformer
+  // layers'.
+  int64_t weight_bytes() const;
+  int64_t layer_weight_bytes() const;
   int32_t num_threads() const { return pool_.num_threads(); }
 
  private:
@@ -116,14 +124,14 @@ class CpuModelRunner final : public ModelRunner {
   // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
   void Reserve(int64_t num_tokens, int64_t num_logit_rows);
 
-  const CpuWeights weights_;
+  CpuWeights weights_;  // projections released after packing under kPacked
   std::unique_ptr<KvCache> kv_;
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
   const GemmThreading gemm_threading_;
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism
-  std::vector<LayerLinears> linears_;  // per layer, pointing into weights_
+  std::vector<LayerLinears> linears_;  // per layer; w points into weights_ unless kPacked
   Linear lm_head_;                     // this rank's vocabulary rows
 
   // Per-step buffers, reused across steps.

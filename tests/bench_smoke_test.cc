@@ -1,6 +1,8 @@
 // folio-bench against a real local cluster (stories260K): a few seconds of load, then the
 // result JSON is checked request by request.
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -203,36 +205,30 @@ TEST_F(BenchSmokeTest, ParallelSamplingAndBeamCompleteEveryChoice) {
 }
 
 TEST(BenchCliTest, UnreachableServerAndBadFlagsAreClearErrors) {
-  testing::CommandResult r =
-      testing::RunCommand(Bench() + " --server=127.0.0.1:1 --num_requests=1");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("GetModelInfo at 127.0.0.1:1 failed: UNAVAILABLE"));
-  r = testing::RunCommand(Bench() + " --request_rate=0");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--request_rate must be positive"));
-  r = testing::RunCommand(Bench() + " --metrics_interval_ms=0");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--metrics_interval_ms must be positive"));
-  r = testing::RunCommand(Bench() + " --backend=openai --base_url=http://127.0.0.1:1");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("GET http://127.0.0.1:1/v1/models failed"));
-  r = testing::RunCommand(Bench() + " --backend=openai");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--backend=openai needs --base_url"));
-  r = testing::RunCommand(Bench() + " --backend=openai --base_url=localhost:8000");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--base_url: bad URL 'localhost:8000'"));
-  r = testing::RunCommand(Bench() +
-                          " --backend=openai --base_url=http://127.0.0.1:1 --model_file=/no/such.gguf");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--model_file:"));
-  EXPECT_THAT(r.output, HasSubstr("/no/such.gguf"));
-  r = testing::RunCommand(Bench() + " --backend=rest");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--backend must be grpc or openai"));
-  r = testing::RunCommand(Bench() + " --goodput=ttft:fast");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("bad --goodput 'ttft:fast'"));
+  struct Case {
+    std::string flags;
+    int exit_code;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"--server=127.0.0.1:1 --num_requests=1", 1,
+       {"GetModelInfo at 127.0.0.1:1 failed: UNAVAILABLE"}},
+      {"--request_rate=0", 2, {"--request_rate must be positive"}},
+      {"--metrics_interval_ms=0", 2, {"--metrics_interval_ms must be positive"}},
+      {"--backend=openai --base_url=http://127.0.0.1:1", 1,
+       {"GET http://127.0.0.1:1/v1/models failed"}},
+      {"--backend=openai", 2, {"--backend=openai needs --base_url"}},
+      {"--backend=openai --base_url=localhost:8000", 2, {"--base_url: bad URL 'localhost:8000'"}},
+      {"--backend=openai --base_url=http://127.0.0.1:1 --model_file=/no/such.gguf", 2,
+       {"--model_file:", "/no/such.gguf"}},
+      {"--backend=rest", 2, {"--backend must be grpc or openai"}},
+      {"--goodput=ttft:fast", 2, {"bad --goodput 'ttft:fast'"}},
+  };
+  for (const Case& c : cases) {
+    const testing::CommandResult r = testing::RunCommand(Bench() + " " + c.flags);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.flags << "\n" << r.output;
+    for (const std::string& text : c.says) EXPECT_THAT(r.output, HasSubstr(text)) << c.flags;
+  }
 }
 
 }  // namespace

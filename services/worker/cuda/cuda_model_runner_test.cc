@@ -22,15 +22,7 @@ namespace {
 
 namespace wt = ::folio::worker::testing;
 
-CudaModelRunnerOptions SmallOptions(DType compute) {
-  CudaModelRunnerOptions o;
-  o.block_size = 16;
-  o.compute_dtype = compute;
-  o.kv_cache_bytes = 16 << 20;
-  o.max_num_batched_tokens = 256;
-  o.max_num_seqs = 16;
-  return o;
-}
+using testing::SmallRunnerOptions;
 
 std::unique_ptr<CpuModelRunner> CpuRunner(const ModelWeights& w) {
   CpuModelRunnerOptions o;
@@ -133,7 +125,7 @@ TEST_P(CudaVsCpuTest, LogitsMatchCpuRunner) {
                                                         : "/stories260K/stories260K.bin"));
   }
   absl::StatusOr<std::unique_ptr<CudaModelRunner>> gpu =
-      CudaModelRunner::Create(*weights, SmallOptions(c.compute));
+      CudaModelRunner::Create(*weights, SmallRunnerOptions(c.compute));
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const int vocab = weights->config.vocab_size;
   const auto cpu_logits = Script(*CpuRunner(*weights), vocab);
@@ -169,7 +161,7 @@ TEST(CudaGoldenTest, GreedyFromBosMatchesLlama2c) {
   ASSERT_FALSE(expected.empty());
   std::unique_ptr<ModelWeights> weights = wt::LoadOrDie(*dir + "/stories260K/stories260K.bin");
   absl::StatusOr<std::unique_ptr<CudaModelRunner>> runner =
-      CudaModelRunner::Create(*weights, SmallOptions(DType::kF32));
+      CudaModelRunner::Create(*weights, SmallRunnerOptions(DType::kF32));
   ASSERT_TRUE(runner.ok()) << runner.status();
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(weights->vocab);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -187,7 +179,7 @@ TEST(CudaModelRunnerTest, GreedyOnDeviceMatchesHostSampler) {
   FOLIO_SKIP_WITHOUT_CUDA_DEVICE();
   std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/5);
   absl::StatusOr<std::unique_ptr<CudaModelRunner>> r =
-      CudaModelRunner::Create(*weights, SmallOptions(DType::kF32));
+      CudaModelRunner::Create(*weights, SmallRunnerOptions(DType::kF32));
   ASSERT_TRUE(r.ok()) << r.status();
   for (int round = 0; round < 5; ++round) {
     StepInput step;
@@ -218,7 +210,7 @@ TEST(CudaModelRunnerTest, GreedyOnDeviceMatchesHostSampler) {
 TEST(CudaModelRunnerTest, KvPoolTakesTheConfiguredShareOfDeviceMemory) {
   FOLIO_SKIP_WITHOUT_CUDA_DEVICE();
   std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/11);
-  CudaModelRunnerOptions o = SmallOptions(DType::kF16);
+  CudaModelRunnerOptions o = SmallRunnerOptions(DType::kF16);
   o.kv_cache_bytes = 0;
   o.gpu_memory_utilization = 0.05;
   absl::StatusOr<std::unique_ptr<CudaModelRunner>> r = CudaModelRunner::Create(*weights, o);
@@ -240,7 +232,7 @@ TEST(CudaModelRunnerTest, RefusesBadAndOversizedSteps) {
   FOLIO_SKIP_WITHOUT_CUDA_DEVICE();
   std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/11);
   absl::StatusOr<std::unique_ptr<CudaModelRunner>> r =
-      CudaModelRunner::Create(*weights, SmallOptions(DType::kF16));
+      CudaModelRunner::Create(*weights, SmallRunnerOptions(DType::kF16));
   ASSERT_TRUE(r.ok()) << r.status();
   StepInput bad;
   SequenceStep s;
@@ -274,7 +266,7 @@ TEST(CudaModelRunnerTest, UnsupportedHeadSizeIsRefusedBeforeTouchingTheDevice) {
   config.num_kv_heads = 2;
   config.head_dim = 32;  // no compiled kernel
   const absl::StatusOr<std::unique_ptr<CudaModelRunner>> r =
-      CudaModelRunner::CreateRandom(config, 1, SmallOptions(DType::kF16));
+      CudaModelRunner::CreateRandom(config, 1, SmallRunnerOptions(DType::kF16));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("head size 32"), std::string::npos) << r.status();
@@ -286,7 +278,7 @@ TEST(CudaModelRunnerTest, NoDeviceIsAClearFailedPrecondition) {
   if (CudaDeviceCount(&why) > 0) GTEST_SKIP() << "this machine has a CUDA device";
   std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/11);
   const absl::StatusOr<std::unique_ptr<CudaModelRunner>> r =
-      CudaModelRunner::Create(*weights, SmallOptions(DType::kF16));
+      CudaModelRunner::Create(*weights, SmallRunnerOptions(DType::kF16));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("no CUDA device"), std::string::npos) << r.status();

@@ -24,15 +24,7 @@ namespace {
 
 namespace wt = ::folio::worker::testing;
 
-CudaModelRunnerOptions Options(DType compute) {
-  CudaModelRunnerOptions o;
-  o.block_size = 16;
-  o.compute_dtype = compute;
-  o.kv_cache_bytes = 8 << 20;
-  o.max_num_batched_tokens = 128;
-  o.max_num_seqs = 8;
-  return o;
-}
+using testing::SmallRunnerOptions;
 
 // The ranks of one replica on one device, driven as one ModelRunner: Execute runs the step
 // on every rank at once (collectives pair up across them) and answers with rank 0's output.
@@ -57,7 +49,7 @@ class CudaTpGroup final : public ModelRunner {
           return;
         }
         g->gloo_[r] = *std::move(gloo);
-        CudaModelRunnerOptions o = Options(compute);
+        CudaModelRunnerOptions o = SmallRunnerOptions(compute);
         o.shard = {.rank = r, .size = tp};
         Communicator* host = g->gloo_[r].get();
         o.make_communicator = [host](cudaStream_t stream)
@@ -157,7 +149,7 @@ TEST_P(CudaTpTest, TwoRanksGiveTheLogitsOfOne) {
   if (!dir) GTEST_SKIP() << wt::kModelsDirHelp;
   std::unique_ptr<ModelWeights> weights = wt::LoadOrDie(
       *dir + (c.model == "bench" ? "/bench-28m-f16.gguf" : "/stories260K/stories260K.bin"));
-  absl::StatusOr<std::unique_ptr<CudaModelRunner>> one = CudaModelRunner::Create(*weights, Options(c.compute));
+  absl::StatusOr<std::unique_ptr<CudaModelRunner>> one = CudaModelRunner::Create(*weights, SmallRunnerOptions(c.compute));
   ASSERT_TRUE(one.ok()) << one.status();
   absl::StatusOr<std::unique_ptr<CudaTpGroup>> two = CudaTpGroup::Create(*weights, 2, c.compute);
   ASSERT_TRUE(two.ok()) << two.status();
@@ -218,7 +210,7 @@ TEST(CudaTpGoldenTest, TwoRanksPrintTheGoldenText) {
 // Checked before the device is touched: runs everywhere.
 TEST(CudaTpTest, ARankWithoutACommunicatorIsRefused) {
   std::unique_ptr<ModelWeights> weights = wt::RandomModelOrDie(/*seed=*/3);
-  CudaModelRunnerOptions o = Options(DType::kF32);
+  CudaModelRunnerOptions o = SmallRunnerOptions(DType::kF32);
   o.shard = {.rank = 0, .size = 2};
   const absl::Status s = CudaModelRunner::Create(*weights, o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;

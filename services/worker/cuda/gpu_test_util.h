@@ -1,5 +1,5 @@
 // Test helpers for the CUDA backend: skipping without a device, device buffers filled
-// from host vectors, and bf16 rounding on the host.
+// from host vectors, bf16 rounding on the host, and small runner options.
 #ifndef FOLIO_SERVICES_WORKER_CUDA_GPU_TEST_UTIL_H_
 #define FOLIO_SERVICES_WORKER_CUDA_GPU_TEST_UTIL_H_
 
@@ -56,6 +56,18 @@ inline float Bf16ToFloat(uint16_t h) {
   float f;
   std::memcpy(&f, &x, 4);
   return f;
+}
+
+// Runner options small enough for any device: 16 MiB of KV, steps of up to 256 tokens in
+// 16 sequences.
+inline CudaModelRunnerOptions SmallRunnerOptions(DType compute) {
+  CudaModelRunnerOptions o;
+  o.block_size = 16;
+  o.compute_dtype = compute;
+  o.kv_cache_bytes = 16 << 20;
+  o.max_num_batched_tokens = 256;
+  o.max_num_seqs = 16;
+  return o;
 }
 
 }  // namespace folio::worker::cuda::testing

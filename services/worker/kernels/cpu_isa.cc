@@ -45,4 +45,10 @@ const char* CpuIsaName(CpuIsa isa) {
   return "unknown";
 }
 
+std::vector<CpuIsa> SupportedCpuIsas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
+  if (BestCpuIsa() == CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  return isas;
+}
+
 }  // namespace folio::worker::kernels

@@ -7,6 +7,8 @@
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_CPU_ISA_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_CPU_ISA_H_
 
+#include <vector>
+
 namespace folio::worker::kernels {
 
 enum class CpuIsa {
@@ -16,6 +18,9 @@ enum class CpuIsa {
 
 // The best path this CPU supports (checked once, then cached).
 CpuIsa BestCpuIsa();
+
+// Every path this CPU can run, portable first (tests run each).
+std::vector<CpuIsa> SupportedCpuIsas();
 
 // Whether the CPU converts between f16 and f32 in hardware (F16C).
 bool HasF16c();

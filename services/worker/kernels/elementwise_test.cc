@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/gemm.h"
+#include "services/worker/kernels/kernel_test_util.h"
 #include "services/worker/kernels/rms_norm.h"
 #include "services/worker/kernels/rope.h"
 #include "services/worker/kernels/swiglu.h"
@@ -13,18 +14,12 @@
 namespace folio::worker::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, int seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using testing::RandomNormal;
 
 TEST(RmsNormTest, MatchesFormula) {
   const int rows = 3, dim = 37;
   const float eps = 1e-5f;
-  std::vector<float> x = Random(rows * dim, 1), w = Random(dim, 2), out(rows * dim);
+  std::vector<float> x = RandomNormal(rows * dim, 1), w = RandomNormal(dim, 2), out(rows * dim);
   RmsNorm(x.data(), dim, rows, dim, w.data(), eps, out.data(), dim);
   for (int r = 0; r < rows; ++r) {
     double ss = 0;
@@ -42,7 +37,7 @@ TEST(RmsNormTest, MatchesFormula) {
 TEST(RopeTest, RotatesAdjacentPairsPerHead) {
   const int heads = 3, head_dim = 8, rows = 2, stride = heads * head_dim + 4;
   const float theta = 10000.0f;
-  std::vector<float> x = Random(rows * stride, 3);
+  std::vector<float> x = RandomNormal(rows * stride, 3);
   const std::vector<float> orig = x;
   const int32_t positions[] = {0, 17};
   ApplyRope(x.data(), stride, rows, positions, heads, head_dim, theta);
@@ -64,12 +59,10 @@ TEST(RopeTest, RotatesAdjacentPairsPerHead) {
 
 TEST(SwiGluTest, MatchesFormula) {
   const int rows = 2, hidden = 37;  // vectors of 8 and a tail
-  std::vector<float> gu = Random(rows * 2 * hidden, 4);
+  std::vector<float> gu = RandomNormal(rows * 2 * hidden, 4);
   gu[0] = -100.0f;  // e^-gate overflows a float: silu is -0
   gu[1] = 100.0f;   // silu is the gate itself
-  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
-  if (BestCpuIsa() == CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  for (CpuIsa isa : isas) {
+  for (CpuIsa isa : SupportedCpuIsas()) {
     std::vector<float> out(rows * hidden);
     SwiGlu(gu.data(), rows, hidden, out.data(), isa);
     for (int r = 0; r < rows; ++r) {
@@ -84,10 +77,10 @@ TEST(SwiGluTest, MatchesFormula) {
 
 TEST(LinearTest, MatchesNaiveForOneAndManyRows) {
   const int in = 19, out_features = 13;
-  std::vector<float> w = Random(out_features * in, 5);
+  std::vector<float> w = RandomNormal(out_features * in, 5);
   for (int rows : {1, 5}) {
     const int ldx = in + 2, ldy = out_features + 3;
-    std::vector<float> x = Random(rows * ldx, 6);
+    std::vector<float> x = RandomNormal(rows * ldx, 6);
     for (float beta : {0.0f, 1.0f}) {
       std::vector<float> y(rows * ldy, 0.5f);
       Linear(x.data(), ldx, rows, in, w.data(), out_features, beta, y.data(), ldy);
@@ -105,11 +98,11 @@ TEST(LinearTest, MatchesNaiveForOneAndManyRows) {
 
 TEST(LinearTest, OnPoolMatchesSingleCall) {
   const int in = 40, out_features = 100;  // slices of 48 + 48 + 4 features on 2 threads
-  std::vector<float> w = Random(out_features * in, 7);
+  std::vector<float> w = RandomNormal(out_features * in, 7);
   ThreadPool pool(2);
   SetGemmThreads(1);
   for (int rows : {1, 6}) {
-    std::vector<float> x = Random(rows * in, 8);
+    std::vector<float> x = RandomNormal(rows * in, 8);
     std::vector<float> want(rows * out_features, 0.25f), got = want;
     Linear(x.data(), in, rows, in, w.data(), out_features, 1.0f, want.data(), out_features);
     LinearOnPool(x.data(), in, rows, in, w.data(), out_features, 1.0f, got.data(), out_features,

@@ -8,24 +8,13 @@
 #include "gtest/gtest.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kernel_test_util.h"
 #include "services/worker/kernels/packed_gemm.h"
 
 namespace folio::worker::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, int seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
-std::vector<CpuIsa> Isas() {
-  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
-  if (BestCpuIsa() == CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  return isas;
-}
+using testing::RandomNormal;
 
 TEST(PackedMatrixTest, PanelLayout) {
   const int out = 20, in = 3;  // two panels, the second with 4 features and 12 of padding
@@ -42,7 +31,7 @@ TEST(PackedMatrixTest, PanelLayout) {
 }
 
 TEST(PackedMatrixTest, F16OnlyWhenExact) {
-  std::vector<float> w = Random(40 * 9, 3);
+  std::vector<float> w = RandomNormal(40 * 9, 3);
   EXPECT_FALSE(PackedMatrix(w.data(), 40, 9, /*f16_when_exact=*/true).is_f16());
   for (float& x : w) x = HalfToFloat(FloatToHalf(x));
   EXPECT_FALSE(PackedMatrix(w.data(), 40, 9, /*f16_when_exact=*/false).is_f16());
@@ -63,7 +52,7 @@ TEST(PackedLinearTest, MatchesReference) {
   for (int shape = 0; shape < 6; ++shape) {
     const auto [out, in] = shapes[shape / 2];
     const bool f16 = shape % 2 == 1;  // weights that are exact f16 values pack in f16
-    std::vector<float> w = Random(out * in, out + in);
+    std::vector<float> w = RandomNormal(out * in, out + in);
     if (f16) {
       for (float& v : w) v = HalfToFloat(FloatToHalf(v));
     }
@@ -71,9 +60,9 @@ TEST(PackedLinearTest, MatchesReference) {
     ASSERT_EQ(packed.is_f16(), f16);
     for (int rows : {1, 2, 5, 6, 7, 32, 50, 101}) {
       const int ldx = in + 3, ldy = out + 2;
-      const std::vector<float> x = Random(rows * ldx, rows);
+      const std::vector<float> x = RandomNormal(rows * ldx, rows);
       for (float beta : {0.0f, 1.0f}) {
-        for (CpuIsa isa : Isas()) {
+        for (CpuIsa isa : SupportedCpuIsas()) {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y(rows * ldy, 0.5f);
             PackedLinear(x.data(), ldx, rows, packed, beta, y.data(), ldy, isa, p);
@@ -100,9 +89,9 @@ TEST(PackedLinearTest, RowDoesNotDependOnBatch) {
   // Each output is one chain over k in order, so a row's result is bit-identical whether it
   // is computed alone or inside a batch (where it lands in a tile of another height).
   const int out = 40, in = 70, rows = 23;
-  const std::vector<float> w = Random(out * in, 11), x = Random(rows * in, 12);
+  const std::vector<float> w = RandomNormal(out * in, 11), x = RandomNormal(rows * in, 12);
   const PackedMatrix packed(w.data(), out, in);
-  for (CpuIsa isa : Isas()) {
+  for (CpuIsa isa : SupportedCpuIsas()) {
     std::vector<float> batch(rows * out);
     PackedLinear(x.data(), in, rows, packed, 0.0f, batch.data(), out, isa, nullptr);
     for (int r = 0; r < rows; ++r) {

@@ -191,9 +191,7 @@ TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
   // One or two decode rows with four kv heads leave too few items for whole-query work,
   // so the heads are split across items; groups of 3 and 8 take the generic and the
   // widest blocked AVX2 bodies.
-  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
-  if (BestCpuIsa() == CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
-  for (CpuIsa isa : isas) {
+  for (CpuIsa isa : SupportedCpuIsas()) {
     for (int gqa : {3, 8}) {
       for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
         SCOPED_TRACE(std::string(CpuIsaName(isa)) + " gqa " + std::to_string(gqa) + " " +

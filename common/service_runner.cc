@@ -91,6 +91,13 @@ void ServiceRunner::SetServing(ServingState state) {
   LOG(INFO) << options_.service_name << " health: " << (serving ? "SERVING" : "NOT_SERVING");
 }
 
+void ServiceRunner::SetHealth(const std::string& name, ServingState state) {
+  const bool serving = state == ServingState::kServing;
+  server_->GetHealthCheckService()->SetServingStatus(name, serving);
+  LOG(INFO) << options_.service_name << " health of \"" << name
+            << "\": " << (serving ? "SERVING" : "NOT_SERVING");
+}
+
 void ServiceRunner::Shutdown() {
   // exchange() makes a second caller (a signal path and a destructor, say) a no-op.
   if (server_ == nullptr || shut_down_.exchange(true)) return;

@@ -62,6 +62,10 @@ class ServiceRunner {
   std::string address() const;
 
   void SetServing(ServingState state);
+  // Sets one more grpc.health.v1 name on its own (neither the service's name nor ""
+  // follow it), e.g. the scheduler's "liveness", which a Kubernetes liveness probe asks
+  // while readiness asks the service's name. Not reflected in folio_health_serving.
+  void SetHealth(const std::string& name, ServingState state);
 
   // See the class comment. Idempotent.
   void Shutdown();

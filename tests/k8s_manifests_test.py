@@ -27,6 +27,10 @@ HEALTH_NAMES = {
     "folio-worker": "folio.internal.v1.Worker",
 }
 
+# Binaries whose liveness is a health name of its own (the scheduler: step-loop progress,
+# services/scheduler/stall_watchdog.h), apart from readiness.
+LIVENESS_NAMES = {"folio-scheduler": "liveness"}
+
 try:
     import yaml
 except ImportError:
@@ -130,9 +134,23 @@ def check_container(c, pod_spec, config_maps, bin_dir, chk, where):
         chk.expect(probe["grpc"].get("port") == port,
                    f"{where}: {kind} port {probe['grpc'].get('port')} != --port={port}")
         service = probe["grpc"].get("service")
+        if kind == "livenessProbe" and binary in LIVENESS_NAMES:
+            chk.expect(service == LIVENESS_NAMES[binary],
+                       f"{where}: livenessProbe asks health of {service}; {binary} reports "
+                       f"its progress as {LIVENESS_NAMES[binary]!r} (its own name drops "
+                       f"during a recovery, which must not restart it)")
+            continue
         chk.expect(service in (None, "", HEALTH_NAMES[binary]),
                    f"{where}: {kind} asks health of {service}, {binary} reports "
                    f"{HEALTH_NAMES[binary]}")
+
+    if binary == "folio-scheduler":
+        # A step may take up to --worker_timeout_ms; only a loop stuck past that is stalled.
+        stall_ms = int(flags.get("stall_timeout_s", 180)) * 1000
+        worker_ms = int(flags.get("worker_timeout_ms", 60000))
+        chk.expect(stall_ms > worker_ms,
+                   f"{where}: --stall_timeout_s ({stall_ms} ms) must exceed --worker_timeout_ms "
+                   f"({worker_ms} ms), or a slow step restarts the scheduler")
 
     # Shutdown: preStop, then --shutdown_grace_ms, then --drain_timeout_ms, all inside the
     # pod's grace period.
@@ -177,6 +195,11 @@ def check_overlay(overlay, kubectl, bin_dir, rules):
         labels = w["spec"]["template"]["metadata"].get("labels", {})
         chk.expect(selects(w["spec"]["selector"]["matchLabels"], labels),
                    f"{name}: selector does not match its pod template")
+        # A dead container is restarted in place (same pod, same ports), which is what the
+        # scheduler's recovery waits for (services/scheduler/recovery.h).
+        chk.expect(spec.get("restartPolicy", "Always") == "Always",
+                   f"{name}: restartPolicy must be Always (a dead worker or cache manager "
+                   f"comes back in place)")
         psc = spec.get("securityContext", {})
         chk.expect(psc.get("runAsNonRoot") is True and psc.get("runAsUser", 0) != 0,
                    f"{name}: pods must run as a non-root user")

@@ -104,6 +104,17 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     return cache.stub().Configure(ctx, configure, &configured);
   });
   if (!s.ok()) return s;
+  pb::CacheStats stats;
+  s = CallWithStartupDeadline(deadline, "cache manager GetStats", [&](auto* ctx) {
+    return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &stats);
+  });
+  if (!s.ok()) return s;
+  // What recovery sets up again when a process comes back (recovery.h).
+  std::vector<std::string> incarnations;
+  for (const pb::WorkerInfo& w : infos) incarnations.push_back(w.incarnation_id());
+  workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
+                        std::move(incarnations));
+  cache.SetConfiguration(configure, stats.incarnation_id());
 
   pb::ClusterInfo info;
   *info.mutable_model() = first.model();

@@ -5,6 +5,12 @@ Started by `./folio serve`, which builds first. Internal services take free port
 own (so two clusters can run side by side); the frontend listens on --port (50051). The
 launcher waits until every service reports SERVING on grpc.health.v1, prints the
 endpoints, and on Ctrl-C (or SIGTERM) stops the services front to back.
+
+Supervisor: a service that dies is started again with the same command line and ports,
+after a backoff (0.5 s doubling to 30 s; reset once it has run a minute), with a line
+saying so, as Kubernetes restarts a container. The scheduler heals its replica when a
+worker or the cache manager comes back (services/scheduler/recovery.h). --no_supervise
+stops the whole cluster instead.
 """
 import argparse
 import json
@@ -36,12 +42,34 @@ def default_model(root):
 class Service:
     def __init__(self, name, argv, run_dir):
         self.name = name
+        self.argv = argv
         self.port_file = os.path.join(run_dir, f"{name}.ports.json")
         self.log_path = os.path.join(run_dir, f"{name}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(argv + [f"--port_file={self.port_file}"],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.ports = None
+        self.restarts = 0          # restarts in a row (reset once it has run a while)
+        self.started = time.time()
+        self.restart_at = None     # when a dead process is due to start again
+
+    def restart(self):
+        """Starts the process again with the same command line and the same ports, as
+        Kubernetes restarts a container in place; its log continues in the same file."""
+        same_ports = [f"--port={self.ports['grpc_port']}",
+                      f"--metrics_port={self.ports['metrics_port']}"]
+        if self.ports.get("http_port", -1) > 0:
+            same_ports.append(f"--http_port={self.ports['http_port']}")
+        try:
+            os.remove(self.port_file)
+        except OSError:
+            pass
+        self.log.write(f"[folio serve] restarting {self.name}\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(self.argv + same_ports + [f"--port_file={self.port_file}"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.started = time.time()
+        self.restart_at = None
 
     def wait_ports(self, timeout_s):
         deadline = time.time() + timeout_s
@@ -66,6 +94,41 @@ class Service:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return ""
+
+
+def restart_delay(restarts):
+    """Seconds to wait before restart number `restarts` (0 = the first): 0.5 s doubling
+    up to 30 s, as Kubernetes' CrashLoopBackOff does (from 10 s up to 5 min there)."""
+    return min(0.5 * (2 ** restarts), 30.0)
+
+
+# A process that ran this long before dying starts again without backoff.
+RUN_RESETS_BACKOFF_S = 60
+
+
+def supervise(services, info=None):
+    """One pass of the supervisor: a child that died is restarted after its backoff, with
+    a line saying so. Returns the services restarted in this pass."""
+    restarted = []
+    now = time.time()
+    for s in services:
+        if s.proc.poll() is None:
+            if s.restarts and now - s.started > RUN_RESETS_BACKOFF_S:
+                s.restarts = 0
+            continue
+        if s.restart_at is None:
+            delay = restart_delay(s.restarts)
+            s.restart_at = now + delay
+            log(f"{s.name} exited with code {s.proc.returncode}; restarting it in {delay:g} s "
+                f"(restart {s.restarts + 1}) with the same command line and ports; "
+                f"log: {s.log_path}")
+            log(s.tail(5))
+        elif now >= s.restart_at:
+            s.restarts += 1
+            s.restart()
+            log(f"{s.name} restarted (pid {s.proc.pid})")
+            restarted.append(s)
+    return restarted
 
 
 def healthy(cli, address):
@@ -102,6 +165,9 @@ def main():
                    help="tensor-parallel degree: worker ranks splitting the model (must divide "
                         "its KV head count)")
     p.add_argument("--startup_timeout_s", type=int, default=300)
+    p.add_argument("--no_supervise", action="store_true",
+                   help="stop the whole cluster when one service dies, instead of restarting "
+                        "that service (with backoff) as Kubernetes would")
     args = p.parse_args()
 
     if args.tp < 1:
@@ -192,19 +258,24 @@ def main():
         stop_all()
         return 1
 
-    if args.info_file:
+    def write_info():
         info = {"run_dir": run_dir, "model": model, "policy": args.policy,
                 "frontend": {"grpc": f"127.0.0.1:{args.port}",
-                             "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics"}}
+                             "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics",
+                             "pid": frontend.proc.pid}}
         if frontend.ports.get("http_port", -1) > 0:
             info["frontend"]["http"] = f"http://127.0.0.1:{frontend.ports['http_port']}"
         for s in [scheduler, cachemgr] + workers:
             info[s.name] = {"grpc": s.address,
-                            "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics"}
+                            "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics",
+                            "pid": s.proc.pid}
         tmp = args.info_file + ".tmp"
         with open(tmp, "w") as f:
             json.dump(info, f, indent=2)
         os.replace(tmp, args.info_file)  # readers never see half a file
+
+    if args.info_file:
+        write_info()
     print("Folio is serving.", flush=True)
     print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
     for s in [scheduler, cachemgr] + workers:
@@ -218,12 +289,15 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: done.append(1))
     signal.signal(signal.SIGTERM, lambda *_: done.append(1))
     while not done:
-        for s in services:
-            if s.proc.poll() is not None:
-                log(f"{s.name} exited with code {s.proc.returncode}; stopping the cluster")
-                log(s.tail())
-                done.append(1)
-                break
+        if args.no_supervise:
+            for s in services:
+                if s.proc.poll() is not None:
+                    log(f"{s.name} exited with code {s.proc.returncode}; stopping the cluster")
+                    log(s.tail())
+                    done.append(1)
+                    break
+        elif supervise(services) and args.info_file:
+            write_info()  # new pids
         time.sleep(0.2)
     stop_all()
     return 0

@@ -93,6 +93,22 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
         [&](auto* ctx) { return workers.stub(rank).AllocateKvCache(ctx, req, &resp); });
     if (!s.ok()) return s;
   }
+  // A scheduler that restarted finds the pool its predecessor left: its sequences are
+  // nobody's now, so the pool starts again from scratch (Configure refuses live ones).
+  pb::CacheStats before;
+  absl::Status s = CallWithStartupDeadline(deadline, "cache manager GetStats", [&](auto* ctx) {
+    return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &before);
+  });
+  if (!s.ok()) return s;
+  if (before.configured() && before.num_sequences() > 0) {
+    LOG(WARNING) << "the cache manager holds " << before.num_sequences()
+                 << " sequences of an earlier scheduler; resetting its pool";
+    pb::ResetResponse reset;
+    s = CallWithStartupDeadline(deadline, "cache manager Reset", [&](auto* ctx) {
+      return cache.stub().Reset(ctx, pb::ResetRequest(), &reset);
+    });
+    if (!s.ok()) return s;
+  }
   pb::ConfigureRequest configure;
   configure.set_num_blocks(static_cast<int32_t>(num_blocks));
   configure.set_block_size(options.block_size);
@@ -100,7 +116,7 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   configure.set_disable_prefix_caching(options.disable_prefix_caching);
   pb::ConfigureResponse configured;
   LOG(INFO) << "waiting for the cache manager";
-  absl::Status s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {
+  s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {
     return cache.stub().Configure(ctx, configure, &configured);
   });
   if (!s.ok()) return s;

@@ -203,6 +203,8 @@ class ChaosTest : public ::testing::Test {
     return first - back;
   }
 
+  void NeverReturns(testing::ServiceProcess& process, const std::string& lost);
+
   std::optional<std::string> dir_;
   std::unique_ptr<Cluster> cluster_;
 };
@@ -229,11 +231,11 @@ TEST_F(ChaosTest, AKilledCacheManagerComesBackAndNoStreamIsLost) {
   EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"cachemgr\"} 1"));
 }
 
-TEST_F(ChaosTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
-  StartCluster({"--worker_timeout_ms=5000", "--recovery_timeout_ms=1500"});
+// `process` is killed mid-stream and comes back only after --recovery_timeout_ms.
+void ChaosTest::NeverReturns(testing::ServiceProcess& process, const std::string& lost) {
   absl::Time killed;
   const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
-    cluster_->worker_process().Signal(SIGKILL);
+    process.Signal(SIGKILL);
     killed = absl::Now();
     // While the replica waits: liveness stays SERVING, readiness drops.
     absl::SleepFor(absl::Milliseconds(700));
@@ -246,14 +248,14 @@ TEST_F(ChaosTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
     if (s.status.ok()) continue;  // finished before the kill
     ++unavailable;
     EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
-    EXPECT_THAT(s.status.error_message(), HasSubstr("recovering"));
+    EXPECT_THAT(s.status.error_message(), HasSubstr("the replica is recovering: " + lost));
   }
   EXPECT_GT(unavailable, 0);
-  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1500)) << "they waited for the worker";
-  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
-  // Back at last: the replica serves again.
-  ASSERT_TRUE(cluster_->worker_process().Restart().ok());
+  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1500)) << "they waited for it";
+  // Back at last: the replica serves again, with a full pool.
+  ASSERT_TRUE(process.Restart().ok());
   ExpectServedWithin(absl::Seconds(5));
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
   // Readiness is back too (main.cc polls the loop's health every 250 ms).
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   while (SchedulerHealth("folio.internal.v1.Scheduler") !=
@@ -263,6 +265,16 @@ TEST_F(ChaosTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
   }
   EXPECT_EQ(SchedulerHealth("folio.internal.v1.Scheduler"),
             grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(ChaosTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
+  StartCluster({"--worker_timeout_ms=5000", "--recovery_timeout_ms=1500"});
+  NeverReturns(cluster_->worker_process(), "worker lost");
+}
+
+TEST_F(ChaosTest, ACacheManagerThatNeverReturnsEndsStreamsWithUnavailableNotCancelled) {
+  StartCluster({"--cachemgr_timeout_ms=1000", "--recovery_timeout_ms=1500"});
+  NeverReturns(cluster_->cachemgr_process(), "cachemgr lost");
 }
 
 TEST_F(ChaosTest, AStoppedWorkerIsCutAtTheStepDeadlineAndRecoversOnResume) {

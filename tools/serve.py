@@ -102,6 +102,8 @@ def main():
                    help="tensor-parallel degree: worker ranks splitting the model (must divide "
                         "its KV head count)")
     p.add_argument("--startup_timeout_s", type=int, default=300)
+    p.add_argument("--frontend_flag", action="append", default=[],
+                   help="extra flag for folio-frontend (repeatable), e.g. --frontend_flag=--http_idle_timeout_ms=600000")
     args = p.parse_args()
 
     if args.tp < 1:
@@ -167,7 +169,8 @@ def main():
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
         frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",
-                                        f"--port={args.port}", f"--http_port={args.http_port}"],
+                                        f"--port={args.port}", f"--http_port={args.http_port}"]
+                           + args.frontend_flag,
                            run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -44,6 +45,9 @@ ABSL_FLAG(int, http_write_timeout_ms, 30000,
 ABSL_FLAG(int, http_stream_buffer_bytes, 1 << 20,
           "Bytes of a streamed answer a slow HTTP reader may leave unread before the stream is "
           "cut with an error event (and the request cancelled).");
+ABSL_FLAG(int, http_socket_send_buffer_bytes, 0,
+          "SO_SNDBUF of each HTTP connection (kernel memory a slow reader can hold); 0 leaves "
+          "it to the kernel's autotuning.");
 ABSL_FLAG(int, http_max_body_bytes, 1 << 20, "HTTP request bodies larger than this get 413.");
 ABSL_FLAG(std::vector<std::string>, api_key, {},
           "API keys (comma-separated). When any key is set (here or in --api_key_file), the "
@@ -126,6 +130,8 @@ int main(int argc, char** argv) {
     http_options.write_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_http_write_timeout_ms));
     http_options.max_stream_buffer_bytes =
         static_cast<size_t>(absl::GetFlag(FLAGS_http_stream_buffer_bytes));
+    http_options.socket_send_buffer_bytes =
+        std::max(0, absl::GetFlag(FLAGS_http_socket_send_buffer_bytes));
     http_options.api_keys = *api_keys;
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
     auto started = folio::frontend::OpenAiServer::Start(

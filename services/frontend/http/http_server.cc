@@ -513,6 +513,10 @@ void HttpServer::Impl::Accept() {
     }
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
+    if (options.socket_send_buffer_bytes > 0) {
+      socket.set_option(net::socket_base::send_buffer_size(options.socket_send_buffer_bytes),
+                        ignored);
+    }
     connections.fetch_add(1);
     if (tls.has_value()) {
       std::make_shared<Session<SslStream>>(this, SslStream(std::move(socket), *tls))->Start();

@@ -95,6 +95,7 @@ struct HttpServerOptions {
   absl::Duration idle_timeout = absl::Seconds(60);     // keep-alive wait for the next request
   absl::Duration write_timeout = absl::Seconds(30);    // a write that makes no progress
   size_t max_stream_buffer_bytes = 1 << 20;            // a stream's unsent bytes before a cut
+  int socket_send_buffer_bytes = 0;   // SO_SNDBUF of each connection; 0: the kernel's autotuning
   std::optional<TlsFiles> tls;        // HTTPS when set
   // The answer to errors the server finds itself (400, 413, 431), given status and message.
   std::function<HttpResponse(int status, std::string message)> error_response;

@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
   http.idle_timeout = o.idle_timeout;
   http.write_timeout = o.write_timeout;
   http.max_stream_buffer_bytes = o.max_stream_buffer_bytes;
+  http.socket_send_buffer_bytes = o.socket_send_buffer_bytes;
   http.tls = o.tls;
   http.error_response = [](int status, std::string message) {
     const char* code = status == 413 ? "request_too_large" : "";

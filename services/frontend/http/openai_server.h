@@ -51,6 +51,7 @@ struct OpenAiServerOptions {
   absl::Duration idle_timeout = absl::Seconds(60);     // keep-alive between requests
   absl::Duration write_timeout = absl::Seconds(30);    // a reader that takes nothing
   size_t max_stream_buffer_bytes = 1 << 20;  // a stream's unread bytes before it is cut
+  int socket_send_buffer_bytes = 0;          // SO_SNDBUF per connection; 0: the kernel's
   std::optional<TlsFiles> tls;           // HTTPS (and client certificates with a CA)
   ApiKeys api_keys;                      // none: no authentication
   absl::Duration drain_timeout = absl::Seconds(10);  // Stop() waits this long for requests

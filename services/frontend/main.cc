@@ -45,6 +45,11 @@ ABSL_FLAG(int, http_write_timeout_ms, 30000,
 ABSL_FLAG(int, http_stream_buffer_bytes, 1 << 20,
           "Bytes of a streamed answer a slow HTTP reader may leave unread before the stream is "
           "cut with an error event (and the request cancelled).");
+ABSL_FLAG(std::string, http_tls_cert, "",
+          "PEM certificate chain: with --http_tls_key, the HTTP API speaks HTTPS only.");
+ABSL_FLAG(std::string, http_tls_key, "", "PEM private key of --http_tls_cert.");
+ABSL_FLAG(std::string, http_tls_ca, "",
+          "PEM CA certificates: when set, HTTPS clients must present a certificate it signed.");
 ABSL_FLAG(int, http_socket_send_buffer_bytes, 0,
           "SO_SNDBUF of each HTTP connection (kernel memory a slow reader can hold); 0 leaves "
           "it to the kernel's autotuning.");
@@ -96,6 +101,17 @@ int main(int argc, char** argv) {
                   "timeouts and --http_stream_buffer_bytes must be positive";
     return kExitBadFlags;
   }
+  const bool http_tls = !absl::GetFlag(FLAGS_http_tls_cert).empty() ||
+                        !absl::GetFlag(FLAGS_http_tls_key).empty();
+  if (http_tls && (absl::GetFlag(FLAGS_http_tls_cert).empty() ||
+                   absl::GetFlag(FLAGS_http_tls_key).empty())) {
+    LOG(ERROR) << "--http_tls_cert and --http_tls_key go together";
+    return kExitBadFlags;
+  }
+  if (!http_tls && !absl::GetFlag(FLAGS_http_tls_ca).empty()) {
+    LOG(ERROR) << "--http_tls_ca needs --http_tls_cert and --http_tls_key";
+    return kExitBadFlags;
+  }
   absl::StatusOr<folio::frontend::ApiKeys> api_keys = folio::frontend::ApiKeys::Create(
       absl::GetFlag(FLAGS_api_key), absl::GetFlag(FLAGS_api_key_file));
   if (!api_keys.ok()) {
@@ -130,6 +146,11 @@ int main(int argc, char** argv) {
     http_options.write_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_http_write_timeout_ms));
     http_options.max_stream_buffer_bytes =
         static_cast<size_t>(absl::GetFlag(FLAGS_http_stream_buffer_bytes));
+    if (http_tls) {
+      http_options.tls = folio::frontend::TlsFiles{absl::GetFlag(FLAGS_http_tls_cert),
+                                                   absl::GetFlag(FLAGS_http_tls_key),
+                                                   absl::GetFlag(FLAGS_http_tls_ca)};
+    }
     http_options.socket_send_buffer_bytes =
         std::max(0, absl::GetFlag(FLAGS_http_socket_send_buffer_bytes));
     http_options.api_keys = *api_keys;

@@ -129,7 +129,9 @@ int main(int argc, char** argv) {
   options.validator.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   options.validator.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
   options.api_keys = *api_keys;
-  std::shared_ptr<grpc::Channel> channel = folio::frontend::MakeSchedulerChannel(target);
+  const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
+  std::shared_ptr<grpc::Channel> channel =
+      folio::frontend::MakeSchedulerChannel(target, absl::Seconds(2), tls);
   folio::frontend::FrontendService service(options, channel, &registry);
 
   // The HTTP API binds first, so that the port file (written by the runner) can name it.

@@ -3,6 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
+#include "common/tls.h"
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
@@ -61,17 +62,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   folio::ExitIfCheckingFlags();
+  const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   std::vector<std::shared_ptr<grpc::Channel>> ranks;
   for (absl::string_view addr : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
-    ranks.push_back(grpc::CreateCustomChannel(std::string(addr),
-                                              grpc::InsecureChannelCredentials(), args));
+    ranks.push_back(folio::MakeChannel(std::string(addr), tls, args).value());
   }
   sched::GrpcWorkerClient workers(ranks,
                                   absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms)));
   std::shared_ptr<grpc::Channel> cachemgr_channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_cachemgr), grpc::InsecureChannelCredentials());
+      folio::MakeChannel(absl::GetFlag(FLAGS_cachemgr), tls).value();
   sched::GrpcCacheClient cache(cachemgr_channel,
                                absl::Milliseconds(absl::GetFlag(FLAGS_cachemgr_timeout_ms)));
 

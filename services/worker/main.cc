@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/tls.h"
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
             joined = folio::worker::GlooCommunicator::Create(comm, store);
           } else {
             folio::worker::GrpcRendezvousStore store(
-                grpc::CreateChannel(rendezvous_address, grpc::InsecureChannelCredentials()),
+                folio::MakeChannel(rendezvous_address, folio::TlsConfigFromFlagsOrExit()).value(),
                 comm.rendezvous_timeout);
             joined = folio::worker::GlooCommunicator::Create(comm, store);
           }

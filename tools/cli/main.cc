@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "common/finish_reason.h"
 #include "common/grpc_status.h"
 #include "common/process.h"
@@ -339,8 +340,9 @@ int main(int argc, char** argv) {
   if (args.size() < 2) return UsageError("no command given");
   const std::string command = args[1];
   folio::ExitIfCheckingFlags();
+  // --tls_cert/--tls_key/--tls_ca (common/tls.h) as the services take them.
   auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+      folio::MakeChannel(absl::GetFlag(FLAGS_server), folio::TlsConfigFromFlagsOrExit()).value();
   auto stub = pb::TextGeneration::NewStub(channel);
   if (command == "generate" || command == "tokenize") {
     if (args.size() != 3) {

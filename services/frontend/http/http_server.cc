@@ -96,7 +96,8 @@ class Session;
 template <class Stream>
 class Exchange final : public HttpExchange, public std::enable_shared_from_this<Exchange<Stream>> {
  public:
-  explicit Exchange(std::shared_ptr<Session<Stream>> session) : session_(std::move(session)) {}
+  Exchange(std::shared_ptr<Session<Stream>> session, size_t max_queued_bytes)
+      : session_(std::move(session)), max_queued_bytes_(max_queued_bytes) {}
 
   void Respond(HttpResponse response) override {
     Post([response = std::move(response)](Session<Stream>* s, Exchange* x) mutable {
@@ -111,7 +112,15 @@ class Exchange final : public HttpExchange, public std::enable_shared_from_this<
   }
   bool Write(std::string data) override {
     if (closed_.load()) return false;
+    // Bytes posted to the strand but not yet taken count against the stream's bound too,
+    // so a producer faster than the I/O thread cannot grow the queue without bound.
+    const size_t n = data.size();
+    if (queued_bytes_.fetch_add(n) + n > max_queued_bytes_) {
+      Post([](Session<Stream>* s, Exchange* x) { s->DoCut(x); });
+      return false;
+    }
     Post([data = std::move(data)](Session<Stream>* s, Exchange* x) mutable {
+      x->queued_bytes_.fetch_sub(data.size());
       s->DoWrite(x, std::move(data));
     });
     return true;
@@ -131,6 +140,7 @@ class Exchange final : public HttpExchange, public std::enable_shared_from_this<
   bool started = false;   // Respond or StartStream seen
   bool complete = false;  // the answer's end is queued
   std::atomic<bool> closed_{false};
+  std::atomic<size_t> queued_bytes_{0};  // posted by Write, not yet taken by the strand
 
  private:
   template <class F>
@@ -141,6 +151,7 @@ class Exchange final : public HttpExchange, public std::enable_shared_from_this<
               });
   }
   const std::shared_ptr<Session<Stream>> session_;
+  const size_t max_queued_bytes_;
 };
 
 // One connection. Everything runs on its strand.
@@ -225,6 +236,11 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       return Cut(x);
     }
     Queue(std::move(framed));
+  }
+
+  void DoCut(Exchange<Stream>* x) {
+    if (!Current(x) || !x->started || x->complete) return;
+    Cut(x);
   }
 
   void DoEnd(Exchange<Stream>* x) {
@@ -353,7 +369,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     request.body = std::move(req.body());
 
     state_ = State::kHandling;
-    current_ = std::make_shared<Exchange<Stream>>(this->shared_from_this());
+    current_ = std::make_shared<Exchange<Stream>>(this->shared_from_this(),
+                                                   server_->options.max_stream_buffer_bytes);
     SetBusy(true);
     if (buffer_.size() == 0) StartRawRead();  // notices the client leaving
     std::shared_ptr<HttpExchange> exchange = current_;
@@ -370,7 +387,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     parser_.reset();
     keep_alive_ = false;
     state_ = State::kHandling;
-    current_ = std::make_shared<Exchange<Stream>>(this->shared_from_this());
+    current_ = std::make_shared<Exchange<Stream>>(this->shared_from_this(),
+                                                   server_->options.max_stream_buffer_bytes);
     SetBusy(true);
     HttpResponse r = server_->ErrorResponse(status, std::move(message));
     r.headers.emplace_back("Connection", "close");

@@ -101,28 +101,32 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
 OpenAiServer::~OpenAiServer() { Stop(); }
 
 void OpenAiServer::Stop() {
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return active_.empty() && health_checks_ == 0;
+  };
+  std::vector<std::shared_ptr<Generation>> cancel;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     stopping_ = true;
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return active_.empty() && health_checks_ == 0;
-    };
     if (!mu_.AwaitWithTimeout(absl::Condition(&idle), options_.drain_timeout)) {
       LOG(WARNING) << "HTTP API: cancelling " << active_.size() << " requests at shutdown";
-      std::vector<std::shared_ptr<Generation>> cancel;
       for (const std::shared_ptr<Call>& c : active_) {
         absl::MutexLock call_lock(&c->mu);
         if (std::shared_ptr<Generation> g = c->generation.lock()) cancel.push_back(std::move(g));
       }
-      mu_.Unlock();
-      for (const std::shared_ptr<Generation>& g : cancel) g->Cancel();
-      mu_.Lock();
-      // A cancelled call ends at once; the scheduler's health check has a 2 s deadline.
-      mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
     }
   }
+  if (!cancel.empty()) {
+    // Outside the lock: cancelling may run a call's last update, which unregisters it.
+    for (const std::shared_ptr<Generation>& g : cancel) g->Cancel();
+    cancel.clear();
+    // A cancelled call ends at once; the scheduler's health check has a 2 s deadline.
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
+  }
+  // Every exchange is released once its call has ended: the HTTP server may go.
   if (http_ != nullptr) http_->Stop();
 }
 

@@ -358,7 +358,9 @@ class HttpsTest : public HttpServerTest {
     if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
       GTEST_SKIP() << "openssl is needed to make the test certificates (apt-get install openssl)";
     }
-    dir_ = ::testing::TempDir() + "/https_test_certs";
+    // One folder per test process: ctest runs the tests of this file side by side.
+    dir_ = absl::StrCat(::testing::TempDir(), "/https_test_certs_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     const std::string script = absl::StrCat(
         "set -e; rm -rf ", dir_, "; mkdir -p ", dir_, "; cd ", dir_, "; ",
         "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 "

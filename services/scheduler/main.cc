@@ -3,10 +3,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
-#include "common/tls.h"
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 #include "services/scheduler/cluster_setup.h"

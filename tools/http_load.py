@@ -7,7 +7,8 @@ many concurrent streams, slow readers. Prints one JSON line of figures per check
     tools/http_load.py --bin_dir build/bin streams --streams 2000
     tools/http_load.py --bin_dir build/bin slow    --streams 50
 
-Each check starts its own local cluster on stories260K ($FOLIO_MODELS_DIR) through
+Each check starts its own local cluster on stories260K ($FOLIO_MODELS_DIR, else the
+embedded one) through
 tools/serve.py, or uses --port of a running frontend. The idle connections live in a
 separate process (`hold`), as a gateway's would. "resets" counts connections that failed
 (refused, reset, or closed before a whole answer). RSS is the frontend's, from /proc.

@@ -9,8 +9,8 @@ connection; and afterwards the server still serves (health and a plain completio
 
     tests/http/openai_fuzz_test.py --bin_dir build/bin [--examples N]
 
-Runs against a local cluster on stories260K ($FOLIO_MODELS_DIR); exit 77 when that or
-python3-hypothesis is missing. Deterministic by default (derandomized); set
+Runs against a local cluster on stories260K ($FOLIO_MODELS_DIR, else the embedded one); exit
+77 when python3-hypothesis is missing. Deterministic by default (derandomized); set
 FOLIO_FUZZ_RANDOM=1 for fresh examples.
 """
 import argparse

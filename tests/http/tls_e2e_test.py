@@ -12,7 +12,7 @@ own. With them:
     whose certificate another CA signed.
 
     tests/http/tls_e2e_test.py --bin_dir build/bin
-Exit 77 when openssl or the model ($FOLIO_MODELS_DIR) is missing.
+Exit 77 when openssl is missing. The model: $FOLIO_MODELS_DIR's stories260K, else the embedded one.
 """
 import argparse
 import json

@@ -44,7 +44,8 @@ def completion(prompt="Once upon a time", max_tokens=16, stream=True, **extra):
 
 
 async def one_request(port, request, rcvbuf=None, read=True):
-    """(status, ttft_s, complete, reset): sends `request`, reads until the server closes."""
+    """(status, ttft_s, complete, reset): sends `request`, reads until the server closes.
+    For a 4xx/5xx, `complete` says whether the body is OpenAI's error object."""
     start = time.monotonic()
     try:
         if rcvbuf:
@@ -74,7 +75,16 @@ async def one_request(port, request, rcvbuf=None, read=True):
     if not data.startswith(b"HTTP/1.1 "):
         return 0, None, False, True
     status = int(data[9:12])
-    complete = b"data: [DONE]" in data if status == 200 and b"text/event-stream" in data else b"\r\n\r\n" in data
+    if status >= 400:
+        try:
+            err = json.loads(data.split(b"\r\n\r\n", 1)[1]).get("error", {})
+            complete = isinstance(err.get("message"), str) and isinstance(err.get("type"), str)
+        except (ValueError, IndexError, AttributeError):
+            complete = False
+    elif status == 200 and b"text/event-stream" in data:
+        complete = b"data: [DONE]" in data
+    else:
+        complete = b"\r\n\r\n" in data
     return status, ttft, complete, False
 
 
@@ -164,6 +174,7 @@ async def streams(port, n, max_tokens, frontend_pid):
     return {"check": "streams", "streams": n, "max_tokens": max_tokens, "by_status": by_status,
             "complete_200": sum(1 for r in results if r[0] == 200 and r[2]),
             "incomplete_200": sum(1 for r in results if r[0] == 200 and not r[2]),
+            "429_with_error_object": sum(1 for r in results if r[0] == 429 and r[2]),
             "resets": sum(1 for r in results if r[3]), "seconds": round(time.monotonic() - start, 1),
             "frontend_rss_mb_peak": peak[0] if frontend_pid else None}
 
@@ -264,6 +275,8 @@ def holds(r):
     if r["check"] == "streams":
         if set(r["by_status"]) - {"200", "429"} or r["incomplete_200"]:
             problems.append(f"answers other than a whole 200 or a 429: {r['by_status']}")
+        if r["429_with_error_object"] != r["by_status"].get("429", 0):
+            problems.append("a 429 without OpenAI's error object")
     if r["check"] == "slow" and r["cut_with_error_event"] != r["streams"]:
         problems.append("slow readers not all cut with the error event")
     for p in problems:

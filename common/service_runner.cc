@@ -21,7 +21,10 @@ absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &runner->port_);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(address, *credentials, &runner->port_);
   // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port would
   // silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -134,8 +134,9 @@ def supervise(services, info=None):
     return restarted
 
 
-def healthy(cli, address):
-    r = subprocess.run([cli, "health", f"--server={address}"], capture_output=True, text=True)
+def healthy(cli, address, tls_flags=()):
+    r = subprocess.run([cli, "health", f"--server={address}"] + list(tls_flags),
+                       capture_output=True, text=True)
     return r.returncode == 0 and "NOT_SERVING" not in r.stdout
 
 
@@ -171,6 +172,12 @@ def main():
     p.add_argument("--no_supervise", action="store_true",
                    help="stop the whole cluster when one service dies, instead of restarting "
                         "that service (with backoff) as Kubernetes would")
+    p.add_argument("--tls_dir",
+                   help="folder with ca.crt, tls.crt and tls.key (a Kubernetes TLS secret's "
+                        "layout): mutual TLS between every service, TLS on the frontend's gRPC "
+                        "port (client certificate required) and HTTPS on its HTTP API")
+    p.add_argument("--frontend_flag", action="append", default=[],
+                   help="extra flag for folio-frontend (repeatable), e.g. --frontend_flag=--http_idle_timeout_ms=600000")
     args = p.parse_args()
 
     if args.tp < 1:
@@ -191,6 +198,16 @@ def main():
             log(f"{name} is not built in {args.bin_dir}; run ./folio build")
             return 2
 
+    tls = []
+    if args.tls_dir:
+        files = {n: os.path.join(os.path.abspath(args.tls_dir), n) for n in ("ca.crt", "tls.crt", "tls.key")}
+        missing = [f for f in files.values() if not os.path.exists(f)]
+        if missing:
+            log("--tls_dir lacks " + ", ".join(missing))
+            return 2
+        tls = [f"--tls_cert={files['tls.crt']}", f"--tls_key={files['tls.key']}", f"--tls_ca={files['ca.crt']}"]
+        args.frontend_flag = [f"--http_tls_cert={files['tls.crt']}", f"--http_tls_key={files['tls.key']}"] + args.frontend_flag
+
     run_dir = tempfile.mkdtemp(prefix="folio-serve-")
     log(f"model {model}" + (f", {args.tp} tensor-parallel worker ranks" if args.tp > 1 else ""))
     log(f"logs in {run_dir}")
@@ -208,13 +225,13 @@ def main():
         log("stopped")
 
     try:
-        cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"], run_dir)
+        cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"] + tls, run_dir)
         services.append(cachemgr)
         # Rank 0 first: the other ranks find their group through its gRPC port.
         workers = []
         for rank in range(args.tp):
             argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
-                    f"--num_threads={threads}"]
+                    f"--num_threads={threads}"] + tls
             if args.tp > 1:
                 argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
                 if rank > 0:
@@ -233,11 +250,12 @@ def main():
             f"--max_num_batched_tokens={args.max_num_batched_tokens}",
             f"--max_model_len={args.max_model_len}",
             f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
-            f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"], run_dir)
+            f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
         frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",
-                                        f"--port={args.port}", f"--http_port={args.http_port}"],
+                                        f"--port={args.port}", f"--http_port={args.http_port}"]
+                           + tls + args.frontend_flag,
                            run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)
@@ -248,7 +266,7 @@ def main():
             for s in pending:
                 if s.proc.poll() is not None:
                     raise RuntimeError(f"{s.name} exited with code {s.proc.returncode}")
-            pending = [s for s in pending if not healthy(b("folio-cli"), s.address)]
+            pending = [s for s in pending if not healthy(b("folio-cli"), s.address, tls)]
             if pending and time.time() > deadline:
                 raise RuntimeError("not SERVING in time: " + ", ".join(s.name for s in pending))
             if pending:
@@ -268,7 +286,7 @@ def main():
                              "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics",
                              "pid": frontend.proc.pid}}
         if frontend.ports.get("http_port", -1) > 0:
-            info["frontend"]["http"] = f"http://127.0.0.1:{frontend.ports['http_port']}"
+            info["frontend"]["http"] = f"{'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}"
         for s in [scheduler, cachemgr] + workers:
             info[s.name] = {"grpc": s.address,
                             "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics",
@@ -285,7 +303,7 @@ def main():
     for s in [scheduler, cachemgr] + workers:
         print(f"  {s.name:<9} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
     if frontend.ports.get("http_port", -1) > 0:
-        print(f"  frontend  http http://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
+        print(f"  frontend  http {'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
     print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
     print("Ctrl-C stops the cluster.", flush=True)
 

@@ -7,6 +7,7 @@
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 #include "services/scheduler/cluster_setup.h"
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   folio::ExitIfCheckingFlags();
+  const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // A restarted worker or cache manager is reached again within 250 ms, not after gRPC's
@@ -84,14 +86,12 @@ int main(int argc, char** argv) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
   std::vector<std::shared_ptr<grpc::Channel>> ranks;
   for (absl::string_view addr : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
-    ranks.push_back(grpc::CreateCustomChannel(std::string(addr),
-                                              grpc::InsecureChannelCredentials(), args));
+    ranks.push_back(folio::MakeChannel(std::string(addr), tls, args).value());
   }
   sched::GrpcWorkerClient workers(ranks,
                                   absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms)));
   std::shared_ptr<grpc::Channel> cachemgr_channel =
-      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_cachemgr), grpc::InsecureChannelCredentials(),
-                                args);
+      folio::MakeChannel(absl::GetFlag(FLAGS_cachemgr), tls, args).value();
   sched::GrpcCacheClient cache(cachemgr_channel,
                                absl::Milliseconds(absl::GetFlag(FLAGS_cachemgr_timeout_ms)));
 

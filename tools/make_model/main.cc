@@ -11,10 +11,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "common/usage.h"
+#include "common/version.h"
 #include "services/worker/model/random_model.h"
 #include "services/worker/model/weight_format.h"
 
@@ -53,12 +54,13 @@ int main(int argc, char** argv) {
     return absl::StrContains(file, "make_model/");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] { return std::string("folio-make-model ") + folio::kVersion + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Writes a random-weight Llama-family GGUF model (llama, qwen2, qwen3; weights "
       "N(0, 0.02), norms 1, "
       "SentencePiece-style vocabulary).\nUsage: folio-make-model --out=PATH [options]");
-  absl::ParseCommandLine(argc, argv);
+  folio::ParseFlagsOrExit(argc, argv);
 
   folio::worker::RandomModelOptions o;
   o.architecture = absl::GetFlag(FLAGS_arch);

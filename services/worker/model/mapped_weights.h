@@ -20,6 +20,8 @@ class MappedModelWeights : public ModelWeights {
 
   const MappedFile& file() const { return *file_; }
 
+  int64_t file_bytes() const override { return static_cast<int64_t>(file_->size()); }
+
   void ReleasePages(const TensorView& t) const override {
     if (t.data == nullptr) return;
     file_->ReleasePages(t.data, static_cast<size_t>(DTypeBytes(t.dtype, t.num_elements())));

@@ -17,17 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "services/worker/model/dequant.h"
 #include "services/worker/model/model_test_util.h"
+#include "tests/reference/llama_ref.h"
 
 namespace folio::worker {
 namespace {
 
-// The llama.cpp sources of the reference bundle ($FOLIO_REFERENCE_DIR/llama.cpp, else the
-// build's reference/llama.cpp), the same place folio_llama_ref's LlamaCppSourceDir() names.
-std::string GgufPyDir() {
-  const char* d = std::getenv("FOLIO_REFERENCE_DIR");
-  const std::string root = d != nullptr && *d != '\0' ? d : FOLIO_REFERENCE_DEFAULT_DIR;
-  return root + "/llama.cpp/gguf-py";
-}
+// gguf-py in the reference's llama.cpp sources.
+std::string GgufPyDir() { return reference::LlamaCppSourceDir() + "/gguf-py"; }
 
 // Debian's python3 (the one python3-numpy installs into), ahead of any other in PATH.
 std::string Python3() {
@@ -147,7 +143,10 @@ TEST(WeightFormatTest, DequantizationMatchesGgufPyBitForBit) {
   absl::StrAppend(&script, "print('ok')\n");
   std::string why;
   const std::optional<std::string> out = RunGgufPy(script, &why);
-  if (!out) GTEST_SKIP() << why;
+  if (!out) {
+    if (reference::ReferenceRequired()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
   ASSERT_NE(out->find("ok"), std::string::npos) << *out;
   for (size_t i = 0; i < formats.size(); ++i) {
     const WeightFormat& f = *formats[i];

@@ -97,6 +97,9 @@ class ModelWeights {
   // (they fault back in from the file if read again). The default does nothing, for
   // weights held in ordinary buffers.
   virtual void ReleasePages(const TensorView& t) const { (void)t; }
+
+  // Bytes of the model file(s) mapped behind the views; 0 for weights in buffers.
+  virtual int64_t file_bytes() const { return 0; }
 };
 
 }  // namespace folio::worker

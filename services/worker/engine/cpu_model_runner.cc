@@ -109,6 +109,7 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
     if (l.kind == Linear::Kind::kPacked) packed_sources.push_back(&m);
     return l;
   };
+  const size_t num_layers = weights_.layers.size();
   for (const ShardLayer& w : weights_.layers) {
     LayerLinears l;
     l.qkv = linear(w.qkv);
@@ -116,6 +117,10 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
     l.gate_up = linear(w.gate_up);
     l.down = linear(w.down);
     linears_.push_back(std::move(l));
+    // Packing a large model takes a while: say how far it got.
+    if (num_layers >= 8 && linears_.size() % (num_layers / 4) == 0) {
+      LOG(INFO) << "weights: " << linears_.size() << " of " << num_layers << " layers ready";
+    }
   }
   lm_head_ = linear(weights_.lm_head);
   tok_embeddings_ = weights_.tok_embeddings.typed();

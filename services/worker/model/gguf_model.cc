@@ -1,10 +1,12 @@
 #include "services/worker/model/gguf_model.h"
 
 #include <cstring>
+#include <map>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "absl/strings/str_join.h"
 #include "services/worker/model/architecture.h"
 #include "services/worker/model/mapped_file.h"
@@ -369,6 +371,15 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
   auto weights = std::make_unique<MappedModelWeights>(std::move(file));
   ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Parse(bytes, path));
   if (absl::Status s = BuildLlamaWeights(gguf, weights.get()); !s.ok()) return s;
+  // What was mapped, by stored type: "q4_K 193, q6_K 33, f32 65".
+  std::map<std::string, int> types;
+  for (const GgufTensorInfo& t : gguf.tensors()) ++types[DTypeName(GgmlTypeToDType(t.type))];
+  std::string by_type;
+  for (const auto& [name, n] : types) absl::StrAppend(&by_type, by_type.empty() ? "" : ", ", name, " ", n);
+  const ModelConfig& c = weights->config;
+  LOG(INFO) << path << ": " << c.architecture << ", " << c.num_layers << " layers, dim " << c.dim
+            << ", " << gguf.tensors().size() << " tensors (" << by_type << "), "
+            << (bytes.size() >> 20) << " MiB mapped, weights kept as stored";
   return std::unique_ptr<ModelWeights>(std::move(weights));
 }
 

@@ -292,6 +292,15 @@ WorkerService::Metrics::Metrics(MetricsRegistry* r)
       weight_bytes(r->AddGauge("folio_worker_weight_bytes",
                                "Bytes of model weights this rank holds (its tensor-parallel "
                                "shard; 0 before AllocateKvCache).")),
+      resident_bytes(r->AddGauge("folio_worker_resident_bytes",
+                                 "This worker's resident memory (VmRSS, mapped model pages "
+                                 "included), read at KV allocation and every 64 steps.")),
+      resident_limit_bytes(r->AddGauge(
+          "folio_worker_resident_limit_bytes",
+          "The bound on folio_worker_resident_bytes: model file + KV pool + max(10% of the "
+          "file, 256 MiB); 0 before AllocateKvCache.")),
+      model_file_bytes(r->AddGauge("folio_worker_model_file_bytes",
+                                   "Bytes of the model file this worker maps.")),
       collectives(r->AddCounterFamily("folio_worker_collectives_total",
                                       "Tensor-parallel collectives this rank issued, by "
                                       "operation (all_reduce, gather).",
@@ -430,8 +439,23 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   LOG(INFO) << "KV cache allocated: " << num_blocks << " blocks of " << block_size
             << " tokens, " << bytes << " bytes (" << kernels::KvDTypeName(options_.kv_dtype)
             << ")";
+  resident_bound_ = ResidentBound{weights_->file_bytes(), bytes};
+  metrics_.model_file_bytes.Set(static_cast<double>(resident_bound_.file_bytes));
+  metrics_.resident_limit_bytes.Set(static_cast<double>(resident_bound_.limit_bytes()));
+  UpdateResident(/*log=*/true);
   if (serving_callback_) serving_callback_(ServingState::kServing);
   return bytes;
+}
+
+void WorkerService::UpdateResident(bool log) {
+  steps_since_resident_ = 0;
+  absl::StatusOr<ResidentMemory> m = ReadResidentMemory();
+  if (!m.ok()) {
+    if (log) LOG(WARNING) << "resident memory: " << m.status();
+    return;
+  }
+  metrics_.resident_bytes.Set(static_cast<double>(m->rss_bytes));
+  if (log) LOG(INFO) << "resident memory: " << DescribeResident(*m, resident_bound_);
 }
 
 grpc::ServerUnaryReactor* WorkerService::AllocateKvCache(grpc::CallbackServerContext* ctx,
@@ -490,6 +514,7 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   metrics_.step_tokens.Observe(static_cast<double>(num_tokens));
   metrics_.step_sequences.Observe(request.sequences_size());
   metrics_.steps.Increment();
+  if (++steps_since_resident_ >= 64) UpdateResident(/*log=*/false);
   metrics_.tokens.Increment(static_cast<double>(num_tokens));
   metrics_.sampled_tokens.Increment(static_cast<double>(num_sampled));
   return absl::OkStatus();

@@ -43,6 +43,7 @@
 #include "folio/internal/v1/worker.grpc.pb.h"
 #include "services/worker/dist/communicator.h"
 #include "services/worker/engine/model_runner.h"
+#include "services/worker/resident_memory.h"
 #include "services/worker/engine/runner_factory.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/kv_cache_view.h"
@@ -122,8 +123,14 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
     Gauge& kv_cache_blocks;
     Gauge& kv_block_size;
     Gauge& weight_bytes;
+    Gauge& resident_bytes;
+    Gauge& resident_limit_bytes;
+    Gauge& model_file_bytes;
     Family<Counter>& collectives;
   };
+
+  // Reads VmRSS into the resident gauge; logs it against the bound when `log`.
+  void UpdateResident(bool log);
 
   // A FIFO of tasks run by one thread: the only thread that touches runner_.
   class StepThread {
@@ -167,6 +174,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   absl::Status communicator_status_;            // why there is none (tp_size > 1)
   CollectiveCounts reported_counts_;            // already added to the metrics
   std::unique_ptr<ModelRunner> runner_;         // uses communicator_: declared after it
+  ResidentBound resident_bound_;                // step thread: set at KV allocation
+  int32_t steps_since_resident_ = 0;            // step thread
 
   // Last member: destroyed first, so queued tasks still see everything above.
   StepThread step_thread_;

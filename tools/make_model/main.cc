@@ -17,8 +17,18 @@
 #include "common/usage.h"
 #include "common/version.h"
 #include "services/worker/model/random_model.h"
+#include "services/worker/model/weight_format.h"
 
 ABSL_FLAG(std::string, out, "", "Output GGUF path (required).");
+ABSL_FLAG(std::string, arch, "llama",
+          "general.architecture: llama (Llama 2/3.x, Mistral), qwen2 (Q/K/V biases) or qwen3 "
+          "(Q/K norms).");
+ABSL_FLAG(int32_t, head_dim, 0, "Per-head width; 0: dim / heads, else written as "
+          "attention.key_length (Mistral-Nemo, Qwen3).");
+ABSL_FLAG(float, weight_std, 0.02f, "Std of the matrices' N(0, std) weights.");
+ABSL_FLAG(float, embedding_std, 0.0f, "Std of token_embd and output; 0: --weight_std.");
+ABSL_FLAG(bool, rope_freqs, false, "Write a Llama 3.1-style rope_freqs tensor (llama only).");
+ABSL_FLAG(float, rope_scaling, 0.0f, "If > 0, linear RoPE scaling with this factor.");
 ABSL_FLAG(std::string, name, "folio-random", "general.name of the model.");
 ABSL_FLAG(int32_t, dim, 64, "Model width (llama.embedding_length).");
 ABSL_FLAG(int32_t, hidden_dim, 172, "SwiGLU inner width (llama.feed_forward_length).");
@@ -27,7 +37,9 @@ ABSL_FLAG(int32_t, heads, 8, "Attention heads.");
 ABSL_FLAG(int32_t, kv_heads, 4, "Key/value heads (grouped-query attention).");
 ABSL_FLAG(int32_t, vocab, 512, "Vocabulary size (at least 259).");
 ABSL_FLAG(int32_t, context, 512, "llama.context_length.");
-ABSL_FLAG(std::string, dtype, "f32", "Matrix storage type: f32, f16, bf16 or q8_0.");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Matrix storage type: f32, f16, bf16, q8_0 (converted from N(0, std) weights) or "
+          "q4_0, q4_1, q5_0, q5_1, q2_K .. q6_K (random blocks of about that std).");
 ABSL_FLAG(uint64_t, seed, 1234, "Random seed; the same seed gives the same file.");
 ABSL_FLAG(float, rope_theta, 10000.0f, "llama.rope.freq_base.");
 ABSL_FLAG(float, rms_eps, 1e-5f, "llama.attention.layer_norm_rms_epsilon.");
@@ -45,11 +57,18 @@ int main(int argc, char** argv) {
   usage.version_string = [] { return std::string("folio-make-model ") + folio::kVersion + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "Writes a random-weight Llama GGUF model (weights N(0, 0.02), norms 1, "
+      "Writes a random-weight Llama-family GGUF model (llama, qwen2, qwen3; weights "
+      "N(0, 0.02), norms 1, "
       "SentencePiece-style vocabulary).\nUsage: folio-make-model --out=PATH [options]");
   folio::ParseFlagsOrExit(argc, argv);
 
   folio::worker::RandomModelOptions o;
+  o.architecture = absl::GetFlag(FLAGS_arch);
+  o.head_dim = absl::GetFlag(FLAGS_head_dim);
+  o.weight_std = absl::GetFlag(FLAGS_weight_std);
+  o.embedding_std = absl::GetFlag(FLAGS_embedding_std);
+  o.rope_freqs = absl::GetFlag(FLAGS_rope_freqs);
+  o.rope_scaling_factor = absl::GetFlag(FLAGS_rope_scaling);
   o.name = absl::GetFlag(FLAGS_name);
   o.dim = absl::GetFlag(FLAGS_dim);
   o.hidden_dim = absl::GetFlag(FLAGS_hidden_dim);
@@ -74,19 +93,16 @@ int main(int argc, char** argv) {
   }
 
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "f32") {
-    o.dtype = folio::worker::DType::kF32;
-  } else if (dtype == "f16") {
-    o.dtype = folio::worker::DType::kF16;
-  } else if (dtype == "bf16") {
-    o.dtype = folio::worker::DType::kBF16;
-  } else if (dtype == "q8_0") {
-    o.dtype = folio::worker::DType::kQ8_0;
-  } else {
-    std::cerr << "folio-make-model: --dtype must be f32, f16, bf16 or q8_0, got '" << dtype
-              << "'\n";
+  const folio::worker::WeightFormat* format = nullptr;
+  for (const folio::worker::WeightFormat* f : folio::worker::AllWeightFormats()) {
+    if (absl::EqualsIgnoreCase(f->name, dtype)) format = f;
+  }
+  if (format == nullptr) {
+    std::cerr << "folio-make-model: --dtype must be one of "
+              << folio::worker::SupportedGgmlTypes() << " (by name), got '" << dtype << "'\n";
     return 2;
   }
+  o.dtype = format->dtype;
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {
     std::cerr << "folio-make-model: --out is required (see --help)\n";

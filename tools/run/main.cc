@@ -135,7 +135,7 @@ int Run() {
     return 1;
   }
   const ModelConfig& config = (*runner)->config();
-  weights->reset();  // the runner (every rank) holds its own converted copy
+  // The runner reads the weights in place (typed views into the mapped file): keep them.
 
   cachemgr::CacheConfig cache_config;
   cache_config.num_blocks = static_cast<int32_t>((*runner)->num_blocks());

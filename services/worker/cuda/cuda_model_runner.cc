@@ -124,8 +124,53 @@ CudaModelRunner::~CudaModelRunner() {
   }
 }
 
+namespace {
+
+// What this runner implements: the plain Llama-2 form of the `llama` architecture with
+// f32/f16/bf16/q8_0 weights (widened on the host for upload). The rest runs on the CPU
+// runner until the GPU issue adds it.
+absl::Status CheckCudaSupports(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  std::string missing;
+  if (c.architecture != "llama") missing = "architecture '" + c.architecture + "'";
+  else if (c.qkv_bias) missing = "Q/K/V biases";
+  else if (c.qk_norm) missing = "Q/K norms";
+  else if (c.rope_style != RopeStyle::kInterleaved) missing = "NEOX RoPE";
+  else if (c.rope_freq_factors) missing = "RoPE frequency factors (rope_freqs)";
+  else if (c.rope_freq_scale != 1.0f) missing = "linear RoPE scaling";
+  else if (c.head_dim * c.num_heads != c.dim) missing = "attention.key_length != dim / heads";
+  auto check_type = [&missing](const TensorView& t, const std::string& name) {
+    if (!missing.empty() || t.data == nullptr) return;
+    using WDType = ::folio::worker::DType;
+    if (t.dtype != WDType::kF32 && t.dtype != WDType::kF16 && t.dtype != WDType::kBF16 &&
+        t.dtype != WDType::kQ8_0) {
+      missing = name + " in " + ::folio::worker::DTypeName(t.dtype);
+    }
+  };
+  check_type(w.tok_embeddings, "token_embd");
+  check_type(w.lm_head, "output");
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    for (auto [t, n] : {std::pair{&lw.wq, "attn_q"}, std::pair{&lw.wk, "attn_k"},
+                        std::pair{&lw.wv, "attn_v"}, std::pair{&lw.wo, "attn_output"},
+                        std::pair{&lw.w_gate, "ffn_gate"}, std::pair{&lw.w_up, "ffn_up"},
+                        std::pair{&lw.w_down, "ffn_down"}}) {
+      check_type(*t, p + n);
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "the CUDA runner cannot run model \"", c.name, "\" yet: it has ", missing,
+      "; the CUDA runner supports the llama architecture without biases, Q/K norms or RoPE "
+      "scaling, in f32, f16, bf16 or q8_0 (run it with --device=cpu)"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(
     const ModelWeights& weights, const CudaModelRunnerOptions& options) {
+  if (absl::Status s = CheckCudaSupports(weights); !s.ok()) return s;
   std::unique_ptr<CudaModelRunner> r(new CudaModelRunner(weights.config, options));
   if (absl::Status s = r->Initialize(&weights, 0); !s.ok()) return s;
   return r;

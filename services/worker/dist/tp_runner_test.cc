@@ -284,5 +284,51 @@ TEST(TpRunnerTest, RefusesKvHeadsThatDoNotDivide) {
   EXPECT_THAT(r.status().message(), HasSubstr("2 KV heads, which do not divide over 3"));
 }
 
+// A q4_K model of the qwen2 form (biases split with their heads): 256-value blocks.
+std::unique_ptr<ModelWeights> QuantizedModel(int32_t head_dim, const std::string& name) {
+  RandomModelOptions o;
+  o.architecture = "qwen2";
+  o.dtype = DType::kQ4_K;
+  o.dim = 256;
+  o.hidden_dim = 1024;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.head_dim = head_dim;
+  o.vocab_size = 300;
+  o.weight_std = 0.05f;
+  o.embedding_std = 0.5f;
+  const std::string path = ::testing::TempDir() + "/" + name;
+  CHECK(WriteRandomModel(o, path).ok());
+  std::unique_ptr<ModelWeights> w = testing::LoadOrDie(path);
+  std::filesystem::remove(path);
+  return w;
+}
+
+TEST(TpRunnerTest, QuantizedTp2MatchesTp1OnBlockBoundaries) {
+  // head_dim 128: each rank's 2 query heads are 256 columns of attn_output, one block;
+  // 1024 hidden units are 4 blocks of ffn_down, 2 per rank.
+  std::unique_ptr<ModelWeights> weights = QuantizedModel(128, "tp_q4k.gguf");
+  const std::vector<int32_t> prompt = {1, 50, 290, 7, 300 - 1};
+  const Generation single = Greedy(*SingleOrDie(*weights), prompt, 8);
+  std::unique_ptr<InProcessTpRunner> two = TpOrDie(*weights, 2);
+  const Generation tp = Greedy(*two, prompt, 8);
+  EXPECT_EQ(tp.tokens, single.tokens);
+  ExpectLogitsClose(single, tp);
+  EXPECT_EQ(two->rank(0).weights().hidden_dim, 512);
+}
+
+TEST(TpRunnerTest, RefusesASplitThatCutsQuantizedBlocks) {
+  // head_dim 64: a rank's 2 heads are 128 columns, half a q4_K block of attn_output.
+  std::unique_ptr<ModelWeights> weights = QuantizedModel(0, "tp_q4k_cut.gguf");
+  InProcessTpOptions o;
+  o.tp_size = 2;
+  o.runner = RunnerOptions();
+  absl::StatusOr<std::unique_ptr<InProcessTpRunner>> r = InProcessTpRunner::Create(*weights, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("blk.0.attn_output is q4_K"));
+  EXPECT_THAT(r.status().message(), HasSubstr("would cut its 256-value blocks"));
+}
+
 }  // namespace
 }  // namespace folio::worker

@@ -34,12 +34,12 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
     shard.rank = options.communicator->rank();
     shard.size = options.communicator->world_size();
   }
-  absl::StatusOr<CpuWeights> cpu_weights = CpuWeights::Create(weights, shard);
-  if (!cpu_weights.ok()) return cpu_weights.status();
-  const ModelConfig& c = cpu_weights->config;
+  absl::StatusOr<WeightShard> views = WeightShard::Create(weights, shard);
+  if (!views.ok()) return views.status();
+  const ModelConfig& c = views->config;
   KvCacheShape shape;
   shape.num_layers = c.num_layers;
-  shape.num_kv_heads = cpu_weights->num_kv_heads;
+  shape.num_kv_heads = views->num_kv_heads;
   shape.head_dim = c.head_dim;
   shape.block_size = options.block_size;
   shape.dtype = options.kv_dtype;
@@ -49,11 +49,53 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   int32_t threads = options.num_threads;
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
   return std::unique_ptr<CpuModelRunner>(new CpuModelRunner(
-      *std::move(cpu_weights), *std::move(kv), threads, options));
+      weights, *std::move(views), *std::move(kv), threads, options));
 }
 
-CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
-                               int32_t num_threads, const CpuModelRunnerOptions& options)
+int64_t CpuModelRunner::Linear::bytes() const {
+  switch (kind) {
+    case Kind::kPacked:
+      return packed.size_bytes();
+    case Kind::kF32:
+      return static_cast<int64_t>(f32.size() * sizeof(float));
+    case Kind::kTyped:
+      return typed_bytes;
+  }
+  return 0;
+}
+
+CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
+  Linear l;
+  l.out = m.out();
+  l.in = m.in();
+  l.typed = m.typed();
+  l.typed_bytes = m.stored_bytes();
+  const k::TypedMatrix& typed = l.typed;
+  auto row = [&typed](int64_t o, float* dst) { typed.RowToF32(o, dst); };
+  if (gemm_threading_ != GemmThreading::kPacked) {
+    l.kind = Linear::Kind::kF32;
+    l.f32.resize(static_cast<size_t>(l.out * l.in));
+    for (int64_t o = 0; o < l.out; ++o) row(o, l.f32.data() + o * l.in);
+    return l;
+  }
+  // Panels in the stored precision take the bytes the file did: f32 always, f16 where
+  // the AVX2 kernel widens it in hardware.
+  const bool f32 = m.all_of(DType::kF32);
+  const bool f16 = isa_ == k::CpuIsa::kAvx2 && m.all_of(DType::kF16);
+  if (!f32 && !f16) {
+    l.kind = Linear::Kind::kTyped;
+    return l;
+  }
+  l.kind = Linear::Kind::kPacked;
+  l.packed = k::PackedMatrix(l.out, l.in,
+                             f16 ? k::PackedMatrix::Precision::kF16 : k::PackedMatrix::Precision::kF32,
+                             row);
+  return l;
+}
+
+CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
+                               std::unique_ptr<KvCache> kv, int32_t num_threads,
+                               const CpuModelRunnerOptions& options)
     : weights_(std::move(weights)),
       kv_(std::move(kv)),
       pool_(num_threads),
@@ -61,75 +103,80 @@ CpuModelRunner::CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv,
       gemm_threading_(options.gemm_threading),
       comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
-  const bool pack = gemm_threading_ == GemmThreading::kPacked;
-  // f16 panels (lossless: only for matrices whose every weight is an f16 value) halve the
-  // weight bytes a step streams; only the AVX2 kernel widens them in hardware.
-  const bool f16_when_exact = isa_ == k::CpuIsa::kAvx2;
-  auto linear = [pack, f16_when_exact](const float* w, int64_t out, int64_t in) {
-    Linear l;
-    l.w = w;
-    l.out = out;
-    l.in = in;
-    if (pack) l.packed = k::PackedMatrix(w, out, in, f16_when_exact);
+  std::vector<const ShardMatrix*> packed_sources;
+  auto linear = [&](const ShardMatrix& m) {
+    Linear l = MakeLinear(m);
+    if (l.kind == Linear::Kind::kPacked) packed_sources.push_back(&m);
     return l;
   };
-  const int64_t dim = weights_.config.dim;
-  const int64_t q_dim = weights_.q_dim();
-  const int64_t hidden = weights_.hidden_dim;
-  for (const CpuLayerWeights& w : weights_.layers) {
+  const size_t num_layers = weights_.layers.size();
+  for (const ShardLayer& w : weights_.layers) {
     LayerLinears l;
-    l.qkv = linear(w.wqkv.data(), q_dim + 2 * weights_.kv_dim(), dim);
-    l.wo = linear(w.wo.data(), dim, q_dim);
-    l.gate_up = linear(w.w_gate_up.data(), 2 * hidden, dim);
-    l.down = linear(w.w_down.data(), dim, hidden);
+    l.qkv = linear(w.qkv);
+    l.wo = linear(w.wo);
+    l.gate_up = linear(w.gate_up);
+    l.down = linear(w.down);
     linears_.push_back(std::move(l));
-  }
-  lm_head_ = linear(weights_.lm_head_data(), weights_.vocab.size(), dim);
-  if (pack) {
-    // The panels are all the packed GEMM reads: release the f32 matrices. A tied LM head
-    // is the embedding table, which the embedding lookup still reads.
-    auto release = [](std::vector<float>& v) { std::vector<float>().swap(v); };
-    for (size_t i = 0; i < weights_.layers.size(); ++i) {
-      CpuLayerWeights& w = weights_.layers[i];
-      for (std::vector<float>* v : {&w.wqkv, &w.wo, &w.w_gate_up, &w.w_down}) release(*v);
-      for (Linear* l : {&linears_[i].qkv, &linears_[i].wo, &linears_[i].gate_up, &linears_[i].down}) {
-        l->w = nullptr;
-      }
+    // Packing a large model takes a while: say how far it got.
+    if (num_layers >= 8 && linears_.size() % (num_layers / 4) == 0) {
+      LOG(INFO) << "weights: " << linears_.size() << " of " << num_layers << " layers ready";
     }
-    if (!weights_.lm_head.empty()) {
-      release(weights_.lm_head);
-      lm_head_.w = nullptr;
-    }
-    // glibc keeps freed heap memory for reuse; hand the released matrices back to the OS.
-    malloc_trim(0);
   }
+  lm_head_ = linear(weights_.lm_head);
+  tok_embeddings_ = weights_.tok_embeddings.typed();
+  embed_from_lm_head_ =
+      weights_.config.tied_embeddings && lm_head_.kind == Linear::Kind::kPacked;
+  // Only the panels are read now: drop the file pages they were packed from (an untied
+  // embedding table stays mapped: lookups read it in place).
+  for (const ShardMatrix* m : packed_sources) {
+    for (const ShardMatrix::Part& p : m->parts) model.ReleasePages(p.tensor);
+  }
+  rope_.theta = weights_.config.rope_theta;
+  rope_.freq_scale = weights_.config.rope_freq_scale;
+  rope_.freq_factors = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
+  rope_.layout = weights_.config.rope_style == RopeStyle::kNeox ? k::RopeLayout::kNeox
+                                                                : k::RopeLayout::kInterleaved;
+  // glibc keeps freed heap memory (packing's row buffers) for reuse; hand it back.
+  malloc_trim(0);
 }
 
 int64_t CpuModelRunner::layer_weight_bytes() const {
-  int64_t n = weights_.layer_bytes();  // the norms, and the matrices unless released
-  for (const LayerLinears& l : linears_) {
-    n += l.qkv.packed.size_bytes() + l.wo.packed.size_bytes() + l.gate_up.packed.size_bytes() +
-         l.down.packed.size_bytes();
+  int64_t n = 0;
+  auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size() * 4); };
+  for (size_t i = 0; i < linears_.size(); ++i) {
+    const LayerLinears& l = linears_[i];
+    const ShardLayer& w = weights_.layers[i];
+    n += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
+    n += floats(w.attn_norm) + floats(w.ffn_norm) + floats(w.qkv_bias) + floats(w.q_norm) +
+         floats(w.k_norm);
   }
   return n;
 }
 
 int64_t CpuModelRunner::weight_bytes() const {
-  return weights_.size_bytes() + (layer_weight_bytes() - weights_.layer_bytes()) +
-         lm_head_.packed.size_bytes();
+  // A tied table is counted once, as the LM head, unless that is an f32 copy.
+  const bool separate =
+      !weights_.config.tied_embeddings || lm_head_.kind == Linear::Kind::kF32;
+  const int64_t embeddings = separate ? weights_.tok_embeddings.stored_bytes() : 0;
+  return layer_weight_bytes() + lm_head_.bytes() + embeddings +
+         static_cast<int64_t>((weights_.final_norm.size() + weights_.rope_freqs.size()) * 4);
 }
 
 void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta,
                           float* y, int64_t ldy) {
-  switch (gemm_threading_) {
-    case GemmThreading::kPacked:
+  switch (w.kind) {
+    case Linear::Kind::kPacked:
       k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
       break;
-    case GemmThreading::kKernelPool:
-      k::LinearOnPool(x, ldx, rows, w.in, w.w, w.out, beta, y, ldy, &pool_);
+    case Linear::Kind::kTyped:
+      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_);
       break;
-    case GemmThreading::kOpenBlas:
-      k::Linear(x, ldx, rows, w.in, w.w, w.out, beta, y, ldy);
+    case Linear::Kind::kF32:
+      if (gemm_threading_ == GemmThreading::kKernelPool) {
+        k::LinearOnPool(x, ldx, rows, w.in, w.f32.data(), w.out, beta, y, ldy, &pool_);
+      } else {
+        k::Linear(x, ldx, rows, w.in, w.f32.data(), w.out, beta, y, ldy);
+      }
       break;
   }
 }
@@ -224,7 +271,11 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   for (int64_t r = 0; r < T; ++r) {
     const int64_t local = int64_t{tokens[r]} - weights_.vocab.begin;
     if (local >= 0 && local < weights_.vocab.size()) {
-      std::memcpy(x + r * dim, weights_.tok_embeddings.data() + local * dim, dim * sizeof(float));
+      if (embed_from_lm_head_) {
+        lm_head_.packed.RowToF32(local, x + r * dim);
+      } else {
+        tok_embeddings_.RowToF32(local, x + r * dim);
+      }
     } else {
       std::fill(x + r * dim, x + (r + 1) * dim, 0.0f);
     }
@@ -243,16 +294,14 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   const int64_t row_grain = std::max<int64_t>(1, (T + pool_.num_threads() - 1) / pool_.num_threads());
 
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    const CpuLayerWeights& w = weights_.layers[l];
+    const ShardLayer& w = weights_.layers[l];
     const LayerLinears& lin = linears_[l];
     const k::KvCacheView kv = kv_->layer(l);
     // Attention block.
     k::RmsNorm(x, dim, T, dim, w.attn_norm.data(), c.rms_norm_eps, xb, dim);
     Gemm(xb, dim, T, lin.qkv, 0.0f, qkv, qkv_dim);
-    // q and k heads are adjacent in each qkv row, so one call rotates both.
     k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
-      k::ApplyRope(qkv + b * qkv_dim, qkv_dim, e - b, positions.data() + b,
-                   weights_.num_heads + weights_.num_kv_heads, c.head_dim, c.rope_theta);
+      PrepareQk(w, qkv, qkv_dim, b, e, positions.data());
     });
     k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
     k::PagedAttention(attn_args, attn_seqs, kv, &pool_);
@@ -283,6 +332,27 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
                      &out.seqs[s]);
   }
   return out;
+}
+
+void CpuModelRunner::PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim, int64_t b,
+                               int64_t e, const int32_t* positions) {
+  const int32_t head_dim = weights_.config.head_dim;
+  const int64_t q_dim = weights_.q_dim();
+  const float eps = weights_.config.rms_norm_eps;
+  for (int64_t r = b; r < e; ++r) {
+    float* row = qkv + r * qkv_dim;
+    if (!w.qkv_bias.empty()) {
+      for (int64_t i = 0; i < qkv_dim; ++i) row[i] += w.qkv_bias[i];
+    }
+    if (!w.q_norm.empty()) {  // each head is one row of head_dim values
+      k::RmsNorm(row, head_dim, weights_.num_heads, head_dim, w.q_norm.data(), eps, row, head_dim);
+      k::RmsNorm(row + q_dim, head_dim, weights_.num_kv_heads, head_dim, w.k_norm.data(), eps,
+                 row + q_dim, head_dim);
+    }
+  }
+  // q and k heads are adjacent in each qkv row, so one call rotates both.
+  k::ApplyRope(qkv + b * qkv_dim, qkv_dim, e - b, positions + b,
+               weights_.num_heads + weights_.num_kv_heads, head_dim, rope_);
 }
 
 absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_rows,

@@ -1,29 +1,30 @@
-// CpuModelRunner: the CPU backend of ModelRunner. Runs the Llama forward pass over a
-// whole step at once: all new tokens of all sequences form one [num_tokens, dim]
-// activation matrix, so every projection is one OpenBLAS sgemm for the batch, and
-// attention reads the paged KV cache through each sequence's block table.
+// CpuModelRunner: the CPU backend of ModelRunner. Runs the forward pass of the Llama
+// family (llama 2/3.x and Mistral, qwen2, qwen3) over a whole step at once: all new
+// tokens of all sequences form one [num_tokens, dim] activation matrix, so every
+// projection is one GEMM for the batch, and attention reads the paged KV cache through
+// each sequence's block table.
 //
 //   embed -> for each layer:
-//              RMSNorm -> fused QKV GEMM -> RoPE(q, k) -> write K/V into slots
+//              RMSNorm -> fused QKV GEMM (+ bias: qwen2) -> per-head RMSNorm of q, k
+//              (qwen3) -> RoPE(q, k) (interleaved or NEOX, scaled) -> write K/V into slots
 //              -> paged attention (GQA) -> wo GEMM (+ residual)
 //              -> RMSNorm -> fused gate/up GEMM -> SwiGLU -> down GEMM (+ residual)
 //         -> final RMSNorm and LM head, only for the last row of each sequence that
 //            needs logits -> sampling
 //
-// Owns its f32 weights (cpu_weights.h), the KV cache, a thread pool for the kernels and
-// the activation buffers. By default (GemmThreading::kPacked) every projection's weights
-// are also packed once, at creation, into the panels of Folio's own GEMM kernel
-// (packed_gemm.h), which runs on the kernels' pool: OpenBLAS would repack the weights on
-// every call. kKernelPool runs OpenBLAS sgemm on the same pool (each thread one slice of
-// output features, OpenBLAS's process-wide thread count set to 1), so no OpenBLAS thread
-// spins while attention runs; kOpenBlas hands the GEMMs to OpenBLAS's threads instead
-// (its count set to num_threads). Once packed, the f32 projection matrices are released,
-// so under kPacked a model costs its panels (f16 for a model shipped in f16, whose
-// matrices pack losslessly in f16 on the AVX2 path; f32 otherwise) plus the f32
-// embeddings and norms. The OpenBLAS modes keep and read the f32 matrices; they are kept
-// to measure against.
+// Weights stay as stored (weight_shard.h: typed views into the memory-mapped file). Under
+// GemmThreading::kPacked (the default) each projection runs one of two ways:
+//   - packed: the f32 and (on AVX2) f16 projections are repacked once, at creation, into
+//     the panels of Folio's own GEMM kernel (packed_gemm.h) in the same precision, so the
+//     panels take the bytes the file did; the file pages they came from are then released
+//     (ModelWeights::ReleasePages), so resident memory does not hold both;
+//   - typed: every other type (bf16, q8_0, q4_0 ... q6_K, and f16 without AVX2) is read in
+//     place from the mapping by kernels/typed_gemm.h (a few rows dequantized at a time).
+// Nothing is widened to f32 beyond the norms, biases and small per-thread buffers.
+// kKernelPool and kOpenBlas run OpenBLAS sgemm on f32 copies of the projections (widened
+// at creation: 4 bytes a weight, against the memory rule) and are kept to measure against.
 // Tensor parallelism: given a Communicator of world size tp, the runner is one rank. It
-// holds only its shard of the weights (cpu_weights.h) and its KV heads, and every rank of
+// holds only its shard of the weights (weight_shard.h) and its KV heads, and every rank of
 // the group must Execute the same steps in the same order (the collectives pair up by
 // order). Per step it issues 1 + 2 * num_layers all-reduces of [num_tokens, dim] f32 (the
 // vocab-parallel embedding, then each layer's attention output and MLP output) and, when
@@ -41,13 +42,16 @@
 #include "absl/status/statusor.h"
 #include "services/worker/dist/communicator.h"
 #include "services/worker/engine/cpu_weights.h"
+#include "services/worker/engine/weight_shard.h"
 #include "services/worker/engine/kv_cache.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/engine/sampler.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/packed_gemm.h"
+#include "services/worker/kernels/rope.h"
 #include "services/worker/kernels/thread_pool.h"
+#include "services/worker/kernels/typed_gemm.h"
 #include "services/worker/model/weights.h"
 
 namespace folio::worker {
@@ -74,8 +78,9 @@ struct CpuModelRunnerOptions {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  // Converts the weights (the runner keeps no reference to `weights`) and allocates the
-  // KV pool. InvalidArgument for an unsupported or inconsistent model or bad options.
+  // Takes views of `weights` (which must outlive the runner: typed projections and the
+  // embeddings are read from its tensors), packs what packs, and allocates the KV pool.
+  // InvalidArgument for an unsupported or inconsistent model or bad options.
   static absl::StatusOr<std::unique_ptr<CpuModelRunner>> Create(
       const ModelWeights& weights, const CpuModelRunnerOptions& options);
 
@@ -87,18 +92,17 @@ class CpuModelRunner final : public ModelRunner {
 
   const KvCache& kv_cache() const { return *kv_; }
   // This rank's weights (its shard under tensor parallelism): its shape, the norms and
-  // the embeddings. Under kPacked the projection matrices (and an untied LM head) live
-  // only in their packed panels, and their f32 vectors here are empty.
-  const CpuWeights& weights() const { return weights_; }
-  // Bytes of weights this runner holds (f32 and packed), and of those the transformer
-  // layers'.
+  // the views of every projection.
+  const WeightShard& weights() const { return weights_; }
+  // Bytes of weights this runner reads: packed panels, f32 copies, and the stored bytes
+  // of what it reads in place; and of those the transformer layers'.
   int64_t weight_bytes() const;
   int64_t layer_weight_bytes() const;
   int32_t num_threads() const { return pool_.num_threads(); }
 
  private:
-  CpuModelRunner(CpuWeights weights, std::unique_ptr<KvCache> kv, int32_t num_threads,
-                 const CpuModelRunnerOptions& options);
+  CpuModelRunner(const ModelWeights& model, WeightShard weights, std::unique_ptr<KvCache> kv,
+                 int32_t num_threads, const CpuModelRunnerOptions& options);
 
   bool tensor_parallel() const { return comm_ != nullptr && comm_->world_size() > 1; }
 
@@ -106,13 +110,22 @@ class CpuModelRunner final : public ModelRunner {
   // [num_logit_rows, vocab_size] logits in logits_ (gathered from every rank's slice).
   absl::Status ComputeLogits(const std::vector<int64_t>& logit_rows, int64_t num_logit_rows);
 
-  // One projection's weights: row-major [out, in], and packed under kPacked.
+  // One projection's weights [out, in], held one way.
   struct Linear {
-    const float* w = nullptr;
+    enum class Kind { kPacked, kTyped, kF32 };
+    Kind kind = Kind::kTyped;
     int64_t out = 0;
     int64_t in = 0;
-    kernels::PackedMatrix packed;
+    kernels::PackedMatrix packed;  // kPacked
+    kernels::TypedMatrix typed;    // kTyped: views into the model's tensors
+    std::vector<float> f32;        // kF32 (the OpenBLAS modes): row-major
+    int64_t typed_bytes = 0;       // stored bytes `typed` reads
+    int64_t bytes() const;
   };
+  Linear MakeLinear(const ShardMatrix& m) const;
+  // Adds the bias, normalises q and k per head and rotates them, for rows [b, e).
+  void PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim, int64_t b, int64_t e,
+                 const int32_t* positions);
   struct LayerLinears {
     Linear qkv, wo, gate_up, down;
   };
@@ -124,15 +137,18 @@ class CpuModelRunner final : public ModelRunner {
   // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
   void Reserve(int64_t num_tokens, int64_t num_logit_rows);
 
-  CpuWeights weights_;  // projections released after packing under kPacked
+  WeightShard weights_;
   std::unique_ptr<KvCache> kv_;
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
   const GemmThreading gemm_threading_;
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism
-  std::vector<LayerLinears> linears_;  // per layer; w points into weights_ unless kPacked
+  std::vector<LayerLinears> linears_;  // per layer
   Linear lm_head_;                     // this rank's vocabulary rows
+  kernels::TypedMatrix tok_embeddings_;  // this rank's vocabulary rows, read in place
+  bool embed_from_lm_head_ = false;      // tied and packed: look rows up in the panels
+  kernels::RopeParams rope_;
 
   // Per-step buffers, reused across steps.
   std::vector<float> x_;        // [num_tokens, dim] residual stream

@@ -55,8 +55,7 @@ void AppendRows(const TensorView& t, ShardRange r, std::vector<float>* out) {
 }
 
 // Appends columns [c.begin, c.end) of every row of matrix t as f32: a row-parallel slice.
-// f32, f16 and bf16 convert only the slice; q8_0 converts each row's whole blocks
-// (a slice need not start on a 32-value block).
+// f32, f16 and bf16 convert only the slice; block types convert each row's whole blocks.
 void AppendCols(const TensorView& t, ShardRange c, std::vector<float>* out) {
   const int64_t rows = t.rows();
   const int64_t cols = t.cols();
@@ -82,7 +81,7 @@ void AppendCols(const TensorView& t, ShardRange c, std::vector<float>* out) {
         }
         break;
       }
-      case DType::kQ8_0:
+      default:  // block types: whole rows (a slice need not start on a block)
         row_f32.resize(static_cast<size_t>(cols));
         RowToF32(t, row, row_f32.data());
         std::memcpy(d, row_f32.data() + c.begin, static_cast<size_t>(c.size()) * sizeof(float));

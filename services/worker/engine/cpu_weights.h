@@ -1,8 +1,9 @@
-// CpuWeights: one rank's weights as f32 matrices laid out for the CPU forward pass.
+// CpuWeights: one rank's weights widened to f32 matrices, the host staging of the CUDA
+// runner's upload. (The CPU runner keeps weights as stored: weight_shard.h.) This file
+// also holds the tensor-parallel split helpers both use.
 //
-// Weights are converted to f32 once, at load time (f16/bf16/q8_0 are widened with the
-// model library's dequant helpers): OpenBLAS sgemm then runs every projection, at the
-// cost of 4 bytes per parameter in memory. Projections that read the same input are
+// Weights are converted to f32 (any stored type, with the model library's dequant
+// helpers), at the cost of 4 bytes per parameter in memory. Projections that read the same input are
 // fused into one matrix so a step runs one GEMM for them: Q, K and V become wqkv
 // [q_dim + 2 * kv_dim, dim]; gate and up become w_gate_up [2 * hidden_dim, dim].
 //

@@ -20,6 +20,7 @@
 #define FOLIO_SERVICES_WORKER_KERNELS_PACKED_GEMM_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "services/worker/kernels/cpu_isa.h"
@@ -35,6 +36,16 @@ class PackedMatrix {
   // Packs w, row-major [out, in]; in f16 when f16_when_exact and every weight converts to
   // f16 and back unchanged, else in f32.
   PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_when_exact = false);
+
+  // Packs the matrix whose row o row(o, dst) writes as f32 into dst[0, in), one row at a
+  // time (no f32 copy of the whole matrix): in f16 when `f16` (the rows must then be f16
+  // values, e.g. widened from an f16 file: CHECKed), else in f32.
+  enum class Precision { kF32, kF16 };
+  PackedMatrix(int64_t out, int64_t in, Precision precision,
+               const std::function<void(int64_t row, float* dst)>& row);
+
+  // Writes row o of W (in values) as f32 into dst: an embedding lookup on a tied matrix.
+  void RowToF32(int64_t o, float* dst) const;
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "glog/logging.h"
 #include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/packed_gemm.h"
@@ -171,6 +172,43 @@ PackedMatrix::PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_whe
     } else {
       for (int64_t k = 0; k < in; ++k) data_[first + k * kP] = src[k];
     }
+  }
+}
+
+PackedMatrix::PackedMatrix(int64_t out, int64_t in, Precision precision,
+                           const std::function<void(int64_t row, float* dst)>& row)
+    : out_(out), in_(in) {
+  const size_t size = static_cast<size_t>(num_panels() * in * kP);
+  const bool f16 = precision == Precision::kF16;
+  if (f16) {
+    half_.assign(size, 0);
+  } else {
+    data_.assign(size, 0.0f);
+  }
+  std::vector<float> src(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    row(o, src.data());
+    const int64_t first = (o / kP) * in * kP + o % kP;
+    if (f16) {
+      for (int64_t k = 0; k < in; ++k) {
+        const uint16_t h = FloatToHalf(src[k]);
+        CHECK(HalfToFloat(h) == src[k] || std::isnan(src[k])) << "row " << o << " is not f16";
+        half_[first + k * kP] = h;
+      }
+    } else {
+      for (int64_t k = 0; k < in; ++k) data_[first + k * kP] = src[k];
+    }
+  }
+}
+
+void PackedMatrix::RowToF32(int64_t o, float* dst) const {
+  CHECK_GE(o, 0);
+  CHECK_LT(o, out_);
+  const int64_t first = (o / kP) * in_ * kP + o % kP;
+  if (is_f16()) {
+    for (int64_t k = 0; k < in_; ++k) dst[k] = HalfToFloat(half_[first + k * kP]);
+  } else {
+    for (int64_t k = 0; k < in_; ++k) dst[k] = data_[first + k * kP];
   }
 }
 

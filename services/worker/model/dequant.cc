@@ -7,24 +7,12 @@
 
 #include <glog/logging.h>
 
+#include "services/worker/model/weight_format.h"
+
 namespace folio::worker {
 
 static_assert(std::endian::native == std::endian::little,
               "model files are little-endian and read in place");
-
-const char* DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "f32";
-    case DType::kF16:
-      return "f16";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kQ8_0:
-      return "q8_0";
-  }
-  return "unknown";
-}
 
 int64_t TensorView::num_elements() const {
   if (shape.empty()) return 0;
@@ -90,73 +78,27 @@ uint16_t F32ToBF16(float f) {
 }
 
 int64_t DTypeBytes(DType dtype, int64_t num_values) {
-  switch (dtype) {
-    case DType::kF32:
-      return num_values * 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return num_values * 2;
-    case DType::kQ8_0:
-      CHECK_EQ(num_values % kQ8BlockSize, 0) << "q8_0 needs whole blocks";
-      return num_values / kQ8BlockSize * kQ8BlockBytes;
-  }
-  LOG(FATAL) << "bad dtype";
-  return 0;
+  const WeightFormat& f = FormatOf(dtype);
+  CHECK_EQ(num_values % f.block_values, 0) << f.name << " needs whole blocks of "
+                                           << f.block_values << " values";
+  return f.BytesFor(num_values);
 }
-
-namespace {
-
-// Converts n consecutive values starting at `src` (already offset to a value, or for
-// q8_0 to a block boundary) into out[0, n).
-void ConvertRun(DType dtype, const uint8_t* src, int64_t n, float* out) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = F16ToF32(h);
-      }
-      return;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        out[i] = BF16ToF32(b);
-      }
-      return;
-    case DType::kQ8_0: {
-      CHECK_EQ(n % kQ8BlockSize, 0) << "q8_0 needs whole blocks";
-      for (int64_t blk = 0; blk < n / kQ8BlockSize; ++blk) {
-        const uint8_t* b = src + blk * kQ8BlockBytes;
-        uint16_t d16;
-        std::memcpy(&d16, b, 2);
-        const float d = F16ToF32(d16);
-        const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
-        float* o = out + blk * kQ8BlockSize;
-        for (int64_t i = 0; i < kQ8BlockSize; ++i) o[i] = d * static_cast<float>(q[i]);
-      }
-      return;
-    }
-  }
-}
-
-}  // namespace
 
 void RowToF32(const TensorView& t, int64_t row, float* out) {
   CHECK_GE(row, 0);
   CHECK_LT(row, t.rows());
+  const WeightFormat& f = FormatOf(t.dtype);
   const int64_t cols = t.cols();
   const auto* base = static_cast<const uint8_t*>(t.data);
-  ConvertRun(t.dtype, base + DTypeBytes(t.dtype, cols) * row, cols, out);
+  f.dequantize(base + DTypeBytes(t.dtype, cols) * row, cols / f.block_values, out);
 }
 
 std::vector<float> ToF32(const TensorView& t) {
+  const WeightFormat& f = FormatOf(t.dtype);
   const int64_t n = t.num_elements();
   std::vector<float> out(static_cast<size_t>(n));
-  if (n > 0) ConvertRun(t.dtype, static_cast<const uint8_t*>(t.data), n, out.data());
+  CHECK_EQ(n % f.block_values, 0) << f.name << " needs whole blocks";
+  if (n > 0) f.dequantize(static_cast<const uint8_t*>(t.data), n / f.block_values, out.data());
   return out;
 }
 
@@ -196,6 +138,8 @@ void AppendFromF32(DType dtype, const float* values, int64_t n, std::vector<uint
         }
       }
       return;
+    default:
+      LOG(FATAL) << "AppendFromF32 writes f32, f16, bf16 and q8_0, not " << DTypeName(dtype);
   }
 }
 

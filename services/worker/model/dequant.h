@@ -1,4 +1,4 @@
-// Conversions between the stored weight formats (f16, bf16, q8_0) and f32.
+// Conversions between the stored weight formats and f32 (through weight_format.h).
 //
 // The forward pass reads weights through TensorView; these helpers turn one row (or a
 // whole tensor) into f32 and, for the GGUF writer, f32 into the stored formats. All
@@ -28,19 +28,20 @@ uint16_t F32ToF16(float f);
 float BF16ToF32(uint16_t b);
 uint16_t F32ToBF16(float f);
 
-// Bytes that `num_values` consecutive values take in `dtype`. For kQ8_0,
-// `num_values` must be a multiple of kQ8BlockSize (CHECKed).
+// Bytes that `num_values` consecutive values take in `dtype`. For a block type,
+// `num_values` must be a multiple of its block (CHECKed).
 int64_t DTypeBytes(DType dtype, int64_t num_values);
 
 // Writes row `row` of `t` (cols() values) into out[0, cols()). `row` must be in
 // [0, rows()) (CHECKed); a 1-D tensor has one row per element, so use ToF32 for it.
-// For kQ8_0, cols() is a multiple of kQ8BlockSize (the loaders guarantee it).
+// For a block type, cols() is a multiple of its block (the loaders guarantee it).
 void RowToF32(const TensorView& t, int64_t row, float* out);
 
 // The whole tensor as f32, row-major; num_elements() values.
 std::vector<float> ToF32(const TensorView& t);
 
-// Converts `n` f32 values to the stored format of `dtype`, appending to `out`
+// Converts `n` f32 values to the stored format of `dtype` (f32, f16, bf16 or q8_0:
+// the other block types come from llama.cpp's quantizer), appending to `out`
 // (DTypeBytes(dtype, n) bytes). For kQ8_0, `n` must be a multiple of kQ8BlockSize and
 // each block gets scale max|x|/127 (the ggml reference quantizer).
 void AppendFromF32(DType dtype, const float* values, int64_t n, std::vector<uint8_t>* out);

@@ -146,6 +146,7 @@ TEST(DequantTest, AppendFromF32RoundTrips) {
         case DType::kF16: tol = std::fabs(x[i]) * 1e-3f + 1e-7f; break;
         case DType::kBF16: tol = std::fabs(x[i]) * 8e-3f; break;
         case DType::kQ8_0: tol = 0.1f / 127 * 0.6f; break;  // half a step + scale rounding
+        default: FAIL() << "not written by AppendFromF32";
       }
       ASSERT_NEAR(back[i], x[i], tol) << DTypeName(dtype) << " element " << i;
     }

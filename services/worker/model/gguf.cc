@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/worker/model/dequant.h"
+#include "services/worker/model/weight_format.h"
 
 namespace folio::worker {
 namespace {
@@ -43,9 +44,6 @@ size_t ScalarSize(GgufType t) {
 
 bool IsKnownType(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kFloat64); }
 
-bool IsKnownGgmlType(uint32_t t) {
-  return t == 0 || t == 1 || t == 8 || t == 30;
-}
 
 // uint128 values in messages (absl::StrCat has no overload for them here).
 std::string U128(absl::uint128 v) {
@@ -139,26 +137,12 @@ const char* GgufTypeName(GgufType type) {
 }
 
 DType GgmlTypeToDType(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32: return DType::kF32;
-    case GgmlType::kF16: return DType::kF16;
-    case GgmlType::kQ8_0: return DType::kQ8_0;
-    case GgmlType::kBF16: return DType::kBF16;
-  }
-  LOG(FATAL) << "bad ggml type " << static_cast<uint32_t>(type);
-  return DType::kF32;
+  const WeightFormat* f = FormatForGgmlType(static_cast<uint32_t>(type));
+  CHECK(f != nullptr) << "bad ggml type " << static_cast<uint32_t>(type);
+  return f->dtype;
 }
 
-GgmlType DTypeToGgmlType(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return GgmlType::kF32;
-    case DType::kF16: return GgmlType::kF16;
-    case DType::kQ8_0: return GgmlType::kQ8_0;
-    case DType::kBF16: return GgmlType::kBF16;
-  }
-  LOG(FATAL) << "bad dtype";
-  return GgmlType::kF32;
-}
+GgmlType DTypeToGgmlType(DType dtype) { return static_cast<GgmlType>(FormatOf(dtype).ggml_type); }
 
 // ---- GgufValue ----
 
@@ -366,23 +350,23 @@ absl::Status GgufParser::ReadTensorInfo(GgufTensorInfo* t) {
   uint64_t offset = 0;
   if (absl::Status s = Read(what, &type); !s.ok()) return s;
   if (absl::Status s = Read(what, &offset); !s.ok()) return s;
-  if (!IsKnownGgmlType(type)) {
-    return absl::UnimplementedError(absl::StrCat(
-        name_, ": ", what, " has ggml type ", type,
-        "; supported: f32 (0), f16 (1), q8_0 (8), bf16 (30)"));
+  const WeightFormat* format = FormatForGgmlType(type);
+  if (format == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(name_, ": ", what, " has ggml type ", type,
+                                                 "; supported: ", SupportedGgmlTypes()));
   }
   t->type = static_cast<GgmlType>(type);
   if (elems > bytes_.size()) {
     return absl::DataLossError(absl::StrCat(name_, ": ", what, " has more elements than the ",
                                             bytes_.size(), "-byte file can hold"));
   }
-  const DType dtype = GgmlTypeToDType(t->type);
-  if (dtype == DType::kQ8_0 && t->ne[0] % kQ8BlockSize != 0) {
-    return Invalid(absl::StrCat(what, " is q8_0 but its row length ", t->ne[0],
-                                " is not a multiple of ", kQ8BlockSize));
+  if (format->is_block_quantized() && (t->ne.empty() || t->ne[0] % format->block_values != 0)) {
+    return Invalid(absl::StrCat(what, " is ", format->name, " but its row length ",
+                                t->ne.empty() ? 0 : t->ne[0], " is not a multiple of ",
+                                format->block_values, " (its block)"));
   }
   t->offset = offset;
-  t->size_bytes = static_cast<uint64_t>(DTypeBytes(dtype, static_cast<int64_t>(elems)));
+  t->size_bytes = static_cast<uint64_t>(format->BytesFor(static_cast<int64_t>(elems)));
   return absl::OkStatus();
 }
 

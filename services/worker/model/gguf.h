@@ -53,8 +53,12 @@ enum class GgufType : uint32_t {
 
 const char* GgufTypeName(GgufType type);
 
-// ggml tensor types this parser understands (others are rejected as Unimplemented).
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+// A ggml tensor type number. The parser accepts those with a WeightFormat
+// (weight_format.h) and rejects others as Unimplemented, naming the supported list.
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+};
 
 DType GgmlTypeToDType(GgmlType type);
 GgmlType DTypeToGgmlType(DType dtype);

@@ -1,11 +1,14 @@
 #include "services/worker/model/gguf_model.h"
 
 #include <cstring>
+#include <map>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "absl/strings/str_join.h"
+#include "services/worker/model/architecture.h"
 #include "services/worker/model/mapped_file.h"
 #include "services/worker/model/mapped_weights.h"
 
@@ -116,47 +119,87 @@ class Reader {
 #define ASSIGN_OR_RETURN(var, expr) \
   FOLIO_ASSIGN_OR_RETURN_IMPL(var, FOLIO_CONCAT(status_or_, __LINE__), expr)
 
-absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c) {
-  ASSIGN_OR_RETURN(absl::string_view arch, r.String("general.architecture"));
-  if (arch != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        f.name(), ": architecture '", arch, "' is not supported (only 'llama')"));
+absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c,
+                        const Architecture** arch_out) {
+  ASSIGN_OR_RETURN(absl::string_view arch_name, r.String("general.architecture"));
+  const Architecture* arch = FindArchitecture(arch_name);
+  if (arch == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat(f.name(), ": architecture '", arch_name,
+                     "' (key 'general.architecture') is not supported (supported: ",
+                     SupportedArchitectures(), ")"));
   }
-  c->architecture = "llama";
+  *arch_out = arch;
+  c->architecture = arch->name;
+  c->rope_style = arch->rope_style;
+  const std::string k = absl::StrCat(arch->name, ".");
   if (f.FindValue("general.name") != nullptr) {
     ASSIGN_OR_RETURN(absl::string_view name, r.String("general.name"));
     c->name = std::string(name);
   }
-  ASSIGN_OR_RETURN(c->dim, r.PositiveInt("llama.embedding_length", nullptr));
-  ASSIGN_OR_RETURN(c->hidden_dim, r.PositiveInt("llama.feed_forward_length", nullptr));
-  ASSIGN_OR_RETURN(c->num_layers, r.PositiveInt("llama.block_count", nullptr));
-  ASSIGN_OR_RETURN(c->num_heads, r.PositiveInt("llama.attention.head_count", nullptr));
+  ASSIGN_OR_RETURN(c->dim, r.PositiveInt(k + "embedding_length", nullptr));
+  ASSIGN_OR_RETURN(c->hidden_dim, r.PositiveInt(k + "feed_forward_length", nullptr));
+  ASSIGN_OR_RETURN(c->num_layers, r.PositiveInt(k + "block_count", nullptr));
+  ASSIGN_OR_RETURN(c->num_heads, r.PositiveInt(k + "attention.head_count", nullptr));
   ASSIGN_OR_RETURN(c->num_kv_heads,
-                   r.PositiveInt("llama.attention.head_count_kv", &c->num_heads));
-  ASSIGN_OR_RETURN(c->max_seq_len, r.PositiveInt("llama.context_length", nullptr));
+                   r.PositiveInt(k + "attention.head_count_kv", &c->num_heads));
+  ASSIGN_OR_RETURN(c->max_seq_len, r.PositiveInt(k + "context_length", nullptr));
   const float default_theta = 10000.0f;
-  ASSIGN_OR_RETURN(c->rope_theta, r.Float("llama.rope.freq_base", &default_theta));
+  ASSIGN_OR_RETURN(c->rope_theta, r.Float(k + "rope.freq_base", &default_theta));
   ASSIGN_OR_RETURN(c->rms_norm_eps,
-                   r.Float("llama.attention.layer_norm_rms_epsilon", nullptr));
+                   r.Float(k + "attention.layer_norm_rms_epsilon", nullptr));
 
-  if (c->dim % c->num_heads != 0) {
-    return r.Error(absl::StrCat("embedding_length ", c->dim,
-                                " is not a multiple of head_count ", c->num_heads));
-  }
-  c->head_dim = c->dim / c->num_heads;
   if (c->num_kv_heads > c->num_heads || c->num_heads % c->num_kv_heads != 0) {
     return r.Error(absl::StrCat("head_count ", c->num_heads,
                                 " is not a multiple of head_count_kv ", c->num_kv_heads));
   }
+  // The per-head width: attention.key_length when given (Mistral-Nemo, Qwen3), else
+  // dim / heads.
+  if (f.FindValue(k + "attention.key_length") == nullptr && c->dim % c->num_heads != 0) {
+    return r.Error(absl::StrCat("embedding_length ", c->dim,
+                                " is not a multiple of head_count ", c->num_heads,
+                                " and attention.key_length is absent"));
+  }
+  const int32_t default_head_dim = c->dim / c->num_heads;
+  ASSIGN_OR_RETURN(c->head_dim, r.PositiveInt(k + "attention.key_length", &default_head_dim));
+  ASSIGN_OR_RETURN(int32_t value_length,
+                   r.PositiveInt(k + "attention.value_length", &c->head_dim));
+  if (value_length != c->head_dim) {
+    return absl::UnimplementedError(absl::StrCat(
+        f.name(), ": key '", k, "attention.value_length' is ", value_length,
+        " but the key length is ", c->head_dim, " (Folio needs equal K and V head widths)"));
+  }
   if (c->head_dim % 2 != 0) {
     return r.Error(absl::StrCat("head dimension ", c->head_dim, " is odd (RoPE needs pairs)"));
   }
-  ASSIGN_OR_RETURN(int32_t rope_dims, r.PositiveInt("llama.rope.dimension_count", &c->head_dim));
+  ASSIGN_OR_RETURN(int32_t rope_dims, r.PositiveInt(k + "rope.dimension_count", &c->head_dim));
   if (rope_dims != c->head_dim) {
     return absl::UnimplementedError(
-        absl::StrCat(f.name(), ": llama.rope.dimension_count ", rope_dims,
-                     " differs from the head dimension ", c->head_dim,
+        absl::StrCat(f.name(), ": key '", k, "rope.dimension_count' is ", rope_dims,
+                     ", which differs from the head dimension ", c->head_dim,
                      " (partial rotary embeddings are not supported)"));
+  }
+  // RoPE scaling: none, or linear (positions divided by the factor). Llama 3.1's
+  // frequency scaling comes as the rope_freqs tensor instead.
+  std::string scaling = "none";
+  if (f.FindValue(k + "rope.scaling.type") != nullptr) {
+    ASSIGN_OR_RETURN(absl::string_view t, r.String(k + "rope.scaling.type"));
+    scaling = std::string(t);
+  }
+  const float one = 1.0f;
+  float factor = 1.0f;
+  if (f.FindValue(k + "rope.scaling.factor") != nullptr) {
+    ASSIGN_OR_RETURN(factor, r.Float(k + "rope.scaling.factor", &one));
+  } else if (f.FindValue(k + "rope.scale_linear") != nullptr) {  // older converters
+    ASSIGN_OR_RETURN(factor, r.Float(k + "rope.scale_linear", &one));
+    if (scaling == "none") scaling = "linear";
+  }
+  if (scaling == "linear") {
+    c->rope_freq_scale = 1.0f / factor;
+  } else if (scaling != "none") {
+    return absl::UnimplementedError(absl::StrCat(
+        f.name(), ": key '", k, "rope.scaling.type' is '", scaling,
+        "'; supported: 'none', 'linear' (and Llama 3.1's rope_freqs tensor)"));
   }
   return absl::OkStatus();
 }
@@ -229,21 +272,45 @@ absl::Status ReadVocab(const GgufFile& f, const Reader& r, Vocab* vocab) {
 absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   const Reader r(f);
   ModelConfig& c = w->config;
-  if (absl::Status s = ReadConfig(f, r, &c); !s.ok()) return s;
+  const Architecture* arch = nullptr;
+  if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
   if (absl::Status s = ReadVocab(f, r, &w->vocab); !s.ok()) return s;
   c.vocab_size = w->vocab.size();
-  if (f.FindValue("llama.vocab_size") != nullptr) {
-    ASSIGN_OR_RETURN(int32_t declared, r.PositiveInt("llama.vocab_size", nullptr));
+  const std::string vocab_key = absl::StrCat(arch->name, ".vocab_size");
+  if (f.FindValue(vocab_key) != nullptr) {
+    ASSIGN_OR_RETURN(int32_t declared, r.PositiveInt(vocab_key, nullptr));
     if (declared != c.vocab_size) {
-      return r.Error(absl::StrCat("llama.vocab_size ", declared, " differs from the ",
+      return r.Error(absl::StrCat(vocab_key, " ", declared, " differs from the ",
                                   c.vocab_size, " tokens in tokenizer.ggml.tokens"));
     }
   }
 
   const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
-  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t q_dim = c.q_dim();
+  const int64_t kv_dim = c.kv_dim();
   ASSIGN_OR_RETURN(w->tok_embeddings, r.Tensor("token_embd.weight", {vocab, dim}));
+  // Optional tensors: present when the architecture requires them, or allows them and
+  // the file has them; refused when the architecture has no use for them.
+  auto has = [&](TensorPresence presence, const std::string& name,
+                 const char* what) -> absl::StatusOr<bool> {
+    const bool present = f.FindTensor(name) != nullptr;
+    if (presence == TensorPresence::kRequired && !present) {
+      return r.Error(absl::StrCat("missing tensor '", name, "' (", arch->name, " has ", what, ")"));
+    }
+    if (presence == TensorPresence::kNone && present) {
+      return absl::UnimplementedError(absl::StrCat(f.name(), ": tensor '", name, "' (", what,
+                                                   ") is not used by architecture '",
+                                                   arch->name, "'"));
+    }
+    return present;
+  };
+  ASSIGN_OR_RETURN(c.rope_freq_factors, has(arch->rope_freqs, "rope_freqs.weight",
+                                            "RoPE frequency factors"));
+  if (c.rope_freq_factors) {
+    ASSIGN_OR_RETURN(w->rope_freqs, r.Tensor("rope_freqs.weight", {c.head_dim / 2}));
+  }
+  ASSIGN_OR_RETURN(c.qkv_bias, has(arch->qkv_bias, "blk.0.attn_q.bias", "Q/K/V biases"));
+  ASSIGN_OR_RETURN(c.qk_norm, has(arch->qk_norm, "blk.0.attn_q_norm.weight", "Q/K norms"));
   ASSIGN_OR_RETURN(w->final_norm, r.Tensor("output_norm.weight", {dim}));
   if (f.FindTensor("output.weight") == nullptr) {
     c.tied_embeddings = true;
@@ -281,6 +348,19 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
     ASSIGN_OR_RETURN(lw.w_gate, r.Tensor(p + "ffn_gate.weight", {hidden, dim}));
     ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));
     ASSIGN_OR_RETURN(lw.w_up, r.Tensor(p + "ffn_up.weight", {hidden, dim}));
+    if (c.qkv_bias) {
+      ASSIGN_OR_RETURN(lw.bq, r.Tensor(p + "attn_q.bias", {q_dim}));
+      ASSIGN_OR_RETURN(lw.bk, r.Tensor(p + "attn_k.bias", {kv_dim}));
+      ASSIGN_OR_RETURN(lw.bv, r.Tensor(p + "attn_v.bias", {kv_dim}));
+    }
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(lw.q_norm, r.Tensor(p + "attn_q_norm.weight", {c.head_dim}));
+      ASSIGN_OR_RETURN(lw.k_norm, r.Tensor(p + "attn_k_norm.weight", {c.head_dim}));
+    }
+    if (f.FindTensor(p + "attn_output.bias") != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          f.name(), ": tensor '", p, "attn_output.bias' is not supported (no output bias)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -291,6 +371,15 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
   auto weights = std::make_unique<MappedModelWeights>(std::move(file));
   ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Parse(bytes, path));
   if (absl::Status s = BuildLlamaWeights(gguf, weights.get()); !s.ok()) return s;
+  // What was mapped, by stored type: "q4_K 193, q6_K 33, f32 65".
+  std::map<std::string, int> types;
+  for (const GgufTensorInfo& t : gguf.tensors()) ++types[DTypeName(GgmlTypeToDType(t.type))];
+  std::string by_type;
+  for (const auto& [name, n] : types) absl::StrAppend(&by_type, by_type.empty() ? "" : ", ", name, " ", n);
+  const ModelConfig& c = weights->config;
+  LOG(INFO) << path << ": " << c.architecture << ", " << c.num_layers << " layers, dim " << c.dim
+            << ", " << gguf.tensors().size() << " tensors (" << by_type << "), "
+            << (bytes.size() >> 20) << " MiB mapped, weights kept as stored";
   return std::unique_ptr<ModelWeights>(std::move(weights));
 }
 

@@ -1,6 +1,8 @@
-// Builds ModelWeights (Llama architecture) from a parsed GGUF file.
+// Builds ModelWeights (the Llama family: architectures llama, qwen2, qwen3, see
+// architecture.h) from a parsed GGUF file.
 //
-// Reads the llama.* hyper-parameters and the tokenizer.ggml.* vocabulary, finds every
+// Reads the <arch>.* hyper-parameters (attention.key_length, rope.freq_base, linear
+// rope.scaling) and the tokenizer.ggml.* vocabulary, finds every
 // tensor by its llama.cpp name, checks its type and shape against the configuration,
 // and points the views at the tensor data inside the parsed span (no copies). GGUF
 // lists dimensions innermost first, so a tensor stored with ne = {in, out} becomes a
@@ -22,8 +24,9 @@
 namespace folio::worker {
 
 // Fills config, tensor views and vocab of `weights` from `gguf`. The views point into
-// the span `gguf` was parsed from. Unimplemented for an architecture other than
-// "llama" or a tokenizer model other than "llama"; InvalidArgument for a missing or
+// the span `gguf` was parsed from. Unimplemented for an architecture outside
+// architecture.h's table (the message names the supported ones), a tensor the
+// architecture has no use for, or a tokenizer model other than "llama"; InvalidArgument for a missing or
 // ill-typed key, a missing tensor, or a shape that does not match the configuration,
 // each message naming the file and the key or tensor.
 absl::Status BuildLlamaWeights(const GgufFile& gguf, ModelWeights* weights);

@@ -1,6 +1,6 @@
 // LoadModel: the single entry point the worker uses to load a model file.
 //
-// Dispatches on the file's first bytes: "GGUF" -> GGUF v2/v3 (Llama architecture,
+// Dispatches on the file's first bytes: "GGUF" -> GGUF v2/v3 (llama, qwen2, qwen3,
 // gguf_model.h); anything else -> llama2.c legacy v0 checkpoint (llama2c_loader.h),
 // whose tokenizer is tok<vocab>.bin or tokenizer.bin in the same folder. The returned
 // weights own the memory mapping that backs every TensorView. Safe to call from any
@@ -19,7 +19,7 @@ namespace folio::worker {
 // Loads the model at `path`. NotFound/PermissionDenied if it cannot be opened;
 // InvalidArgument or DataLoss (naming the file and the problem) if it is malformed;
 // Unimplemented for a recognised but unsupported variant (another architecture, a
-// non-Llama tokenizer, a quantization other than f32/f16/bf16/q8_0, llama2.c v1+).
+// non-Llama tokenizer, a ggml type without a WeightFormat, llama2.c v1+).
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path);
 
 }  // namespace folio::worker

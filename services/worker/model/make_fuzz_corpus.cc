@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "glog/logging.h"
 #include "services/worker/model/gguf_writer.h"
+#include "services/worker/model/random_model.h"
 
 namespace folio::worker {
 namespace {
@@ -104,6 +106,29 @@ int main(int argc, char** argv) {
                      folio::worker::TinyModel(TinySpec{.dtype = DType::kQ8_0, .dim = 32,
                                                        .hidden = 32, .heads = 2, .kv_heads = 1}));
   files.emplace_back("metadata_all_types.gguf", folio::worker::AllMetadataTypes());
+  // One small seed per architecture and block type family (random blocks for the
+  // K-quants), so mutations start from every loader path.
+  auto random_model = [](const char* arch, DType dtype, int32_t dim, bool tied, bool freqs) {
+    folio::worker::RandomModelOptions o;
+    o.architecture = arch;
+    o.dtype = dtype;
+    o.dim = dim;
+    o.hidden_dim = dim;
+    o.num_layers = 1;
+    o.num_heads = 2;
+    o.num_kv_heads = 1;
+    o.vocab_size = folio::worker::kMinRandomVocab;
+    o.context_length = 64;
+    o.tied_embeddings = tied;
+    o.rope_freqs = freqs;
+    absl::StatusOr<std::string> bytes = folio::worker::MakeRandomModelGguf(o);
+    CHECK(bytes.ok()) << bytes.status();
+    return *bytes;
+  };
+  files.emplace_back("llama3_q4_0_freqs.gguf", random_model("llama", DType::kQ4_0, 64, true, true));
+  files.emplace_back("qwen2_q4_K.gguf", random_model("qwen2", DType::kQ4_K, 256, true, false));
+  files.emplace_back("qwen3_q8_0.gguf", random_model("qwen3", DType::kQ8_0, 64, false, false));
+  files.emplace_back("llama_q5_1.gguf", random_model("llama", DType::kQ5_1, 64, false, false));
   files.emplace_back("trunc_header.gguf", f32.substr(0, 20));
   files.emplace_back("trunc_metadata.gguf", f32.substr(0, 300));
   files.emplace_back("trunc_tensor_infos.gguf", f32.substr(0, f32.size() / 3));

@@ -32,6 +32,11 @@ class MappedFile {
   absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
 
+  // Drops the whole pages of [p, p + n) (clamped to the mapping) from this process's
+  // resident set (madvise MADV_DONTNEED); reading them again faults them back in from
+  // the file, so the contents never change. A no-op for ranges outside the mapping.
+  void ReleasePages(const void* p, size_t n) const;
+
  private:
   MappedFile(std::string path, const uint8_t* data, size_t size)
       : path_(std::move(path)), data_(data), size_(size) {}

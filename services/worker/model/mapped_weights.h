@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "services/worker/model/dequant.h"
 #include "services/worker/model/mapped_file.h"
 #include "services/worker/model/weights.h"
 
@@ -18,6 +19,13 @@ class MappedModelWeights : public ModelWeights {
   explicit MappedModelWeights(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
 
   const MappedFile& file() const { return *file_; }
+
+  int64_t file_bytes() const override { return static_cast<int64_t>(file_->size()); }
+
+  void ReleasePages(const TensorView& t) const override {
+    if (t.data == nullptr) return;
+    file_->ReleasePages(t.data, static_cast<size_t>(DTypeBytes(t.dtype, t.num_elements())));
+  }
 
  private:
   std::unique_ptr<MappedFile> file_;  // never null

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/worker/model/gguf_writer.h"
+#include "services/worker/model/weight_format.h"
 
 namespace folio::worker {
 namespace {
@@ -21,8 +22,16 @@ uint32_t FileType(DType dtype) {
     case DType::kF16: return 1;
     case DType::kQ8_0: return 7;
     case DType::kBF16: return 32;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 12;
+    case DType::kQ4_K: return 15;
+    case DType::kQ5_K: return 17;
+    case DType::kQ6_K: return 18;
   }
-  return 0;
 }
 
 // Filler pieces in a fixed order: common words, printable ASCII, lowercase bigrams
@@ -68,8 +77,17 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
       o.num_kv_heads <= 0 || o.context_length <= 0) {
     return bad("dim, hidden_dim, layers, heads, kv_heads and context must be positive");
   }
-  if (o.dim % o.num_heads != 0) return bad("dim must be a multiple of heads");
-  if ((o.dim / o.num_heads) % 2 != 0) return bad("head dimension (dim / heads) must be even");
+  if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3") {
+    return bad(absl::StrCat("architecture '", o.architecture, "': expected llama, qwen2 or qwen3"));
+  }
+  if (o.head_dim < 0) return bad("head_dim must be >= 0");
+  if (o.head_dim == 0 && o.dim % o.num_heads != 0) return bad("dim must be a multiple of heads");
+  const int32_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.num_heads;
+  if (head_dim % 2 != 0) return bad("head dimension must be even");
+  if (o.rope_freqs && o.architecture != "llama") return bad("rope_freqs is a llama tensor");
+  if (!(o.embedding_std >= 0) || !(o.rope_scaling_factor >= 0)) {
+    return bad("embedding_std and rope_scaling_factor must be >= 0");
+  }
   if (o.num_kv_heads > o.num_heads || o.num_heads % o.num_kv_heads != 0) {
     return bad("heads must be a multiple of kv_heads");
   }
@@ -77,8 +95,11 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
     return bad(absl::StrCat("vocab must be at least ", kMinRandomVocab,
                             " (3 control + 256 byte tokens)"));
   }
-  if (o.dtype == DType::kQ8_0 && (o.dim % 32 != 0 || o.hidden_dim % 32 != 0)) {
-    return bad("q8_0 needs dim and hidden_dim to be multiples of 32");
+  const int32_t block = FormatOf(o.dtype).block_values;
+  const int32_t hd = o.head_dim > 0 ? o.head_dim : (o.num_heads > 0 ? o.dim / o.num_heads : 0);
+  if (o.dim % block != 0 || o.hidden_dim % block != 0 || (o.num_heads * hd) % block != 0) {
+    return bad(absl::StrCat(DTypeName(o.dtype), " needs dim, hidden_dim and heads * head_dim "
+                            "to be multiples of ", block));
   }
   if (!(o.weight_std >= 0) || !(o.rope_theta > 0) || !(o.rms_norm_eps > 0)) {
     return bad("weight_std must be >= 0, rope_theta and rms_norm_eps > 0");
@@ -114,20 +135,30 @@ Vocab MakeRandomModelVocab(int32_t vocab_size) {
 absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& o) {
   if (absl::Status s = ValidateRandomModelOptions(o); !s.ok()) return s;
   GgufWriter w;
-  w.AddString("general.architecture", "llama");
+  const std::string k = o.architecture + ".";
+  const int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.num_heads;
+  w.AddString("general.architecture", o.architecture);
   w.AddString("general.name", o.name);
   w.AddUint32("general.file_type", FileType(o.dtype));
   w.AddUint32("general.quantization_version", 2);
-  w.AddUint32("llama.vocab_size", static_cast<uint32_t>(o.vocab_size));
-  w.AddUint32("llama.context_length", static_cast<uint32_t>(o.context_length));
-  w.AddUint32("llama.embedding_length", static_cast<uint32_t>(o.dim));
-  w.AddUint32("llama.block_count", static_cast<uint32_t>(o.num_layers));
-  w.AddUint32("llama.feed_forward_length", static_cast<uint32_t>(o.hidden_dim));
-  w.AddUint32("llama.rope.dimension_count", static_cast<uint32_t>(o.dim / o.num_heads));
-  w.AddUint32("llama.attention.head_count", static_cast<uint32_t>(o.num_heads));
-  w.AddUint32("llama.attention.head_count_kv", static_cast<uint32_t>(o.num_kv_heads));
-  w.AddFloat32("llama.attention.layer_norm_rms_epsilon", o.rms_norm_eps);
-  w.AddFloat32("llama.rope.freq_base", o.rope_theta);
+  w.AddUint32(k + "vocab_size", static_cast<uint32_t>(o.vocab_size));
+  w.AddUint32(k + "context_length", static_cast<uint32_t>(o.context_length));
+  w.AddUint32(k + "embedding_length", static_cast<uint32_t>(o.dim));
+  w.AddUint32(k + "block_count", static_cast<uint32_t>(o.num_layers));
+  w.AddUint32(k + "feed_forward_length", static_cast<uint32_t>(o.hidden_dim));
+  w.AddUint32(k + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.AddUint32(k + "attention.head_count", static_cast<uint32_t>(o.num_heads));
+  w.AddUint32(k + "attention.head_count_kv", static_cast<uint32_t>(o.num_kv_heads));
+  if (o.head_dim > 0) {
+    w.AddUint32(k + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.AddUint32(k + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  w.AddFloat32(k + "attention.layer_norm_rms_epsilon", o.rms_norm_eps);
+  w.AddFloat32(k + "rope.freq_base", o.rope_theta);
+  if (o.rope_scaling_factor > 0) {
+    w.AddString(k + "rope.scaling.type", "linear");
+    w.AddFloat32(k + "rope.scaling.factor", o.rope_scaling_factor);
+  }
 
   const Vocab vocab = MakeRandomModelVocab(o.vocab_size);
   std::vector<int32_t> types;
@@ -144,33 +175,66 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& o) {
   if (!o.chat_template.empty()) w.AddString("tokenizer.chat_template", o.chat_template);
 
   std::mt19937_64 rng(o.seed);
-  std::normal_distribution<float> normal(0.0f, o.weight_std);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> buf;
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    buf.resize(static_cast<size_t>(rows * cols));
-    for (float& x : buf) x = o.weight_std > 0 ? normal(rng) : 0.0f;
-    w.AddTensorF32(name, o.dtype, {rows, cols}, buf);
+  auto fill = [&](int64_t n, float mean, float std) {
+    buf.resize(static_cast<size_t>(n));
+    for (float& x : buf) x = mean + (std > 0 ? std * normal(rng) : 0.0f);
   };
-  auto norm = [&](const std::string& name, int64_t n) {
-    buf.assign(static_cast<size_t>(n), 1.0f);
+  const WeightFormat& format = FormatOf(o.dtype);
+  std::vector<uint8_t> blocks;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float std) {
+    if (o.dtype == DType::kF32 || o.dtype == DType::kF16 || o.dtype == DType::kBF16 ||
+        o.dtype == DType::kQ8_0) {
+      fill(rows * cols, 0.0f, std);
+      w.AddTensorF32(name, o.dtype, {rows, cols}, buf);
+      return;
+    }
+    // Other block types: random blocks (Folio has no quantizer for them).
+    const int64_t n = rows * cols / format.block_values;
+    blocks.resize(static_cast<size_t>(n * format.block_bytes));
+    FillRandomBlocks(format, n, std, rng(), blocks.data());
+    w.AddTensorBytes(name, o.dtype, {rows, cols}, blocks);
+  };
+  auto vec = [&](const std::string& name, int64_t n, float mean, float std) {
+    fill(n, mean, std);
     w.AddTensorF32(name, DType::kF32, {n}, buf);
   };
-  const int64_t head_dim = o.dim / o.num_heads;
+  const float emb_std = o.embedding_std > 0 ? o.embedding_std : o.weight_std;
   const int64_t q_dim = o.num_heads * head_dim, kv_dim = o.num_kv_heads * head_dim;
-  matrix("token_embd.weight", o.vocab_size, o.dim);
-  norm("output_norm.weight", o.dim);
-  if (!o.tied_embeddings) matrix("output.weight", o.vocab_size, o.dim);
+  matrix("token_embd.weight", o.vocab_size, o.dim, emb_std);
+  vec("output_norm.weight", o.dim, 1.0f, 0.0f);
+  if (!o.tied_embeddings) matrix("output.weight", o.vocab_size, o.dim, emb_std);
+  if (o.rope_freqs) {
+    // Llama 3.1's shape: factor 1 for the fast pairs, rising smoothly to 8 for the slow.
+    const int64_t pairs = head_dim / 2;
+    buf.resize(static_cast<size_t>(pairs));
+    for (int64_t i = 0; i < pairs; ++i) {
+      const float t = pairs > 1 ? static_cast<float>(i) / (pairs - 1) : 0.0f;
+      buf[i] = 1.0f + 7.0f * t * t * (3.0f - 2.0f * t);
+    }
+    w.AddTensorF32("rope_freqs.weight", DType::kF32, {pairs}, buf);
+  }
   for (int32_t l = 0; l < o.num_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
-    norm(p + "attn_norm.weight", o.dim);
-    matrix(p + "attn_q.weight", q_dim, o.dim);
-    matrix(p + "attn_k.weight", kv_dim, o.dim);
-    matrix(p + "attn_v.weight", kv_dim, o.dim);
-    matrix(p + "attn_output.weight", o.dim, q_dim);
-    norm(p + "ffn_norm.weight", o.dim);
-    matrix(p + "ffn_gate.weight", o.hidden_dim, o.dim);
-    matrix(p + "ffn_down.weight", o.dim, o.hidden_dim);
-    matrix(p + "ffn_up.weight", o.hidden_dim, o.dim);
+    vec(p + "attn_norm.weight", o.dim, 1.0f, 0.0f);
+    matrix(p + "attn_q.weight", q_dim, o.dim, o.weight_std);
+    matrix(p + "attn_k.weight", kv_dim, o.dim, o.weight_std);
+    matrix(p + "attn_v.weight", kv_dim, o.dim, o.weight_std);
+    if (o.architecture == "qwen2") {
+      vec(p + "attn_q.bias", q_dim, 0.0f, o.weight_std);
+      vec(p + "attn_k.bias", kv_dim, 0.0f, o.weight_std);
+      vec(p + "attn_v.bias", kv_dim, 0.0f, o.weight_std);
+    }
+    if (o.architecture == "qwen3") {
+      vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
+      vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
+    }
+    matrix(p + "attn_output.weight", o.dim, q_dim, o.weight_std);
+    vec(p + "ffn_norm.weight", o.dim, 1.0f, 0.0f);
+    matrix(p + "ffn_gate.weight", o.hidden_dim, o.dim, o.weight_std);
+    matrix(p + "ffn_down.weight", o.dim, o.hidden_dim, o.weight_std);
+    matrix(p + "ffn_up.weight", o.hidden_dim, o.dim, o.weight_std);
   }
   return w.Serialize();
 }

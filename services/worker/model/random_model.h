@@ -1,7 +1,11 @@
-// A random-weight Llama model in GGUF form, for benchmarks, tests and fuzz seeds.
+// A random-weight Llama-family model in GGUF form (architecture llama, qwen2 or qwen3),
+// for benchmarks, tests and fuzz seeds.
 //
 // Weights are drawn from N(0, std) with a seeded generator (so a seed always gives the
-// same file); norm weights are 1. The vocabulary is SentencePiece-style: <unk>, <s>,
+// same file); norm weights are 1, Q/K norms (qwen3) 1 + N(0, 0.1), Q/K/V biases (qwen2)
+// N(0, std). The architecture's tensors and <arch>.* keys are written as llama.cpp's
+// converter would: qwen2 has biases, qwen3 Q/K norms; rope_freqs adds Llama 3.1-style
+// frequency factors (1 for the fast pairs up to 8 for the slow ones). The vocabulary is SentencePiece-style: <unk>, <s>,
 // </s>, the 256 byte-fallback tokens <0x00>..<0xFF>, then filler pieces. All llama.*,
 // general.* and tokenizer.ggml.* metadata that LoadModel and llama.cpp read are
 // written. Free functions; safe to call from any thread.
@@ -19,6 +23,7 @@
 namespace folio::worker {
 
 struct RandomModelOptions {
+  std::string architecture = "llama";  // llama, qwen2 or qwen3
   std::string name = "folio-random";
   int32_t dim = 64;
   int32_t hidden_dim = 172;
@@ -32,6 +37,10 @@ struct RandomModelOptions {
   float rope_theta = 10000.0f;
   float rms_norm_eps = 1e-5f;
   float weight_std = 0.02f;
+  float embedding_std = 0.0f;      // of token_embd (and output); 0: weight_std
+  int32_t head_dim = 0;            // per-head width; 0: dim / heads, else attention.key_length
+  bool rope_freqs = false;         // write rope_freqs.weight (llama only)
+  float rope_scaling_factor = 0.0f;  // > 0: rope.scaling.type linear with this factor
   bool tied_embeddings = false;    // omit output.weight
   std::string chat_template;       // written as tokenizer.chat_template when not empty
 };
@@ -39,10 +48,10 @@ struct RandomModelOptions {
 // 3 control tokens + 256 byte tokens.
 inline constexpr int32_t kMinRandomVocab = 259;
 
-// InvalidArgument when the options describe an impossible model (non-positive sizes,
-// dim not divisible by num_heads, odd head_dim, num_heads not a multiple of
-// num_kv_heads, vocab below kMinRandomVocab, q8_0 with dim or hidden_dim not a multiple
-// of 32).
+// InvalidArgument when the options describe an impossible model (an unknown
+// architecture, non-positive sizes, dim not divisible by num_heads without head_dim,
+// odd head_dim, num_heads not a multiple of num_kv_heads, vocab below kMinRandomVocab,
+// q8_0 with dim or hidden_dim not a multiple of 32, rope_freqs on a non-llama model).
 absl::Status ValidateRandomModelOptions(const RandomModelOptions& options);
 
 // The SentencePiece-style vocabulary described above, `vocab_size` pieces.

@@ -14,14 +14,22 @@
 
 namespace folio::worker {
 
-enum class DType { kF32, kF16, kBF16, kQ8_0 };
+// How a tensor's values are stored. The block types keep a row as whole blocks of
+// values (weight_format.h gives each one's geometry and dequantizer).
+enum class DType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K,
+                   kQ5_K, kQ6_K };
 
 const char* DTypeName(DType dtype);
 
+// Rotary embedding layout: kInterleaved rotates adjacent pairs (0,1), (2,3), ... (llama
+// GGUFs, whose Q/K rows the converter permuted for it); kNeox rotates (i, i + n/2)
+// (qwen2, qwen3), as llama.cpp's llama_model_rope_type says.
+enum class RopeStyle { kInterleaved, kNeox };
+
 // A read-only 1-D or 2-D tensor. Shapes are row-major as the math reads them: a
 // projection matrix is [out_features, in_features], so row r holds output r's weights
-// (a GGUF file lists the same tensor with ne = {in, out}). For kQ8_0, rows are stored in
-// blocks of 32 values: an f16 scale followed by 32 int8s (34 bytes per block).
+// (a GGUF file lists the same tensor with ne = {in, out}). Block types store each row as
+// cols() / block_values whole blocks (weight_format.h); data is never widened in place.
 struct TensorView {
   DType dtype = DType::kF32;
   const void* data = nullptr;
@@ -40,12 +48,21 @@ struct ModelConfig {
   int32_t num_layers = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;     // dim / num_heads
+  int32_t head_dim = 0;     // per-head width of Q, K and V (attention.key_length; dim / num_heads
+                            // unless the file says otherwise)
   int32_t vocab_size = 0;
   int32_t max_seq_len = 0;  // context length the model was trained for
   float rope_theta = 10000.0f;
+  float rope_freq_scale = 1.0f;  // linear RoPE scaling: positions times this (1 / factor)
+  RopeStyle rope_style = RopeStyle::kInterleaved;
   float rms_norm_eps = 1e-5f;
   bool tied_embeddings = false;  // lm_head is tok_embeddings
+  bool qkv_bias = false;         // layers have bq, bk, bv (qwen2)
+  bool qk_norm = false;          // layers have q_norm, k_norm (qwen3)
+  bool rope_freq_factors = false;  // rope_freqs is present (Llama 3.1 scaling)
+
+  int64_t q_dim() const { return int64_t{num_heads} * head_dim; }
+  int64_t kv_dim() const { return int64_t{num_kv_heads} * head_dim; }
 };
 
 struct LayerWeights {
@@ -58,6 +75,9 @@ struct LayerWeights {
   TensorView w_gate;     // [hidden_dim, dim]   (llama2.c w1)
   TensorView w_down;     // [dim, hidden_dim]   (llama2.c w2)
   TensorView w_up;       // [hidden_dim, dim]   (llama2.c w3)
+  // Present only when the config says so (data == nullptr otherwise).
+  TensorView bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] (qkv_bias)
+  TensorView q_norm, k_norm;    // [head_dim], shared by every head (qk_norm)
 };
 
 class ModelWeights {
@@ -69,7 +89,17 @@ class ModelWeights {
   std::vector<LayerWeights> layers;
   TensorView final_norm;      // [dim]
   TensorView lm_head;         // [vocab_size, dim]; same view as tok_embeddings when tied
+  TensorView rope_freqs;      // [head_dim / 2] frequency divisors (rope_freq_factors), f32
   Vocab vocab;
+
+  // Tells the owner of the memory behind `t` that nothing reads it any more (a runner
+  // that repacked it): a memory-mapped file drops those pages from the resident set
+  // (they fault back in from the file if read again). The default does nothing, for
+  // weights held in ordinary buffers.
+  virtual void ReleasePages(const TensorView& t) const { (void)t; }
+
+  // Bytes of the model file(s) mapped behind the views; 0 for weights in buffers.
+  virtual int64_t file_bytes() const { return 0; }
 };
 
 }  // namespace folio::worker

@@ -1,0 +1,161 @@
+// The CPU runner on weights kept as stored: for each architecture and stored type, the
+// logits of the default path (packed f32/f16 panels, typed in-place matmuls for the rest)
+// equal those of the same model with every projection widened to f32 (the OpenBLAS
+// measurement mode), and the runner holds about the file's bytes, not 4 per weight.
+// (Agreement with llama.cpp itself is llama_logits_test's job.)
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <glog/logging.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/test_models.h"
+#include "services/worker/model/load_model.h"
+#include "services/worker/model/random_model.h"
+#include "services/worker/model/weight_format.h"
+
+namespace folio::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Case {
+  const char* arch;
+  DType dtype;
+  int32_t head_dim;  // 0: dim / heads
+  bool tied;
+  bool rope_freqs;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return absl::StrCat(info.param.arch, "_", DTypeName(info.param.dtype),
+                      info.param.tied ? "_tied" : "", info.param.rope_freqs ? "_freqs" : "");
+}
+
+RandomModelOptions Options(const Case& c) {
+  RandomModelOptions o;
+  o.architecture = c.arch;
+  o.dtype = c.dtype;
+  o.dim = 256;
+  o.hidden_dim = 512;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.head_dim = c.head_dim;
+  o.vocab_size = 320;
+  o.tied_embeddings = c.tied;
+  o.rope_freqs = c.rope_freqs;
+  o.rope_theta = 500000.0f;
+  o.weight_std = 0.05f;
+  o.embedding_std = 0.5f;
+  o.seed = 99;
+  return o;
+}
+
+std::string WriteModel(const RandomModelOptions& o, const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/typed_runner_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name + ".gguf";
+  absl::Status s = WriteRandomModel(o, path);
+  CHECK(s.ok()) << s;
+  return path;
+}
+
+std::vector<std::vector<float>> PrefillLogits(ModelRunner& runner, int32_t n) {
+  // One prefill of n tokens then 4 decode steps; the logits of each step's last row.
+  SequenceStep seq;
+  seq.seq_id = 1;
+  seq.return_logits = true;
+  seq.sampling.temperature = 0.0f;
+  seq.block_table = testing::ScatteredBlocks((n + 4 + 15) / 16, 3);
+  for (int32_t i = 0; i < n; ++i) seq.token_ids.push_back((i * 37 + 5) % 300);
+  std::vector<std::vector<float>> out;
+  for (int step = 0; step < 5; ++step) {
+    StepInput in;
+    in.seqs = {seq};
+    absl::StatusOr<StepOutput> o = runner.Execute(in);
+    CHECK(o.ok()) << o.status();
+    out.push_back(o->seqs[0].logits);
+    seq.start_pos += static_cast<int32_t>(seq.token_ids.size());
+    seq.token_ids = {o->seqs[0].samples[0].token_id};
+  }
+  return out;
+}
+
+CpuModelRunnerOptions RunnerOptions(GemmThreading threading) {
+  CpuModelRunnerOptions o;
+  o.kv_cache_bytes = 8 << 20;
+  o.num_threads = 2;
+  o.gemm_threading = threading;
+  return o;
+}
+
+class TypedRunnerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TypedRunnerTest, StoredTypeMatchesWidenedF32) {
+  const Case& c = GetParam();
+  const std::string path = WriteModel(Options(c), CaseName({c, 0}));
+  std::unique_ptr<ModelWeights> w = testing::LoadOrDie(path);
+  auto stored = CpuModelRunner::Create(*w, RunnerOptions(GemmThreading::kPacked));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  auto widened = CpuModelRunner::Create(*w, RunnerOptions(GemmThreading::kKernelPool));
+  ASSERT_TRUE(widened.ok()) << widened.status();
+  const auto a = PrefillLogits(**stored, 20);
+  const auto b = PrefillLogits(**widened, 20);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < a.size(); ++s) {
+    float scale = 0, worst = 0, spread = 0;
+    for (size_t v = 0; v < a[s].size(); ++v) {
+      scale = std::max(scale, std::abs(b[s][v]));
+      worst = std::max(worst, std::abs(a[s][v] - b[s][v]));
+      spread = std::max(spread, std::abs(b[s][v] - b[s][0]));
+    }
+    // The same products summed in another order: float rounding only.
+    EXPECT_LE(worst, 1e-4f + 1e-4f * scale) << "step " << s;
+    EXPECT_GT(spread, 0.1f) << "flat logits prove nothing";
+  }
+  // Weights held: the stored bytes (panels in the same precision), not f32 copies.
+  const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
+  EXPECT_LE((*stored)->weight_bytes(), file_bytes) << DTypeName(c.dtype);
+  if (c.dtype != DType::kF32) {
+    EXPECT_GT((*widened)->weight_bytes(), (*stored)->weight_bytes() * 3 / 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ArchitecturesAndTypes, TypedRunnerTest,
+    ::testing::Values(Case{"llama", DType::kF32, 0, false, false},
+                      Case{"llama", DType::kF16, 0, true, true},
+                      Case{"llama", DType::kBF16, 0, false, true},
+                      Case{"llama", DType::kQ8_0, 128, true, true},
+                      Case{"llama", DType::kQ4_0, 0, false, false},
+                      Case{"llama", DType::kQ4_1, 0, false, false},
+                      Case{"llama", DType::kQ5_0, 0, false, false},
+                      Case{"llama", DType::kQ5_1, 0, false, false},
+                      Case{"qwen2", DType::kQ4_K, 0, true, false},
+                      Case{"qwen2", DType::kF16, 0, false, false},
+                      Case{"qwen3", DType::kQ5_K, 128, false, false},
+                      Case{"qwen3", DType::kQ6_K, 0, true, false},
+                      Case{"llama", DType::kQ2_K, 0, false, false},
+                      Case{"llama", DType::kQ3_K, 0, false, false}),
+    CaseName);
+
+TEST(TypedRunnerTest, QuantizedNormIsRefusedNamingTheTensor) {
+  // Norms must be unquantized; a file whose output_norm is q8_0 names it.
+  RandomModelOptions o = Options({"llama", DType::kF32, 0, false, false});
+  std::unique_ptr<ModelWeights> w = testing::LoadOrDie(WriteModel(o, "norm"));
+  std::vector<uint8_t> q8(static_cast<size_t>(o.dim / 32 * 34), 0);
+  w->final_norm.dtype = DType::kQ8_0;
+  w->final_norm.data = q8.data();
+  auto r = CpuModelRunner::Create(*w, RunnerOptions(GemmThreading::kPacked));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("tensor output_norm is q8_0"));
+}
+
+}  // namespace
+}  // namespace folio::worker

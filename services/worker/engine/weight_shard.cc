@@ -1,0 +1,221 @@
+#include "services/worker/engine/weight_shard.h"
+
+#include <initializer_list>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/worker/model/dequant.h"
+#include "services/worker/model/weight_format.h"
+
+namespace folio::worker {
+namespace {
+
+absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& w,
+                        const std::string& name) {
+  std::vector<int64_t> got = t.shape;
+  if (got.size() == 2 && got[1] == 1 && w.size() == 1) got.pop_back();  // [n, 1] is [n]
+  if (t.data == nullptr || got != w) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " has shape [", absl::StrJoin(t.shape, ", "), "]",
+        t.data == nullptr ? " and no data" : "", "; the model config needs [",
+        absl::StrJoin(w, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
+// A vector the runner keeps in f32 (norms, biases): it must be stored unquantized.
+absl::StatusOr<std::vector<float>> SmallVector(const TensorView& t, int64_t n,
+                                               const std::string& name) {
+  if (absl::Status s = CheckShape(t, {n}, name); !s.ok()) return s;
+  if (FormatOf(t.dtype).is_block_quantized()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " is ", DTypeName(t.dtype),
+        "; norms, biases and RoPE factors must be f32, f16 or bf16"));
+  }
+  return ToF32(t);
+}
+
+}  // namespace
+
+int64_t ShardMatrix::out() const {
+  int64_t n = 0;
+  for (const Part& p : parts) n += p.rows.size();
+  return n;
+}
+
+bool ShardMatrix::all_of(DType dtype) const {
+  for (const Part& p : parts) {
+    if (p.tensor.dtype != dtype) return false;
+  }
+  return !parts.empty();
+}
+
+int64_t ShardMatrix::stored_bytes() const {
+  int64_t n = 0;
+  for (const Part& p : parts) n += p.rows.size() * DTypeBytes(p.tensor.dtype, cols.size());
+  return n;
+}
+
+kernels::TypedMatrix ShardMatrix::typed() const {
+  kernels::TypedMatrix m(in());
+  for (const Part& p : parts) {
+    const WeightFormat& f = FormatOf(p.tensor.dtype);
+    const int64_t row_bytes = DTypeBytes(p.tensor.dtype, p.tensor.cols());
+    kernels::TypedRows r;
+    r.data = static_cast<const uint8_t*>(p.tensor.data) + p.rows.begin * row_bytes +
+             DTypeBytes(p.tensor.dtype, cols.begin);
+    r.row_stride_bytes = row_bytes;
+    r.rows = p.rows.size();
+    r.block_values = f.block_values;
+    r.dequantize = f.dequantize;
+    r.type_name = f.name;
+    m.Append(r);
+  }
+  return m;
+}
+
+absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpShard shard) {
+  const ModelConfig& c = weights.config;
+  if (c.dim <= 0 || c.hidden_dim <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
+      c.num_kv_heads <= 0 || c.head_dim <= 0 || c.vocab_size <= 0 || c.max_seq_len <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config needs positive sizes: dim=", c.dim, " hidden_dim=", c.hidden_dim,
+        " layers=", c.num_layers, " heads=", c.num_heads, " kv_heads=", c.num_kv_heads,
+        " head_dim=", c.head_dim, " vocab=", c.vocab_size, " max_seq_len=", c.max_seq_len));
+  }
+  if (c.num_heads % c.num_kv_heads != 0 || c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported head layout: ", c.num_heads, " heads over ", c.num_kv_heads,
+        " kv heads, head_dim ", c.head_dim, " (needs a whole GQA ratio and even head_dim)"));
+  }
+  if (static_cast<int32_t>(weights.layers.size()) != c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("model has ", weights.layers.size(),
+                                                   " layers; config says ", c.num_layers));
+  }
+  if (absl::Status s = CheckTpShard(c, shard); !s.ok()) return s;
+  const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
+
+  WeightShard out;
+  out.config = c;
+  out.shard = shard;
+  out.num_heads = c.num_heads / shard.size;
+  out.num_kv_heads = c.num_kv_heads / shard.size;
+  out.vocab = SplitEvenly(c.vocab_size, shard.size, shard.rank);
+  const ShardRange q_rows{int64_t{shard.rank} * out.num_heads * c.head_dim,
+                          int64_t{shard.rank + 1} * out.num_heads * c.head_dim};
+  const ShardRange kv_rows{int64_t{shard.rank} * out.num_kv_heads * c.head_dim,
+                           int64_t{shard.rank + 1} * out.num_kv_heads * c.head_dim};
+  const ShardRange all_dim{0, c.dim};
+
+  auto matrix = [](std::initializer_list<std::pair<const TensorView*, const char*>> tensors,
+                   std::initializer_list<ShardRange> rows, ShardRange cols,
+                   const std::string& prefix) {
+    ShardMatrix m;
+    m.cols = cols;
+    auto r = rows.begin();
+    for (const auto& [t, name] : tensors) m.parts.push_back({*t, prefix + name, *r++});
+    return m;
+  };
+
+  if (absl::Status s = CheckShape(weights.tok_embeddings, {c.vocab_size, c.dim}, "token_embd");
+      !s.ok()) {
+    return s;
+  }
+  out.tok_embeddings = matrix({{&weights.tok_embeddings, "token_embd"}}, {out.vocab}, all_dim, "");
+  if (c.tied_embeddings) {
+    out.lm_head = out.tok_embeddings;
+  } else {
+    if (absl::Status s = CheckShape(weights.lm_head, {c.vocab_size, c.dim}, "output"); !s.ok()) {
+      return s;
+    }
+    out.lm_head = matrix({{&weights.lm_head, "output"}}, {out.vocab}, all_dim, "");
+  }
+  absl::StatusOr<std::vector<float>> v = SmallVector(weights.final_norm, c.dim, "output_norm");
+  if (!v.ok()) return v.status();
+  out.final_norm = *std::move(v);
+  if (c.rope_freq_factors) {
+    v = SmallVector(weights.rope_freqs, c.head_dim / 2, "rope_freqs");
+    if (!v.ok()) return v.status();
+    out.rope_freqs = *std::move(v);
+  }
+
+  // Hidden units split in whole blocks of w_down's type (its columns are split).
+  const int32_t down_block = weights.layers.empty()
+                                 ? 1
+                                 : FormatOf(weights.layers[0].w_down.dtype).block_values;
+  if (c.hidden_dim % down_block != 0 || c.hidden_dim / down_block < shard.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ffn_down is ", DTypeName(weights.layers[0].w_down.dtype), " with ", c.hidden_dim,
+        " hidden units: they do not split over ", shard.size, " tensor-parallel ranks in whole ",
+        down_block, "-value blocks"));
+  }
+  const ShardRange hidden_blocks = SplitEvenly(c.hidden_dim / down_block, shard.size, shard.rank);
+  const ShardRange hidden{hidden_blocks.begin * down_block, hidden_blocks.end * down_block};
+  out.hidden_dim = static_cast<int32_t>(hidden.size());
+
+  out.layers.resize(c.num_layers);
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = weights.layers[l];
+    ShardLayer& o = out.layers[l];
+    const std::string p = absl::StrCat("blk.", l, ".");
+    for (auto [t, shape, name] :
+         {std::tuple{&w.wq, std::vector<int64_t>{q_dim, c.dim}, "attn_q"},
+          std::tuple{&w.wk, std::vector<int64_t>{kv_dim, c.dim}, "attn_k"},
+          std::tuple{&w.wv, std::vector<int64_t>{kv_dim, c.dim}, "attn_v"},
+          std::tuple{&w.wo, std::vector<int64_t>{c.dim, q_dim}, "attn_output"},
+          std::tuple{&w.w_gate, std::vector<int64_t>{c.hidden_dim, c.dim}, "ffn_gate"},
+          std::tuple{&w.w_up, std::vector<int64_t>{c.hidden_dim, c.dim}, "ffn_up"},
+          std::tuple{&w.w_down, std::vector<int64_t>{c.dim, c.hidden_dim},
+                     "ffn_down"}}) {
+      if (absl::Status s = CheckShape(*t, shape, p + name); !s.ok()) return s;
+    }
+    if (FormatOf(w.w_down.dtype).block_values != down_block) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", p, "ffn_down is ", DTypeName(w.w_down.dtype), " but blk.0.ffn_down is ",
+          DTypeName(weights.layers[0].w_down.dtype),
+          ": Folio needs one block size for every layer's ffn_down"));
+    }
+    const int32_t wo_block = FormatOf(w.wo.dtype).block_values;
+    if (q_rows.begin % wo_block != 0 || q_rows.end % wo_block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", p, "attn_output is ", DTypeName(w.wo.dtype), ": splitting its ", q_dim,
+          " columns by heads over ", shard.size, " tensor-parallel ranks (", out.num_heads,
+          " heads of ", c.head_dim, " each) would cut its ", wo_block,
+          "-value blocks; use a TP degree whose per-rank heads span whole blocks"));
+    }
+    absl::StatusOr<std::vector<float>> n = SmallVector(w.attn_norm, c.dim, p + "attn_norm");
+    if (!n.ok()) return n.status();
+    o.attn_norm = *std::move(n);
+    n = SmallVector(w.ffn_norm, c.dim, p + "ffn_norm");
+    if (!n.ok()) return n.status();
+    o.ffn_norm = *std::move(n);
+    o.qkv = matrix({{&w.wq, "attn_q"}, {&w.wk, "attn_k"}, {&w.wv, "attn_v"}},
+                   {q_rows, kv_rows, kv_rows}, all_dim, p);
+    o.wo = matrix({{&w.wo, "attn_output"}}, {all_dim}, q_rows, p);
+    o.gate_up = matrix({{&w.w_gate, "ffn_gate"}, {&w.w_up, "ffn_up"}}, {hidden, hidden}, all_dim, p);
+    o.down = matrix({{&w.w_down, "ffn_down"}}, {all_dim}, hidden, p);
+    if (c.qkv_bias) {
+      for (auto [t, n_all, rows, name] :
+           {std::tuple{&w.bq, q_dim, q_rows, "attn_q.bias"},
+            std::tuple{&w.bk, kv_dim, kv_rows, "attn_k.bias"},
+            std::tuple{&w.bv, kv_dim, kv_rows, "attn_v.bias"}}) {
+        absl::StatusOr<std::vector<float>> b = SmallVector(*t, n_all, p + name);
+        if (!b.ok()) return b.status();
+        o.qkv_bias.insert(o.qkv_bias.end(), b->begin() + rows.begin, b->begin() + rows.end);
+      }
+    }
+    if (c.qk_norm) {
+      n = SmallVector(w.q_norm, c.head_dim, p + "attn_q_norm");
+      if (!n.ok()) return n.status();
+      o.q_norm = *std::move(n);
+      n = SmallVector(w.k_norm, c.head_dim, p + "attn_k_norm");
+      if (!n.ok()) return n.status();
+      o.k_norm = *std::move(n);
+    }
+  }
+  return out;
+}
+
+}  // namespace folio::worker

@@ -1,0 +1,40 @@
+// Architecture: one GGUF `general.architecture` the loader understands, as a small named
+// unit: its metadata prefix, its RoPE layout and which optional tensors it has. The GGUF
+// model loader (gguf_model.h) picks the unit from the file's metadata; adding the next
+// Llama-family architecture touches this table (and the forward pass if it needs a new
+// operation). Units follow llama.cpp's definitions (llama_model_rope_type and the
+// tensor lists of llama-arch.cpp):
+//   llama  (Llama 2/3.x, Mistral, Mistral-Nemo): interleaved RoPE (the converter
+//          permuted Q/K for it), optional Q/K/V biases, optional rope_freqs (Llama 3.1).
+//   qwen2  (Qwen2, Qwen2.5): NEOX RoPE, Q/K/V biases required.
+//   qwen3: NEOX RoPE, per-head RMSNorm on Q and K before RoPE, no biases.
+// Immutable table; safe to read from any thread.
+#ifndef FOLIO_SERVICES_WORKER_MODEL_ARCHITECTURE_H_
+#define FOLIO_SERVICES_WORKER_MODEL_ARCHITECTURE_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+enum class TensorPresence { kNone, kOptional, kRequired };
+
+struct Architecture {
+  const char* name;          // general.architecture, also the metadata key prefix
+  RopeStyle rope_style;
+  TensorPresence qkv_bias;   // blk.N.attn_{q,k,v}.bias
+  TensorPresence qk_norm;    // blk.N.attn_{q,k}_norm.weight
+  TensorPresence rope_freqs; // rope_freqs.weight
+};
+
+// The unit named `name`, or nullptr.
+const Architecture* FindArchitecture(absl::string_view name);
+
+// "'llama', 'qwen2', 'qwen3'" for error messages.
+std::string SupportedArchitectures();
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_MODEL_ARCHITECTURE_H_

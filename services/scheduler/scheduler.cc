@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "services/scheduler/token_history.h"
 
 namespace folio::scheduler {
 
@@ -131,6 +132,7 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   if (!std::isfinite(spec.length_penalty)) {
     return absl::InvalidArgumentError("length_penalty must be finite");
   }
+  if (absl::Status s = ValidateLogitsRequest(spec, options_.vocab_size); !s.ok()) return s;
   const int32_t width = spec.beam_width > 0 ? spec.beam_width : spec.n;
   if (width > options_.max_num_seqs) {
     return absl::InvalidArgumentError(
@@ -151,6 +153,7 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   }
   auto request = std::make_unique<Request>();
   request->spec = std::move(spec);
+  request->prompt_token_set = PromptTokenSet(request->spec);
   request->sink = std::move(sink);
   request->arrival_time = absl::Now();
   request->max_len = static_cast<int32_t>(total);
@@ -546,6 +549,10 @@ worker::SequenceStep Scheduler::MakeStep(const Request& r, const Granted& g) con
   } else {
     s.num_samples = 1;
     s.first_sample_index = b.index;
+  }
+  // The whole history, from the request's own record, on every sampling step.
+  if (UsesTokenHistory(r.spec)) {
+    s.history = MakeTokenHistory(r.spec, r.prompt_token_set, b.output, options_.eos_id);
   }
   return s;
 }

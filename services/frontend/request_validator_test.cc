@@ -1,5 +1,6 @@
 #include "services/frontend/request_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -289,7 +290,10 @@ TEST_F(RequestValidatorTest, PenaltiesLogitBiasAndMinTokens) {
   in.frequency_penalty = 2.0f;
   in.repetition_penalty = 1.2f;
   in.logit_bias = {{9, 100.0f}, {3, -100.0f}};
-  for (int32_t t = 10; t < 308; ++t) in.logit_bias.push_back({t, 0.5f});  // 300 in all
+  // 300 in all, every one a token of the 306-token test vocabulary.
+  for (int32_t t = 0; in.logit_bias.size() < 300; ++t) {
+    if (t != 3 && t != 9) in.logit_bias.push_back({t, 0.5f});
+  }
   in.max_tokens = 8;
   in.min_tokens = 8;
   r = validator_.Validate(in);
@@ -298,7 +302,8 @@ TEST_F(RequestValidatorTest, PenaltiesLogitBiasAndMinTokens) {
   EXPECT_EQ(r->frequency_penalty, 2.0f);
   EXPECT_EQ(r->repetition_penalty, 1.2f);
   ASSERT_EQ(r->logit_bias.size(), 300u);
-  EXPECT_EQ(r->logit_bias[0], (std::pair<int32_t, float>{3, -100.0f})) << "sorted by token";
+  EXPECT_EQ(r->logit_bias[3], (std::pair<int32_t, float>{3, -100.0f})) << "sorted by token";
+  EXPECT_TRUE(std::is_sorted(r->logit_bias.begin(), r->logit_bias.end()));
   EXPECT_EQ(r->min_tokens, 8);
 }
 

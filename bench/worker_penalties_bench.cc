@@ -5,7 +5,9 @@
 // history as the scheduler ships it (the prompt's distinct tokens, 96 generated tokens
 // with repeats); "penalties:0" gives none. BM_DecodeAlternating runs the two steps in
 // turn within one loop, so both see the same machine state, and reports on/off.
-// BM_SchedulerHistory times the scheduler's side: building the 32 histories.
+// BM_Sample times the sampler alone on those 32 rows, on and off (CPU time, the figure
+// least disturbed by a busy machine); BM_SchedulerHistory the scheduler's side: building
+// the 32 histories.
 //
 //   FOLIO_MODELS_DIR=/work/shared/models build/bin/worker_penalties_bench
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "glog/logging.h"
 #include "services/scheduler/token_history.h"
 #include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/sampler.h"
 #include "services/worker/model/load_model.h"
 
 namespace folio::worker {
@@ -181,8 +184,35 @@ void BM_SchedulerHistory(benchmark::State& state) {
   state.SetLabel("32 histories");
 }
 
+// The sampler alone on the 32 rows of one step (the model's vocabulary, logits from the
+// model's own step): what the transform adds, in CPU time, free of the model's cost.
+void BM_Sample(benchmark::State& state) {
+  if (Weights() == nullptr) {
+    state.SkipWithError("set FOLIO_MODELS_DIR (e.g. /work/shared/models)");
+    return;
+  }
+  std::unique_ptr<Bench> b = MakeBench();
+  StepInput& step = state.range(0) ? b->penalised : b->plain;
+  for (SequenceStep& seq : b->plain.seqs) seq.return_logits = true;
+  absl::StatusOr<StepOutput> out = b->runner->Execute(b->plain);
+  CHECK(out.ok()) << out.status();
+  Sampler sampler;
+  int64_t position = kPrompt;
+  for (auto _ : state) {
+    for (int s = 0; s < kSeqs; ++s) {
+      SequenceOutput o;
+      sampler.Process(out->seqs[s].logits, step.seqs[s], position, &o);
+      benchmark::DoNotOptimize(o.samples[0].token_id);
+    }
+    ++position;
+  }
+  state.SetLabel(std::string(state.range(0) ? "penalties on" : "penalties off") + ", vocab " +
+                 std::to_string(b->runner->config().vocab_size));
+}
+
 BENCHMARK(BM_Decode)->ArgName("penalties")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeAlternating)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Sample)->ArgName("penalties")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SchedulerHistory)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

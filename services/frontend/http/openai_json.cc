@@ -271,7 +271,9 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   json body;
   try {
     body = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number past double's range ("1e999"), which
+    // would otherwise escape and end the process.
     return absl::InvalidArgumentError(
         absl::StrCat("the request body is not valid JSON: ", e.what()));
   }

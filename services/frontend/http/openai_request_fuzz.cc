@@ -12,6 +12,7 @@
 #include "services/frontend/test_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace folio;
   using namespace folio::frontend;
   static const Tokenizer* tokenizer = new Tokenizer(testing::TestTokenizer());
   static const RequestValidator* validator = [] {

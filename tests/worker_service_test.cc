@@ -180,6 +180,23 @@ TEST_F(WorkerServiceTest, InfoAtOnceServingOnlyAfterAllocation) {
   EXPECT_EQ(Info().block_size(), kBlockSize);
 }
 
+TEST_F(WorkerServiceTest, EachStartHasItsOwnIncarnation) {
+  const std::string first = Info().incarnation_id();
+  EXPECT_EQ(first.size(), 32u);
+  ASSERT_TRUE(Allocate(8, 16).ok());
+  EXPECT_EQ(Info().incarnation_id(), first) << "the same process keeps its id";
+  ASSERT_TRUE(proc_->Restart().ok());
+  pb::WorkerInfo again;
+  for (int i = 0; i < 200; ++i) {  // until the channel has reconnected
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    if (stub_->GetWorkerInfo(&ctx, pb::GetWorkerInfoRequest(), &again).ok()) break;
+  }
+  EXPECT_NE(again.incarnation_id(), first) << "a restarted process has a new id";
+  EXPECT_EQ(again.num_blocks(), 0) << "and no KV cache until it is allocated again";
+}
+
 TEST_F(WorkerServiceTest, StepBeforeAllocateIsFailedPrecondition) {
   pb::ExecuteStepResponse resp;
   grpc::Status s = Step(DecodeStep(1, 0, {0}), &resp);

@@ -252,6 +252,8 @@ TEST_F(OpenAiHttpTest, ValidationErrorsMatchTheGrpcApi) {
     std::function<void(v1::GenerateRequest*)> grpc;
   };
   std::vector<std::string> nine_stops(9, "x");
+  json big_bias = json::object();
+  for (int t = 0; t < 301; ++t) big_bias[std::to_string(t)] = 1;
   const std::vector<Case> cases = {
       {{{"temperature", 3}}, [](auto* r) { r->mutable_sampling()->set_temperature(3); }},
       {{{"top_p", 0}}, [](auto* r) { r->mutable_sampling()->set_top_p(0); }},
@@ -268,6 +270,23 @@ TEST_F(OpenAiHttpTest, ValidationErrorsMatchTheGrpcApi) {
          r->clear_prompt();
          r->add_prompt_token_ids(1);
          r->add_prompt_token_ids(99999);
+       }},
+      {{{"presence_penalty", 3}}, [](auto* r) { r->mutable_sampling()->set_presence_penalty(3); }},
+      {{{"frequency_penalty", -2.5}},
+       [](auto* r) { r->mutable_sampling()->set_frequency_penalty(-2.5); }},
+      {{{"repetition_penalty", 0}},
+       [](auto* r) { r->mutable_sampling()->set_repetition_penalty(0); }},
+      {{{"logit_bias", {{"9999", 1}}}},
+       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[9999] = 1; }},
+      {{{"logit_bias", {{"5", 150}}}},
+       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[5] = 150; }},
+      {{{"logit_bias", big_bias}},
+       [](auto* r) {
+         for (int t = 0; t < 301; ++t) (*r->mutable_sampling()->mutable_logit_bias())[t] = 1;
+       }},
+      {{{"max_tokens", 4}, {"min_tokens", 5}}, [](auto* r) {
+         r->mutable_sampling()->set_max_tokens(4);
+         r->mutable_sampling()->set_min_tokens(5);
        }},
   };
   for (const Case& c : cases) {
@@ -370,6 +389,27 @@ TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsTheGrpcText) {
   GrpcResult streamed = GrpcComplete(cluster_->frontend(), Greedy("Lily went", 40));
   GrpcResult chat = GrpcComplete(cluster_->frontend(), Greedy(chat_prompt, 40));
   ASSERT_TRUE(completion.status.ok() && streamed.status.ok() && chat.status.ok());
+  // Penalties, logit_bias (OpenAI's map) and vLLM's min_tokens through the client, against
+  // the gRPC text of the same request; sampled with a seed.
+  const json extra = {{"presence_penalty", 0.6}, {"frequency_penalty", 0.8},
+                      {"logit_bias", {{"13", -100}, {"300", 3}}}, {"min_tokens", 30},
+                      {"repetition_penalty", 1.2}, {"temperature", 0.7}, {"seed", 11}};
+  auto with_extra = [](v1::GenerateRequest req) {
+    v1::SamplingOptions* s = req.mutable_sampling();
+    s->set_presence_penalty(0.6f);
+    s->set_frequency_penalty(0.8f);
+    (*s->mutable_logit_bias())[13] = -100;
+    (*s->mutable_logit_bias())[300] = 3;
+    s->set_min_tokens(30);
+    s->set_repetition_penalty(1.2f);
+    s->set_temperature(0.7f);
+    s->set_seed(11);
+    return req;
+  };
+  GrpcResult penalised = GrpcComplete(cluster_->frontend(), with_extra(Greedy("Once upon a time", 40)));
+  GrpcResult penalised_chat = GrpcComplete(cluster_->frontend(), with_extra(Greedy(chat_prompt, 40)));
+  ASSERT_TRUE(penalised.status.ok() && penalised_chat.status.ok());
+  EXPECT_NE(penalised.text, completion.text) << "the penalties changed nothing";
   json spec = {
       {"baseURL", absl::StrCat("http://127.0.0.1:", port_, "/v1")},
       {"apiKey", kKey},
@@ -381,13 +421,25 @@ TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsTheGrpcText) {
          {"max_tokens", 40}, {"expected", streamed.text}},
         {{"name", "streamed chat"}, {"kind", "chat_stream"},
          {"messages", {{{"role", "user"}, {"content", "Where is the cat?"}}}},
-         {"max_tokens", 40}, {"expected", chat.text}}}}};
+         {"max_tokens", 40}, {"expected", chat.text}},
+        {{"name", "penalised completion"}, {"kind", "completion"}, {"prompt", "Once upon a time"},
+         {"max_tokens", 40}, {"extra", extra}, {"expected", penalised.text}},
+        {{"name", "penalised chat"}, {"kind", "chat"},
+         {"messages", {{{"role", "user"}, {"content", "Where is the cat?"}}}},
+         {"max_tokens", 40}, {"extra", extra}, {"expected", penalised_chat.text}},
+        {{"name", "logit_bias key not a token"}, {"kind", "completion_error"}, {"prompt", "x"},
+         {"max_tokens", 4}, {"extra", {{"logit_bias", {{"99999", 1}}}}}, {"expected", "logit_bias"}},
+        {{"name", "presence_penalty out of range"}, {"kind", "completion_error"}, {"prompt", "x"},
+         {"max_tokens", 4}, {"extra", {{"presence_penalty", 2.5}}},
+         {"expected", "presence_penalty"}}}}};
   const std::string spec_path = ::testing::TempDir() + "/openai_cases.json";
   std::ofstream(spec_path) << spec.dump();
   testing::CommandResult run =
       testing::RunCommand(absl::StrCat("node ", dir, "/check.mjs ", spec_path));
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("OK   streamed chat"));
+  EXPECT_THAT(run.output, HasSubstr("OK   penalised chat"));
+  EXPECT_THAT(run.output, HasSubstr("OK   presence_penalty out of range"));
 }
 
 

@@ -43,6 +43,11 @@ GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
   if (s.has_n()) in.n = s.n();
   if (s.has_beam_width()) in.beam_width = s.beam_width();
   if (s.has_length_penalty()) in.length_penalty = s.length_penalty();
+  if (s.has_presence_penalty()) in.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) in.frequency_penalty = s.frequency_penalty();
+  if (s.has_repetition_penalty()) in.repetition_penalty = s.repetition_penalty();
+  in.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  if (s.has_min_tokens()) in.min_tokens = s.min_tokens();
   return in;
 }
 
@@ -56,6 +61,15 @@ ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
   sampling->set_top_k(r.top_k);
   sampling->set_min_p(r.min_p);
   sampling->set_seed(r.seed);
+  sampling->set_presence_penalty(r.presence_penalty);
+  sampling->set_frequency_penalty(r.frequency_penalty);
+  sampling->set_repetition_penalty(r.repetition_penalty);
+  for (const auto& [token, bias] : r.logit_bias) {
+    ipb::LogitBias* b = sampling->add_logit_bias();
+    b->set_token_id(token);
+    b->set_bias(bias);
+  }
+  out.set_min_tokens(r.min_tokens);
   out.set_max_tokens(r.max_tokens);
   out.mutable_stop_token_ids()->Assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
   out.set_ignore_eos(r.ignore_eos == IgnoreEos::kYes);

@@ -9,6 +9,7 @@
 #include "common/tokenizer/utf8.h"
 #include "glog/logging.h"
 #include "services/frontend/request_id.h"
+#include "services/worker/engine/logits_processor.h"
 
 namespace folio::frontend {
 namespace {
@@ -55,6 +56,7 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(const GenerateInput&
   if (absl::Status s = ValidatePrompt(input, &out); !s.ok()) return s;
   if (absl::Status s = ValidateSampling(input, &out); !s.ok()) return s;
   if (absl::Status s = ValidateStops(input, &out); !s.ok()) return s;
+  if (absl::Status s = ValidateLogits(input, &out); !s.ok()) return s;
   return out;
 }
 
@@ -194,6 +196,44 @@ absl::Status RequestValidator::ValidateStops(const GenerateInput& input,
     return s;
   }
   out->stop_token_ids = input.stop_token_ids;
+  return absl::OkStatus();
+}
+
+// The ranges are the worker's own (logits_processor.h), so every layer holds one rule.
+absl::Status RequestValidator::ValidateLogits(const GenerateInput& input,
+                                              ValidatedRequest* out) const {
+  worker::SamplingParams p;
+  p.presence_penalty = input.presence_penalty.value_or(0.0f);
+  p.frequency_penalty = input.frequency_penalty.value_or(0.0f);
+  p.repetition_penalty = input.repetition_penalty.value_or(1.0f);
+  for (const auto& [token, bias] : input.logit_bias) p.logit_bias.push_back({token, bias});
+  if (absl::Status s = worker::ValidateLogitsParams(p, tokenizer_.vocab_size()); !s.ok()) {
+    return s;
+  }
+  out->min_tokens = input.min_tokens.value_or(0);
+  if (out->min_tokens < 0 || out->min_tokens > out->max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens is ", out->min_tokens,
+                                                   "; it must be in [0, max_tokens = ",
+                                                   out->max_tokens, "]"));
+  }
+  if (out->beam_width > 0) {
+    const char* field = p.presence_penalty != 0.0f    ? "presence_penalty"
+                        : p.frequency_penalty != 0.0f ? "frequency_penalty"
+                        : p.repetition_penalty != 1.0f ? "repetition_penalty"
+                        : !p.logit_bias.empty()        ? "logit_bias"
+                        : out->min_tokens > 0          ? "min_tokens"
+                                                       : nullptr;
+    if (field != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is not supported with beam search (beams are ranked by the model's own "
+                 "log-probs); leave it unset or use sampling"));
+    }
+  }
+  out->presence_penalty = p.presence_penalty;
+  out->frequency_penalty = p.frequency_penalty;
+  out->repetition_penalty = p.repetition_penalty;
+  out->logit_bias = input.logit_bias;
+  std::sort(out->logit_bias.begin(), out->logit_bias.end());
   return absl::OkStatus();
 }
 

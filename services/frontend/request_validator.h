@@ -4,7 +4,8 @@
 //
 // Defaults: max_tokens 16, temperature 1.0, top_p 1.0, top_k 0 (off), min_p 0 (off),
 // seed random, logprobs unset (none), ignore_eos false, n 1, beam_width 0 (sampling),
-// length_penalty 1.0. Every out-of-range or
+// length_penalty 1.0, presence/frequency penalty 0, repetition_penalty 1, no logit_bias,
+// min_tokens 0. Every out-of-range or
 // contradictory value is InvalidArgument with a message that names the field and the
 // allowed range (see Validate for the list).
 //
@@ -17,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -45,6 +47,11 @@ struct GenerateInput {
   std::optional<int32_t> n;
   std::optional<int32_t> beam_width;
   std::optional<float> length_penalty;
+  std::optional<float> presence_penalty;
+  std::optional<float> frequency_penalty;
+  std::optional<float> repetition_penalty;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias
+  std::optional<int32_t> min_tokens;
 };
 
 // Whether the scheduler keeps generating past the end-of-sequence token.
@@ -69,6 +76,11 @@ struct ValidatedRequest {
   int32_t n = 1;               // choices
   int32_t beam_width = 0;      // 0: sampling
   float length_penalty = 1.0f; // beam search
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // ascending token ids
+  int32_t min_tokens = 0;
 };
 
 struct ValidatorOptions {
@@ -104,7 +116,11 @@ class RequestValidator {
   //   - more than max_stop_strings stop strings, or one that is empty, longer than
   //     max_stop_string_bytes or not valid UTF-8;
   //   - a stop_token_ids entry outside [0, vocab_size);
-  //   - request_id longer than max_request_id_bytes or with non-printable characters.
+  //   - request_id longer than max_request_id_bytes or with non-printable characters;
+  //   - presence_penalty or frequency_penalty outside [-2, 2], repetition_penalty not > 0,
+  //     logit_bias with more than 300 entries, a key outside [0, vocab_size) or a bias
+  //     outside [-100, 100]; min_tokens outside [0, max_tokens]; any of these with beam
+  //     search.
   absl::StatusOr<ValidatedRequest> Validate(const GenerateInput& input) const;
 
   int32_t max_model_len() const { return options_.max_model_len; }
@@ -113,6 +129,7 @@ class RequestValidator {
   absl::Status ValidatePrompt(const GenerateInput& input, ValidatedRequest* out) const;
   absl::Status ValidateSampling(const GenerateInput& input, ValidatedRequest* out) const;
   absl::Status ValidateStops(const GenerateInput& input, ValidatedRequest* out) const;
+  absl::Status ValidateLogits(const GenerateInput& input, ValidatedRequest* out) const;
   uint64_t NextSeed() const;
 
   const Tokenizer& tokenizer_;

@@ -1,5 +1,6 @@
 #include "services/frontend/request_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -239,6 +240,30 @@ TEST_F(RequestValidatorTest, RejectsEveryBadValueNamingTheField) {
       {"request id with space",
        [](GenerateInput& in) { in.request_id = "a b"; },
        {"request_id", "offset 1"}},
+      {"presence penalty", [](GenerateInput& in) { in.presence_penalty = 2.5f; },
+       {"presence_penalty is 2.5", "[-2, 2]"}},
+      {"frequency penalty", [](GenerateInput& in) { in.frequency_penalty = -3.0f; },
+       {"frequency_penalty is -3", "[-2, 2]"}},
+      {"nan penalty", [](GenerateInput& in) { in.frequency_penalty = std::nanf(""); },
+       {"frequency_penalty"}},
+      {"repetition penalty", [](GenerateInput& in) { in.repetition_penalty = 0.0f; },
+       {"repetition_penalty is 0", "> 0"}},
+      {"logit_bias key", [](GenerateInput& in) { in.logit_bias = {{1, 1.0f}, {4096, 1.0f}}; },
+       {"logit_bias key 4096 is not a token id"}},
+      {"logit_bias value", [](GenerateInput& in) { in.logit_bias = {{1, -101.0f}}; },
+       {"logit_bias value for token 1", "[-100, 100]"}},
+      {"logit_bias size",
+       [](GenerateInput& in) {
+         for (int32_t t = 0; t < 301; ++t) in.logit_bias.push_back({t, 1.0f});
+       },
+       {"logit_bias has 301 entries", "300"}},
+      {"min_tokens above max_tokens",
+       [](GenerateInput& in) {
+         in.max_tokens = 4;
+         in.min_tokens = 5;
+       },
+       {"min_tokens is 5", "max_tokens = 4"}},
+      {"negative min_tokens", [](GenerateInput& in) { in.min_tokens = -1; }, {"min_tokens is -1"}},
   };
   for (const BadCase& c : cases) {
     GenerateInput in = Prompt("the cat");
@@ -250,6 +275,58 @@ TEST_F(RequestValidatorTest, RejectsEveryBadValueNamingTheField) {
       EXPECT_THAT(std::string(r.status().message()), HasSubstr(part)) << c.name;
     }
   }
+}
+
+TEST_F(RequestValidatorTest, PenaltiesLogitBiasAndMinTokens) {
+  GenerateInput in = Prompt("the cat");
+  absl::StatusOr<ValidatedRequest> r = validator_.Validate(in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->presence_penalty, 0.0f);
+  EXPECT_EQ(r->frequency_penalty, 0.0f);
+  EXPECT_EQ(r->repetition_penalty, 1.0f);
+  EXPECT_TRUE(r->logit_bias.empty());
+  EXPECT_EQ(r->min_tokens, 0);
+  in.presence_penalty = -2.0f;
+  in.frequency_penalty = 2.0f;
+  in.repetition_penalty = 1.2f;
+  in.logit_bias = {{9, 100.0f}, {3, -100.0f}};
+  // 300 in all, every one a token of the 306-token test vocabulary.
+  for (int32_t t = 0; in.logit_bias.size() < 300; ++t) {
+    if (t != 3 && t != 9) in.logit_bias.push_back({t, 0.5f});
+  }
+  in.max_tokens = 8;
+  in.min_tokens = 8;
+  r = validator_.Validate(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->presence_penalty, -2.0f);
+  EXPECT_EQ(r->frequency_penalty, 2.0f);
+  EXPECT_EQ(r->repetition_penalty, 1.2f);
+  ASSERT_EQ(r->logit_bias.size(), 300u);
+  EXPECT_EQ(r->logit_bias[3], (std::pair<int32_t, float>{3, -100.0f})) << "sorted by token";
+  EXPECT_TRUE(std::is_sorted(r->logit_bias.begin(), r->logit_bias.end()));
+  EXPECT_EQ(r->min_tokens, 8);
+}
+
+TEST(RequestValidatorBeamTest, PenaltiesAreRefusedWithBeamSearch) {
+  Tokenizer tokenizer = testing::TestTokenizer();
+  ValidatorOptions options;
+  options.max_model_len = 32;
+  options.max_n = 4;
+  options.max_beam_width = 4;
+  RequestValidator validator(tokenizer, options);
+  GenerateInput in;
+  in.prompt = "the cat";
+  in.beam_width = 2;
+  ASSERT_TRUE(validator.Validate(in).ok());
+  in.logit_bias = {{5, 1.0f}};
+  absl::StatusOr<ValidatedRequest> r = validator.Validate(in);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("logit_bias is not supported with beam search"));
+  in.logit_bias.clear();
+  in.min_tokens = 2;
+  EXPECT_THAT(std::string(validator.Validate(in).status().message()),
+              HasSubstr("min_tokens is not supported with beam search"));
 }
 
 TEST(RequestIdTest, IsRandomHex) {

@@ -165,6 +165,44 @@ TEST_F(FrontendServiceTest, SeveralChoicesInterleaveAndEndOneByOne) {
   EXPECT_EQ(complete.text(), Decode(zero));
 }
 
+TEST_F(FrontendServiceTest, PenaltiesLogitBiasAndMinTokensReachTheScheduler) {
+  ipb::ScheduleEvent e;
+  e.add_tokens()->set_token_id(Encode("cat")[0]);
+  e.set_finish_reason(ipb::FINISH_REASON_LENGTH);
+  fake_->SetScript(Script{.events = {e}});
+  pb::GenerateRequest request = Request("Once upon a time", 4);
+  pb::SamplingOptions* s = request.mutable_sampling();
+  s->set_presence_penalty(0.5f);
+  s->set_frequency_penalty(-0.25f);
+  s->set_repetition_penalty(1.1f);
+  (*s->mutable_logit_bias())[7] = -100.0f;
+  (*s->mutable_logit_bias())[3] = 2.0f;
+  s->set_min_tokens(2);
+  pb::CompleteResponse complete;
+  ASSERT_TRUE(Complete(request, &complete).ok());
+  ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(10)));
+  const ipb::ScheduleRequest sent = fake_->calls()[0].request;
+  EXPECT_FLOAT_EQ(sent.sampling().presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(sent.sampling().frequency_penalty(), -0.25f);
+  EXPECT_FLOAT_EQ(sent.sampling().repetition_penalty(), 1.1f);
+  ASSERT_EQ(sent.sampling().logit_bias_size(), 2);
+  EXPECT_EQ(sent.sampling().logit_bias(0).token_id(), 3);  // ascending
+  EXPECT_FLOAT_EQ(sent.sampling().logit_bias(1).bias(), -100.0f);
+  EXPECT_EQ(sent.min_tokens(), 2);
+
+  // Bad values: INVALID_ARGUMENT naming the field, and nothing reaches the scheduler.
+  (*s->mutable_logit_bias())[1 << 20] = 1.0f;
+  StreamResult bad = Generate(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("logit_bias key 1048576 is not a token id"));
+  s->mutable_logit_bias()->clear();
+  s->set_presence_penalty(-2.5f);
+  bad = Generate(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("presence_penalty is -2.5"));
+  EXPECT_EQ(fake_->calls().size(), 1u);
+}
+
 TEST_F(FrontendServiceTest, BeamSearchRequestsReachTheScheduler) {
   ipb::ScheduleEvent e;
   e.add_tokens()->set_token_id(Encode("cat")[0]);

@@ -149,6 +149,24 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     sp->set_top_k(s.sampling.top_k);
     sp->set_min_p(s.sampling.min_p);
     sp->set_seed(s.sampling.seed);
+    sp->set_presence_penalty(s.sampling.presence_penalty);
+    sp->set_frequency_penalty(s.sampling.frequency_penalty);
+    sp->set_repetition_penalty(s.sampling.repetition_penalty);
+    for (const worker::LogitBias& b : s.sampling.logit_bias) {
+      pb::LogitBias* out_bias = sp->add_logit_bias();
+      out_bias->set_token_id(b.token_id);
+      out_bias->set_bias(b.bias);
+    }
+    const worker::TokenHistory& h = s.history;
+    if (!h.prompt_token_ids.empty() || !h.output_token_ids.empty() ||
+        !h.suppressed_token_ids.empty()) {
+      pb::TokenHistory* out_h = out->mutable_history();
+      out_h->mutable_prompt_token_ids()->Add(h.prompt_token_ids.begin(), h.prompt_token_ids.end());
+      out_h->mutable_output_token_ids()->Add(h.output_token_ids.begin(), h.output_token_ids.end());
+      out_h->mutable_output_counts()->Add(h.output_counts.begin(), h.output_counts.end());
+      out_h->mutable_suppressed_token_ids()->Add(h.suppressed_token_ids.begin(),
+                                                 h.suppressed_token_ids.end());
+    }
     out->set_num_samples(s.num_samples);
     out->set_num_logprobs(s.num_logprobs);
     out->set_num_candidates(s.num_candidates);

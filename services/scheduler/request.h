@@ -39,6 +39,9 @@ struct RequestSpec {
   int32_t n = 1;
   int32_t beam_width = 0;       // 0: sampling; k > 0: beam search with k beams
   float length_penalty = 1.0f;  // beam search: a beam scores cum_logprob / length^penalty
+  // EOS (unless ignore_eos) and stop_token_ids are not sampled before a choice has this
+  // many tokens (token_history.h).
+  int32_t min_tokens = 0;
 };
 
 struct GeneratedToken {
@@ -106,6 +109,8 @@ struct Request {
   absl::Time last_token_time;
   int64_t num_generated = 0;      // tokens generated over all branches (logs)
   FinishedBeams finished_beams;   // beam search
+  // The prompt's distinct tokens for repetition_penalty (token_history.h), set at Submit.
+  std::vector<int32_t> prompt_token_set;
 
   bool beam() const { return spec.beam_width > 0; }
   // The most sequences it may run at once.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "services/scheduler/token_history.h"
 
 namespace folio::scheduler {
 
@@ -65,6 +66,7 @@ absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& op
   if (!std::isfinite(spec.length_penalty)) {
     return absl::InvalidArgumentError("length_penalty must be finite");
   }
+  if (absl::Status s = ValidateLogitsRequest(spec, options.vocab_size); !s.ok()) return s;
   const int32_t width = spec.beam_width > 0 ? spec.beam_width : spec.n;
   if (width > options.max_num_seqs) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "services/scheduler/token_history.h"
 
 namespace folio::scheduler {
 
@@ -43,6 +44,7 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   const int64_t total = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
   auto request = std::make_unique<Request>();
   request->spec = std::move(spec);
+  request->prompt_token_set = PromptTokenSet(request->spec);
   request->sink = std::move(sink);
   request->arrival_time = absl::Now();
   request->max_len = static_cast<int32_t>(total);

@@ -66,7 +66,8 @@ class Scheduler {
   // Queues a request. InvalidArgument for a request that can never run (empty prompt,
   // token ids outside the vocabulary, longer than max_model_len, n outside [1, max_n],
   // beam_width outside [0, max_beam_width], n > beam_width in beam search, more sequences
-  // than max_num_seqs, or a group whose blocks could outgrow the pool); ResourceExhausted
+  // than max_num_seqs, a group whose blocks could outgrow the pool, or penalties, logit_bias
+  // or min_tokens out of range or with beam search: token_history.h); ResourceExhausted
   // when the waiting queue is full. Returns a handle for Cancel().
   absl::StatusOr<uint64_t> Submit(RequestSpec spec, EventSink sink);
 

@@ -51,6 +51,14 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
   spec.sampling.top_k = s.top_k();
   spec.sampling.min_p = s.min_p();
   spec.sampling.seed = s.seed();
+  spec.sampling.presence_penalty = s.presence_penalty();
+  spec.sampling.frequency_penalty = s.frequency_penalty();
+  // repetition_penalty must be > 0, so proto3's unset 0 can only mean "off" (1).
+  spec.sampling.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  for (const pb::LogitBias& b : s.logit_bias()) {
+    spec.sampling.logit_bias.push_back(worker::LogitBias{.token_id = b.token_id(), .bias = b.bias()});
+  }
+  spec.min_tokens = req.min_tokens();
   spec.max_tokens = req.max_tokens();
   spec.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   spec.ignore_eos = req.ignore_eos();

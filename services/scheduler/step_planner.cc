@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "services/scheduler/token_history.h"
 
 namespace folio::scheduler {
 
@@ -247,6 +248,10 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
   } else {
     s.num_samples = 1;
     s.first_sample_index = b.index;
+  }
+  // The whole history, from the request's own record, on every sampling step.
+  if (UsesTokenHistory(r.spec)) {
+    s.history = MakeTokenHistory(r.spec, r.prompt_token_set, b.output, state_->options().eos_id);
   }
   return s;
 }

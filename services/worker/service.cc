@@ -185,6 +185,22 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
     seq.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
     seq.sampling.min_p = s.min_p();
     seq.sampling.seed = s.seed();
+    seq.sampling.presence_penalty = s.presence_penalty();
+    seq.sampling.frequency_penalty = s.frequency_penalty();
+    // repetition_penalty must be > 0, so proto3's unset 0 can only mean "off" (1).
+    seq.sampling.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+    seq.sampling.logit_bias.reserve(s.logit_bias_size());
+    for (const pb::LogitBias& b : s.logit_bias()) {
+      seq.sampling.logit_bias.push_back(LogitBias{.token_id = b.token_id(), .bias = b.bias()});
+    }
+    if (in.has_history()) {
+      const pb::TokenHistory& h = in.history();
+      seq.history.prompt_token_ids.assign(h.prompt_token_ids().begin(), h.prompt_token_ids().end());
+      seq.history.output_token_ids.assign(h.output_token_ids().begin(), h.output_token_ids().end());
+      seq.history.output_counts.assign(h.output_counts().begin(), h.output_counts().end());
+      seq.history.suppressed_token_ids.assign(h.suppressed_token_ids().begin(),
+                                              h.suppressed_token_ids().end());
+    }
     seq.num_samples = in.num_samples();
     seq.num_logprobs = in.num_logprobs();
     seq.num_candidates = in.num_candidates();

@@ -4,8 +4,11 @@
 //   node check.mjs CASES.json
 //
 // CASES.json: {"baseURL", "apiKey", "model", "cases": [{"name", "kind", "prompt" |
-// "messages", "max_tokens", "expected"}]}, kind one of completion, completion_stream,
-// chat_stream. Prints one line per case; exits 1 when any text differs or a call fails.
+// "messages", "max_tokens", "extra", "expected"}]}, kind one of completion,
+// completion_stream, chat_stream, chat, or completion_error (a call the server must refuse
+// with 400; "expected" is then the error's param). "extra" holds more request fields
+// (presence_penalty, logit_bias, seed, ...) passed as the client passes them. Prints one
+// line per case; exits 1 when any text differs or a call fails.
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
@@ -13,7 +16,7 @@ const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const client = new OpenAI({ baseURL: spec.baseURL, apiKey: spec.apiKey, maxRetries: 0 });
 
 async function run(c) {
-  const common = { model: spec.model, max_tokens: c.max_tokens, temperature: 0 };
+  const common = { model: spec.model, max_tokens: c.max_tokens, temperature: 0, ...(c.extra ?? {}) };
   if (c.kind === "completion") {
     const r = await client.completions.create({ ...common, prompt: c.prompt });
     if (r.object !== "text_completion") throw new Error(`object is ${r.object}`);
@@ -50,6 +53,20 @@ async function run(c) {
     }
     if (role !== "assistant") throw new Error(`role is ${role}`);
     return text;
+  }
+  if (c.kind === "chat") {
+    const r = await client.chat.completions.create({ ...common, messages: c.messages });
+    if (r.object !== "chat.completion") throw new Error(`object is ${r.object}`);
+    return r.choices[0].message.content;
+  }
+  if (c.kind === "completion_error") {
+    try {
+      await client.completions.create({ ...common, prompt: c.prompt });
+    } catch (e) {
+      if (!(e instanceof OpenAI.BadRequestError)) throw e;
+      return e.param;
+    }
+    throw new Error("the server accepted it");
   }
   throw new Error(`unknown kind ${c.kind}`);
 }

@@ -171,19 +171,36 @@ absl::Status ParseMessages(const json& body, std::vector<ChatMessage>* out) {
   return absl::OkStatus();
 }
 
+// OpenAI's map form, {"token id": bias}. The keys must be decimal token ids; their range
+// and the biases' are RequestValidator's.
+absl::Status ParseLogitBias(const json& body, GenerateInput* in) {
+  const json* v = Field(body, "logit_bias");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return TypeError("logit_bias", "an object mapping token ids to biases");
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    int32_t id = 0;
+    bool ok = !key.empty() && key.size() <= 10;
+    int64_t value = 0;
+    for (size_t i = 0; ok && i < key.size(); ++i) {
+      ok = key[i] >= '0' && key[i] <= '9';
+      value = value * 10 + (key[i] - '0');
+    }
+    if (!ok || value > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit_bias key \"", key.substr(0, 32), "\" is not a token id (a decimal integer)"));
+    }
+    id = static_cast<int32_t>(value);
+    if (!it.value().is_number()) {
+      return TypeError(absl::StrCat("logit_bias[\"", key, "\"]"), "a number");
+    }
+    in->logit_bias.emplace_back(id, static_cast<float>(it.value().get<double>()));
+  }
+  return absl::OkStatus();
+}
+
 // Fields whose only supported value is their default.
 absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    const json* v = Field(body, key);
-    if (v == nullptr) continue;
-    if (!v->is_number()) return TypeError(key, "a number");
-    if (v->get<double>() != 0.0) {
-      return absl::InvalidArgumentError(absl::StrCat(key, " is not supported (only 0)"));
-    }
-  }
-  if (const json* v = Field(body, "logit_bias"); v != nullptr && !v->empty()) {
-    return absl::InvalidArgumentError("logit_bias is not supported");
-  }
   if (const json* v = Field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     return absl::InvalidArgumentError("suffix is not supported");
   }
@@ -301,6 +318,11 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   FOLIO_RETURN_IF_ERROR(GetFloat(body, "top_p", &in.top_p));
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "top_k", &in.top_k));
   FOLIO_RETURN_IF_ERROR(GetFloat(body, "min_p", &in.min_p));
+  FOLIO_RETURN_IF_ERROR(GetFloat(body, "presence_penalty", &in.presence_penalty));
+  FOLIO_RETURN_IF_ERROR(GetFloat(body, "frequency_penalty", &in.frequency_penalty));
+  FOLIO_RETURN_IF_ERROR(GetFloat(body, "repetition_penalty", &in.repetition_penalty));
+  FOLIO_RETURN_IF_ERROR(ParseLogitBias(body, &in));
+  FOLIO_RETURN_IF_ERROR(GetInt32(body, "min_tokens", &in.min_tokens));
   if (const json* s = Field(body, "seed"); s != nullptr) {
     absl::StatusOr<int64_t> seed = AsInt(*s, "seed");
     if (!seed.ok()) return seed.status();
@@ -448,7 +470,8 @@ HttpError ErrorFromStatus(const absl::Status& status) {
         "prompt", "prompt_token_ids", "messages", "max_tokens", "temperature", "top_p",
         "top_k", "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n",
         "echo", "stream", "stream_options", "ignore_eos", "model", "best_of", "suffix",
-        "logit_bias", "presence_penalty", "frequency_penalty", "tools", "response_format",
+        "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
+        "min_tokens", "tools", "response_format",
         "max_completion_tokens", "add_generation_prompt"};
     for (const char* f : kFields) {
       if (field == f && n < m.size() && (m[n] == ' ' || m[n] == '[' || m[n] == '.')) {

@@ -43,8 +43,9 @@ struct Request {
 };
 
 // Parses a request body. InvalidArgument naming the field for malformed JSON, a wrong
-// type, an unsupported feature (several prompts, penalties, logit_bias, suffix,
-// best_of > n) or a missing prompt / messages.
+// type, an unsupported feature (several prompts, suffix, best_of > n) or a missing
+// prompt / messages. presence_penalty, frequency_penalty, logit_bias ({"token id": bias})
+// and the vLLM extensions repetition_penalty and min_tokens go to GenerateInput.
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body);
 
 // A token as the response reports it.

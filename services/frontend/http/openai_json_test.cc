@@ -1,5 +1,9 @@
 #include "services/frontend/http/openai_json.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -72,6 +76,11 @@ TEST(OpenAiJsonTest, ShapeErrorsNameTheField) {
   EXPECT_THAT(ParseError(Endpoint::kCompletions, "{not json").message(),
               HasSubstr("not valid JSON"));
   EXPECT_THAT(ParseError(Endpoint::kCompletions, "[1]").message(), HasSubstr("a JSON object"));
+  // Found by openai_request_fuzz: a number past double's range threw out_of_range.
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"temperature": 9e929})").message(),
+              HasSubstr("overflows a double"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"5": -1e400}})").message(),
+              HasSubstr("overflows a double"));
   EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"temperature": "hot"})").message(),
               HasSubstr("temperature must be a number"));
   EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"max_tokens": 1.5})").message(),
@@ -82,10 +91,20 @@ TEST(OpenAiJsonTest, ShapeErrorsNameTheField) {
               HasSubstr("stop[0] must be a string"));
   EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"n": 0})").message(),
               HasSubstr("n is 0; it must be at least 1"));
-  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"frequency_penalty": 0.5})").message(),
-              HasSubstr("frequency_penalty is not supported"));
-  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"1": 2}})").message(),
-              HasSubstr("logit_bias is not supported"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"frequency_penalty": "high"})").message(),
+              HasSubstr("frequency_penalty must be a number"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": [1, 2]})").message(),
+              HasSubstr("logit_bias must be an object"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"abc": 2}})").message(),
+              HasSubstr("logit_bias key \"abc\" is not a token id"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"-1": 2}})").message(),
+              HasSubstr("logit_bias key \"-1\" is not a token id"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"99999999999": 2}})").message(),
+              HasSubstr("is not a token id"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"logit_bias": {"5": "x"}})").message(),
+              HasSubstr("logit_bias[\"5\"] must be a number"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"min_tokens": 1.5})").message(),
+              HasSubstr("min_tokens must be an integer"));
   EXPECT_THAT(ParseError(Endpoint::kChatCompletions, R"({})").message(),
               HasSubstr("messages is required"));
   EXPECT_THAT(ParseError(Endpoint::kChatCompletions, R"({"messages": []})").message(),
@@ -100,6 +119,40 @@ TEST(OpenAiJsonTest, ShapeErrorsNameTheField) {
                          R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})")
                   .message(),
               HasSubstr("top_logprobs needs logprobs"));
+}
+
+TEST(OpenAiJsonTest, ParsesPenaltiesLogitBiasAndMinTokens) {
+  for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChatCompletions}) {
+    absl::StatusOr<Request> r = ParseRequest(e, R"({
+        "prompt": "x", "messages": [{"role": "user", "content": "x"}],
+        "presence_penalty": 0.5, "frequency_penalty": -1.25, "repetition_penalty": 1.1,
+        "logit_bias": {"7": -100, "300": 2.5}, "min_tokens": 4})");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->input.presence_penalty, 0.5f);
+    EXPECT_EQ(r->input.frequency_penalty, -1.25f);
+    EXPECT_EQ(r->input.repetition_penalty, 1.1f);
+    std::vector<std::pair<int32_t, float>> bias = r->input.logit_bias;
+    std::sort(bias.begin(), bias.end());
+    EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {300, 2.5f}}));
+    EXPECT_EQ(r->input.min_tokens, 4);
+  }
+  // null and {} mean "not given".
+  absl::StatusOr<Request> r = ParseRequest(
+      Endpoint::kCompletions, R"({"logit_bias": null, "presence_penalty": null})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->input.logit_bias.empty());
+  EXPECT_FALSE(r->input.presence_penalty.has_value());
+  EXPECT_TRUE(ParseRequest(Endpoint::kCompletions, R"({"logit_bias": {}})")->input.logit_bias.empty());
+  // The validator's messages name the field in the error object.
+  const HttpError e = ErrorFromStatus(absl::InvalidArgumentError("logit_bias key 9999 is not a token id"));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.body["error"]["param"], "logit_bias");
+  EXPECT_EQ(ErrorFromStatus(absl::InvalidArgumentError("min_tokens is 9; it must be"))
+                .body["error"]["param"],
+            "min_tokens");
+  EXPECT_EQ(ErrorFromStatus(absl::InvalidArgumentError("repetition_penalty is 0; it must be"))
+                .body["error"]["param"],
+            "repetition_penalty");
 }
 
 TEST(OpenAiJsonTest, ErrorsMapToHttpStatusesAndOpenAiObjects) {

@@ -13,6 +13,7 @@
 #include "services/worker/cuda/cuda_status.h"
 #include "services/worker/cuda/device_buffer.h"
 #include "services/worker/engine/cpu_weights.h"
+#include "services/worker/engine/logits_processor.h"
 #include "services/worker/engine/sampler.h"
 #include "services/worker/engine/step_validation.h"
 
@@ -43,10 +44,12 @@ absl::Status AllocateCounted(DeviceBuffer& b, int64_t bytes, const char* what, i
 }
 
 // A sequence whose output is the greedy token alone: the device's argmax answers it and
-// its logits never leave the device.
+// its logits never leave the device. Not one whose row the logits transform changes: the
+// host sampler transforms a copy of it.
 bool GreedyOnDevice(const SequenceStep& seq) {
   return (seq.sampling.temperature == 0.0f || seq.sampling.top_k == 1) &&
-         seq.num_logprobs == 0 && seq.num_candidates == 0 && !seq.return_logits;
+         seq.num_logprobs == 0 && seq.num_candidates == 0 && !seq.return_logits &&
+         !NeedsLogitsTransform(seq.sampling, seq.history);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "services/worker/engine/logits_processor.h"
 
 namespace folio::worker {
 namespace {
@@ -85,10 +86,14 @@ int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& pa
     double total = 0;
     for (int32_t i = 0; i < vocab; ++i) total += (weights_[i] = weight(i));
     double target = u * total;
+    int32_t last = 0;  // the last token that can be drawn
     for (int32_t i = 0; i < vocab; ++i) {
+      if (weights_[i] > 0) last = i;
       if ((target -= weights_[i]) < 0) return i;
     }
-    return vocab - 1;  // rounding left a sliver of mass past the end
+    // Rounding left a sliver of mass past the end: never a token of weight 0 (one the
+    // logits transform suppressed).
+    return last;
   }
 
   const int32_t k = (params.top_k > 0 && params.top_k < vocab) ? params.top_k : vocab;
@@ -120,6 +125,8 @@ int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& pa
   for (int32_t i = 0; i < kept; ++i) {
     if ((target -= weights_[i]) < 0) return ids_[i];
   }
+  // Weights are sorted descending: the last one above 0 (the first always is).
+  while (kept > 1 && !(weights_[kept - 1] > 0)) --kept;
   return ids_[kept - 1];
 }
 
@@ -151,9 +158,16 @@ void Sampler::Process(absl::Span<const float> logits, double lse, const Sequence
   std::vector<TokenLogprob> top;
   const int32_t num_top = std::max(seq.num_logprobs, seq.num_candidates);
   if (num_top > 0) top = TopLogprobs(logits, lse, num_top);
+  // Samples come from the transformed row, log-probs from the raw one.
+  absl::Span<const float> sample_logits = logits;
+  if (seq.num_samples > 0 && NeedsLogitsTransform(seq.sampling, seq.history)) {
+    transformed_.assign(logits.begin(), logits.end());
+    ApplyLogitsTransform(seq.sampling, seq.history, absl::MakeSpan(transformed_));
+    sample_logits = transformed_;
+  }
   for (int32_t s = 0; s < seq.num_samples; ++s) {
     SampledToken t;
-    t.token_id = Sample(logits, seq.sampling, static_cast<uint32_t>(seq.first_sample_index + s),
+    t.token_id = Sample(sample_logits, seq.sampling, static_cast<uint32_t>(seq.first_sample_index + s),
                         position);
     t.logprob = static_cast<float>(logits[t.token_id] - lse);
     t.top_logprobs.assign(top.begin(), top.begin() + std::min<size_t>(top.size(), seq.num_logprobs));

@@ -4,11 +4,13 @@
 // index, position), a SplitMix64 hash of the three, so a request samples the same
 // tokens whatever batch it runs in, after preemption and recompute, and on any rank.
 //
-// Sampling order: temperature scaling, then top-k, then top-p over what top-k kept,
-// then min-p (relative to the most likely token); the draw is made from the
-// renormalised survivors. Temperature 0 is greedy: the most likely token, the lowest id
+// Sampling order: the logits transform (logits_processor.h: min_tokens, logit_bias,
+// repetition, frequency and presence penalties) on a copy of the row, then temperature
+// scaling, then top-k, then top-p over what top-k kept, then min-p (relative to the most
+// likely token); the draw is made from the renormalised survivors. Temperature 0 is greedy: the most likely token, the lowest id
 // on a tie. Log-probs are always the log-softmax of the raw logits, before temperature
-// and truncation, so they describe the model, not the sampler.
+// and truncation and before the logits transform, so they describe the model, not the
+// sampler (a token the transform suppressed still has its raw log-prob).
 //
 // Sampler holds scratch buffers: thread-compatible (one per step thread).
 #ifndef FOLIO_SERVICES_WORKER_ENGINE_SAMPLER_H_
@@ -64,6 +66,7 @@ class Sampler {
 
   std::vector<int32_t> ids_;
   std::vector<double> weights_;
+  std::vector<float> transformed_;  // the row after the logits transform
 };
 
 }  // namespace folio::worker

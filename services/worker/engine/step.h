@@ -17,12 +17,41 @@
 
 namespace folio::worker {
 
+// An additive bias on one token's logit (OpenAI's logit_bias entry).
+struct LogitBias {
+  int32_t token_id = 0;
+  float bias = 0.0f;  // [-100, 100]
+};
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy (argmax)
   int32_t top_k = 0;         // keep the k most likely tokens; 0 = off
   float top_p = 1.0f;        // keep the smallest set with this much probability; 1 = off
   float min_p = 0.0f;        // drop tokens below min_p * max probability; 0 = off
   uint64_t seed = 0;         // with (sample index, position) keys every random draw
+  // The logits transform before sampling (logits_processor.h has the formulas). Defaults
+  // are off.
+  float presence_penalty = 0.0f;    // [-2, 2], over generated tokens
+  float frequency_penalty = 0.0f;   // [-2, 2], over generated tokens
+  float repetition_penalty = 1.0f;  // > 0, over prompt and generated tokens; 1 = off
+  std::vector<LogitBias> logit_bias;  // at most 300 entries, distinct token ids
+};
+
+// What the transform needs of a sequence's history. The scheduler owns the history (the
+// worker never sees a prompt's prefix-cached tokens, and keeps nothing across steps), so
+// it ships this with every step that samples for a request using penalties or min_tokens,
+// whole each time: nothing to refresh after a preemption, recompute or fork. Empty
+// otherwise.
+struct TokenHistory {
+  // The prompt's distinct token ids, ascending; only with repetition_penalty != 1.
+  std::vector<int32_t> prompt_token_ids;
+  // The distinct tokens generated so far in this sequence (this choice), ascending, and
+  // how many times each was generated (same length, each >= 1).
+  std::vector<int32_t> output_token_ids;
+  std::vector<int32_t> output_counts;
+  // Tokens that must not be sampled this step (min_tokens not reached yet: EOS and the
+  // stop token ids).
+  std::vector<int32_t> suppressed_token_ids;
 };
 
 // Block ids are indices into the worker's KV pool, [0, num_blocks), exactly as the
@@ -38,6 +67,7 @@ struct SequenceStep {
   int32_t start_pos = 0;           // tokens of this sequence already in the KV cache
   std::vector<int32_t> block_table;  // the whole table; covers start_pos + token_ids.size()
   SamplingParams sampling;
+  TokenHistory history;  // for the logits transform; see TokenHistory
   // Tokens to sample for the position after the last new token, with sample indices
   // 0 .. num_samples - 1 (n-way sampling shares the prompt, then forks). 0 for a prefill
   // chunk that does not end the prompt: then no logits are computed at all.
@@ -57,7 +87,9 @@ struct StepInput {
 
 struct TokenLogprob {
   int32_t token_id = 0;
-  float logprob = 0.0f;  // log-softmax of the model's raw logits (before temperature)
+  // log-softmax of the model's raw logits: before the logits transform (penalties,
+  // logit_bias, min_tokens) and before temperature.
+  float logprob = 0.0f;
 };
 
 struct SampledToken {

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "services/worker/engine/logits_processor.h"
 #include "services/worker/engine/sampler.h"
 
 namespace folio::worker {
@@ -92,6 +93,12 @@ absl::Status ValidateStep(const StepInput& step, const StepLimits& limits) {
                                            limits.vocab_size, "]"));
     }
     if (absl::Status s = ValidateSamplingParams(seq.sampling); !s.ok()) {
+      return SeqError(i, seq, std::string(s.message()));
+    }
+    if (absl::Status s = ValidateLogitsParams(seq.sampling, limits.vocab_size); !s.ok()) {
+      return SeqError(i, seq, std::string(s.message()));
+    }
+    if (absl::Status s = ValidateTokenHistory(seq.history, limits.vocab_size); !s.ok()) {
       return SeqError(i, seq, std::string(s.message()));
     }
   }

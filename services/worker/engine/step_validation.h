@@ -23,7 +23,8 @@ struct StepLimits {
 // OK, or InvalidArgument with a message naming the sequence (by id and index) and what
 // is wrong: no new tokens; a negative start; a position at or past max_seq_len or past
 // the end of the block table; a block id outside the pool; two sequences writing one
-// slot; a token id outside the vocabulary; bad sampling parameters or counts; a
+// slot; a token id outside the vocabulary; bad sampling or logits-transform parameters,
+// a bad token history (logits_processor.h), or bad counts; a
 // repeated sequence id; a block copy with a block outside the pool, onto itself, or
 // onto a block an earlier copy already wrote.
 absl::Status ValidateStep(const StepInput& step, const StepLimits& limits);

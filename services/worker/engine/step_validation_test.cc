@@ -86,6 +86,21 @@ TEST(StepValidationTest, RejectsOverlappingWritesAndBadFields) {
   step.seqs[0].num_logprobs = 0;
   step.seqs[0].sampling.top_p = 2;
   ExpectInvalid(step, "top_p");
+  // The logits transform's inputs index the logits row: an id outside the vocabulary
+  // must never reach it.
+  step.seqs[0].sampling.top_p = 1;
+  step.seqs[0].sampling.logit_bias = {{100, 1.0f}};
+  ExpectInvalid(step, "logit_bias key 100");
+  step.seqs[0].sampling.logit_bias.clear();
+  step.seqs[0].sampling.frequency_penalty = 5;
+  ExpectInvalid(step, "frequency_penalty");
+  step.seqs[0].sampling.frequency_penalty = 0;
+  step.seqs[0].history.output_token_ids = {7, 100};
+  step.seqs[0].history.output_counts = {1, 1};
+  ExpectInvalid(step, "history.output_token_ids[1] is 100");
+  step.seqs[0].history = {};
+  step.seqs[0].history.suppressed_token_ids = {-3};
+  ExpectInvalid(step, "history.suppressed_token_ids[0]");
 }
 
 }  // namespace

@@ -45,6 +45,8 @@ struct GenerateInput {
   std::optional<int32_t> n;
   std::optional<int32_t> beam_width;
   std::optional<float> length_penalty;
+  // Whether special tokens written in the prompt are read as tokens; unset: yes.
+  std::optional<bool> parse_special;
 };
 
 // Whether the scheduler keeps generating past the end-of-sequence token.

@@ -199,6 +199,12 @@ void Scheduler::Run() {
   Flush();
 }
 
+bool Scheduler::IsEndOfGeneration(int32_t token) const {
+  return token == options_.eos_id ||
+         std::find(options_.eog_ids.begin(), options_.eog_ids.end(), token) !=
+             options_.eog_ids.end();
+}
+
 bool Scheduler::HasWork() const {
   return !running_.empty() || !waiting_.empty() || !pending_frees_.empty();
 }
@@ -682,7 +688,7 @@ void Scheduler::AdvanceSamples(
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
-    if ((!r->spec.ignore_eos && sample->token_id == options_.eos_id) ||
+    if ((!r->spec.ignore_eos && IsEndOfGeneration(sample->token_id)) ||
         std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
       event.finish = FinishReason::kStop;
     } else if (static_cast<int32_t>(b.output.size()) >= r->spec.max_tokens ||
@@ -734,7 +740,7 @@ void Scheduler::AdvanceBeams(
   }
   const auto& stops = r->spec.stop_token_ids;
   auto ends = [&](int32_t token) {
-    return (!r->spec.ignore_eos && token == options_.eos_id) ||
+    return (!r->spec.ignore_eos && IsEndOfGeneration(token)) ||
            std::find(stops.begin(), stops.end(), token) != stops.end();
   };
   std::vector<Expansion> survivors;

@@ -47,6 +47,8 @@ struct SchedulerOptions {
   int32_t max_model_len = 0;             // prompt + output cap, tokens
   int32_t vocab_size = 0;
   int32_t eos_id = 2;
+  // Further tokens that end generation like eos_id (end of turn, ...); may include it.
+  std::vector<int32_t> eog_ids;
   int32_t num_blocks = 0;                // the pool's size; 0: unknown (no size check)
   int32_t max_n = 16;                    // choices per request, at most
   int32_t max_beam_width = 8;            // beam width, at most
@@ -110,6 +112,8 @@ class Scheduler {
 
   void DrainInbox();
   bool HasWork() const;
+  // Whether `token` is eos_id or one of eog_ids.
+  bool IsEndOfGeneration(int32_t token) const;
   // Sends commits and frees that are pending, if any.
   void Flush();
   void Step();

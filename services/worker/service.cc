@@ -79,7 +79,9 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   pb::TokenizerSpec* tok = info.mutable_tokenizer();
   tok->mutable_pieces()->Reserve(v.size());
   for (const std::string& piece : v.pieces) tok->add_pieces(piece);
-  tok->mutable_scores()->Add(v.scores.begin(), v.scores.end());
+  const bool bpe = v.kind == TokenizerKind::kByteLevelBpe;
+  // Byte-level BPE merges by rank; its scores are all zero and are not sent.
+  if (!bpe) tok->mutable_scores()->Add(v.scores.begin(), v.scores.end());
   tok->mutable_types()->Reserve(static_cast<int>(v.types.size()));
   for (TokenType t : v.types) tok->add_types(static_cast<int32_t>(t));
   tok->set_bos_id(v.bos_id);
@@ -88,6 +90,18 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   tok->set_add_bos(v.add_bos);
   tok->set_add_dummy_prefix(v.add_dummy_prefix);
   tok->set_chat_template(v.chat_template);
+  tok->set_kind(bpe ? pb::TOKENIZER_KIND_BYTE_LEVEL_BPE : pb::TOKENIZER_KIND_SENTENCEPIECE);
+  tok->mutable_eog_ids()->Add(v.eog_ids.begin(), v.eog_ids.end());
+  tok->set_add_eos(v.add_eos);
+  if (bpe) {
+    tok->mutable_merges()->Reserve(static_cast<int>(2 * v.merges.size()));
+    for (const auto& [left, right] : v.merges) {
+      tok->add_merges(left);
+      tok->add_merges(right);
+    }
+    tok->set_pre_tokenizer(v.pre_tokenizer);
+    tok->set_ignore_merges(v.ignore_merges);
+  }
 
   info.set_kv_bytes_per_token(kv_bytes_per_token);
   info.set_kv_cache_budget_bytes(options.kv_cache_budget_bytes);

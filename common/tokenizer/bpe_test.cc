@@ -10,6 +10,7 @@
 
 #include "common/tokenizer/byte_unicode.h"
 #include "common/tokenizer/incremental_decoder.h"
+#include "common/tokenizer/random_text.h"
 #include "common/tokenizer/test_util.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
@@ -177,47 +178,12 @@ TEST(ByteLevelTokenizerTest, RefusesUnknownPreTokenizerAndInvalidUtf8) {
   EXPECT_THAT(ids.status().message(), HasSubstr("byte offset 2"));
 }
 
-// Random valid UTF-8 from code points across the planes, with spaces, digits and
-// apostrophes mixed in so that every pre-tokenizer branch is taken.
-std::string RandomUnicode(std::mt19937& rng, int max_chars) {
-  std::uniform_int_distribution<int> len(0, max_chars);
-  std::uniform_int_distribution<int> kind(0, 9);
-  std::string s;
-  for (int n = len(rng); n > 0; --n) {
-    uint32_t cp;
-    switch (kind(rng)) {
-      case 0: cp = " \t\n\r'0123456789"[rng() % 16]; break;
-      case 1: case 2: cp = 0x20 + rng() % 0x5F; break;
-      case 3: cp = 0x80 + rng() % 0x780; break;
-      case 4: case 5: cp = 0x800 + rng() % 0xF800; break;
-      default: cp = 0x10000 + rng() % 0x100000; break;
-    }
-    if (cp >= 0xD800 && cp <= 0xDFFF) cp = 'x';
-    if (cp < 0x80) {
-      s.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      s.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      s.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-  return s;
-}
-
 TEST(ByteLevelTokenizerTest, RoundTripsRandomUnicodeAndStreamsValidUtf8) {
   absl::StatusOr<Tokenizer> t = Tokenizer::Create(ByteLevelVocab());
   ASSERT_TRUE(t.ok());
   std::mt19937 rng(16);
   for (int i = 0; i < 2000; ++i) {
-    const std::string text = RandomUnicode(rng, 24);
+    const std::string text = testing::RandomUnicode(rng, 24);
     absl::StatusOr<std::vector<int32_t>> ids = t->Encode(text, AddBos::kNo);
     ASSERT_TRUE(ids.ok()) << ids.status();
     ASSERT_EQ(*t->Decode(*ids), text);

@@ -107,6 +107,15 @@ absl::Status Tokenizer::BuildTables() {
           absl::StrCat("vocab token ", i, " has unknown type ", t));
     }
   }
+  for (int32_t id : v.rstrip_ids) {
+    if (id < 0 || id >= v.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab rstrip id ", id, " is outside [0, ", v.size(), ")"));
+    }
+  }
+  if (!std::is_sorted(v.rstrip_ids.begin(), v.rstrip_ids.end())) {
+    return absl::InvalidArgumentError("vocab rstrip ids are not sorted");
+  }
   special_ = SpecialTokenSplitter(v);
   switch (v.kind) {
     case TokenizerKind::kSentencePiece:

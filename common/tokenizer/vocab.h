@@ -48,6 +48,9 @@ struct Vocab {
   // model has them, its end-of-turn, end-of-message and the control tokens llama.cpp
   // knows by their text (<|eot_id|>, <|im_end|>, ...). Empty means {eos_id}.
   std::vector<int32_t> eog_ids;
+  // Special tokens that swallow the whitespace after them when matched in text (llama.cpp
+  // sets this for Phi-3's special tokens by the model's name), sorted.
+  std::vector<int32_t> rstrip_ids;
   // Byte-level BPE only: (left id, right id) by rank, lowest rank merges first.
   std::vector<std::pair<int32_t, int32_t>> merges;
   // Byte-level BPE only: the pre-tokenizer name (GGUF tokenizer.ggml.pre).

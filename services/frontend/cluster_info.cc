@@ -84,6 +84,7 @@ absl::StatusOr<Vocab> VocabFromSpec(const pb::TokenizerSpec& spec) {
   vocab.add_dummy_prefix = spec.add_dummy_prefix();
   vocab.add_eos = spec.add_eos();
   vocab.eog_ids.assign(spec.eog_ids().begin(), spec.eog_ids().end());
+  vocab.rstrip_ids.assign(spec.rstrip_ids().begin(), spec.rstrip_ids().end());
   vocab.merges.reserve(spec.merges_size() / 2);
   for (int i = 0; i + 1 < spec.merges_size(); i += 2) {
     vocab.merges.emplace_back(spec.merges(i), spec.merges(i + 1));

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/pre_tokenizer.h"
 #include "common/tokenizer/special_tokens.h"
@@ -218,11 +220,30 @@ absl::StatusOr<Vocab> ReadGgufVocab(const GgufFile& f) {
     vocab.types[vocab.unk_id] = TokenType::kUnknown;
   }
   std::vector<int32_t> extra_eog;
-  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+                          "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                          "tokenizer.ggml.fim_sep_token_id"}) {
     VOCAB_ASSIGN_OR_RETURN(int32_t id, r.TokenId(key, -1, size));
     extra_eog.push_back(id);
   }
   vocab.eog_ids = FindEndOfGenerationIds(&vocab, extra_eog);
+  // llama.cpp, by model name: Phi-3's special tokens swallow the whitespace after them,
+  // except <unk>, <s> and <|endoftext|>.
+  if (const GgufValue* name = f.FindValue("general.name"); name != nullptr) {
+    absl::StatusOr<absl::string_view> s = name->AsString();
+    const std::string lower = s.ok() ? absl::AsciiStrToLower(*s) : "";
+    if (absl::StrContains(lower, "phi-3") || absl::StrContains(lower, "phi3")) {
+      for (int32_t id = 0; id < size; ++id) {
+        const TokenType t = vocab.types[id];
+        const std::string& p = vocab.pieces[id];
+        if ((t == TokenType::kControl || t == TokenType::kUserDefined ||
+             t == TokenType::kUnknown) &&
+            p != "<unk>" && p != "<s>" && p != "<|endoftext|>") {
+          vocab.rstrip_ids.push_back(id);
+        }
+      }
+    }
+  }
   if (f.FindValue("tokenizer.chat_template") != nullptr) {
     VOCAB_ASSIGN_OR_RETURN(absl::string_view chat_template, r.String("tokenizer.chat_template"));
     vocab.chat_template = std::string(chat_template);

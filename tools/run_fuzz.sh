@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the GGUF parser fuzz target with clang (libFuzzer + ASan) in its own build dir
-# and runs it on a scratch copy of the committed seed corpus.
+# Builds the fuzz targets with clang (libFuzzer + ASan) in their own build dir and runs
+# each on a scratch copy of its committed seed corpus: gguf_fuzz (the GGUF parser, the
+# weight builder and the vocabulary loader) and bpe_fuzz (the byte-level BPE encoder).
 #
-#   tools/run_fuzz.sh [max_total_time_seconds]   (default 30)
+#   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
+#   (default 30; targets default to both)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2).
 # Crashes are written to $FOLIO_FUZZ_BUILD_DIR/fuzz-artifacts/; the committed corpus is
@@ -25,14 +27,26 @@ cmake -S "$repo" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer" \
   -DFOLIO_FUZZ=ON -DFOLIO_BUILD_BENCHMARKS=OFF -DFOLIO_CUDA=OFF >/dev/null
-cmake --build "$build" --target gguf_fuzz -j "$jobs"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz)
+cmake --build "$build" --target "${targets[@]}" -j "$jobs"
 
-corpus="$build/fuzz-corpus"
-artifacts="$build/fuzz-artifacts"
-rm -rf "$corpus"
-mkdir -p "$corpus" "$artifacts"
-cp "$repo"/services/worker/model/fuzz_corpus/* "$corpus"/
+seed_dir() {
+  case "$1" in
+    gguf_fuzz) echo "$repo/services/worker/model/fuzz_corpus" ;;
+    bpe_fuzz) echo "$repo/common/tokenizer/fuzz_corpus" ;;
+    *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
+  esac
+}
 
-"$build/bin/gguf_fuzz" "$corpus" \
-  -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
-  -artifact_prefix="$artifacts/" -print_final_stats=1
+for target in "${targets[@]}"; do
+  corpus="$build/fuzz-corpus/$target"
+  artifacts="$build/fuzz-artifacts/$target"
+  rm -rf "$corpus"
+  mkdir -p "$corpus" "$artifacts"
+  cp "$(seed_dir "$target")"/* "$corpus"/
+  "$build/bin/$target" "$corpus" \
+    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
+    -artifact_prefix="$artifacts/" -print_final_stats=1
+done

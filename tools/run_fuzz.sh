@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds a fuzz target with clang (libFuzzer + ASan) in its own build dir and runs it on
-# a scratch copy of its committed seed corpus: the GGUF parser (default) or the OpenAI
-# request parser and validator.
+# Builds the fuzz targets with clang (libFuzzer + ASan) in their own build dir and runs
+# each on a scratch copy of its committed seed corpus:
+#   gguf_fuzz            the GGUF parser, the weight builder and the vocabulary loader
+#   bpe_fuzz             the byte-level BPE encoder
+#   openai_request_fuzz  the OpenAI request parser and validator
 #
-#   tools/run_fuzz.sh [max_total_time_seconds (default 30)] [gguf|openai]
+#   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
+#   (default 30; targets default to all; gguf, bpe and openai name them too)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2).
 # Crashes are written to $FOLIO_FUZZ_BUILD_DIR/fuzz-artifacts/; the committed corpus is
@@ -13,11 +16,6 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${FOLIO_FUZZ_BUILD_DIR:-$repo/build-fuzz}"
 seconds="${1:-30}"
-case "${2:-gguf}" in
-  gguf) target=gguf_fuzz; seeds="$repo/services/worker/model/fuzz_corpus" ;;
-  openai) target=openai_request_fuzz; seeds="$repo/services/frontend/http/fuzz_corpus" ;;
-  *) echo "run_fuzz.sh: unknown target ${2} (gguf or openai)" >&2; exit 1 ;;
-esac
 jobs="${JOBS:-2}"
 
 for tool in clang clang++ cmake ninja; do
@@ -31,14 +29,37 @@ cmake -S "$repo" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer" \
   -DFOLIO_FUZZ=ON -DFOLIO_BUILD_BENCHMARKS=OFF -DFOLIO_CUDA=OFF >/dev/null
-cmake --build "$build" --target "$target" -j "$jobs"
+shift || true
+targets=()
+for t in "$@"; do
+  case "$t" in
+    gguf) targets+=(gguf_fuzz) ;;
+    bpe) targets+=(bpe_fuzz) ;;
+    openai) targets+=(openai_request_fuzz) ;;
+    *) targets+=("$t") ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz)
 
-corpus="$build/fuzz-corpus"
-artifacts="$build/fuzz-artifacts"
-rm -rf "$corpus"
-mkdir -p "$corpus" "$artifacts"
-cp "$seeds"/* "$corpus"/
+seed_dir() {
+  case "$1" in
+    gguf_fuzz) echo "$repo/services/worker/model/fuzz_corpus" ;;
+    bpe_fuzz) echo "$repo/common/tokenizer/fuzz_corpus" ;;
+    openai_request_fuzz) echo "$repo/services/frontend/http/fuzz_corpus" ;;
+    *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
+  esac
+}
+for target in "${targets[@]}"; do seed_dir "$target" >/dev/null; done
+cmake --build "$build" --target "${targets[@]}" -j "$jobs"
 
-"$build/bin/$target" "$corpus" \
-  -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
-  -artifact_prefix="$artifacts/" -print_final_stats=1
+for target in "${targets[@]}"; do
+  corpus="$build/fuzz-corpus/$target"
+  artifacts="$build/fuzz-artifacts/$target"
+  rm -rf "$corpus"
+  mkdir -p "$corpus" "$artifacts"
+  cp "$(seed_dir "$target")"/* "$corpus"/
+  echo "== $target (${seconds} s)"
+  "$build/bin/$target" "$corpus" \
+    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
+    -artifact_prefix="$artifacts/" -print_final_stats=1
+done

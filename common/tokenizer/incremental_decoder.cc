@@ -15,6 +15,13 @@ absl::StatusOr<std::string> IncrementalDecoder::Add(int32_t id) {
     Drain(/*at_end=*/false, &out);
     return out;
   }
+  if (surface->kind == TokenSurface::Kind::kBytes) {
+    // Byte-level BPE: a token's bytes may end or start inside a character.
+    after_bos_ = false;
+    pending_.append(surface->text);
+    Drain(/*at_end=*/false, &out);
+    return out;
+  }
   // Any other token ends the byte run, so a held-back prefix can never complete.
   Drain(/*at_end=*/true, &out);
   if (surface->kind == TokenSurface::Kind::kControl) {

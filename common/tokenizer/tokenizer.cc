@@ -1,11 +1,13 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <queue>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/byte_unicode.h"
 #include "common/tokenizer/utf8.h"
 
 namespace folio {
@@ -82,12 +84,96 @@ absl::Status Tokenizer::BuildTables() {
                      " scores, ", v.types.size(), " types"));
   }
   for (const auto& [name, id] : {std::pair<const char*, int32_t>{"bos_id", v.bos_id},
-                                 {"eos_id", v.eos_id},
-                                 {"unk_id", v.unk_id}}) {
+                                 {"eos_id", v.eos_id}}) {
     if (id < 0 || id >= v.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "vocab ", name, " ", id, " is outside [0, ", v.size(), ")"));
     }
+  }
+  for (int32_t id : v.eog_ids) {
+    if (id < 0 || id >= v.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab end-of-generation id ", id, " is outside [0, ", v.size(), ")"));
+    }
+  }
+  eog_ids_ = v.eog_ids;
+  eog_ids_.push_back(v.eos_id);
+  std::sort(eog_ids_.begin(), eog_ids_.end());
+  eog_ids_.erase(std::unique(eog_ids_.begin(), eog_ids_.end()), eog_ids_.end());
+  for (size_t i = 0; i < n; ++i) {
+    const auto t = static_cast<int>(v.types[i]);
+    if (t < static_cast<int>(TokenType::kNormal) || t > static_cast<int>(TokenType::kByte)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab token ", i, " has unknown type ", t));
+    }
+  }
+  for (int32_t id : v.rstrip_ids) {
+    if (id < 0 || id >= v.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab rstrip id ", id, " is outside [0, ", v.size(), ")"));
+    }
+  }
+  if (!std::is_sorted(v.rstrip_ids.begin(), v.rstrip_ids.end())) {
+    return absl::InvalidArgumentError("vocab rstrip ids are not sorted");
+  }
+  special_ = SpecialTokenSplitter(v);
+  switch (v.kind) {
+    case TokenizerKind::kSentencePiece:
+      return BuildSentencePieceTables();
+    case TokenizerKind::kByteLevelBpe:
+      return BuildByteLevelTables();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("vocab kind ", static_cast<int>(v.kind), " is unknown"));
+}
+
+absl::Status Tokenizer::BuildByteLevelTables() {
+  const Vocab& v = vocab_;
+  const size_t n = v.pieces.size();
+  if (v.unk_id < -1 || v.unk_id >= v.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab unk_id ", v.unk_id, " is neither -1 nor in [0, ", v.size(), ")"));
+  }
+  absl::StatusOr<PreTokenizer> pre = PreTokenizer::Create(v.pre_tokenizer);
+  if (!pre.ok()) return pre.status();
+  pre_tokenizer_ = *std::move(pre);
+  absl::StatusOr<BpeModel> bpe = BpeModel::Create(
+      v.pieces, v.merges, v.ignore_merges ? IgnoreMerges::kYes : IgnoreMerges::kNo);
+  if (!bpe.ok()) return bpe.status();
+  bpe_ = std::make_shared<const BpeModel>(*std::move(bpe));
+
+  byte_to_id_.fill(-1);
+  texts_.assign(n, "");
+  surfaces_.assign(n, TokenSurface{});
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& piece = v.pieces[i];
+    TokenSurface& surface = surfaces_[i];
+    switch (v.types[i]) {
+      case TokenType::kControl:
+        surface.kind = TokenSurface::Kind::kControl;
+        break;
+      case TokenType::kUserDefined:
+        // Added tokens are stored as the literal text they stand for.
+        surface.kind = TokenSurface::Kind::kText;
+        texts_[i] = piece;
+        break;
+      default:
+        // A piece outside the byte mapping (some converters store added tokens so)
+        // decodes to its own text.
+        surface.kind = TokenSurface::Kind::kBytes;
+        if (!byte_unicode::Decode(piece, &texts_[i])) texts_[i] = piece;
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tokenizer::BuildSentencePieceTables() {
+  const Vocab& v = vocab_;
+  const size_t n = v.pieces.size();
+  if (v.unk_id < 0 || v.unk_id >= v.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab unk_id ", v.unk_id, " is outside [0, ", v.size(), ")"));
   }
   if (v.types[v.unk_id] != TokenType::kUnknown) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -148,9 +234,6 @@ absl::Status Tokenizer::BuildTables() {
       case TokenType::kControl:
         surface.kind = TokenSurface::Kind::kControl;
         break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "vocab token ", id, " has unknown type ", static_cast<int>(v.types[i])));
     }
   }
   if (num_byte_tokens != 0 && num_byte_tokens != 256) {
@@ -161,8 +244,12 @@ absl::Status Tokenizer::BuildTables() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
-                                                       AddBos add_bos) const {
+bool Tokenizer::IsEndOfGeneration(int32_t id) const {
+  return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, AddBos add_bos,
+                                                       ParseSpecial parse_special) const {
   if (const size_t bad = utf8::FindInvalid(text); bad != std::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "text is not valid UTF-8 at byte offset ", bad, " (byte 0x",
@@ -172,12 +259,46 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
   const bool bos = add_bos == AddBos::kYes ||
                    (add_bos == AddBos::kVocabDefault && vocab_.add_bos);
   if (bos) ids.push_back(vocab_.bos_id);
-  if (text.empty()) return ids;
+  std::vector<TextFragment> fragments;
+  if (!text.empty()) special_.Split(text, parse_special, &fragments);
+  bool after_special = true;  // the start of the text counts as after a special token
+  for (const TextFragment& f : fragments) {
+    if (f.id >= 0) {
+      ids.push_back(f.id);
+      after_special = true;
+      continue;
+    }
+    if (vocab_.kind == TokenizerKind::kByteLevelBpe) {
+      if (absl::Status s = EncodeByteLevel(f.text, &ids); !s.ok()) return s;
+    } else {
+      EncodeSentencePiece(f.text, vocab_.add_dummy_prefix && after_special, &ids);
+    }
+    after_special = false;
+  }
+  if (add_bos == AddBos::kVocabDefault && vocab_.add_eos) ids.push_back(vocab_.eos_id);
+  return ids;
+}
 
+absl::Status Tokenizer::EncodeByteLevel(std::string_view text, std::vector<int32_t>* ids) const {
+  std::vector<std::string_view> words;
+  if (absl::Status s = pre_tokenizer_->Split(text, &words); !s.ok()) return s;
+  std::string mapped;
+  for (std::string_view word : words) {
+    mapped.clear();
+    byte_unicode::Encode(word, &mapped);
+    bpe_->EncodeWord(mapped, ids);
+  }
+  return absl::OkStatus();
+}
+
+void Tokenizer::EncodeSentencePiece(std::string_view text, bool dummy_prefix,
+                                    std::vector<int32_t>* ids_out) const {
+  std::vector<int32_t>& ids = *ids_out;
+  if (text.empty()) return;
   // Normalise: the dummy prefix, then every space to "▁".
   std::string normalized;
   normalized.reserve(3 * (text.size() + 1));  // worst case: all spaces
-  if (vocab_.add_dummy_prefix) normalized.append(kSpaceSymbol);
+  if (dummy_prefix) normalized.append(kSpaceSymbol);
   for (char c : text) {
     if (c == ' ') {
       normalized.append(kSpaceSymbol);
@@ -228,7 +349,6 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
 
   ids.reserve(ids.size() + symbols.size());
   for (int i = 0; i >= 0; i = symbols[i].next) AppendSymbolIds(symbols[i].text, &ids);
-  return ids;
 }
 
 void Tokenizer::AppendSymbolIds(std::string_view symbol, std::vector<int32_t>* ids) const {
@@ -258,6 +378,11 @@ absl::StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids) cons
     const TokenSurface& surface = surfaces_[id];
     if (surface.kind == TokenSurface::Kind::kByte) {
       byte_run.push_back(static_cast<char>(surface.byte));
+      after_bos = false;
+      continue;
+    }
+    if (surface.kind == TokenSurface::Kind::kBytes) {
+      byte_run.append(texts_[id]);
       after_bos = false;
       continue;
     }

@@ -1,16 +1,29 @@
-// Tokenizer: SentencePiece-BPE encoding and decoding as Llama models use it.
+// Tokenizer: encoding and decoding for both vocabulary kinds (vocab.h): SentencePiece
+// BPE as Llama 2 models use it, and byte-level BPE (GPT-2, Llama 3, Qwen, Mistral-Nemo,
+// DeepSeek, ...) as llama.cpp implements it.
 //
-// Encoding: spaces become "▁" (U+2581), a dummy "▁" is prepended when the vocab asks
+// Both kinds first cut the text at special tokens (special_tokens.h): user-defined
+// tokens always, control tokens when ParseSpecial::kYes. Plain stretches are encoded as
+// below; a SentencePiece stretch gets the dummy-prefix space when it starts the text or
+// follows a special token, as in llama.cpp.
+//
+// Byte-level BPE: each stretch is cut into words by the vocabulary's pre-tokenizer
+// (pre_tokenizer.h), each word is byte-mapped and merged by rank (bpe.h). Decoding maps
+// each normal token's piece back to its bytes; runs of such bytes are decoded as UTF-8
+// with U+FFFD for each byte that is not part of a valid character. User-defined tokens
+// decode to their text, control tokens to nothing. No space clean-up is applied, so
+// decode(encode(text)) == text.
+//
+// SentencePiece encoding: spaces become "▁" (U+2581), a dummy "▁" is prepended when the vocab asks
 // for it, the text is split into UTF-8 characters, and adjacent symbols are merged
 // greedily, always taking the pair whose merged piece has the highest score (ties go
 // to the leftmost pair). Symbols that are not pieces fall back to byte tokens <0xXX>,
 // or to the unknown token when the vocab has no byte tokens. This reproduces
 // libsentencepiece's BPE model for vocabularies of normal, control, unknown and byte
-// pieces (Llama 2, llama2.c). Not supported: user-defined symbols are merged like
-// normal pieces rather than matched first, and unused pieces are never produced
-// (SentencePiece re-splits them).
+// pieces (Llama 2, llama2.c). Unused pieces are never produced (SentencePiece re-splits
+// them).
 //
-// Decoding rules (see Decode):
+// SentencePiece decoding rules (see Decode):
 //   - "▁" becomes a space; a byte token contributes its raw byte, and each run of
 //     consecutive byte tokens is decoded as UTF-8 with every byte that is not part
 //     of a valid character replaced by U+FFFD;
@@ -32,8 +45,14 @@
 #include <utility>
 #include <vector>
 
+#include <memory>
+#include <optional>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/tokenizer/bpe.h"
+#include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/special_tokens.h"
 #include "common/tokenizer/vocab.h"
 
 namespace folio {
@@ -52,9 +71,10 @@ struct TokenSurface {
     kText,     // normal, user-defined, unused or unknown piece: `text`
     kByte,     // byte-fallback token: `byte`
     kControl,  // BOS, EOS and other control tokens: nothing
+    kBytes,    // byte-level BPE normal piece: raw bytes `text`, maybe part of a character
   };
   Kind kind = Kind::kControl;
-  std::string_view text;  // kText only: the piece with "▁" replaced by " "
+  std::string_view text;  // kText: the piece with "▁" as " "; kBytes: the raw bytes
   uint8_t byte = 0;       // kByte only
   // kText only: `text` starts with a space that came from "▁", which Decode drops
   // when the token is the first visible one after BOS.
@@ -64,15 +84,24 @@ struct TokenSurface {
 class Tokenizer {
  public:
   // Validates `vocab` and builds the lookup tables. InvalidArgument when: the vocab is
-  // empty; pieces, scores and types differ in size; bos/eos/unk ids are out of range
-  // or unk is not of type kUnknown; a normal piece is empty or repeated; a byte piece
-  // is not "<0xXX>" or repeats a byte; some but not all 256 byte tokens are present.
+  // empty; pieces, scores and types differ in size; bos/eos ids are out of range; an
+  // end-of-generation id is out of range. SentencePiece also: unk is out of range or
+  // not of type kUnknown; a normal piece is empty or repeated; a byte piece is not
+  // "<0xXX>" or repeats a byte; some but not all 256 byte tokens are present.
+  // Byte-level BPE also: unk is neither -1 nor in range; the pre-tokenizer is unknown
+  // (the message names it and the supported list); a merge names an id out of range or
+  // forms a piece that is not in the vocabulary.
   static absl::StatusOr<Tokenizer> Create(Vocab vocab);
 
   // Encodes UTF-8 `text`. InvalidArgument naming the byte offset when `text` is not
-  // valid UTF-8. The empty string encodes to no tokens (just BOS if requested).
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
-                                              AddBos add_bos) const;
+  // valid UTF-8. The empty string encodes to no tokens (just BOS if requested). With
+  // AddBos::kVocabDefault, EOS is appended too when the vocab asks for it.
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, AddBos add_bos,
+                                              ParseSpecial parse_special) const;
+  // As above with ParseSpecial::kNo: control tokens in `text` are plain text.
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, AddBos add_bos) const {
+    return Encode(text, add_bos, ParseSpecial::kNo);
+  }
 
   // Decodes `ids` by the rules in the file comment. The result is valid UTF-8.
   // OutOfRange naming the position when an id is not in [0, vocab size).
@@ -89,6 +118,10 @@ class Tokenizer {
   int32_t vocab_size() const { return vocab_.size(); }
   int32_t bos_id() const { return vocab_.bos_id; }
   int32_t eos_id() const { return vocab_.eos_id; }
+  // Every end-of-generation id, sorted (at least eos_id).
+  const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
+  bool IsEndOfGeneration(int32_t id) const;
+  TokenizerKind kind() const { return vocab_.kind; }
   // Whether unknown characters fall back to byte tokens (all 256 are present).
   bool has_byte_fallback() const { return byte_to_id_[0] >= 0; }
 
@@ -96,11 +129,22 @@ class Tokenizer {
   explicit Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
 
   absl::Status BuildTables();
+  absl::Status BuildSentencePieceTables();
+  absl::Status BuildByteLevelTables();
+  // Encodes one plain-text stretch, appending to `ids`.
+  void EncodeSentencePiece(std::string_view text, bool dummy_prefix,
+                           std::vector<int32_t>* ids) const;
+  absl::Status EncodeByteLevel(std::string_view text, std::vector<int32_t>* ids) const;
   // Appends the ids for one symbol left after merging.
   void AppendSymbolIds(std::string_view symbol, std::vector<int32_t>* ids) const;
   absl::Status CheckId(int32_t id) const;
 
   Vocab vocab_;
+  std::vector<int32_t> eog_ids_;  // sorted
+  SpecialTokenSplitter special_;
+  // Byte-level BPE only; shared by copies (immutable).
+  std::shared_ptr<const BpeModel> bpe_;
+  std::optional<PreTokenizer> pre_tokenizer_;
   // Mergeable pieces (normal and user-defined) -> id.
   absl::flat_hash_map<std::string, int32_t> piece_to_id_;
   // [256] byte value -> id of its <0xXX> token; all -1 without byte fallback.

@@ -61,7 +61,8 @@ std::string TokenDisplayText(const Tokenizer& tokenizer, int32_t id) {
   absl::StatusOr<TokenSurface> surface = tokenizer.Surface(id);
   if (!surface.ok()) return absl::StrCat("<invalid id ", id, ">");
   std::string_view raw = surface->text;
-  if (surface->kind != TokenSurface::Kind::kText) {
+  if (surface->kind != TokenSurface::Kind::kText &&
+      surface->kind != TokenSurface::Kind::kBytes) {
     absl::StatusOr<std::string_view> piece = tokenizer.TokenToPiece(id);
     raw = piece.ok() ? *piece : std::string_view();
   }

@@ -28,6 +28,7 @@ GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
   GenerateInput in;
   in.request_id = request.request_id();
   in.prompt = request.prompt();
+  if (request.has_parse_special()) in.parse_special = request.parse_special();
   in.prompt_token_ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
   const pb::SamplingOptions& s = request.sampling();
   if (s.has_max_tokens()) in.max_tokens = s.max_tokens();

@@ -79,7 +79,9 @@ absl::Status RequestValidator::ValidatePrompt(const GenerateInput& input,
           absl::StrCat("prompt is not valid UTF-8 at byte offset ", bad));
     }
     absl::StatusOr<std::vector<int32_t>> ids =
-        tokenizer_.Encode(input.prompt, AddBos::kVocabDefault);
+        tokenizer_.Encode(input.prompt, AddBos::kVocabDefault,
+                          input.parse_special.value_or(true) ? ParseSpecial::kYes
+                                                             : ParseSpecial::kNo);
     if (!ids.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
     }

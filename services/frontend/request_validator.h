@@ -52,6 +52,8 @@ struct GenerateInput {
   std::optional<float> repetition_penalty;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias
   std::optional<int32_t> min_tokens;
+  // Whether special tokens written in the prompt are read as tokens; unset: yes.
+  std::optional<bool> parse_special;
 };
 
 // Whether the scheduler keeps generating past the end-of-sequence token.

@@ -42,6 +42,25 @@ class RequestValidatorTest : public ::testing::Test {
   RequestValidator validator_;
 };
 
+TEST_F(RequestValidatorTest, SpecialTokensInThePromptAreParsedUnlessTurnedOff) {
+  // Default: "</s>" written in the prompt is the EOS token (id 2), as in llama.cpp's server.
+  absl::StatusOr<ValidatedRequest> parsed = validator_.Validate(Prompt("the cat</s>"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_token_ids.back(), tokenizer_.eos_id());
+  GenerateInput plain = Prompt("the cat</s>");
+  plain.parse_special = false;
+  absl::StatusOr<ValidatedRequest> text = validator_.Validate(plain);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(std::count(text->prompt_token_ids.begin(), text->prompt_token_ids.end(),
+                       tokenizer_.eos_id()),
+            0);
+  EXPECT_EQ(text->prompt_token_ids, *tokenizer_.Encode("the cat</s>", AddBos::kYes));
+  // Invalid UTF-8 names the byte offset.
+  absl::StatusOr<ValidatedRequest> bad = validator_.Validate(Prompt("ab\xC3"));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_THAT(bad.status().message(), HasSubstr("byte offset 2"));
+}
+
 TEST_F(RequestValidatorTest, AppliesDefaults) {
   absl::StatusOr<ValidatedRequest> r = validator_.Validate(Prompt("the cat"));
   ASSERT_TRUE(r.ok()) << r.status();

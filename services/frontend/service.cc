@@ -117,7 +117,10 @@ grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext*
   }
   const Tokenizer& tokenizer = model->tokenizer();
   absl::StatusOr<std::vector<int32_t>> ids =
-      tokenizer.Encode(request->text(), request->add_bos() ? AddBos::kYes : AddBos::kNo);
+      tokenizer.Encode(request->text(), request->add_bos() ? AddBos::kYes : AddBos::kNo,
+                       !request->has_parse_special() || request->parse_special()
+                           ? ParseSpecial::kYes
+                           : ParseSpecial::kNo);
   if (!ids.ok()) {
     return FinishLocal(ctx, "Tokenize", start,
                        absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
@@ -148,6 +151,10 @@ grpc::ServerUnaryReactor* FrontendService::GetModelInfo(grpc::CallbackServerCont
   response->set_max_model_len(info.max_model_len());
   response->set_bos_id(model->tokenizer().bos_id());
   response->set_eos_id(model->tokenizer().eos_id());
+  for (int32_t id : model->tokenizer().eog_ids()) response->add_eog_ids(id);
+  response->set_tokenizer_kind(model->tokenizer().kind() == TokenizerKind::kByteLevelBpe
+                                   ? "byte_level_bpe"
+                                   : "sentencepiece");
   response->set_num_layers(info.model().num_layers());
   response->set_dim(info.model().dim());
   response->set_block_size(info.block_size());

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_test_env.h"
 #include "tests/service_process.h"
 
@@ -26,6 +27,41 @@ namespace pb = folio::v1;
 using ::testing::HasSubstr;
 
 using FrontendServiceTest = FrontendTestEnv;
+
+// A byte-level BPE spec as a worker sends it (no scores, merges as id pairs) becomes the
+// same tokenizer in the frontend: merges, pre-tokenizer, special tokens and EOG ids.
+TEST(ClusterInfoTest, ByteLevelSpecBuildsTheByteLevelTokenizer) {
+  ipb::ClusterInfo info;
+  info.set_max_model_len(64);
+  ipb::TokenizerSpec* spec = info.mutable_tokenizer();
+  spec->set_kind(ipb::TOKENIZER_KIND_BYTE_LEVEL_BPE);
+  // Pieces 0..255: the mapped bytes in byte order as GPT-2 lays them out is not needed
+  // here; "a", "b" and "Ġ" (space) are enough, then "ab", "Ġab", <|eot|>, <|im_end|>.
+  for (const char* p : {"a", "b", "\xC4\xA0", "ab", "\xC4\xA0" "ab", "<|endoftext|>", "<|im_end|>"}) {
+    spec->add_pieces(p);
+  }
+  for (int t : {1, 1, 1, 1, 1, 3, 3}) spec->add_types(t);
+  for (int id : {0, 1, 2, 3}) spec->add_merges(id);  // (a, b) then (Ġ, ab)
+  spec->set_pre_tokenizer("gpt-2");
+  spec->set_bos_id(5);
+  spec->set_eos_id(5);
+  spec->set_unk_id(-1);
+  for (int id : {5, 6}) spec->add_eog_ids(id);
+  absl::StatusOr<std::shared_ptr<const ModelContext>> model = ModelContext::Create(info, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tokenizer& t = (*model)->tokenizer();
+  EXPECT_EQ(t.kind(), TokenizerKind::kByteLevelBpe);
+  EXPECT_EQ(*t.Encode("ab ab<|im_end|>", AddBos::kNo, ParseSpecial::kYes),
+            (std::vector<int32_t>{3, 4, 6}));
+  EXPECT_TRUE(t.IsEndOfGeneration(6));
+  EXPECT_EQ(*t.Decode(std::vector<int32_t>{3, 4, 6}), "ab ab");
+
+  spec->set_pre_tokenizer("no-such");
+  EXPECT_THAT(ModelContext::Create(info, {}).status().message(), HasSubstr("'no-such'"));
+  spec->set_pre_tokenizer("gpt-2");
+  spec->add_merges(1);  // odd count
+  EXPECT_THAT(ModelContext::Create(info, {}).status().message(), HasSubstr("pairs"));
+}
 
 TEST_F(FrontendServiceTest, StreamedTextEqualsDecodeOfScriptedTokens) {
   const std::vector<int32_t> tokens = Encode("there was a little girl named Lily. She loved");

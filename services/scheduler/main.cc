@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
   options.max_model_len = info->max_model_len();
   options.vocab_size = info->model().vocab_size();
   options.eos_id = info->tokenizer().eos_id();
+  options.eog_ids.assign(info->tokenizer().eog_ids().begin(), info->tokenizer().eog_ids().end());
   options.num_blocks = info->num_blocks();
   options.reserve_max_model_len = absl::GetFlag(FLAGS_reserve_max_model_len);
   if (options.reserve_max_model_len && options.num_blocks > 0 &&

@@ -2,7 +2,9 @@
 #ifndef FOLIO_SERVICES_SCHEDULER_SCHEDULER_OPTIONS_H_
 #define FOLIO_SERVICES_SCHEDULER_SCHEDULER_OPTIONS_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -24,6 +26,9 @@ struct SchedulerOptions {
   int32_t max_model_len = 0;             // prompt + output cap, tokens
   int32_t vocab_size = 0;
   int32_t eos_id = 2;
+  // Further tokens that end generation like eos_id (end of turn, end of message, ...);
+  // may include eos_id.
+  std::vector<int32_t> eog_ids;
   int32_t num_blocks = 0;                // the pool's size; 0: unknown (no size check)
   int32_t max_n = 16;                    // choices per request, at most
   int32_t max_beam_width = 8;            // beam width, at most
@@ -32,6 +37,11 @@ struct SchedulerOptions {
   // reserve (the article's Orca (Max) baseline, with the contiguous policy).
   bool reserve_max_model_len = false;
   RecoveryOptions recovery;
+
+  // Whether `token` ends generation (unless the request ignores EOS): eos_id or an eog_id.
+  bool IsEndOfGeneration(int32_t token) const {
+    return token == eos_id || std::find(eog_ids.begin(), eog_ids.end(), token) != eog_ids.end();
+  }
 };
 
 struct SchedulerStats {

@@ -242,6 +242,28 @@ TEST_F(SchedulerTest, StopTokenIdsAndEos) {
   ExpectPoolFull();
 }
 
+TEST_F(SchedulerTest, AnyEndOfGenerationIdStops) {
+  // Every seventh id ends generation, as <|eot_id|> or <|im_end|> would.
+  SchedulerOptions options;
+  for (int32_t id = 3; id < weights_->config.vocab_size; id += 7) options.eog_ids.push_back(id);
+  Make(64, 16, options);
+  RequestSpec ignore = Greedy({tokenizer_->bos_id()}, 30);
+  ignore.ignore_eos = true;
+  Stream all;
+  ASSERT_TRUE(scheduler_->Submit(ignore, all.Sink()).ok());
+  RunUntilIdle();
+  ASSERT_EQ(all.tokens.size(), 30u);  // ignore_eos runs past them
+  const auto first = std::find_if(all.tokens.begin(), all.tokens.end(),
+                                  [](int32_t t) { return t % 7 == 3; });
+  ASSERT_NE(first, all.tokens.end()) << "no end-of-generation id in 30 tokens";
+  Stream s;
+  ASSERT_TRUE(scheduler_->Submit(Greedy({tokenizer_->bos_id()}, 30), s.Sink()).ok());
+  RunUntilIdle();
+  EXPECT_EQ(s.finish, FinishReason::kStop);
+  EXPECT_EQ(s.tokens, std::vector<int32_t>(all.tokens.begin(), first + 1));
+  ExpectPoolFull();
+}
+
 TEST_F(SchedulerTest, BadRequestsAreRejectedAtSubmit) {
   Make(64, 16, SchedulerOptions{.max_waiting_requests = 2});
   Stream s;

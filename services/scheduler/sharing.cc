@@ -73,7 +73,7 @@ void Sharing::AdvanceSamples(
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
-    if ((!r->spec.ignore_eos && sample->token_id == state_->options().eos_id) ||
+    if ((!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
         std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
       event.finish = FinishReason::kStop;
     } else if (static_cast<int32_t>(b.output.size()) >= r->spec.max_tokens ||
@@ -125,7 +125,7 @@ void Sharing::AdvanceBeams(
   }
   const auto& stops = r->spec.stop_token_ids;
   auto ends = [&](int32_t token) {
-    return (!r->spec.ignore_eos && token == state_->options().eos_id) ||
+    return (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(token)) ||
            std::find(stops.begin(), stops.end(), token) != stops.end();
   };
   std::vector<Expansion> survivors;

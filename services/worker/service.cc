@@ -77,19 +77,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   model->set_head_dim(c.head_dim);
   model->set_max_seq_len(c.max_seq_len);
 
-  const Vocab& v = weights.vocab;
-  pb::TokenizerSpec* tok = info.mutable_tokenizer();
-  tok->mutable_pieces()->Reserve(v.size());
-  for (const std::string& piece : v.pieces) tok->add_pieces(piece);
-  tok->mutable_scores()->Add(v.scores.begin(), v.scores.end());
-  tok->mutable_types()->Reserve(static_cast<int>(v.types.size()));
-  for (TokenType t : v.types) tok->add_types(static_cast<int32_t>(t));
-  tok->set_bos_id(v.bos_id);
-  tok->set_eos_id(v.eos_id);
-  tok->set_unk_id(v.unk_id);
-  tok->set_add_bos(v.add_bos);
-  tok->set_add_dummy_prefix(v.add_dummy_prefix);
-  tok->set_chat_template(v.chat_template);
+  *info.mutable_tokenizer() = TokenizerSpecFromVocab(weights.vocab);
 
   info.set_kv_bytes_per_token(kv_bytes_per_token);
   info.set_kv_cache_budget_bytes(options.kv_cache_budget_bytes);
@@ -163,6 +151,38 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
   const double bytes = std::floor(value * multiplier);
   if (bytes >= 0x1p63) return bad();
   return static_cast<int64_t>(bytes);
+}
+
+pb::TokenizerSpec TokenizerSpecFromVocab(const Vocab& v) {
+  pb::TokenizerSpec spec;
+  pb::TokenizerSpec* tok = &spec;
+  tok->mutable_pieces()->Reserve(v.size());
+  for (const std::string& piece : v.pieces) tok->add_pieces(piece);
+  const bool bpe = v.kind == TokenizerKind::kByteLevelBpe;
+  // Byte-level BPE merges by rank; its scores are all zero and are not sent.
+  if (!bpe) tok->mutable_scores()->Add(v.scores.begin(), v.scores.end());
+  tok->mutable_types()->Reserve(static_cast<int>(v.types.size()));
+  for (TokenType t : v.types) tok->add_types(static_cast<int32_t>(t));
+  tok->set_bos_id(v.bos_id);
+  tok->set_eos_id(v.eos_id);
+  tok->set_unk_id(v.unk_id);
+  tok->set_add_bos(v.add_bos);
+  tok->set_add_dummy_prefix(v.add_dummy_prefix);
+  tok->set_chat_template(v.chat_template);
+  tok->set_kind(bpe ? pb::TOKENIZER_KIND_BYTE_LEVEL_BPE : pb::TOKENIZER_KIND_SENTENCEPIECE);
+  tok->mutable_eog_ids()->Add(v.eog_ids.begin(), v.eog_ids.end());
+  tok->set_add_eos(v.add_eos);
+  tok->mutable_rstrip_ids()->Add(v.rstrip_ids.begin(), v.rstrip_ids.end());
+  if (bpe) {
+    tok->mutable_merges()->Reserve(static_cast<int>(2 * v.merges.size()));
+    for (const auto& [left, right] : v.merges) {
+      tok->add_merges(left);
+      tok->add_merges(right);
+    }
+    tok->set_pre_tokenizer(v.pre_tokenizer);
+    tok->set_ignore_merges(v.ignore_merges);
+  }
+  return spec;
 }
 
 absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) {

@@ -70,6 +70,10 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 struct NativeStep {
   StepInput input;
 };
+// The tokenizer as the worker reports it (WorkerInfo.tokenizer): pieces, types, special
+// ids, and for byte-level BPE the merges as id pairs, the pre-tokenizer and no scores.
+folio::internal::v1::TokenizerSpec TokenizerSpecFromVocab(const Vocab& vocab);
+
 absl::StatusOr<NativeStep> StepFromProto(const folio::internal::v1::ExecuteStepRequest& request);
 void StepToProto(const StepOutput& output, const NativeStep& step,
                  folio::internal::v1::ExecuteStepResponse* response);

@@ -4,18 +4,51 @@
 #include "services/worker/service.h"
 
 #include <chrono>
+#include <iostream>
 #include <memory>
 
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "folio/internal/v1/scheduler.pb.h"
 #include "services/worker/engine/test_models.h"
+#include "services/worker/model/gguf_vocab.h"
+#include "tests/reference/llama_ref.h"
 
 namespace folio::worker {
 namespace {
 
 namespace pb = folio::internal::v1;
 using ::testing::HasSubstr;
+
+// The byte-level vocabularies on the wire: merges as id pairs, no scores, and a size that
+// fits the frontend's 64 MiB message limit with room to spare. Prints the sizes.
+TEST(TokenizerSpecTest, ByteLevelVocabulariesFitTheWire) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  for (const char* name : {"llama-bpe", "qwen2"}) {
+    absl::StatusOr<Vocab> v = LoadGgufVocab(
+        absl::StrCat(reference::LlamaCppSourceDir(), "/models/ggml-vocab-", name, ".gguf"));
+    ASSERT_TRUE(v.ok()) << v.status();
+    const pb::TokenizerSpec spec = TokenizerSpecFromVocab(*v);
+    EXPECT_EQ(spec.kind(), pb::TOKENIZER_KIND_BYTE_LEVEL_BPE);
+    EXPECT_EQ(spec.pieces_size(), v->size());
+    EXPECT_EQ(spec.scores_size(), 0);
+    EXPECT_EQ(spec.merges_size(), 2 * static_cast<int>(v->merges.size()));
+    EXPECT_EQ(spec.merges(2), v->merges[1].first);
+    EXPECT_EQ(spec.merges(3), v->merges[1].second);
+    EXPECT_EQ(spec.pre_tokenizer(), v->pre_tokenizer);
+    EXPECT_EQ(std::vector<int32_t>(spec.eog_ids().begin(), spec.eog_ids().end()), v->eog_ids);
+    pb::ClusterInfo info;
+    *info.mutable_tokenizer() = spec;
+    info.mutable_model()->set_name(name);
+    info.set_max_model_len(8192);
+    const size_t bytes = info.ByteSizeLong();
+    std::cout << name << ": ClusterInfo " << bytes << " bytes (" << v->size() << " pieces, "
+              << v->merges.size() << " merges)\n";
+    EXPECT_LT(bytes, size_t{16} << 20);
+  }
+}
 
 TEST(ParseByteSizeTest, AcceptsIntegersAndUnits) {
   EXPECT_EQ(*ParseByteSize("0"), 0);

@@ -218,7 +218,7 @@ int Run() {
     const int32_t next = out->seqs.at(0).samples.at(0).token_id;
     if (generated == 0) first_token_time = Clock::now();
     ++generated;
-    if (next == tokenizer->eos_id() || next == tokenizer->bos_id()) break;
+    if (tokenizer->IsEndOfGeneration(next) || next == tokenizer->bos_id()) break;
     emit(next);
     pending = {next};
   }

@@ -31,49 +31,14 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
 
 absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const Tokenizer& tokenizer,
                                                       std::string_view text) {
-  // Special pieces by first byte, longest first, so "<|im_start|>" wins over "<".
+  // Special tokens are parsed in the whole rendered prompt, message contents included, as
+  // Hugging Face's apply_chat_template + encode and llama.cpp's server do (docs/http-api.md).
+  absl::StatusOr<std::vector<int32_t>> ids =
+      tokenizer.Encode(text, AddBos::kNo, ParseSpecial::kYes);
+  if (!ids.ok()) return ids.status();
   const Vocab& vocab = tokenizer.vocab();
-  std::vector<std::pair<std::string_view, int32_t>> specials;
-  for (int32_t id = 0; id < vocab.size(); ++id) {
-    const TokenType type = vocab.types[id];
-    if ((type == TokenType::kControl || type == TokenType::kUserDefined) &&
-        !vocab.pieces[id].empty()) {
-      specials.emplace_back(vocab.pieces[id], id);
-    }
-  }
-  std::sort(specials.begin(), specials.end(),
-            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-
-  std::vector<int32_t> ids;
-  size_t fragment_start = 0;
-  auto flush = [&](size_t end) -> absl::Status {
-    if (end <= fragment_start) return absl::OkStatus();
-    absl::StatusOr<std::vector<int32_t>> part =
-        tokenizer.Encode(text.substr(fragment_start, end - fragment_start), AddBos::kNo);
-    if (!part.ok()) return part.status();
-    ids.insert(ids.end(), part->begin(), part->end());
-    return absl::OkStatus();
-  };
-  for (size_t i = 0; i < text.size();) {
-    const std::pair<std::string_view, int32_t>* match = nullptr;
-    for (const auto& s : specials) {
-      if (text.substr(i, s.first.size()) == s.first) {
-        match = &s;
-        break;
-      }
-    }
-    if (match == nullptr) {
-      ++i;
-      continue;
-    }
-    if (absl::Status s = flush(i); !s.ok()) return s;
-    ids.push_back(match->second);
-    i += match->first.size();
-    fragment_start = i;
-  }
-  if (absl::Status s = flush(text.size()); !s.ok()) return s;
-  if (vocab.add_bos && (ids.empty() || ids.front() != vocab.bos_id)) {
-    ids.insert(ids.begin(), vocab.bos_id);
+  if (vocab.add_bos && (ids->empty() || ids->front() != vocab.bos_id)) {
+    ids->insert(ids->begin(), vocab.bos_id);
   }
   return ids;
 }

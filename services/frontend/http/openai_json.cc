@@ -334,6 +334,11 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
     FOLIO_RETURN_IF_ERROR(GetTokenIds(*ids, "stop_token_ids", &in.stop_token_ids));
   }
   FOLIO_RETURN_IF_ERROR(GetBool(body, "ignore_eos", &in.ignore_eos));
+  if (Field(body, "parse_special") != nullptr) {
+    bool parse_special = true;
+    FOLIO_RETURN_IF_ERROR(GetBool(body, "parse_special", &parse_special));
+    in.parse_special = parse_special;
+  }
   std::optional<int32_t> n;
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "n", &n));
   r.n = n.value_or(1);
@@ -469,8 +474,8 @@ HttpError ErrorFromStatus(const absl::Status& status) {
     static constexpr const char* kFields[] = {
         "prompt", "prompt_token_ids", "messages", "max_tokens", "temperature", "top_p",
         "top_k", "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n",
-        "echo", "stream", "stream_options", "ignore_eos", "model", "best_of", "suffix",
-        "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
+        "echo", "stream", "stream_options", "ignore_eos", "parse_special", "model", "best_of",
+        "suffix", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
         "min_tokens", "tools", "response_format",
         "max_completion_tokens", "add_generation_prompt"};
     for (const char* f : kFields) {

@@ -227,7 +227,10 @@ void OpenAiServer::HandleModels(HttpExchange& x) {
                 {"object", "model"},
                 {"created", created_},
                 {"owned_by", "folio"},
-                {"max_model_len", model->info().max_model_len()}};
+                {"max_model_len", model->info().max_model_len()},
+                {"bos_token_id", model->tokenizer().bos_id()},
+                {"eos_token_id", model->tokenizer().eos_id()},
+                {"eog_token_ids", model->tokenizer().eog_ids()}};
   x.Respond(JsonResponse(200, {{"object", "list"}, {"data", json::array({entry})}}));
 }
 

@@ -9,6 +9,7 @@
 #include "glog/logging.h"
 #include "absl/strings/str_join.h"
 #include "services/worker/model/architecture.h"
+#include "services/worker/model/gguf_vocab.h"
 #include "services/worker/model/mapped_file.h"
 #include "services/worker/model/mapped_weights.h"
 
@@ -204,69 +205,6 @@ absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c,
   return absl::OkStatus();
 }
 
-absl::Status ReadVocab(const GgufFile& f, const Reader& r, Vocab* vocab) {
-  ASSIGN_OR_RETURN(absl::string_view model, r.String("tokenizer.ggml.model"));
-  if (model != "llama") {
-    return absl::UnimplementedError(
-        absl::StrCat(f.name(), ": tokenizer.ggml.model '", model,
-                     "' is not supported (only 'llama', SentencePiece BPE)"));
-  }
-  const GgufValue* tokens = f.FindValue("tokenizer.ggml.tokens");
-  if (tokens == nullptr) return r.Error("missing metadata key 'tokenizer.ggml.tokens'");
-  if (!tokens->is_array() || tokens->array_type() != GgufType::kString ||
-      tokens->array_size() == 0) {
-    return r.Error(absl::StrCat("key 'tokenizer.ggml.tokens' is ", tokens->DebugString(),
-                                ", expected a non-empty array of string"));
-  }
-  const uint64_t n = tokens->array_size();
-  if (n > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-    return r.Error(absl::StrCat("vocabulary of ", n, " tokens is too large"));
-  }
-  vocab->pieces.resize(n);
-  vocab->scores.assign(n, 0.0f);
-  vocab->types.assign(n, TokenType::kNormal);
-  for (uint64_t i = 0; i < n; ++i) vocab->pieces[i] = std::string(*tokens->ArrayString(i));
-
-  // Parallel arrays must have one entry per token.
-  auto parallel = [&](absl::string_view key) -> absl::StatusOr<const GgufValue*> {
-    const GgufValue* v = f.FindValue(key);
-    if (v == nullptr) return nullptr;
-    if (!v->is_array() || v->array_size() != n) {
-      return r.Error(absl::StrCat("key '", key, "' is ", v->DebugString(), ", expected ", n,
-                                  " numbers (one per token)"));
-    }
-    return v;
-  };
-  ASSIGN_OR_RETURN(const GgufValue* scores, parallel("tokenizer.ggml.scores"));
-  ASSIGN_OR_RETURN(const GgufValue* types, parallel("tokenizer.ggml.token_type"));
-  for (uint64_t i = 0; scores != nullptr && i < n; ++i) {
-    absl::StatusOr<double> s = scores->ArrayDouble(i);
-    if (!s.ok()) return r.KeyError("tokenizer.ggml.scores", s.status());
-    vocab->scores[i] = static_cast<float>(*s);
-  }
-  for (uint64_t i = 0; types != nullptr && i < n; ++i) {
-    absl::StatusOr<int64_t> t = types->ArrayInt64(i);
-    if (!t.ok()) return r.KeyError("tokenizer.ggml.token_type", t.status());
-    if (*t < static_cast<int64_t>(TokenType::kNormal) ||
-        *t > static_cast<int64_t>(TokenType::kByte)) {
-      return r.Error(absl::StrCat("tokenizer.ggml.token_type[", i, "] is ", *t,
-                                  ", expected 1..6"));
-    }
-    vocab->types[i] = static_cast<TokenType>(*t);
-  }
-  const int32_t size = static_cast<int32_t>(n);
-  ASSIGN_OR_RETURN(vocab->bos_id, r.TokenId("tokenizer.ggml.bos_token_id", 1, size));
-  ASSIGN_OR_RETURN(vocab->eos_id, r.TokenId("tokenizer.ggml.eos_token_id", 2, size));
-  ASSIGN_OR_RETURN(vocab->unk_id, r.TokenId("tokenizer.ggml.unknown_token_id", 0, size));
-  ASSIGN_OR_RETURN(vocab->add_bos, r.Bool("tokenizer.ggml.add_bos_token", true));
-  ASSIGN_OR_RETURN(vocab->add_dummy_prefix, r.Bool("tokenizer.ggml.add_space_prefix", true));
-  if (f.FindValue("tokenizer.chat_template") != nullptr) {
-    ASSIGN_OR_RETURN(absl::string_view chat_template, r.String("tokenizer.chat_template"));
-    vocab->chat_template = std::string(chat_template);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
@@ -274,7 +212,7 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   ModelConfig& c = w->config;
   const Architecture* arch = nullptr;
   if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
-  if (absl::Status s = ReadVocab(f, r, &w->vocab); !s.ok()) return s;
+  ASSIGN_OR_RETURN(w->vocab, ReadGgufVocab(f));
   c.vocab_size = w->vocab.size();
   const std::string vocab_key = absl::StrCat(arch->name, ".vocab_size");
   if (f.FindValue(vocab_key) != nullptr) {

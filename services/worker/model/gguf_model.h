@@ -26,7 +26,8 @@ namespace folio::worker {
 // Fills config, tensor views and vocab of `weights` from `gguf`. The views point into
 // the span `gguf` was parsed from. Unimplemented for an architecture outside
 // architecture.h's table (the message names the supported ones), a tensor the
-// architecture has no use for, or a tokenizer model other than "llama"; InvalidArgument for a missing or
+// architecture has no use for, or a tokenizer model other than "llama" and "gpt2"
+// (gguf_vocab.h); InvalidArgument for a missing or
 // ill-typed key, a missing tensor, or a shape that does not match the configuration,
 // each message naming the file and the key or tensor.
 absl::Status BuildLlamaWeights(const GgufFile& gguf, ModelWeights* weights);

@@ -243,9 +243,9 @@ TEST(GgufModelTest, ValidatesArchitectureTokenizerAndShapes) {
   EXPECT_TRUE(absl::IsUnimplemented(Build(s)));
   EXPECT_THAT(Build(s).message(), HasSubstr("architecture 'gpt2'"));
   s = Spec{};
-  s.tokenizer = "gpt2";
+  s.tokenizer = "bert";
   EXPECT_TRUE(absl::IsUnimplemented(Build(s)));
-  EXPECT_THAT(Build(s).message(), HasSubstr("tokenizer.ggml.model 'gpt2'"));
+  EXPECT_THAT(Build(s).message(), HasSubstr("tokenizer.ggml.model 'bert'"));
   s = Spec{};
   s.q_rows = 16;
   EXPECT_TRUE(absl::IsInvalidArgument(Build(s)));

@@ -1,5 +1,6 @@
 #include "services/frontend/http/chat_template.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,11 +23,28 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
     list.emplace_back(jinja::Value::Map{{"role", jinja::Value(m.role)},
                                         {"content", jinja::Value(m.content)}});
   }
-  jinja::Value::Map context = {{"messages", jinja::Value(std::move(list))},
-                               {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+  ChatInput input;
+  input.messages = jinja::Value(std::move(list));
+  input.add_generation_prompt = add_generation_prompt;
+  return Render(input);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const ChatInput& input,
+                                                 const jinja::RenderOptions& options) const {
+  jinja::Value::Map context = {{"messages", input.messages},
+                               {"add_generation_prompt", jinja::Value(input.add_generation_prompt)},
                                {"bos_token", jinja::Value(bos_)},
                                {"eos_token", jinja::Value(eos_)}};
-  return template_.Render(context);
+  if (!input.tools.is_undefined()) context.emplace_back("tools", input.tools);
+  for (const auto& [k, v] : input.extra) {
+    auto it = std::find_if(context.begin(), context.end(), [&](const auto& kv) { return kv.first == k; });
+    if (it != context.end()) {
+      it->second = v;
+    } else {
+      context.emplace_back(k, v);
+    }
+  }
+  return template_.Render(context, options);
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const Tokenizer& tokenizer,

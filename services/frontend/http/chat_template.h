@@ -40,6 +40,19 @@ struct ChatMessage {
   std::string content;
 };
 
+// What a chat template renders: the variables Hugging Face's apply_chat_template gives it.
+struct ChatInput {
+  // A list of message dicts as the client sent them: role, content (a string, null, or a
+  // list of {"type": "text", "text": ...} parts), and for tool use tool_calls (assistant),
+  // tool_call_id and name (tool). Passed to the template as is, as Hugging Face does.
+  jinja::Value messages = jinja::Value(jinja::Value::List{});
+  // The tool definitions ({"type": "function", "function": {...}}), or undefined (no tools).
+  jinja::Value tools;
+  bool add_generation_prompt = true;
+  // More variables (a request's chat_template_kwargs, date_string...).
+  jinja::Value::Map extra;
+};
+
 class ChatTemplate {
  public:
   // `source` is the model's template; empty selects kDefaultChatTemplate. `bos_token` and
@@ -53,6 +66,14 @@ class ChatTemplate {
   // own message when it raises (e.g. "Conversation roles must alternate ...").
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt) const;
+
+  // Renders `input` (messages, tools when defined, add_generation_prompt, bos_token,
+  // eos_token, then `input.extra`) within the limits of `options` (its `now` is what
+  // strftime_now() formats).
+  absl::StatusOr<std::string> Render(const ChatInput& input,
+                                     const jinja::RenderOptions& options = {}) const;
+
+  const std::string& bos_token() const { return bos_; }
 
   bool is_default() const { return is_default_; }
 

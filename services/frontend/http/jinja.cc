@@ -93,7 +93,12 @@ class Lexer {
   }
 
  private:
+  // Jinja2 writes every newline in template text as "\n" (newline_sequence).
   void EmitText(std::string text) {
+    if (text.find('\r') != std::string::npos) {
+      text = absl::StrReplaceAll(text, {{"\r\n", "\n"}});
+      std::replace(text.begin(), text.end(), '\r', '\n');
+    }
     if (!text.empty()) out_.push_back({Tok::kText, std::move(text), line_});
   }
   void CountLines(size_t from, size_t to) {
@@ -141,7 +146,16 @@ class Lexer {
         if (n + 1 < rest.size() && rest[n] == '.' && absl::ascii_isdigit(rest[n + 1])) {
           is_float = true;
           ++n;
-          while (n < rest.size() && absl::ascii_isdigit(rest[n])) ++n;
+          while (n < rest.size() && (absl::ascii_isdigit(rest[n]) || rest[n] == '_')) ++n;
+        }
+        if (n < rest.size() && (rest[n] == 'e' || rest[n] == 'E')) {  // 1e16, 2.5e-3
+          size_t m = n + 1;
+          if (m < rest.size() && (rest[m] == '+' || rest[m] == '-')) ++m;
+          if (m < rest.size() && absl::ascii_isdigit(rest[m])) {
+            while (m < rest.size() && absl::ascii_isdigit(rest[m])) ++m;
+            n = m;
+            is_float = true;
+          }
         }
         std::string spelling(rest.substr(0, n));
         spelling.erase(std::remove(spelling.begin(), spelling.end(), '_'), spelling.end());
@@ -249,6 +263,24 @@ class Parser {
     ++i_;
   }
 
+  // Consumes "{% name %}" (a block's end tag, which ParseBody stopped at).
+  void ExpectEnd(std::string_view name) {
+    Next();
+    ExpectName(name);
+    ExpectBlockEnd();
+  }
+
+  // Nesting of blocks and expressions is bounded, so a hostile template cannot overflow
+  // the parser's (or the evaluator's) stack.
+  static constexpr int kMaxDepth = 200;
+  struct DepthGuard {
+    DepthGuard(Parser* p, int line) : p_(p) {
+      if (++p_->depth_ > kMaxDepth) throw Error(line, "the template nests too deeply");
+    }
+    ~DepthGuard() { --p_->depth_; }
+    Parser* p_;
+  };
+
   // Parses nodes until a {% tag %} whose name is in `until` (left unconsumed) or the end.
   std::vector<Node> ParseBody(const std::vector<std::string_view>& until) {
     std::vector<Node> body;
@@ -283,12 +315,36 @@ class Parser {
       if (std::find(until.begin(), until.end(), tag.text) != until.end()) return body;
       Next();
       Next();
+      DepthGuard guard(this, tag.line);
       if (tag.text == "if") {
         body.push_back(ParseIf(tag.line));
       } else if (tag.text == "for") {
         body.push_back(ParseFor(tag.line));
       } else if (tag.text == "set") {
         body.push_back(ParseSet(tag.line));
+      } else if (tag.text == "macro") {
+        body.push_back(ParseMacro(tag.line));
+      } else if (tag.text == "call") {
+        body.push_back(ParseCallBlock(tag.line));
+      } else if (tag.text == "filter") {
+        body.push_back(ParseFilterBlock(tag.line));
+      } else if (tag.text == "generation") {
+        ExpectBlockEnd();
+        Node n;
+        n.kind = Node::kBlock;
+        n.line = tag.line;
+        n.body = ParseBody({"endgeneration"});
+        ExpectEnd("endgeneration");
+        body.push_back(std::move(n));
+      } else if (tag.text == "break" || tag.text == "continue") {
+        if (loop_depth_ == 0) {
+          throw Error(tag.line, absl::StrCat("{% ", tag.text, " %} outside a for loop"));
+        }
+        ExpectBlockEnd();
+        Node n;
+        n.kind = tag.text == "break" ? Node::kBreak : Node::kContinue;
+        n.line = tag.line;
+        body.push_back(std::move(n));
       } else {
         throw Error(tag.line, absl::StrCat("unsupported or unexpected tag {% ", tag.text, " %}"));
       }
@@ -339,7 +395,9 @@ class Parser {
       n.filter = ParseOr();
     }
     ExpectBlockEnd();
+    ++loop_depth_;
     n.body = ParseBody({"else", "endfor"});
+    --loop_depth_;
     Next();
     if (Next().text == "else") {
       ExpectBlockEnd();
@@ -359,11 +417,119 @@ class Parser {
     if (IsOp(".")) {
       Next();
       n.targets.push_back(Identifier());
+      n.set_attr = true;
+    } else {
+      while (IsOp(",")) {
+        Next();
+        n.targets.push_back(Identifier());
+      }
     }
-    if (Peek().kind == Tok::kBlockEnd) throw Error(line, "block {% set %} ... {% endset %} is not supported");
+    if (Peek().kind == Tok::kBlockEnd && n.targets.size() == 1) {  // {% set x %}...{% endset %}
+      Next();
+      n.kind = Node::kSetBlock;
+      n.body = ParseBody({"endset"});
+      ExpectEnd("endset");
+      return n;
+    }
     ExpectOp("=");
-    n.expr = ParseExpr();
+    n.expr = ParseTupleOrExpr();
     ExpectBlockEnd();
+    return n;
+  }
+
+  // `a, b` (a tuple without parentheses, as {% set %} allows) or one expression.
+  ExprPtr ParseTupleOrExpr() {
+    ExprPtr first = ParseExpr();
+    if (!IsOp(",")) return first;
+    ExprPtr list = Make(Expr::kList, first->line);
+    list->name = "tuple";
+    list->args.push_back(std::move(first));
+    while (IsOp(",")) {
+      Next();
+      list->args.push_back(ParseExpr());
+    }
+    return list;
+  }
+
+  // (a, b=default, ...) of a macro or a call block.
+  void ParseParams(Node* n) {
+    if (!IsOp("(")) return;
+    Next();
+    while (!IsOp(")")) {
+      std::string name = Identifier();
+      ExprPtr def;
+      if (IsOp("=")) {
+        Next();
+        def = ParseExpr();
+      }
+      n->params.emplace_back(std::move(name), std::move(def));
+      if (!IsOp(",")) break;
+      Next();
+    }
+    ExpectOp(")");
+  }
+
+  // The body of a macro or a caller: break/continue do not reach out of it, and the names
+  // it reads say whether it takes varargs, kwargs and a caller.
+  void ParseCallableBody(Node* n, std::string_view end) {
+    const int saved_loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    names_.emplace_back();
+    n->body = ParseBody({end});
+    const std::vector<std::string> names = std::move(names_.back());
+    names_.pop_back();
+    loop_depth_ = saved_loop_depth;
+    for (const std::string& name : names) {
+      n->uses_varargs |= name == "varargs";
+      n->uses_kwargs |= name == "kwargs";
+      n->uses_caller |= name == "caller";
+      if (!names_.empty()) names_.back().push_back(name);
+    }
+    ExpectEnd(end);
+  }
+
+  Node ParseMacro(int line) {
+    Node n;
+    n.kind = Node::kMacro;
+    n.line = line;
+    n.text = Identifier();
+    ParseParams(&n);
+    ExpectBlockEnd();
+    ParseCallableBody(&n, "endmacro");
+    return n;
+  }
+
+  Node ParseCallBlock(int line) {
+    Node n;
+    n.kind = Node::kCallBlock;
+    n.line = line;
+    n.text = "caller";
+    ParseParams(&n);
+    n.expr = ParseExpr();
+    if (n.expr->kind != Expr::kCall) throw Error(line, "{% call %} needs a macro call");
+    ExpectBlockEnd();
+    ParseCallableBody(&n, "endcall");
+    return n;
+  }
+
+  Node ParseFilterBlock(int line) {
+    Node n;
+    n.kind = Node::kFilterBlock;
+    n.line = line;
+    ExprPtr e = Make(Expr::kName, line);
+    e->name = kFilterSubject;
+    for (bool first = true; first || IsOp("|"); first = false) {
+      if (!first) Next();
+      ExprPtr f = Make(Expr::kFilter, Peek().line);
+      f->name = Identifier();
+      f->args.push_back(std::move(e));
+      if (IsOp("(")) ParseArgs(f.get());
+      e = std::move(f);
+    }
+    n.expr = std::move(e);
+    ExpectBlockEnd();
+    n.body = ParseBody({"endfilter"});
+    ExpectEnd("endfilter");
     return n;
   }
 
@@ -375,6 +541,7 @@ class Parser {
   }
 
   ExprPtr ParseExpr() {
+    DepthGuard guard(this, Peek().line);
     ExprPtr value = ParseOr();
     if (!IsName("if")) return value;
     const int line = Next().line;
@@ -463,10 +630,19 @@ class Parser {
     return l;
   }
   ExprPtr ParseMul() {
-    ExprPtr l = ParseUnary(true);
+    ExprPtr l = ParsePow();
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
       const Token op = Next();
-      l = Binary(Expr::kBinary, op.text, std::move(l), ParseUnary(true), op.line);
+      l = Binary(Expr::kBinary, op.text, std::move(l), ParsePow(), op.line);
+    }
+    return l;
+  }
+  // As Jinja (not Python): ** takes unary operands, so -2 ** 2 is 4.
+  ExprPtr ParsePow() {
+    ExprPtr l = ParseUnary(true);
+    while (IsOp("**")) {
+      const int line = Next().line;
+      l = Binary(Expr::kBinary, "**", std::move(l), ParseUnary(true), line);
     }
     return l;
   }
@@ -476,6 +652,7 @@ class Parser {
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       const Token op = Next();
+      DepthGuard guard(this, op.line);
       e = Make(Expr::kUnary, op.line);
       e->name = op.text;
       e->args.push_back(ParseUnary(false));
@@ -500,13 +677,28 @@ class Parser {
         }
         t->name = Identifier();
         t->args.push_back(std::move(e));
-        if (IsOp("(")) ParseArgs(t.get());
+        if (IsOp("(")) {
+          ParseArgs(t.get());
+        } else if (StartsTestArgument()) {  // `x is divisibleby 3`, `x is sameas none`
+          t->args.push_back(ParsePostfix(ParsePrimary()));
+        }
         e = std::move(t);
       } else {
         return e;
       }
     }
   }
+  // Jinja allows one argument without parentheses after a test name.
+  bool StartsTestArgument() const {
+    const Token& t = Peek();
+    if (t.kind == Tok::kString || t.kind == Tok::kInt || t.kind == Tok::kFloat) return true;
+    if (t.kind == Tok::kName) {
+      static constexpr std::string_view kNotArgs[] = {"else", "or", "and", "is", "in", "not", "if"};
+      return std::find(std::begin(kNotArgs), std::end(kNotArgs), t.text) == std::end(kNotArgs);
+    }
+    return t.kind == Tok::kOp && (t.text == "[" || t.text == "{");
+  }
+
   // (a, b, k=v) appended to e->args / e->kwargs.
   void ParseArgs(Expr* e) {
     ExpectOp("(");
@@ -577,6 +769,7 @@ class Parser {
         } else {
           e->kind = Expr::kName;
           e->name = t.text;
+          if (!names_.empty()) names_.back().push_back(t.text);
         }
         return e;
       }
@@ -602,13 +795,20 @@ class Parser {
         return e;
       }
       case Tok::kOp:
+        if (t.text == "(" && IsOp(")")) {  // the empty tuple
+          Next();
+          ExprPtr list = Make(Expr::kList, t.line);
+          list->name = "tuple";
+          return list;
+        }
         if (t.text == "(") {
           ExprPtr first = ParseExpr();
           if (IsOp(")")) {
             Next();
             return first;
           }
-          ExprPtr list = Make(Expr::kList, t.line);  // a tuple; treated as a list
+          ExprPtr list = Make(Expr::kList, t.line);
+          list->name = "tuple";
           list->args.push_back(std::move(first));
           while (IsOp(",")) {
             Next();
@@ -650,11 +850,20 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;       // open blocks and expressions (DepthGuard)
+  int loop_depth_ = 0;  // enclosing for loops in the current macro (or the top level)
+  std::vector<std::vector<std::string>> names_;  // names read, per macro being parsed
 };
 
 }  // namespace
 
 absl::StatusOr<Template> Template::Parse(std::string_view source) {
+  // As Jinja2 without keep_trailing_newline: one newline at the very end is dropped.
+  if (absl::EndsWith(absl::string_view(source.data(), source.size()), "\r\n")) {
+    source.remove_suffix(2);
+  } else if (!source.empty() && source.back() == '\n') {
+    source.remove_suffix(1);
+  }
   try {
     std::shared_ptr<Node> root = Parser(Lexer(source).Run()).ParseRoot();
     return Template(std::move(root));

@@ -448,7 +448,7 @@ class Parser {
       Next();
       list->args.push_back(ParseExpr());
     }
-    return list;
+    return Finish(std::move(list));
   }
 
   // (a, b=default, ...) of a macro or a call block.
@@ -524,7 +524,7 @@ class Parser {
       f->name = Identifier();
       f->args.push_back(std::move(e));
       if (IsOp("(")) ParseArgs(f.get());
-      e = std::move(f);
+      e = Finish(std::move(f));
     }
     n.expr = std::move(e);
     ExpectBlockEnd();
@@ -555,6 +555,19 @@ class Parser {
     e->args.push_back(std::move(value));
     e->args.push_back(std::move(cond));
     e->args.push_back(std::move(otherwise));
+    return Finish(std::move(e));
+  }
+
+  // Sets e's depth from its operands; a tree deeper than kMaxDepth is an error (a long
+  // chain like 1+1+1+... or x|f|f|f... parses without recursion but nests as deeply).
+  ExprPtr Finish(ExprPtr e) {
+    int depth = 0;
+    for (const ExprPtr& a : e->args) {
+      if (a) depth = std::max(depth, a->depth);
+    }
+    for (const auto& kv : e->kwargs) depth = std::max(depth, kv.second->depth);
+    e->depth = depth + 1;
+    if (e->depth > kMaxDepth) throw Error(e->line, "the template nests too deeply");
     return e;
   }
 
@@ -563,7 +576,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(l));
     e->args.push_back(std::move(r));
-    return e;
+    return Finish(std::move(e));
   }
 
   ExprPtr ParseOr() {
@@ -585,9 +598,10 @@ class Parser {
   ExprPtr ParseNot() {
     if (IsName("not")) {
       const int line = Next().line;
+      DepthGuard guard(this, line);
       ExprPtr e = Make(Expr::kNot, line);
       e->args.push_back(ParseNot());
-      return e;
+      return Finish(std::move(e));
     }
     return ParseCompare();
   }
@@ -656,6 +670,7 @@ class Parser {
       e = Make(Expr::kUnary, op.line);
       e->name = op.text;
       e->args.push_back(ParseUnary(false));
+      e = Finish(std::move(e));
     } else {
       e = ParsePostfix(ParsePrimary());
     }
@@ -667,7 +682,7 @@ class Parser {
         f->name = Identifier();
         f->args.push_back(std::move(e));
         if (IsOp("(")) ParseArgs(f.get());
-        e = std::move(f);
+        e = Finish(std::move(f));
       } else if (IsName("is")) {
         const int line = Next().line;
         ExprPtr t = Make(Expr::kTest, line);
@@ -682,7 +697,7 @@ class Parser {
         } else if (StartsTestArgument()) {  // `x is divisibleby 3`, `x is sameas none`
           t->args.push_back(ParsePostfix(ParsePrimary()));
         }
-        e = std::move(t);
+        e = Finish(std::move(t));
       } else {
         return e;
       }
@@ -723,7 +738,7 @@ class Parser {
         ExprPtr a = Make(Expr::kAttr, line);
         a->name = Identifier();
         a->args.push_back(std::move(e));
-        e = std::move(a);
+        e = Finish(std::move(a));
       } else if (IsOp("[")) {
         Next();
         ExprPtr bounds[3];
@@ -744,12 +759,12 @@ class Parser {
         s->args.push_back(std::move(e));
         if (!is_slice && !bounds[0]) throw Error(line, "empty subscript");
         for (int k = 0; k < (is_slice ? 3 : 1); ++k) s->args.push_back(std::move(bounds[k]));
-        e = std::move(s);
+        e = Finish(std::move(s));
       } else if (IsOp("(")) {
         ExprPtr c = Make(Expr::kCall, line);
         c->args.push_back(std::move(e));
         ParseArgs(c.get());
-        e = std::move(c);
+        e = Finish(std::move(c));
       } else {
         return e;
       }
@@ -816,7 +831,7 @@ class Parser {
             list->args.push_back(ParseExpr());
           }
           ExpectOp(")");
-          return list;
+          return Finish(std::move(list));
         }
         if (t.text == "[") {
           ExprPtr list = Make(Expr::kList, t.line);
@@ -826,7 +841,7 @@ class Parser {
             Next();
           }
           ExpectOp("]");
-          return list;
+          return Finish(std::move(list));
         }
         if (t.text == "{") {
           ExprPtr dict = Make(Expr::kDict, t.line);
@@ -838,7 +853,7 @@ class Parser {
             Next();
           }
           ExpectOp("}");
-          return dict;
+          return Finish(std::move(dict));
         }
         break;
       default:

@@ -30,6 +30,7 @@ struct Expr {
               kUnary, kBinary, kAnd, kOr, kNot, kCond };
   Kind kind = kLiteral;
   int line = 0;
+  int depth = 1;             // of the tree below (bounded, so evaluating and freeing it cannot overflow the stack)
   Value literal;             // kLiteral
   std::string name;          // variable, attribute, filter, test or operator
   bool negated = false;      // `is not`, `not in`

@@ -176,6 +176,12 @@ TEST(JinjaFeaturesTest, SandboxLimitsAreErrorsNamingTheLimit) {
   EXPECT_THAT(Render("{{ 'x' * 100000 }}", {}, options), HasSubstr("longer than 1000 bytes"));
   std::string deep(500, '(');
   EXPECT_THAT(Render("{{ " + deep + "1" + std::string(500, ')') + " }}"), HasSubstr("nests too deeply"));
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 5000; ++i) chain += " + 1";
+  EXPECT_THAT(Render(chain + " }}"), HasSubstr("nests too deeply"));
+  std::string nots = "{{ ";
+  for (int i = 0; i < 5000; ++i) nots += "not ";
+  EXPECT_THAT(Render(nots + "1 }}"), HasSubstr("nests too deeply"));
   std::string ifs;
   for (int i = 0; i < 300; ++i) ifs += "{% if 1 %}";
   EXPECT_THAT(Render(ifs), HasSubstr("nests too deeply"));

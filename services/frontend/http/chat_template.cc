@@ -20,6 +20,10 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
                                                  bool add_generation_prompt) const {
   jinja::Value::List list;
   for (const ChatMessage& m : messages) {
+    if (m.message.is_map()) {
+      list.push_back(m.message);
+      continue;
+    }
     list.emplace_back(jinja::Value::Map{{"role", jinja::Value(m.role)},
                                         {"content", jinja::Value(m.content)}});
   }
@@ -36,12 +40,13 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatInput& input,
                                {"bos_token", jinja::Value(bos_)},
                                {"eos_token", jinja::Value(eos_)}};
   if (!input.tools.is_undefined()) context.emplace_back("tools", input.tools);
-  for (const auto& [k, v] : input.extra) {
-    auto it = std::find_if(context.begin(), context.end(), [&](const auto& kv) { return kv.first == k; });
+  for (const auto& extra : input.extra) {
+    auto it = std::find_if(context.begin(), context.end(),
+                           [&](const auto& kv) { return kv.first == extra.first; });
     if (it != context.end()) {
-      it->second = v;
+      it->second = extra.second;
     } else {
-      context.emplace_back(k, v);
+      context.push_back(extra);
     }
   }
   return template_.Render(context, options);

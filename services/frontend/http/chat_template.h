@@ -38,6 +38,9 @@ inline constexpr char kDefaultChatTemplate[] =
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", ... (passed to the template as is)
   std::string content;
+  // The whole message as the template sees it (with tool_calls, tool_call_id...), from
+  // ParseChatInput (chat_template_input.h); when not a dict, {role, content} is used.
+  jinja::Value message;
 };
 
 // What a chat template renders: the variables Hugging Face's apply_chat_template gives it.

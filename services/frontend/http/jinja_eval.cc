@@ -346,7 +346,9 @@ Value Renderer::CallMacro(const Callable& c, const Args& args, const Value* call
       }
     }
     Value::Map kwargs;
-    for (const auto& [k, v] : args.named) {
+    for (const auto& named : args.named) {
+      const std::string& k = named.first;
+      const Value& v = named.second;
       const bool is_param = std::any_of(m.params.begin(), m.params.end(),
                                         [&](const auto& p) { return p.first == k; });
       if (!is_param) {

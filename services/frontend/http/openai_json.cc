@@ -1,5 +1,7 @@
 #include "services/frontend/http/openai_json.h"
 
+#include "services/frontend/http/chat_template_input.h"
+
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -277,6 +279,10 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   } else {
     FOLIO_RETURN_IF_ERROR(ParseMessages(body, &r.messages));
     FOLIO_RETURN_IF_ERROR(GetBool(body, "add_generation_prompt", &r.add_generation_prompt));
+    absl::StatusOr<ChatInput> chat = ParseChatInput(text);
+    if (!chat.ok()) return chat.status();
+    r.chat = *std::move(chat);
+    for (size_t i = 0; i < r.messages.size(); ++i) r.messages[i].message = r.chat.messages.list()[i];
     bool logprobs = false;
     FOLIO_RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
     std::optional<int32_t> top_logprobs;
@@ -440,7 +446,7 @@ HttpError ErrorFromStatus(const absl::Status& status) {
         "top_k", "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n",
         "echo", "stream", "stream_options", "ignore_eos", "model", "best_of", "suffix",
         "logit_bias", "presence_penalty", "frequency_penalty", "tools", "response_format",
-        "max_completion_tokens", "add_generation_prompt"};
+        "max_completion_tokens", "add_generation_prompt", "chat_template_kwargs"};
     for (const char* f : kFields) {
       if (field == f && n < m.size() && (m[n] == ' ' || m[n] == '[' || m[n] == '.')) {
         e.body["error"]["param"] = field == "prompt_token_ids" ? "prompt" : std::string(f);

@@ -35,6 +35,9 @@ FrontendService::FrontendService(FrontendOptions options,
       metrics_(registry) {}
 
 absl::Status FrontendService::SetClusterInfo(ipb::ClusterInfo info) {
+  if (!options_.chat_template.empty()) {
+    info.mutable_tokenizer()->set_chat_template(options_.chat_template);
+  }
   absl::StatusOr<std::shared_ptr<const ModelContext>> model =
       ModelContext::Create(std::move(info), options_.validator);
   if (!model.ok()) return model.status();

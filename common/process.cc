@@ -8,6 +8,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/usage.h"
 #include "common/version.h"
 #include "glog/logging.h"
 
@@ -28,7 +29,7 @@ std::vector<char*> InitProcess(int argc, char** argv, const std::string& usage) 
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(usage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = ParseFlagsOrExit(argc, argv);
   if (std::getenv("GLOG_logtostderr") == nullptr && std::getenv("GLOG_log_dir") == nullptr) {
     FLAGS_logtostderr = true;
   }

@@ -26,6 +26,8 @@ RUN apt-get update \
  && groupadd --system --gid 10001 folio \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin folio
 COPY --from=build /opt/folio/bin/ /usr/local/bin/
+# The embedded default model (stories260K), at bin/../models/ as an installed tree has it.
+COPY --from=build /opt/folio/models/ /usr/local/models/
 # Numeric, so Kubernetes can verify runAsNonRoot without a passwd lookup.
 USER 10001:10001
 # frontend gRPC and /metrics; the other services take their ports from flags.

@@ -5,6 +5,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/test_models_dir.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -13,11 +14,7 @@
 namespace folio::testing {
 namespace pb = folio::internal::v1;
 
-std::optional<std::string> ModelsDir() {
-  const char* dir = std::getenv("FOLIO_MODELS_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return std::string(dir);
-}
+std::optional<std::string> ModelsDir() { return TestModelsDir(); }
 
 std::string GoldenText(const std::string& models_dir) {
   std::ifstream in(models_dir + "/stories260K/expected_run_c_t0_n200.txt");

@@ -51,8 +51,8 @@ class Cluster {
 // $FOLIO_MODELS_DIR, or nullopt.
 std::optional<std::string> ModelsDir();
 inline constexpr char kModelsDirHelp[] =
-    "FOLIO_MODELS_DIR is not set; point it at the test models, e.g. "
-    "FOLIO_MODELS_DIR=/work/shared/models (a folder laid out like ../shared/models)";
+    "no test models: run under ctest (it passes FOLIO_BUILD_DIR, whose test-models/ the "
+    "build fills), or set FOLIO_MODELS_DIR to a folder laid out like models/";
 
 // The golden text of stories260K (greedy from BOS, 200 tokens), without the newline the
 // reference runner prints at the end.

@@ -20,13 +20,16 @@ def log(msg):
     print(f"[folio serve] {msg}", file=sys.stderr, flush=True)
 
 
-def default_model(root):
-    candidates = []
+def default_model(root, bin_dir):
+    """--model's default: $FOLIO_MODEL, $FOLIO_MODELS_DIR/stories260K, then the embedded
+    stories260K (models/ in a checkout, or beside bin/ in an installed tree)."""
     if os.environ.get("FOLIO_MODEL"):
         return os.environ["FOLIO_MODEL"]
+    candidates = []
     if os.environ.get("FOLIO_MODELS_DIR"):
         candidates.append(os.path.join(os.environ["FOLIO_MODELS_DIR"], "stories260K", "stories260K.gguf"))
-    candidates.append(os.path.join(root, "..", "shared", "models", "stories260K", "stories260K.gguf"))
+    candidates.append(os.path.join(root, "models", "stories260K", "stories260K.gguf"))
+    candidates.append(os.path.join(bin_dir, "..", "models", "stories260K", "stories260K.gguf"))
     for c in candidates:
         if os.path.exists(c):
             return os.path.abspath(c)
@@ -113,10 +116,11 @@ def main():
     threads = args.threads
     if threads == 0 and args.tp > 1:
         threads = max(1, (os.cpu_count() or 1) // args.tp)
-    model = args.model or default_model(root)
+    model = args.model or default_model(root, args.bin_dir)
     if not model or not os.path.exists(model):
         log("no model: pass --model=PATH (a GGUF file or a llama2.c checkpoint), or set "
-            "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf")
+            "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf "
+            "(the embedded models/stories260K/ is missing from this tree)")
         return 2
     if args.chat_template and not os.path.isfile(args.chat_template):
         log(f"--chat_template: no such file {args.chat_template}")

@@ -2,16 +2,20 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 
+#include "common/test_models_dir.h"
 #include "gtest/gtest.h"
 #include "sentencepiece_processor.h"
 
 namespace folio::testing {
 
 std::optional<std::string> ModelPath(std::string_view relative) {
-  const char* dir = std::getenv("FOLIO_MODELS_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return std::string(dir) + "/" + std::string(relative);
+  const std::optional<std::string> dir = TestModelsDir();
+  if (!dir) return std::nullopt;
+  std::string path = *dir + "/" + std::string(relative);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return path;
 }
 
 SentencePieceReference::SentencePieceReference(

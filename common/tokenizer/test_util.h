@@ -22,13 +22,13 @@ class SentencePieceProcessor;
 
 namespace folio::testing {
 
-// FOLIO_MODELS_DIR/<relative>, or nullopt when the variable is unset or empty.
+// TestModelsDir()/<relative>, or nullopt when there is no such folder or file.
 std::optional<std::string> ModelPath(std::string_view relative);
 
 // The message tests skip with when FOLIO_MODELS_DIR is unset.
 inline constexpr char kSetModelsDir[] =
-    "FOLIO_MODELS_DIR is not set; run with FOLIO_MODELS_DIR=/work/shared/models "
-    "(the folder holding stories260K/ and llama2-tokenizer/)";
+    "no llama2-tokenizer/tokenizer.model among the test models: set FOLIO_MODELS_DIR to a "
+    "folder that has it (../shared/models does)";
 
 // A loaded SentencePiece model. Thread-compatible.
 class SentencePieceReference {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "common/test_models_dir.h"
 #include "common/tokenizer/llama2c_vocab.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -12,13 +13,12 @@ namespace ipb = folio::internal::v1;
 namespace pb = folio::v1;
 
 void FrontendTestEnv::SetUp() {
-  const char* dir = std::getenv("FOLIO_MODELS_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    GTEST_SKIP() << "FOLIO_MODELS_DIR is not set; run with "
-                    "FOLIO_MODELS_DIR=/work/shared/models (the folder holding "
-                    "stories260K/tok512.bin)";
+  const std::optional<std::string> dir = TestModelsDir();
+  if (!dir) {
+    GTEST_SKIP() << "no test models: run under ctest (build/test-models), or set "
+                    "FOLIO_MODELS_DIR to a folder holding stories260K/tok512.bin";
   }
-  absl::StatusOr<Vocab> vocab = LoadLlama2cVocab(std::string(dir) + "/stories260K/tok512.bin", 512);
+  absl::StatusOr<Vocab> vocab = LoadLlama2cVocab(*dir + "/stories260K/tok512.bin", 512);
   ASSERT_TRUE(vocab.ok()) << vocab.status();
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(*vocab);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();

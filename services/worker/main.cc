@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/model_lookup.h"
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
@@ -25,8 +26,9 @@
 
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
 ABSL_FLAG(std::string, model, "",
-          "Model file (required): a GGUF file, or a llama2.c checkpoint with its tokenizer "
-          "(tok<N>.bin or tokenizer.bin) beside it. Defaults to $FOLIO_MODEL when unset.");
+          "Model file: a GGUF file, or a llama2.c checkpoint with its tokenizer (tok<N>.bin "
+          "or tokenizer.bin) beside it. Default: $FOLIO_MODEL, else "
+          "$FOLIO_MODELS_DIR/stories260K/, else the embedded stories260K beside the binary.");
 ABSL_FLAG(std::string, kv_cache_bytes, "auto",
           "Bytes this worker may give the KV cache (reported to the scheduler, which sizes "
           "the pool from it): a number of bytes or a size with a unit, e.g. 512MiB, 2GiB, 1.5GB. "
@@ -78,15 +80,12 @@ int main(int argc, char** argv) {
                      "others with --tp_rank=R --tp_rendezvous=RANK0_HOST:PORT.");
   using folio::worker::WorkerServiceOptions;
 
-  std::string model_path = absl::GetFlag(FLAGS_model);
-  if (model_path.empty()) {
-    if (const char* env = std::getenv("FOLIO_MODEL"); env != nullptr) model_path = env;
-  }
-  if (model_path.empty()) {
-    LOG(ERROR) << "--model is required: the path of a GGUF file or a llama2.c checkpoint "
-                  "(or set FOLIO_MODEL)";
+  absl::StatusOr<std::string> resolved = folio::ResolveModelPath(absl::GetFlag(FLAGS_model));
+  if (!resolved.ok()) {
+    LOG(ERROR) << resolved.status().message();
     return 2;
   }
+  const std::string model_path = *resolved;
 
   WorkerServiceOptions options;
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);

@@ -13,7 +13,8 @@ make_model="$1"
 work="$2"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+node="${FOLIO_NODE:-node}"  # Node 20 or later (@huggingface/gguf's requirement)
+if ! command -v "$node" >/dev/null || ! command -v npm >/dev/null; then
   echo "SKIP: node and npm are needed for the @huggingface/gguf check" >&2
   exit 77
 fi
@@ -29,11 +30,11 @@ fi
 run() {  # run DTYPE TIED DIM HIDDEN LAYERS HEADS KV VOCAB CONTEXT THETA EPS
   local dtype="$1" tied="$2" dim="$3" hidden="$4" layers="$5" heads="$6" kv="$7" vocab="$8"
   local context="$9" theta="${10}" eps="${11}"
-  local out="$work/model_${dtype}_${tied}.gguf"
+  local out="$work/model_${dtype}_${tied}_${vocab}.gguf"
   "$make_model" --out="$out" --dtype="$dtype" --tied="$tied" --dim="$dim" \
     --hidden_dim="$hidden" --layers="$layers" --heads="$heads" --kv_heads="$kv" \
     --vocab="$vocab" --context="$context" --rope_theta="$theta" --rms_eps="$eps" --seed=7
-  node "$work/check.mjs" "$out" "{\"dim\":$dim,\"hidden\":$hidden,\"layers\":$layers,\
+  "$node" "$work/check.mjs" "$out" "{\"dim\":$dim,\"hidden\":$hidden,\"layers\":$layers,\
 \"heads\":$heads,\"kv_heads\":$kv,\"vocab\":$vocab,\"context\":$context,\"dtype\":\"$dtype\",\
 \"tied\":$tied,\"rope_theta\":$theta,\"rms_eps\":$eps}"
 }
@@ -42,4 +43,8 @@ run f32 false 64 172 2 8 4 512 512 10000 1e-05
 run f16 true 64 96 3 4 2 300 128 500000 1e-06
 run bf16 false 32 64 1 4 1 260 64 10000 1e-05
 run q8_0 false 64 128 2 8 2 400 256 10000 1e-05
+# The vocabulary sizes real models have (distinct pieces at every size).
+run f16 true 32 64 1 4 2 4096 128 10000 1e-05
+run f16 true 32 64 1 4 2 32000 128 10000 1e-05
+run f16 true 32 64 1 4 2 128256 128 10000 1e-05
 echo "gguf_js_check: all models match"

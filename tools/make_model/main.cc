@@ -11,10 +11,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "common/usage.h"
+#include "common/version.h"
 #include "services/worker/model/random_model.h"
 
 ABSL_FLAG(std::string, out, "", "Output GGUF path (required).");
@@ -41,11 +42,12 @@ int main(int argc, char** argv) {
     return absl::StrContains(file, "make_model/");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] { return std::string("folio-make-model ") + folio::kVersion + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Writes a random-weight Llama GGUF model (weights N(0, 0.02), norms 1, "
       "SentencePiece-style vocabulary).\nUsage: folio-make-model --out=PATH [options]");
-  absl::ParseCommandLine(argc, argv);
+  folio::ParseFlagsOrExit(argc, argv);
 
   folio::worker::RandomModelOptions o;
   o.name = absl::GetFlag(FLAGS_name);

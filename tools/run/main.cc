@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/model_lookup.h"
 #include "common/process.h"
 #include "common/tokenizer/incremental_decoder.h"
 #include "common/tokenizer/tokenizer.h"
@@ -30,7 +31,8 @@
 
 ABSL_FLAG(std::string, model, "",
           "Model file: a GGUF file, or a llama2.c checkpoint with its tokenizer (tok<N>.bin or "
-          "tokenizer.bin) beside it. Defaults to $FOLIO_MODEL.");
+          "tokenizer.bin) beside it. Default: $FOLIO_MODEL, else "
+          "$FOLIO_MODELS_DIR/stories260K/, else the embedded stories260K beside the binary.");
 ABSL_FLAG(std::string, prompt, "", "Prompt text; empty starts from BOS alone.");
 ABSL_FLAG(int, max_tokens, 256,
           "Most tokens to generate (capped so prompt + output fit the model's context).");
@@ -77,12 +79,12 @@ absl::Status Grant(cachemgr::KvCacheManager& cache, cachemgr::SeqId seq, int32_t
 }
 
 int Run() {
-  std::string path = absl::GetFlag(FLAGS_model);
-  if (path.empty() && std::getenv("FOLIO_MODEL") != nullptr) path = std::getenv("FOLIO_MODEL");
-  if (path.empty()) {
-    LOG(ERROR) << "--model is required (or set FOLIO_MODEL)";
+  absl::StatusOr<std::string> resolved = folio::ResolveModelPath(absl::GetFlag(FLAGS_model));
+  if (!resolved.ok()) {
+    LOG(ERROR) << resolved.status().message();
     return 2;
   }
+  const std::string path = *resolved;
   CpuModelRunnerOptions options;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);

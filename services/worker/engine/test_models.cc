@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "common/test_models_dir.h"
 #include "glog/logging.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/model/random_model.h"
@@ -17,9 +18,7 @@
 namespace folio::worker::testing {
 
 std::optional<std::string> ModelsDir() {
-  const char* dir = std::getenv("FOLIO_MODELS_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return std::string(dir);
+  return TestModelsDir();
 }
 
 std::unique_ptr<ModelWeights> LoadOrDie(const std::string& path) {

@@ -18,8 +18,8 @@ std::optional<std::string> ModelsDir();
 
 // Message for GTEST_SKIP when FOLIO_MODELS_DIR is unset.
 inline constexpr char kModelsDirHelp[] =
-    "FOLIO_MODELS_DIR is not set; point it at the test models, e.g. "
-    "FOLIO_MODELS_DIR=/work/shared/models (a folder laid out like ../shared/models)";
+    "no test models: run under ctest (it passes FOLIO_BUILD_DIR, whose test-models/ the "
+    "build fills), or set FOLIO_MODELS_DIR to a folder laid out like models/";
 
 // Loads the model at path; CHECK-fails on error.
 std::unique_ptr<ModelWeights> LoadOrDie(const std::string& path);

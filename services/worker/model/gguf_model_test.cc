@@ -279,6 +279,23 @@ TEST(GgufModelTest, RandomModelOptionsAreValidated) {
   EXPECT_FALSE(MakeRandomModelGguf(o).ok());
 }
 
+// Readers (Folio's tokenizer, llama.cpp, @huggingface/gguf) refuse repeated pieces, so the
+// random vocabulary must be distinct at every size, with the byte and control tokens first.
+TEST(GgufModelTest, RandomVocabPiecesAreDistinctAtEverySize) {
+  for (int32_t size : {259, 512, 4096, 32000, 128256}) {
+    const Vocab v = MakeRandomModelVocab(size);
+    ASSERT_EQ(static_cast<int32_t>(v.pieces.size()), size);
+    ASSERT_EQ(v.scores.size(), v.pieces.size());
+    ASSERT_EQ(v.types.size(), v.pieces.size());
+    std::vector<std::string> sorted = v.pieces;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end())
+        << "repeated piece at vocab " << size << ": " << *std::adjacent_find(sorted.begin(), sorted.end());
+    EXPECT_EQ(v.pieces[3], "<0x00>");
+    EXPECT_EQ(v.pieces[258], "<0xFF>");
+  }
+}
+
 // The committed fuzz seeds: the complete ones are valid models, the truncated ones fail.
 TEST(GgufModelTest, FuzzCorpusSeeds) {
   const std::string dir = std::string(FOLIO_MODEL_SOURCE_DIR) + "/fuzz_corpus/";

@@ -8,13 +8,16 @@
 #include <unistd.h>
 
 #include <glog/logging.h>
+#include "common/test_models_dir.h"
 
 namespace folio::worker::testing {
 
 std::optional<std::string> ModelPath(const std::string& relative) {
-  const char* dir = std::getenv("FOLIO_MODELS_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return (std::filesystem::path(dir) / relative).string();
+  const std::optional<std::string> dir = TestModelsDir();
+  if (!dir) return std::nullopt;
+  std::string path = (std::filesystem::path(*dir) / relative).string();
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return path;
 }
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path) {

@@ -15,8 +15,8 @@ std::optional<std::string> ModelPath(const std::string& relative);
 
 // Message for GTEST_SKIP when FOLIO_MODELS_DIR is unset.
 inline constexpr char kNoModelsDir[] =
-    "FOLIO_MODELS_DIR is not set; run with FOLIO_MODELS_DIR=/path/to/shared/models "
-    "(the folder holding stories260K/ and bench-28m-f16.gguf)";
+    "no test models: run under ctest (it passes FOLIO_BUILD_DIR, whose test-models/ the "
+    "build fills), or set FOLIO_MODELS_DIR to a folder laid out like models/";
 
 // The whole file (CHECK-fails if it cannot be read).
 std::vector<uint8_t> ReadFileBytes(const std::string& path);

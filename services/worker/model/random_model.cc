@@ -4,6 +4,7 @@
 #include <fstream>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/worker/model/gguf_writer.h"
@@ -25,12 +26,15 @@ uint32_t FileType(DType dtype) {
 }
 
 // Filler pieces in a fixed order: common words, printable ASCII, lowercase bigrams
-// (with and without a leading space), then lowercase trigrams. Enough for 18K+ tokens.
+// (with and without a leading space), then lowercase trigrams (with and without a
+// leading space), then numbered fillers: any size. Every piece is distinct (the word list
+// and the bigrams overlap: "▁to", "▁he", ...), since readers refuse repeated pieces.
 std::vector<std::string> FillerPieces(size_t n) {
   std::vector<std::string> out;
   out.reserve(n);
+  absl::flat_hash_set<std::string> seen;
   auto add = [&](std::string s) {
-    if (out.size() < n) out.push_back(std::move(s));
+    if (out.size() < n && seen.insert(s).second) out.push_back(std::move(s));
   };
   for (const char* w : {"the", "and", "to", "a", "was", "he", "she", "it", "of", "in",
                         "they", "said", "his", "her", "with", "day", "big", "one", "play",
@@ -46,10 +50,13 @@ std::vector<std::string> FillerPieces(size_t n) {
   }
   for (char a = 'a'; a <= 'z' && out.size() < n; ++a) {
     for (char b = 'a'; b <= 'z'; ++b) {
-      for (char c = 'a'; c <= 'z'; ++c) add(std::string{a, b, c});
+      for (char c = 'a'; c <= 'z'; ++c) {
+        add(std::string{a, b, c});
+        add(absl::StrCat(kSpace, std::string{a, b, c}));
+      }
     }
   }
-  for (size_t i = out.size(); i < n; ++i) add(absl::StrCat("<filler", i, ">"));
+  for (size_t i = 0; out.size() < n; ++i) add(absl::StrCat("<filler", i, ">"));
   return out;
 }
 

@@ -1,0 +1,243 @@
+#include "services/scheduler/request_state.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace folio::scheduler {
+
+using cachemgr::SeqId;
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "none";
+}
+
+absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& options) {
+  if (spec.prompt.empty()) {
+    return absl::InvalidArgumentError("the prompt has no tokens");
+  }
+  for (size_t i = 0; i < spec.prompt.size(); ++i) {
+    if (spec.prompt[i] < 0 || spec.prompt[i] >= options.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", spec.prompt[i],
+                                                     ", outside the vocabulary [0, ",
+                                                     options.vocab_size, ")"));
+    }
+  }
+  if (spec.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be at least 1, got ", spec.max_tokens));
+  }
+  const int64_t total = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
+  if (total > options.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", spec.prompt.size(), " tokens) plus max_tokens (", spec.max_tokens,
+        ") is ", total, ", more than the model's context of ", options.max_model_len));
+  }
+  if (spec.n < 1 || spec.n > options.max_n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n must be in [1, ", options.max_n, "], got ", spec.n));
+  }
+  if (spec.beam_width < 0 || spec.beam_width > options.max_beam_width) {
+    return absl::InvalidArgumentError(absl::StrCat("beam_width must be in [0, ",
+                                                   options.max_beam_width, "], got ",
+                                                   spec.beam_width));
+  }
+  if (spec.beam_width > 0 && spec.n > spec.beam_width) {
+    return absl::InvalidArgumentError(absl::StrCat("n (", spec.n,
+                                                   ") must not exceed beam_width (",
+                                                   spec.beam_width, ") in beam search"));
+  }
+  if (!std::isfinite(spec.length_penalty)) {
+    return absl::InvalidArgumentError("length_penalty must be finite");
+  }
+  const int32_t width = spec.beam_width > 0 ? spec.beam_width : spec.n;
+  if (width > options.max_num_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request runs ", width, " sequences at once, more than max_num_seqs (",
+                     options.max_num_seqs, ")"));
+  }
+  if (options.num_blocks > 0 && width > 1) {
+    // Worst case: the full prompt blocks shared, every other block private to a branch.
+    const int64_t shared = static_cast<int64_t>(spec.prompt.size()) / options.block_size;
+    const int64_t own = (total + options.block_size - 1) / options.block_size - shared;
+    const int64_t need = shared + width * own;
+    if (need > options.num_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the request may need ", need, " KV blocks (", width, " sequences of up to ", total,
+          " tokens), more than the pool's ", options.num_blocks,
+          "; lower n, beam_width or max_tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+RequestState::RequestState(const SchedulerOptions& options, CacheClient* cache,
+                           SchedulerMetrics* metrics)
+    : options_(options), cache_(cache), metrics_(metrics) {}
+
+void RequestState::Queue(std::unique_ptr<Request> request) {
+  VLOG(1) << "request " << request->spec.request_id << " queued";
+  waiting.push_back(request.get());
+  const uint64_t arrival = request->arrival;
+  requests_.emplace(arrival, std::move(request));
+}
+
+Request* RequestState::Find(uint64_t handle) {
+  auto it = requests_.find(handle);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<cachemgr::StepResponse> RequestState::CacheStep(cachemgr::StepRequest request) {
+  request.commits = std::move(pending_commits);
+  request.frees = std::move(pending_frees);
+  pending_commits.clear();
+  pending_frees.clear();
+  return cache_->Step(request);
+}
+
+void RequestState::Flush() {
+  if (!HasPendingCacheOps()) return;
+  absl::StatusOr<cachemgr::StepResponse> resp = CacheStep({});
+  if (!resp.ok()) {
+    LOG(ERROR) << "cache manager step failed: " << resp.status();
+    cache_lost = true;
+  }
+}
+
+void RequestState::ApplyTable(Branch* branch, const cachemgr::SeqResult& result) {
+  branch->block_table.resize(result.table_offset);
+  for (cachemgr::BlockId b : result.entries) branch->block_table.push_back(b.value);
+}
+
+void RequestState::ReleaseSeq(uint64_t seq_id) {
+  if (seq_id == 0) return;
+  auto it = std::find_if(pending_forks.begin(), pending_forks.end(),
+                         [seq_id](const PendingFork& f) { return f.child == seq_id; });
+  if (it != pending_forks.end()) {
+    pending_forks.erase(it);  // never reached the cache manager
+    return;
+  }
+  pending_frees.push_back(SeqId{seq_id});
+}
+
+int32_t RequestState::RunningSeqs() const {
+  int32_t n = 0;
+  for (const Request* r : running) n += r->width();
+  return n;
+}
+
+void RequestState::MarkRunning(Request* r) {
+  waiting.erase(std::find(waiting.begin(), waiting.end(), r));
+  running.insert(std::upper_bound(running.begin(), running.end(), r,
+                                  [](const Request* a, const Request* b) {
+                                    return a->arrival < b->arrival;
+                                  }),
+                 r);
+}
+
+void RequestState::Finish(Request* request, FinishReason reason, absl::Status error) {
+  RequestEvent event;
+  event.finish = reason;
+  event.error = std::move(error);
+  Finish(request, std::move(event));
+}
+
+void RequestState::Finish(Request* request, RequestEvent event) {
+  const FinishReason reason = event.finish;
+  for (Branch& b : request->branches) {
+    ReleaseSeq(b.seq_id);
+    b.seq_id = 0;
+  }
+  running.erase(std::remove(running.begin(), running.end(), request), running.end());
+  waiting.erase(std::remove(waiting.begin(), waiting.end(), request), waiting.end());
+  event.request_done = true;
+  if (request->sink) request->sink(event);
+  LOG(INFO) << "request " << request->spec.request_id << " finished ("
+            << FinishReasonName(reason) << ") after " << request->num_generated << " tokens"
+            << (event.error.ok() ? "" : absl::StrCat(": ", event.error.ToString()));
+  metrics_->finished.WithLabels({FinishReasonName(reason)}).Increment();
+  metrics_->e2e.Observe(absl::ToDoubleSeconds(absl::Now() - request->arrival_time));
+  requests_.erase(request->arrival);
+}
+
+void RequestState::FailRunning(const absl::Status& status, bool lost) {
+  LOG(ERROR) << "failing " << running.size() << " running requests: " << status;
+  while (!running.empty()) Finish(running.back(), FinishReason::kError, status);
+  if (lost) {
+    // The pool's state is unknown: drop what we meant to tell it and reset it.
+    pending_frees.clear();
+    pending_commits.clear();
+    pending_forks.clear();
+    pending_copies.clear();
+    cache_lost = true;
+  }
+}
+
+void RequestState::Preempt(Request* victim) {
+  LOG(INFO) << "request " << victim->spec.request_id << " preempted ("
+            << victim->branches.size() << " sequences) after " << victim->num_generated
+            << " tokens; it will be recomputed";
+  for (Branch& b : victim->branches) {
+    ReleaseSeq(b.seq_id);
+    b.seq_id = 0;
+    b.block_table.clear();
+    b.num_computed = 0;
+    b.candidates.clear();
+  }
+  running.erase(std::remove(running.begin(), running.end(), victim), running.end());
+  waiting.push_front(victim);
+  ++stats.num_preemptions;
+  metrics_->preemptions.Increment();
+}
+
+absl::Status RequestState::CheckInvariants() const {
+  absl::flat_hash_set<const Request*> seen;
+  absl::flat_hash_set<uint64_t> seqs;
+  for (const Request* r : waiting) {
+    if (!seen.insert(r).second) return absl::InternalError("a request is queued twice");
+    for (const Branch& b : r->branches) {
+      if (b.seq_id != 0 || !b.block_table.empty() || b.num_computed != 0) {
+        return absl::InternalError(absl::StrCat("waiting request ", r->spec.request_id,
+                                                " holds a sequence"));
+      }
+    }
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    const Request* r = running[i];
+    if (!seen.insert(r).second) {
+      return absl::InternalError(absl::StrCat("request ", r->spec.request_id,
+                                              " is both waiting and running"));
+    }
+    if (i > 0 && running[i - 1]->arrival >= r->arrival) {
+      return absl::InternalError("running requests are out of arrival order");
+    }
+    for (const Branch& b : r->branches) {
+      if (b.seq_id != 0 && !seqs.insert(b.seq_id).second) {
+        return absl::InternalError(absl::StrCat("sequence ", b.seq_id, " is in two branches"));
+      }
+    }
+  }
+  if (seen.size() != requests_.size()) {
+    return absl::InternalError(absl::StrCat(requests_.size(), " requests, ", seen.size(),
+                                            " of them waiting or running"));
+  }
+  for (SeqId s : pending_frees) {
+    if (seqs.contains(s.value)) {
+      return absl::InternalError(absl::StrCat("sequence ", s.value, " is freed but still held"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace folio::scheduler

@@ -1,0 +1,36 @@
+#include "services/scheduler/scheduler_metrics.h"
+
+namespace folio::scheduler {
+
+SchedulerMetrics::SchedulerMetrics(MetricsRegistry* r)
+    : running(r->AddGauge("folio_scheduler_requests_running", "Requests holding KV blocks.")),
+      waiting(r->AddGauge("folio_scheduler_requests_waiting",
+                          "Requests queued for admission (new or preempted).")),
+      preemptions(r->AddCounter("folio_scheduler_preemptions_total",
+                                "Requests preempted (blocks freed, recomputed later).")),
+      prompt_tokens(r->AddCounter("folio_scheduler_prompt_tokens_total",
+                                  "Prompt tokens of admitted requests (first admission).")),
+      generation_tokens(r->AddCounter("folio_scheduler_generation_tokens_total",
+                                      "Tokens generated.")),
+      prefix_hits(r->AddCounter("folio_scheduler_prefix_cache_hit_tokens_total",
+                                "Tokens whose KV came from the prefix cache at admission.")),
+      finished(r->AddCounterFamily("folio_scheduler_requests_finished_total",
+                                   "Requests ended, by reason.", {"reason"})),
+      step_duration(r->AddHistogram("folio_scheduler_step_duration_seconds",
+                                    "Wall time of one scheduler step, RPCs included.",
+                                    ExponentialBuckets(1e-4, 2, 18))),
+      batch_size(r->AddHistogram("folio_scheduler_batch_sequences",
+                                 "Sequences computed per step.", ExponentialBuckets(1, 2, 10))),
+      batch_tokens(r->AddHistogram("folio_scheduler_batch_tokens", "Tokens computed per step.",
+                                   ExponentialBuckets(1, 2, 14))),
+      ttft(r->AddHistogram("folio_scheduler_time_to_first_token_seconds",
+                           "From arrival to the first generated token.",
+                           ExponentialBuckets(1e-3, 2, 18))),
+      itl(r->AddHistogram("folio_scheduler_inter_token_latency_seconds",
+                          "Between consecutive tokens of one request.",
+                          ExponentialBuckets(1e-4, 2, 18))),
+      e2e(r->AddHistogram("folio_scheduler_request_latency_seconds",
+                          "From arrival to the end of the request.",
+                          ExponentialBuckets(1e-3, 2, 20))) {}
+
+}  // namespace folio::scheduler

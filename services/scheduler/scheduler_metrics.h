@@ -1,0 +1,33 @@
+// The scheduler's Prometheus metrics, registered once per scheduler. The metric objects
+// are thread-safe (common/metrics.h); the struct only holds references to them.
+#ifndef FOLIO_SERVICES_SCHEDULER_SCHEDULER_METRICS_H_
+#define FOLIO_SERVICES_SCHEDULER_SCHEDULER_METRICS_H_
+
+#include <memory>
+
+#include "common/metrics.h"
+
+namespace folio::scheduler {
+
+struct SchedulerMetrics {
+  // `registry` must outlive the metrics.
+  explicit SchedulerMetrics(MetricsRegistry* registry);
+
+  Gauge& running;
+  Gauge& waiting;
+  Counter& preemptions;
+  Counter& prompt_tokens;
+  Counter& generation_tokens;
+  Counter& prefix_hits;
+  Family<Counter>& finished;
+  Histogram& step_duration;
+  Histogram& batch_size;
+  Histogram& batch_tokens;
+  Histogram& ttft;
+  Histogram& itl;
+  Histogram& e2e;
+};
+
+}  // namespace folio::scheduler
+
+#endif  // FOLIO_SERVICES_SCHEDULER_SCHEDULER_METRICS_H_

@@ -1,0 +1,38 @@
+// The scheduler's options and the figures it reports. Plain structs, thread-compatible.
+#ifndef FOLIO_SERVICES_SCHEDULER_SCHEDULER_OPTIONS_H_
+#define FOLIO_SERVICES_SCHEDULER_SCHEDULER_OPTIONS_H_
+
+#include <cstdint>
+
+namespace folio::scheduler {
+
+struct SchedulerOptions {
+  int32_t block_size = 16;
+  int32_t max_num_batched_tokens = 512;  // tokens computed per step, all sequences
+  int32_t max_num_seqs = 64;             // sequences running at once
+  int32_t max_waiting_requests = 1024;   // past this, Submit answers ResourceExhausted
+  int32_t max_model_len = 0;             // prompt + output cap, tokens
+  int32_t vocab_size = 0;
+  int32_t eos_id = 2;
+  int32_t num_blocks = 0;                // the pool's size; 0: unknown (no size check)
+  int32_t max_n = 16;                    // choices per request, at most
+  int32_t max_beam_width = 8;            // beam width, at most
+  // Each sequence asks the cache manager for max_model_len tokens rather than its prompt
+  // plus max_tokens: what a reservation system that cannot know the output length must
+  // reserve (the article's Orca (Max) baseline, with the contiguous policy).
+  bool reserve_max_model_len = false;
+};
+
+struct SchedulerStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+};
+
+}  // namespace folio::scheduler
+
+#endif  // FOLIO_SERVICES_SCHEDULER_SCHEDULER_OPTIONS_H_

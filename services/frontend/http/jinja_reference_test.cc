@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/frontend/http/chat_template.h"
+#include "tests/reference/llama_ref.h"
 
 namespace folio::frontend {
 namespace {
@@ -42,17 +43,6 @@ const std::map<std::string, std::string>& Refused() {
 }
 
 constexpr char kPinnedDate[] = "2026-07-26";
-
-// The reference's directory, as tests/reference/llama_ref.h's ReferenceDir() finds it.
-std::string ReferenceDir() {
-  if (const char* d = std::getenv("FOLIO_REFERENCE_DIR"); d != nullptr && *d != '\0') return d;
-  return FOLIO_REFERENCE_DEFAULT_DIR;
-}
-
-bool ReferenceRequired() {
-  const char* r = std::getenv("FOLIO_REQUIRE_REFERENCE");
-  return r != nullptr && std::string(r) == "1";
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -104,18 +94,14 @@ std::string Diff(const std::string& want, const std::string& got) {
 }
 
 TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
-  const std::string templates_dir = ReferenceDir() + "/llama.cpp/models/templates";
-  if (!std::filesystem::is_directory(templates_dir)) {
-    const std::string why = absl::StrCat("no chat templates at ", templates_dir,
-                                         " (./folio reference installs them)");
-    if (ReferenceRequired()) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  const std::string templates_dir = reference::LlamaCppSourceDir() + "/models/templates";
+  ASSERT_TRUE(std::filesystem::is_directory(templates_dir)) << templates_dir;
   bool ok = false;
   RunCommand("/usr/bin/python3 -c 'import jinja2' 2>/dev/null", &ok);
   if (!ok) {
     const char* why = "/usr/bin/python3 with jinja2 is missing (Debian: python3-jinja2)";
-    if (ReferenceRequired()) FAIL() << why;
+    if (reference::ReferenceRequired()) FAIL() << why;
     GTEST_SKIP() << why;
   }
 

@@ -3,6 +3,7 @@
 // folio-make-model's writer.
 #include "services/frontend/http/chat_template.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -146,6 +147,42 @@ TEST_F(EncodeChatPromptTest, BosIsAddedOnceWhenTheTemplateLeavesItOut) {
   std::vector<int32_t> want = {tokenizer_->bos_id()};
   for (int32_t id : Plain("user: hi\nassistant:")) want.push_back(id);
   EXPECT_EQ(*ids, want);
+}
+
+// Hugging Face tokenizes a rendered template with add_special_tokens=False (the template's
+// BOS is the only one); llama.cpp's server strips one leading BOS text from the rendering
+// when the vocabulary adds BOS, then lets the tokenizer add it. Folio does what llama.cpp
+// does: for templates that write bos_token (all that need it) the three agree on one BOS.
+TEST_F(EncodeChatPromptTest, TheTemplatesBosIsNotDoubled) {
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Create(ReadTemplate("llama2_chat.jinja"), "<s>", "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> text = t->Render({{"user", "hi"}}, true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_EQ(text->rfind("<s>", 0), 0u) << *text;  // the template wrote BOS
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tokenizer_, *text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_GE(ids->size(), 2u);
+  EXPECT_EQ((*ids)[0], tokenizer_->bos_id());
+  EXPECT_NE((*ids)[1], tokenizer_->bos_id());
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tokenizer_->bos_id()), 1);
+  // llama.cpp strips one BOS and adds one: a rendering that opens with two keeps two.
+  ids = EncodeChatPrompt(*tokenizer_, "<s><s>x");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tokenizer_->bos_id()), 2);
+}
+
+TEST(EncodeChatPromptNoBosTest, AVocabularyWithoutAddBosGetsOnlyTheTemplatesBos) {
+  Vocab v = worker::MakeRandomModelVocab(512);
+  v.add_bos = false;
+  absl::StatusOr<Tokenizer> tok = Tokenizer::Create(v);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tok, "user: hi");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tok->bos_id()), 0);
+  ids = EncodeChatPrompt(*tok, "<s>user: hi");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tok->bos_id()), 1);
 }
 
 TEST_F(EncodeChatPromptTest, InvalidUtf8IsAnError) {

@@ -88,6 +88,9 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   tok->set_add_bos(v.add_bos);
   tok->set_add_dummy_prefix(v.add_dummy_prefix);
   tok->set_chat_template(v.chat_template);
+  for (const auto& [name, source] : v.named_chat_templates) {
+    (*tok->mutable_named_chat_templates())[name] = source;
+  }
 
   info.set_kv_bytes_per_token(kv_bytes_per_token);
   info.set_kv_cache_budget_bytes(options.kv_cache_budget_bytes);

@@ -52,6 +52,16 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatInput& input,
   return template_.Render(context, options);
 }
 
+std::string SelectChatTemplate(const std::string& default_source,
+                               const std::map<std::string, std::string>& named, bool has_tools) {
+  if (has_tools) {
+    if (auto it = named.find("tool_use"); it != named.end()) return it->second;
+  }
+  if (!default_source.empty()) return default_source;
+  if (auto it = named.find("default"); it != named.end()) return it->second;
+  return "";
+}
+
 absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const Tokenizer& tokenizer,
                                                       std::string_view text) {
   // Special pieces by first byte, longest first, so "<|im_start|>" wins over "<".

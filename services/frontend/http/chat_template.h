@@ -19,6 +19,7 @@
 #define FOLIO_SERVICES_FRONTEND_HTTP_CHAT_TEMPLATE_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,6 +91,14 @@ class ChatTemplate {
   std::string eos_;
   bool is_default_;
 };
+
+// The template a model's chat requests render with, chosen as llama.cpp's server and
+// Hugging Face's apply_chat_template choose among a model's templates: with tools, the one
+// named "tool_use" when the model has it; otherwise the default (GGUF
+// tokenizer.chat_template), or when there is none the one named "default". Empty: none
+// (ChatTemplate::Create then uses kDefaultChatTemplate).
+std::string SelectChatTemplate(const std::string& default_source,
+                               const std::map<std::string, std::string>& named, bool has_tools);
 
 // Tokenizes a rendered chat prompt as the file comment describes. InvalidArgument when the
 // text is not valid UTF-8.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "gmock/gmock.h"
@@ -105,6 +106,24 @@ TEST(ChatTemplateTest, TemplatesTravelThroughGgufFiles) {
     EXPECT_EQ((*w)->vocab.chat_template, o.chat_template) << name;
     std::remove(path.c_str());
   }
+  // Named templates (tokenizer.chat_template.<name>) come along, and the tool_use one is
+  // chosen for requests with tools.
+  worker::RandomModelOptions named;
+  named.vocab_size = 300;
+  named.chat_template = "{{ 'default' }}";
+  named.named_chat_templates = {{"tool_use", "{{ 'tools' }}"}, {"rag", "{{ 'rag' }}"}};
+  const std::string named_path = ::testing::TempDir() + "/chat_named.gguf";
+  ASSERT_TRUE(worker::WriteRandomModel(named, named_path).ok());
+  absl::StatusOr<std::unique_ptr<worker::ModelWeights>> nw = worker::LoadModel(named_path);
+  ASSERT_TRUE(nw.ok()) << nw.status();
+  EXPECT_EQ((*nw)->vocab.named_chat_templates, named.named_chat_templates);
+  const std::map<std::string, std::string> by_name((*nw)->vocab.named_chat_templates.begin(),
+                                                   (*nw)->vocab.named_chat_templates.end());
+  EXPECT_EQ(SelectChatTemplate((*nw)->vocab.chat_template, by_name, /*has_tools=*/true), "{{ 'tools' }}");
+  EXPECT_EQ(SelectChatTemplate((*nw)->vocab.chat_template, by_name, /*has_tools=*/false), "{{ 'default' }}");
+  EXPECT_EQ(SelectChatTemplate("", {{"default", "d"}}, /*has_tools=*/true), "d");
+  EXPECT_EQ(SelectChatTemplate("", {}, /*has_tools=*/false), "");
+  std::remove(named_path.c_str());
   // A model written without one has none.
   worker::RandomModelOptions plain;
   plain.vocab_size = 300;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/worker/model/mapped_file.h"
@@ -220,6 +221,13 @@ absl::Status ReadVocab(const GgufFile& f, const Reader& r, Vocab* vocab) {
   if (f.FindValue("tokenizer.chat_template") != nullptr) {
     ASSIGN_OR_RETURN(absl::string_view chat_template, r.String("tokenizer.chat_template"));
     vocab->chat_template = std::string(chat_template);
+  }
+  constexpr absl::string_view kNamedTemplate = "tokenizer.chat_template.";
+  for (const auto& kv : f.metadata()) {
+    if (!absl::StartsWith(kv.first, kNamedTemplate) || kv.first.size() == kNamedTemplate.size()) continue;
+    ASSIGN_OR_RETURN(absl::string_view source, r.String(std::string(kv.first)));
+    vocab->named_chat_templates.emplace_back(std::string(kv.first.substr(kNamedTemplate.size())),
+                                             std::string(source));
   }
   return absl::OkStatus();
 }

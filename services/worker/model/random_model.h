@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,8 @@ struct RandomModelOptions {
   float weight_std = 0.02f;
   bool tied_embeddings = false;    // omit output.weight
   std::string chat_template;       // written as tokenizer.chat_template when not empty
+  // Written as tokenizer.chat_template.<name>.
+  std::vector<std::pair<std::string, std::string>> named_chat_templates;
 };
 
 // 3 control tokens + 256 byte tokens.

@@ -27,7 +27,9 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "common/tokenizer/tokenizer.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/worker/model/random_model.h"
 #include "tests/reference/llama_ref.h"
 
 namespace folio::frontend {
@@ -93,8 +95,14 @@ std::string Diff(const std::string& want, const std::string& got) {
                       "\n  folio:  ", ordered_json(got.substr(from, 140)).dump());
 }
 
-TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
-  FOLIO_SKIP_WITHOUT_REFERENCE();
+// The templates' files, sorted, and Jinja2's renderings of every conversation with them.
+struct ReferenceRun {
+  std::vector<std::string> files;
+  ordered_json reference;  // {template: {conversation: {"ok", "text" | "error"}}}
+  ordered_json fixtures;   // conversations.json
+};
+
+void RunReference(ReferenceRun* run) {
   const std::string templates_dir = reference::LlamaCppSourceDir() + "/models/templates";
   ASSERT_TRUE(std::filesystem::is_directory(templates_dir)) << templates_dir;
   bool ok = false;
@@ -104,29 +112,55 @@ TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
     if (reference::ReferenceRequired()) FAIL() << why;
     GTEST_SKIP() << why;
   }
-
-  std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(templates_dir)) {
-    if (entry.path().extension() == ".jinja") files.push_back(entry.path().string());
+    if (entry.path().extension() == ".jinja") run->files.push_back(entry.path().string());
   }
-  std::sort(files.begin(), files.end());
-  ASSERT_GE(files.size(), 60u) << templates_dir;
-
+  std::sort(run->files.begin(), run->files.end());
+  ASSERT_GE(run->files.size(), 60u) << templates_dir;
   const std::string conversations_path = std::string(FOLIO_CHAT_TEMPLATES_DIR) + "/conversations.json";
   std::string command = absl::StrCat("/usr/bin/python3 ", FOLIO_CHAT_TEMPLATES_DIR,
                                      "/hf_render.py --conversations ", conversations_path,
                                      " --date ", kPinnedDate);
-  for (const std::string& f : files) absl::StrAppend(&command, " '", f, "'");
+  for (const std::string& f : run->files) absl::StrAppend(&command, " '", f, "'");
   const std::string reference_text = RunCommand(command, &ok);
   ASSERT_TRUE(ok) << "hf_render.py failed: " << command;
-  const ordered_json reference = ordered_json::parse(reference_text);
-  const ordered_json fixtures = ordered_json::parse(ReadFile(conversations_path));
-  ASSERT_GE(fixtures["conversations"].size(), 10u);
+  run->reference = ordered_json::parse(reference_text);
+  run->fixtures = ordered_json::parse(ReadFile(conversations_path));
+  ASSERT_GE(run->fixtures["conversations"].size(), 10u);
+}
 
-  absl::CivilDay day;
-  ASSERT_TRUE(absl::ParseCivilTime(kPinnedDate, &day));
+ChatInput InputOf(const ordered_json& conv) {
+  ChatInput input;
+  for (const auto& [k, v] : conv["context"].items()) {
+    if (k == "messages") {
+      input.messages = jinja::Value::FromJson(v);
+    } else if (k == "tools") {
+      input.tools = jinja::Value::FromJson(v);
+    } else if (k == "add_generation_prompt") {
+      input.add_generation_prompt = v.get<bool>();
+    } else {
+      input.extra.emplace_back(k, jinja::Value::FromJson(v));
+    }
+  }
+  return input;
+}
+
+jinja::RenderOptions PinnedOptions() {
+  const absl::CivilDay day(2026, 7, 26);  // kPinnedDate
   jinja::RenderOptions options;
   options.now = absl::FromCivil(day, absl::UTCTimeZone());
+  return options;
+}
+
+TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  ReferenceRun run;
+  RunReference(&run);
+  if (HasFatalFailure() || IsSkipped()) return;
+  const std::vector<std::string>& files = run.files;
+  const ordered_json& reference = run.reference;
+  const ordered_json& fixtures = run.fixtures;
+  const jinja::RenderOptions options = PinnedOptions();
 
   struct Tally { int identical = 0, refused = 0, total = 0; };
   std::map<std::string, Tally> families;
@@ -147,18 +181,7 @@ TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
       const std::string conv_name = conv["name"];
       SCOPED_TRACE(conv_name);
       const ordered_json& want = reference.at(name).at(conv_name);
-      ChatInput input;
-      for (const auto& [k, v] : conv["context"].items()) {
-        if (k == "messages") {
-          input.messages = jinja::Value::FromJson(v);
-        } else if (k == "tools") {
-          input.tools = jinja::Value::FromJson(v);
-        } else if (k == "add_generation_prompt") {
-          input.add_generation_prompt = v.get<bool>();
-        } else {
-          input.extra.emplace_back(k, jinja::Value::FromJson(v));
-        }
-      }
+      const ChatInput input = InputOf(conv);
       absl::StatusOr<std::string> got = t->Render(input, options);
       if (want["ok"].get<bool>()) {
         ++renders_compared;
@@ -193,6 +216,62 @@ TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
               << (tally.refused ? absl::StrCat(" (", tally.refused, " refused)") : "") << "\n";
   }
   std::cout << "  all: " << all.identical << "/" << all.total << "\n";
+}
+
+// The prompt token ids of a chat request: Folio's rendering encoded by EncodeChatPrompt
+// with Folio's tokenizer, against Jinja2's rendering tokenized by llama.cpp as its server
+// does (one leading BOS text stripped when the vocabulary adds BOS, then add_special and
+// parse_special), on a random-weight Llama model's SentencePiece vocabulary (BOS "<s>", EOS
+// "</s>"), for every template and conversation Jinja2 renders.
+TEST(JinjaReferenceTest, PromptIdsEqualLlamaCppsOnJinja2sRendering) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  ReferenceRun run;
+  RunReference(&run);
+  if (HasFatalFailure() || IsSkipped()) return;
+  worker::RandomModelOptions o;
+  o.vocab_size = 4096;
+  o.dim = 32;
+  o.hidden_dim = 64;
+  o.num_layers = 1;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  const std::string path = ::testing::TempDir() + "/chat_prompt_ids.gguf";
+  ASSERT_TRUE(worker::WriteRandomModel(o, path).ok());
+  absl::StatusOr<std::unique_ptr<reference::LlamaModel>> llama =
+      reference::LlamaModel::Load(path, reference::LlamaModelOptions{.vocab_only = true});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  absl::StatusOr<Tokenizer> tok = Tokenizer::Create(worker::MakeRandomModelVocab(o.vocab_size));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string bos(*tok->TokenToPiece(tok->bos_id()));
+  const std::string eos(*tok->TokenToPiece(tok->eos_id()));
+  ASSERT_EQ(bos, run.fixtures["bos_token"].get<std::string>());
+  ASSERT_EQ(eos, run.fixtures["eos_token"].get<std::string>());
+  const jinja::RenderOptions options = PinnedOptions();
+
+  int compared = 0;
+  for (const std::string& file : run.files) {
+    const std::string name = std::filesystem::path(file).filename().string();
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(ReadFile(file), bos, eos);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    for (const ordered_json& conv : run.fixtures["conversations"]) {
+      const ordered_json& want = run.reference.at(name).at(conv["name"].get<std::string>());
+      if (!want["ok"].get<bool>()) continue;
+      std::string jinja2_text = want["text"].get<std::string>();
+      if (jinja2_text.rfind(bos, 0) == 0) jinja2_text.erase(0, bos.size());
+      absl::StatusOr<std::vector<int32_t>> llama_ids = (*llama)->Tokenize(
+          jinja2_text, reference::TokenizeOptions{.add_special = true, .parse_special = true});
+      ASSERT_TRUE(llama_ids.ok()) << llama_ids.status();
+      absl::StatusOr<std::string> text = t->Render(InputOf(conv), options);
+      ASSERT_TRUE(text.ok()) << name << " " << conv["name"] << ": " << text.status();
+      absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tok, *text);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_EQ(*ids, *llama_ids) << name << " " << conv["name"];
+      ++compared;
+    }
+  }
+  std::cout << compared << " chat prompts tokenized as llama.cpp tokenizes Jinja2's rendering\n";
+  EXPECT_GT(compared, 500);
+  std::remove(path.c_str());
 }
 
 }  // namespace

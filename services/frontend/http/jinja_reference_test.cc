@@ -9,7 +9,8 @@
 //     supported", or cannot take a content-part list): Folio must fail too.
 //   - Jinja2 renders, Folio fails: allowed only for a template on kRefused, with the reason.
 // A template Folio renders differently from Jinja2 fails the test whatever the list says.
-// The test prints a table of identical templates per model family.
+// The test prints a table of identical templates per model family. A second test checks
+// the prompt token ids of the same renderings against llama.cpp's tokenizer.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -29,10 +29,23 @@ struct Args {
   bool Has(std::string_view name, size_t pos) const;
 };
 
-// Python helpers (jinja_builtins.cc).
-std::vector<std::string> CodePoints(const std::string& s);
-bool Equal(const Value& a, const Value& b);
-std::string HtmlEscape(const std::string& s);  // markupsafe's escape
+// Python helpers (jinja_strings.cc).
+std::vector<std::string> CodePoints(const std::string& s);  // each code point's bytes
+bool Equal(const Value& a, const Value& b);                  // Python's ==
+std::string HtmlEscape(const std::string& s);                // markupsafe's escape
+bool IsPySpace(char c);                                      // str.isspace, ASCII
+// str.strip/lstrip/rstrip; `chars` nullopt: whitespace.
+std::string Strip(const std::string& s, const std::optional<std::string>& chars, bool left,
+                  bool right);
+std::string Capitalize(const std::string& s);
+std::string Title(const std::string& s);
+std::vector<std::string> SplitLines(const std::string& s);  // str.splitlines()
+// str.split / str.rsplit; `sep` nullopt: runs of whitespace; maxsplit < 0: no limit.
+std::vector<std::string> Split(const std::string& s, const std::optional<std::string>& sep,
+                               int64_t maxsplit, bool from_right);
+// str.replace; count < 0: every occurrence.
+std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count);
 
 class Renderer {
  public:

@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, metrics_port, 0,
@@ -26,7 +27,8 @@ ServerOptions ServerOptionsFromFlags(std::string service_name, int port) {
       .metrics_port = absl::GetFlag(FLAGS_metrics_port),
       .port_file = absl::GetFlag(FLAGS_port_file),
       .shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)),
-      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms))};
+      .drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms)),
+      .tls = TlsConfigFromFlagsOrExit()};
 }
 
 }  // namespace folio

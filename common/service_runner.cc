@@ -21,7 +21,10 @@ absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &runner->port_);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(address, *credentials, &runner->port_);
   // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port would
   // silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -89,6 +92,13 @@ void ServiceRunner::SetServing(ServingState state) {
   health->SetServingStatus("", serving);
   if (serving_gauge_ != nullptr) serving_gauge_->Set(serving ? 1 : 0);
   LOG(INFO) << options_.service_name << " health: " << (serving ? "SERVING" : "NOT_SERVING");
+}
+
+void ServiceRunner::SetHealth(const std::string& name, ServingState state) {
+  const bool serving = state == ServingState::kServing;
+  server_->GetHealthCheckService()->SetServingStatus(name, serving);
+  LOG(INFO) << options_.service_name << " health of \"" << name
+            << "\": " << (serving ? "SERVING" : "NOT_SERVING");
 }
 
 void ServiceRunner::Shutdown() {

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "grpcpp/server.h"
@@ -43,6 +44,7 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // More "name": port entries for the port file (e.g. the frontend's "http_port").
   std::vector<std::pair<std::string, int>> extra_ports;
+  TlsConfig tls;  // off: plaintext (common/tls.h)
 };
 
 enum class ServingState { kNotServing, kServing };
@@ -62,6 +64,10 @@ class ServiceRunner {
   std::string address() const;
 
   void SetServing(ServingState state);
+  // Sets one more grpc.health.v1 name on its own (neither the service's name nor ""
+  // follow it), e.g. the scheduler's "liveness", which a Kubernetes liveness probe asks
+  // while readiness asks the service's name. Not reflected in folio_health_serving.
+  void SetHealth(const std::string& name, ServingState state);
 
   // See the class comment. Idempotent.
   void Shutdown();

@@ -59,6 +59,23 @@ TEST(ServiceRunnerTest, HealthFollowsReadinessAndShutdown) {
   EXPECT_EQ(Check(*stub, "folio.test.Svc"), HealthCheckResponse::UNKNOWN) << "server is gone";
 }
 
+TEST(ServiceRunnerTest, ANamedHealthStandsApartFromReadiness) {
+  ServerOptions options{.service_name = "folio.test.Svc", .metrics_port = -1};
+  auto runner = ServiceRunner::Start(options, {}, nullptr);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto stub = Health::NewStub(
+      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  (*runner)->SetHealth("liveness", ServingState::kServing);
+  EXPECT_EQ(Check(*stub, "liveness"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Check(*stub, "folio.test.Svc"), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Check(*stub, ""), HealthCheckResponse::NOT_SERVING) << "\"\" follows readiness";
+  (*runner)->SetServing(ServingState::kServing);
+  (*runner)->SetHealth("liveness", ServingState::kNotServing);
+  EXPECT_EQ(Check(*stub, "liveness"), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Check(*stub, "folio.test.Svc"), HealthCheckResponse::SERVING);
+  (*runner)->Shutdown();
+}
+
 TEST(ServiceRunnerTest, BusyPortIsAClearError) {
   auto first = ServiceRunner::Start(ServerOptions{.service_name = "a", .metrics_port = -1}, {},
                                     nullptr);

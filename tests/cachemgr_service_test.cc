@@ -99,6 +99,25 @@ TEST_F(CacheManagerServiceTest, NotServingUntilConfiguredThenServing) {
   EXPECT_EQ(Stats().num_blocks_total(), 64);
 }
 
+TEST_F(CacheManagerServiceTest, EachStartHasItsOwnIncarnation) {
+  const std::string first = Stats().incarnation_id();
+  EXPECT_EQ(first.size(), 32u);
+  Configure(8, 16);
+  EXPECT_EQ(Stats().incarnation_id(), first) << "the same process keeps its id";
+  ASSERT_TRUE(proc_->Restart().ok());
+  pb::CacheStats after;
+  for (int i = 0; i < 200; ++i) {  // until the channel has reconnected
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    if (stub_->GetStats(&ctx, pb::GetStatsRequest(), &after).ok()) break;
+  }
+  const std::string second = after.incarnation_id();
+  EXPECT_EQ(second.size(), 32u);
+  EXPECT_NE(second, first) << "a restarted process has a new id";
+  EXPECT_FALSE(after.configured()) << "and no pool";
+}
+
 TEST_F(CacheManagerServiceTest, StepGrantsForksCopiesAndFrees) {
   Configure(16, 4);
   pb::CacheStepRequest req;

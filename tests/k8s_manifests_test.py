@@ -18,7 +18,7 @@ import sys
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K8S = os.path.join(ROOT, "deploy", "k8s")
-OVERLAYS = ["cpu-demo", "gpu-tp2"]
+OVERLAYS = ["cpu-demo", "gpu-tp2", "cpu-demo-tls"]
 # The grpc.health.v1 name each binary reports (ServerOptions.service_name in its main.cc).
 HEALTH_NAMES = {
     "folio-frontend": "folio.v1.TextGeneration",
@@ -26,6 +26,10 @@ HEALTH_NAMES = {
     "folio-cachemgr": "folio.internal.v1.CacheManager",
     "folio-worker": "folio.internal.v1.Worker",
 }
+
+# Binaries whose liveness is a health name of its own (the scheduler: step-loop progress,
+# services/scheduler/stall_watchdog.h), apart from readiness.
+LIVENESS_NAMES = {"folio-scheduler": "liveness"}
 
 try:
     import yaml
@@ -122,17 +126,64 @@ def check_container(c, pod_spec, config_maps, bin_dir, chk, where):
     chk.expect(metric_ports == [metrics_port],
                f"{where}: metrics containerPort {metric_ports} != --metrics_port={metrics_port}")
 
-    # Native gRPC probes against grpc.health.v1 on --port.
+    # TLS (components/tls): the files the flags name come from a mounted Secret.
+    tls_flags = {k: v for k, v in flags.items() if k in ("tls_cert", "tls_key", "tls_ca",
+                                                           "http_tls_cert", "http_tls_key", "http_tls_ca")}
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+    secrets = {v["name"] for v in pod_spec.get("volumes", []) if "secret" in v}
+    for flag, path in tls_flags.items():
+        chk.expect(any(n in secrets and path.startswith(mp.rstrip("/") + "/") for n, mp in mounts.items()),
+                   f"{where}: --{flag}={path} is not in a mounted Secret")
+    if tls_flags:
+        chk.expect(pod_spec.get("securityContext", {}).get("fsGroup") == pod_spec.get(
+            "securityContext", {}).get("runAsGroup"),
+                   f"{where}: the Secret's files must be readable by the pod's group (fsGroup)")
+
+    # Probes against grpc.health.v1 on --port: native gRPC probes, or (with TLS, which
+    # those cannot speak) `folio-cli health` with the container's own --tls_* flags.
+    cli_tls = [f"--{k}={v}" for k, v in flags.items() if k in ("tls_cert", "tls_key", "tls_ca")]
     for kind in ["startupProbe", "readinessProbe", "livenessProbe"]:
         probe = c.get(kind)
+        if probe is not None and "exec" in probe:
+            cmd = probe["exec"].get("command", [])
+            ok = (chk.expect(len(cmd) > 2 and os.path.basename(cmd[0]) == "folio-cli" and cmd[1] == "health",
+                             f"{where}: {kind} exec is not folio-cli health")
+                  and chk.expect(f"--server=127.0.0.1:{port}" in cmd,
+                                 f"{where}: {kind} does not check --port={port}"))
+            chk.expect(all(t in cmd for t in cli_tls) and bool(cli_tls),
+                       f"{where}: {kind} runs folio-cli without the container's TLS flags")
+            cli = os.path.join(bin_dir, "folio-cli")
+            if ok and os.access(cli, os.X_OK):
+                r = subprocess.run([cli, "--check_flags", *cmd[1:]], capture_output=True, text=True,
+                                   timeout=60)
+                chk.expect(r.returncode == 0, f"{where}: {kind}: folio-cli --check_flags failed: {r.stderr}")
+            service = next((a.split("=", 1)[1] for a in cmd if a.startswith("--service=")), None)
+            chk.expect(service in (None, "", HEALTH_NAMES[binary]),
+                       f"{where}: {kind} asks health of {service}, {binary} reports {HEALTH_NAMES[binary]}")
+            continue
         if not chk.expect(probe is not None and "grpc" in probe, f"{where}: no gRPC {kind}"):
             continue
+        chk.expect(not cli_tls, f"{where}: {kind} is a native gRPC probe, which cannot speak TLS")
         chk.expect(probe["grpc"].get("port") == port,
                    f"{where}: {kind} port {probe['grpc'].get('port')} != --port={port}")
         service = probe["grpc"].get("service")
+        if kind == "livenessProbe" and binary in LIVENESS_NAMES:
+            chk.expect(service == LIVENESS_NAMES[binary],
+                       f"{where}: livenessProbe asks health of {service}; {binary} reports "
+                       f"its progress as {LIVENESS_NAMES[binary]!r} (its own name drops "
+                       f"during a recovery, which must not restart it)")
+            continue
         chk.expect(service in (None, "", HEALTH_NAMES[binary]),
                    f"{where}: {kind} asks health of {service}, {binary} reports "
                    f"{HEALTH_NAMES[binary]}")
+
+    if binary == "folio-scheduler":
+        # A step may take up to --worker_timeout_ms; only a loop stuck past that is stalled.
+        stall_ms = int(flags.get("stall_timeout_s", 180)) * 1000
+        worker_ms = int(flags.get("worker_timeout_ms", 60000))
+        chk.expect(stall_ms > worker_ms,
+                   f"{where}: --stall_timeout_s ({stall_ms} ms) must exceed --worker_timeout_ms "
+                   f"({worker_ms} ms), or a slow step restarts the scheduler")
 
     # Shutdown: preStop, then --shutdown_grace_ms, then --drain_timeout_ms, all inside the
     # pod's grace period.
@@ -177,6 +228,11 @@ def check_overlay(overlay, kubectl, bin_dir, rules):
         labels = w["spec"]["template"]["metadata"].get("labels", {})
         chk.expect(selects(w["spec"]["selector"]["matchLabels"], labels),
                    f"{name}: selector does not match its pod template")
+        # A dead container is restarted in place (same pod, same ports), which is what the
+        # scheduler's recovery waits for (services/scheduler/recovery.h).
+        chk.expect(spec.get("restartPolicy", "Always") == "Always",
+                   f"{name}: restartPolicy must be Always (a dead worker or cache manager "
+                   f"comes back in place)")
         psc = spec.get("securityContext", {})
         chk.expect(psc.get("runAsNonRoot") is True and psc.get("runAsUser", 0) != 0,
                    f"{name}: pods must run as a non-root user")
@@ -291,6 +347,14 @@ def check_overlay(overlay, kubectl, bin_dir, rules):
         if models and model.startswith("/models/"):
             chk.expect(os.path.exists(os.path.join(models, model[len("/models/"):])),
                        f"cpu-demo's model {model} is not in FOLIO_MODELS_DIR")
+    if overlay == "cpu-demo-tls":
+        for _, _, cs in pods:
+            for c, b, f in cs:
+                chk.expect(all(f.get(k) for k in ("tls_cert", "tls_key", "tls_ca")),
+                           f"{c['name']}: cpu-demo-tls runs it without mutual TLS")
+                if b == "folio-frontend":
+                    chk.expect(f.get("http_tls_cert") and f.get("http_tls_key"),
+                               "cpu-demo-tls: the frontend's HTTP API is not HTTPS")
     if overlay == "gpu-tp2":
         chk.expect(len(workers) == 2, f"gpu-tp2 should have two worker ranks, has {workers}")
         chk.expect(all(g == "1" for n, g in gpus if n in workers),

@@ -30,14 +30,39 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Start(
   char tmpl[] = "/tmp/folio-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   proc->dir_ = tmpl;
-  const std::string port_file = proc->dir_ + "/ports.json";
-  const std::string path = absl::StrCat(BinDir(), "/", binary);
+  proc->binary_ = binary;
+  proc->args_ = std::move(args);
+  if (absl::Status s = proc->Launch({}, timeout); !s.ok()) return s;
+  return proc;
+}
+
+absl::Status ServiceProcess::Restart(absl::Duration timeout) {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // Later flags win: the same ports as the first start.
+  std::vector<std::string> same_ports = {absl::StrCat("--port=", grpc_port_),
+                                         absl::StrCat("--metrics_port=", metrics_port_)};
+  if (http_port_ > 0) same_ports.push_back(absl::StrCat("--http_port=", http_port_));
+  return Launch(same_ports, timeout);
+}
+
+absl::Status ServiceProcess::Launch(const std::vector<std::string>& extra_args,
+                                    absl::Duration timeout) {
+  const std::string port_file = dir_ + "/ports.json";
+  std::remove(port_file.c_str());
+  const std::string path = absl::StrCat(BinDir(), "/", binary_);
+  std::vector<std::string> args = args_;
   args.insert(args.begin(), path);
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   args.push_back("--port_file=" + port_file);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  if (posix_spawn(&proc->pid_, path.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+  if (posix_spawn(&pid_, path.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    pid_ = -1;
     return absl::NotFoundError(absl::StrCat("cannot start ", path));
   }
   const absl::Time deadline = absl::Now() + timeout;
@@ -48,21 +73,21 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Start(
     std::smatch m;
     const std::string s = text.str();
     if (std::regex_search(s, m, std::regex(R"re("grpc_port": (\d+), "metrics_port": (-?\d+))re"))) {
-      proc->grpc_port_ = std::stoi(m[1]);
-      proc->metrics_port_ = std::stoi(m[2]);
+      grpc_port_ = std::stoi(m[1]);
+      metrics_port_ = std::stoi(m[2]);
       if (std::regex_search(s, m, std::regex(R"re("http_port": (-?\d+))re"))) {
-        proc->http_port_ = std::stoi(m[1]);
+        http_port_ = std::stoi(m[1]);
       }
-      return proc;
+      return absl::OkStatus();
     }
     int status = 0;
-    if (waitpid(proc->pid_, &status, WNOHANG) == proc->pid_) {
-      proc->pid_ = -1;
-      return absl::UnavailableError(absl::StrCat(binary, " exited during start-up"));
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return absl::UnavailableError(absl::StrCat(binary_, " exited during start-up"));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(absl::StrCat(binary, " did not start in time"));
+  return absl::DeadlineExceededError(absl::StrCat(binary_, " did not start in time"));
 }
 
 ServiceProcess::~ServiceProcess() {

@@ -26,6 +26,11 @@ class ServiceProcess {
       absl::Duration timeout = absl::Seconds(30));
   ~ServiceProcess();  // SIGKILL if still running
 
+  // Starts the binary again with the same arguments and the same ports, as Kubernetes
+  // restarts a container in place (SIGKILL first if it still runs), and waits until it
+  // listens. The process's incarnation is new; its address is the same.
+  absl::Status Restart(absl::Duration timeout = absl::Seconds(30));
+
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   // The "http_port" of the port file (the frontend's HTTP API), or -1 when absent.
@@ -38,6 +43,11 @@ class ServiceProcess {
   absl::StatusOr<int> Wait(absl::Duration timeout);
 
  private:
+  // Spawns binary_ with args_ (plus --port_file) and waits for the port file.
+  absl::Status Launch(const std::vector<std::string>& extra_args, absl::Duration timeout);
+
+  std::string binary_;
+  std::vector<std::string> args_;
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int metrics_port_ = 0;

@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/test_models_dir.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/tokenizer/tokenizer.h"
@@ -35,15 +36,11 @@ using testing::ServiceProcess;
 
 constexpr char kService[] = "folio.internal.v1.Worker";
 constexpr char kModelsDirHelp[] =
-    "FOLIO_MODELS_DIR is not set; point it at the test models, e.g. "
-    "FOLIO_MODELS_DIR=/work/shared/models (a folder laid out like ../shared/models)";
+    "no test models: run under ctest (it passes FOLIO_BUILD_DIR, whose test-models/ the "
+    "build fills), or set FOLIO_MODELS_DIR to a folder laid out like models/";
 constexpr int kBlockSize = 16;
 
-std::optional<std::string> ModelsDir() {
-  const char* dir = std::getenv("FOLIO_MODELS_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return std::string(dir);
-}
+std::optional<std::string> ModelsDir() { return TestModelsDir(); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -183,6 +180,23 @@ TEST_F(WorkerServiceTest, InfoAtOnceServingOnlyAfterAllocation) {
   EXPECT_EQ(Info().block_size(), kBlockSize);
 }
 
+TEST_F(WorkerServiceTest, EachStartHasItsOwnIncarnation) {
+  const std::string first = Info().incarnation_id();
+  EXPECT_EQ(first.size(), 32u);
+  ASSERT_TRUE(Allocate(8, 16).ok());
+  EXPECT_EQ(Info().incarnation_id(), first) << "the same process keeps its id";
+  ASSERT_TRUE(proc_->Restart().ok());
+  pb::WorkerInfo again;
+  for (int i = 0; i < 200; ++i) {  // until the channel has reconnected
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    if (stub_->GetWorkerInfo(&ctx, pb::GetWorkerInfoRequest(), &again).ok()) break;
+  }
+  EXPECT_NE(again.incarnation_id(), first) << "a restarted process has a new id";
+  EXPECT_EQ(again.num_blocks(), 0) << "and no KV cache until it is allocated again";
+}
+
 TEST_F(WorkerServiceTest, StepBeforeAllocateIsFailedPrecondition) {
   pb::ExecuteStepResponse resp;
   grpc::Status s = Step(DecodeStep(1, 0, {0}), &resp);
@@ -301,10 +315,16 @@ TEST_F(WorkerServiceTest, SigtermDrainsWithNotServingThenExits) {
 
 TEST(WorkerStartupTest, MissingOrBadModelExitsWithAMessage) {
   const std::string bin = testing::BinDir() + "/folio-worker";
-  // FOLIO_MODEL is the flag's fallback; clear it so --model is really missing.
-  testing::CommandResult r = testing::RunCommand("env -u FOLIO_MODEL " + bin + " --metrics_port=-1");
+  // Without --model, FOLIO_MODEL or FOLIO_MODELS_DIR the worker looks for the embedded
+  // stories260K beside its binary; a copy of the binary with no models/ near it finds none
+  // and names every place it looked.
+  const std::string lone = ::testing::TempDir() + "/lone-worker/a/b/bin";
+  ASSERT_EQ(testing::RunCommand("mkdir -p " + lone + " && cp " + bin + " " + lone).exit_code, 0);
+  testing::CommandResult r = testing::RunCommand("env -u FOLIO_MODEL -u FOLIO_MODELS_DIR " + lone +
+                                                 "/folio-worker --metrics_port=-1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--model is required"));
+  EXPECT_THAT(r.output, HasSubstr("no model: pass --model=PATH"));
+  EXPECT_THAT(r.output, HasSubstr("/lone-worker/a/models/stories260K"));
 
   r = testing::RunCommand(bin + " --model=/nonexistent/model.gguf --metrics_port=-1");
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -5,6 +5,12 @@ Started by `./folio serve`, which builds first. Internal services take free port
 own (so two clusters can run side by side); the frontend listens on --port (50051). The
 launcher waits until every service reports SERVING on grpc.health.v1, prints the
 endpoints, and on Ctrl-C (or SIGTERM) stops the services front to back.
+
+Supervisor: a service that dies is started again with the same command line and ports,
+after a backoff (0.5 s doubling to 30 s; reset once it has run a minute), with a line
+saying so, as Kubernetes restarts a container. The scheduler heals its replica when a
+worker or the cache manager comes back (services/scheduler/recovery.h). --no_supervise
+stops the whole cluster instead.
 """
 import argparse
 import json
@@ -39,12 +45,34 @@ def default_model(root, bin_dir):
 class Service:
     def __init__(self, name, argv, run_dir):
         self.name = name
+        self.argv = argv
         self.port_file = os.path.join(run_dir, f"{name}.ports.json")
         self.log_path = os.path.join(run_dir, f"{name}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(argv + [f"--port_file={self.port_file}"],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.ports = None
+        self.restarts = 0          # restarts in a row (reset once it has run a while)
+        self.started = time.time()
+        self.restart_at = None     # when a dead process is due to start again
+
+    def restart(self):
+        """Starts the process again with the same command line and the same ports, as
+        Kubernetes restarts a container in place; its log continues in the same file."""
+        same_ports = [f"--port={self.ports['grpc_port']}",
+                      f"--metrics_port={self.ports['metrics_port']}"]
+        if self.ports.get("http_port", -1) > 0:
+            same_ports.append(f"--http_port={self.ports['http_port']}")
+        try:
+            os.remove(self.port_file)
+        except OSError:
+            pass
+        self.log.write(f"[folio serve] restarting {self.name}\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(self.argv + same_ports + [f"--port_file={self.port_file}"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.started = time.time()
+        self.restart_at = None
 
     def wait_ports(self, timeout_s):
         deadline = time.time() + timeout_s
@@ -71,8 +99,44 @@ class Service:
             return ""
 
 
-def healthy(cli, address):
-    r = subprocess.run([cli, "health", f"--server={address}"], capture_output=True, text=True)
+def restart_delay(restarts):
+    """Seconds to wait before restart number `restarts` (0 = the first): 0.5 s doubling
+    up to 30 s, as Kubernetes' CrashLoopBackOff does (from 10 s up to 5 min there)."""
+    return min(0.5 * (2 ** restarts), 30.0)
+
+
+# A process that ran this long before dying starts again without backoff.
+RUN_RESETS_BACKOFF_S = 60
+
+
+def supervise(services, info=None):
+    """One pass of the supervisor: a child that died is restarted after its backoff, with
+    a line saying so. Returns the services restarted in this pass."""
+    restarted = []
+    now = time.time()
+    for s in services:
+        if s.proc.poll() is None:
+            if s.restarts and now - s.started > RUN_RESETS_BACKOFF_S:
+                s.restarts = 0
+            continue
+        if s.restart_at is None:
+            delay = restart_delay(s.restarts)
+            s.restart_at = now + delay
+            log(f"{s.name} exited with code {s.proc.returncode}; restarting it in {delay:g} s "
+                f"(restart {s.restarts + 1}) with the same command line and ports; "
+                f"log: {s.log_path}")
+            log(s.tail(5))
+        elif now >= s.restart_at:
+            s.restarts += 1
+            s.restart()
+            log(f"{s.name} restarted (pid {s.proc.pid})")
+            restarted.append(s)
+    return restarted
+
+
+def healthy(cli, address, tls_flags=()):
+    r = subprocess.run([cli, "health", f"--server={address}"] + list(tls_flags),
+                       capture_output=True, text=True)
     return r.returncode == 0 and "NOT_SERVING" not in r.stdout
 
 
@@ -108,6 +172,15 @@ def main():
                    help="tensor-parallel degree: worker ranks splitting the model (must divide "
                         "its KV head count)")
     p.add_argument("--startup_timeout_s", type=int, default=300)
+    p.add_argument("--no_supervise", action="store_true",
+                   help="stop the whole cluster when one service dies, instead of restarting "
+                        "that service (with backoff) as Kubernetes would")
+    p.add_argument("--tls_dir",
+                   help="folder with ca.crt, tls.crt and tls.key (a Kubernetes TLS secret's "
+                        "layout): mutual TLS between every service, TLS on the frontend's gRPC "
+                        "port (client certificate required) and HTTPS on its HTTP API")
+    p.add_argument("--frontend_flag", action="append", default=[],
+                   help="extra flag for folio-frontend (repeatable), e.g. --frontend_flag=--http_idle_timeout_ms=600000")
     args = p.parse_args()
 
     if args.tp < 1:
@@ -131,6 +204,16 @@ def main():
             log(f"{name} is not built in {args.bin_dir}; run ./folio build")
             return 2
 
+    tls = []
+    if args.tls_dir:
+        files = {n: os.path.join(os.path.abspath(args.tls_dir), n) for n in ("ca.crt", "tls.crt", "tls.key")}
+        missing = [f for f in files.values() if not os.path.exists(f)]
+        if missing:
+            log("--tls_dir lacks " + ", ".join(missing))
+            return 2
+        tls = [f"--tls_cert={files['tls.crt']}", f"--tls_key={files['tls.key']}", f"--tls_ca={files['ca.crt']}"]
+        args.frontend_flag = [f"--http_tls_cert={files['tls.crt']}", f"--http_tls_key={files['tls.key']}"] + args.frontend_flag
+
     run_dir = tempfile.mkdtemp(prefix="folio-serve-")
     log(f"model {model}" + (f", {args.tp} tensor-parallel worker ranks" if args.tp > 1 else ""))
     log(f"logs in {run_dir}")
@@ -148,13 +231,13 @@ def main():
         log("stopped")
 
     try:
-        cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"], run_dir)
+        cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"] + tls, run_dir)
         services.append(cachemgr)
         # Rank 0 first: the other ranks find their group through its gRPC port.
         workers = []
         for rank in range(args.tp):
             argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
-                    f"--num_threads={threads}"]
+                    f"--num_threads={threads}"] + tls
             if args.tp > 1:
                 argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
                 if rank > 0:
@@ -173,14 +256,14 @@ def main():
             f"--max_num_batched_tokens={args.max_num_batched_tokens}",
             f"--max_model_len={args.max_model_len}",
             f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
-            f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"], run_dir)
+            f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
         frontend_argv = [b("folio-frontend"), f"--scheduler={scheduler.address}",
                          f"--port={args.port}", f"--http_port={args.http_port}"]
         if args.chat_template:
             frontend_argv.append(f"--chat_template={os.path.abspath(args.chat_template)}")
-        frontend = Service("frontend", frontend_argv, run_dir)
+        frontend = Service("frontend", frontend_argv + tls + args.frontend_flag, run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)
 
@@ -190,7 +273,7 @@ def main():
             for s in pending:
                 if s.proc.poll() is not None:
                     raise RuntimeError(f"{s.name} exited with code {s.proc.returncode}")
-            pending = [s for s in pending if not healthy(b("folio-cli"), s.address)]
+            pending = [s for s in pending if not healthy(b("folio-cli"), s.address, tls)]
             if pending and time.time() > deadline:
                 raise RuntimeError("not SERVING in time: " + ", ".join(s.name for s in pending))
             if pending:
@@ -204,25 +287,30 @@ def main():
         stop_all()
         return 1
 
-    if args.info_file:
+    def write_info():
         info = {"run_dir": run_dir, "model": model, "policy": args.policy,
                 "frontend": {"grpc": f"127.0.0.1:{args.port}",
-                             "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics"}}
+                             "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics",
+                             "pid": frontend.proc.pid}}
         if frontend.ports.get("http_port", -1) > 0:
-            info["frontend"]["http"] = f"http://127.0.0.1:{frontend.ports['http_port']}"
+            info["frontend"]["http"] = f"{'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}"
         for s in [scheduler, cachemgr] + workers:
             info[s.name] = {"grpc": s.address,
-                            "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics"}
+                            "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics",
+                            "pid": s.proc.pid}
         tmp = args.info_file + ".tmp"
         with open(tmp, "w") as f:
             json.dump(info, f, indent=2)
         os.replace(tmp, args.info_file)  # readers never see half a file
+
+    if args.info_file:
+        write_info()
     print("Folio is serving.", flush=True)
     print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
     for s in [scheduler, cachemgr] + workers:
         print(f"  {s.name:<9} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
     if frontend.ports.get("http_port", -1) > 0:
-        print(f"  frontend  http http://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
+        print(f"  frontend  http {'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
     print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
     print("Ctrl-C stops the cluster.", flush=True)
 
@@ -230,12 +318,15 @@ def main():
     signal.signal(signal.SIGINT, lambda *_: done.append(1))
     signal.signal(signal.SIGTERM, lambda *_: done.append(1))
     while not done:
-        for s in services:
-            if s.proc.poll() is not None:
-                log(f"{s.name} exited with code {s.proc.returncode}; stopping the cluster")
-                log(s.tail())
-                done.append(1)
-                break
+        if args.no_supervise:
+            for s in services:
+                if s.proc.poll() is not None:
+                    log(f"{s.name} exited with code {s.proc.returncode}; stopping the cluster")
+                    log(s.tail())
+                    done.append(1)
+                    break
+        elif supervise(services) and args.info_file:
+            write_info()  # new pids
         time.sleep(0.2)
     stop_all()
     return 0

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/incarnation.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 
@@ -99,8 +100,9 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
                                    ExponentialBuckets(1e-6, 2.5, 16))) {}
 
 CacheManagerService::CacheManagerService(const CacheConfig& defaults, MetricsRegistry* registry)
-    : defaults_(defaults), metrics_(registry) {
+    : defaults_(defaults), incarnation_id_(NewIncarnationId()), metrics_(registry) {
   registry->AddCollectHook([this] { RefreshGauges(); });
+  LOG(INFO) << "cache manager incarnation " << incarnation_id_;
 }
 
 void CacheManagerService::SetOnConfigured(std::function<void()> callback) {
@@ -232,6 +234,7 @@ grpc::ServerUnaryReactor* CacheManagerService::Step(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerContext* ctx,
                                                         const pb::GetStatsRequest* request,
                                                         pb::CacheStats* response) {
+  response->set_incarnation_id(incarnation_id_);
   absl::MutexLock lock(&mu_);
   if (manager_ == nullptr) {
     response->set_configured(false);

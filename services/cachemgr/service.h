@@ -70,6 +70,7 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   void RefreshGauges();
 
   const CacheConfig defaults_;
+  const std::string incarnation_id_;  // this process's, for GetStats (common/incarnation.h)
   Metrics metrics_;
   std::function<void()> on_configured_;
   absl::Mutex mu_;

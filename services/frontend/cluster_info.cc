@@ -69,14 +69,17 @@ absl::StatusOr<Vocab> VocabFromSpec(const pb::TokenizerSpec& spec) {
 }
 
 std::shared_ptr<grpc::Channel> MakeSchedulerChannel(const std::string& target,
-                                                    absl::Duration max_reconnect_backoff) {
+                                                    absl::Duration max_reconnect_backoff,
+                                                    const TlsConfig& tls) {
   grpc::ChannelArguments args;
   const int max_ms = static_cast<int>(absl::ToInt64Milliseconds(max_reconnect_backoff));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(max_ms, 250));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(max_ms, 250));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(target, tls, args);
+  CHECK(channel.ok()) << channel.status();
+  return *std::move(channel);
 }
 
 absl::StatusOr<pb::ClusterInfo> FetchClusterInfo(pb::Scheduler::StubInterface* stub,

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 #include "folio/internal/v1/scheduler.grpc.pb.h"
@@ -51,9 +52,11 @@ absl::StatusOr<Vocab> VocabFromSpec(const folio::internal::v1::TokenizerSpec& sp
 
 // A channel to the scheduler at `target` (HOST:PORT) whose reconnect backoff is capped at
 // `max_reconnect_backoff`, so a frontend that started first finds a scheduler that comes
-// up later within seconds (gRPC's default cap is two minutes).
+// up later within seconds (gRPC's default cap is two minutes). `tls` (common/tls.h) must
+// have been checked (TlsConfigFromFlagsOrExit): unreadable files are a CHECK failure.
 std::shared_ptr<grpc::Channel> MakeSchedulerChannel(
-    const std::string& target, absl::Duration max_reconnect_backoff = absl::Seconds(2));
+    const std::string& target, absl::Duration max_reconnect_backoff = absl::Seconds(2),
+    const TlsConfig& tls = TlsConfig());
 
 struct FetchOptions {
   std::string target;                                 // scheduler address, for log messages

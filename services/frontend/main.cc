@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <memory>
@@ -33,8 +34,28 @@ ABSL_FLAG(int, max_logprobs, 20, "SamplingOptions.logprobs may be at most this."
 ABSL_FLAG(int, http_port, 8000,
           "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
           "/v1/models, /health); 0 picks a free one (see --port_file), -1 turns it off.");
-ABSL_FLAG(int, http_threads, 256,
-          "HTTP connections served at once (each streaming request holds one).");
+ABSL_FLAG(int, http_threads, 2,
+          "I/O threads of the HTTP API. Connections are not threads: a few serve thousands.");
+ABSL_FLAG(int, http_backlog, 4096,
+          "Listen backlog of the HTTP API: new connections the kernel queues in a burst "
+          "(capped by net.core.somaxconn).");
+ABSL_FLAG(int, http_request_timeout_ms, 10000,
+          "An HTTP request's head and body must arrive within this (a slow client is cut).");
+ABSL_FLAG(int, http_idle_timeout_ms, 60000,
+          "A keep-alive HTTP connection idle this long between requests is closed.");
+ABSL_FLAG(int, http_write_timeout_ms, 30000,
+          "An HTTP client that takes none of the answer for this long is cut.");
+ABSL_FLAG(int, http_stream_buffer_bytes, 1 << 20,
+          "Bytes of a streamed answer a slow HTTP reader may leave unread before the stream is "
+          "cut with an error event (and the request cancelled).");
+ABSL_FLAG(std::string, http_tls_cert, "",
+          "PEM certificate chain: with --http_tls_key, the HTTP API speaks HTTPS only.");
+ABSL_FLAG(std::string, http_tls_key, "", "PEM private key of --http_tls_cert.");
+ABSL_FLAG(std::string, http_tls_ca, "",
+          "PEM CA certificates: when set, HTTPS clients must present a certificate it signed.");
+ABSL_FLAG(int, http_socket_send_buffer_bytes, 0,
+          "SO_SNDBUF of each HTTP connection (kernel memory a slow reader can hold); 0 leaves "
+          "it to the kernel's autotuning.");
 ABSL_FLAG(int, http_max_body_bytes, 1 << 20, "HTTP request bodies larger than this get 413.");
 ABSL_FLAG(std::vector<std::string>, api_key, {},
           "API keys (comma-separated). When any key is set (here or in --api_key_file), the "
@@ -76,9 +97,25 @@ int main(int argc, char** argv) {
   }
   const int http_port = absl::GetFlag(FLAGS_http_port);
   if (http_port < -1 || http_port > 65535 || absl::GetFlag(FLAGS_http_threads) <= 0 ||
-      absl::GetFlag(FLAGS_http_max_body_bytes) <= 0) {
+      absl::GetFlag(FLAGS_http_max_body_bytes) <= 0 || absl::GetFlag(FLAGS_http_backlog) <= 0 ||
+      absl::GetFlag(FLAGS_http_request_timeout_ms) <= 0 ||
+      absl::GetFlag(FLAGS_http_idle_timeout_ms) <= 0 ||
+      absl::GetFlag(FLAGS_http_write_timeout_ms) <= 0 ||
+      absl::GetFlag(FLAGS_http_stream_buffer_bytes) <= 0) {
     LOG(ERROR) << "--http_port must be -1 (off), 0 (any free port) or a port number; "
-                  "--http_threads and --http_max_body_bytes must be positive";
+                  "--http_threads, --http_max_body_bytes, --http_backlog, the --http_*_ms "
+                  "timeouts and --http_stream_buffer_bytes must be positive";
+    return kExitBadFlags;
+  }
+  const bool http_tls = !absl::GetFlag(FLAGS_http_tls_cert).empty() ||
+                        !absl::GetFlag(FLAGS_http_tls_key).empty();
+  if (http_tls && (absl::GetFlag(FLAGS_http_tls_cert).empty() ||
+                   absl::GetFlag(FLAGS_http_tls_key).empty())) {
+    LOG(ERROR) << "--http_tls_cert and --http_tls_key go together";
+    return kExitBadFlags;
+  }
+  if (!http_tls && !absl::GetFlag(FLAGS_http_tls_ca).empty()) {
+    LOG(ERROR) << "--http_tls_ca needs --http_tls_cert and --http_tls_key";
     return kExitBadFlags;
   }
   absl::StatusOr<folio::frontend::ApiKeys> api_keys = folio::frontend::ApiKeys::Create(
@@ -117,7 +154,9 @@ int main(int argc, char** argv) {
   options.validator.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
   options.api_keys = *api_keys;
   options.chat_template = std::move(chat_template);
-  std::shared_ptr<grpc::Channel> channel = folio::frontend::MakeSchedulerChannel(target);
+  const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
+  std::shared_ptr<grpc::Channel> channel =
+      folio::frontend::MakeSchedulerChannel(target, absl::Seconds(2), tls);
   folio::frontend::FrontendService service(options, channel, &registry);
 
   // The HTTP API binds first, so that the port file (written by the runner) can name it.
@@ -128,6 +167,19 @@ int main(int argc, char** argv) {
     http_options.port = http_port;
     http_options.num_threads = absl::GetFlag(FLAGS_http_threads);
     http_options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+    http_options.listen_backlog = absl::GetFlag(FLAGS_http_backlog);
+    http_options.request_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_http_request_timeout_ms));
+    http_options.idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_http_idle_timeout_ms));
+    http_options.write_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_http_write_timeout_ms));
+    http_options.max_stream_buffer_bytes =
+        static_cast<size_t>(absl::GetFlag(FLAGS_http_stream_buffer_bytes));
+    if (http_tls) {
+      http_options.tls = folio::frontend::TlsFiles{absl::GetFlag(FLAGS_http_tls_cert),
+                                                   absl::GetFlag(FLAGS_http_tls_key),
+                                                   absl::GetFlag(FLAGS_http_tls_ca)};
+    }
+    http_options.socket_send_buffer_bytes =
+        std::max(0, absl::GetFlag(FLAGS_http_socket_send_buffer_bytes));
     http_options.api_keys = *api_keys;
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
     auto started = folio::frontend::OpenAiServer::Start(

@@ -23,6 +23,11 @@ class CacheClient {
   virtual absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) = 0;
   // Drops every sequence (after a failure left the pool's state unknown).
   virtual absl::Status Reset() = 0;
+  // Recovery (recovery.h): makes the pool usable again, empty, after a failed call. A
+  // cache manager that came back as a new process (a new incarnation, or no pool) is
+  // configured again as at start-up; the same process is reset. UNAVAILABLE while it
+  // does not answer; called again with backoff until OK.
+  virtual absl::Status Restore() = 0;
 };
 
 // All worker ranks of this replica, seen as one: a step goes to every rank and rank 0's
@@ -33,6 +38,11 @@ class WorkerClient {
   // `request_ids[i]` names the request of step.seqs[i], for the workers' logs.
   virtual absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                                      const std::vector<std::string>& request_ids) = 0;
+  // Recovery (recovery.h): makes every rank usable again after a failed step. A rank that
+  // came back as a new process (a new incarnation) gets its KV cache allocated again,
+  // with the block count and size of start-up. UNAVAILABLE while a rank does not answer;
+  // called again with backoff until OK.
+  virtual absl::Status Restore() = 0;
 };
 
 }  // namespace folio::scheduler

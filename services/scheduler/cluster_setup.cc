@@ -93,6 +93,22 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
         [&](auto* ctx) { return workers.stub(rank).AllocateKvCache(ctx, req, &resp); });
     if (!s.ok()) return s;
   }
+  // A scheduler that restarted finds the pool its predecessor left: its sequences are
+  // nobody's now, so the pool starts again from scratch (Configure refuses live ones).
+  pb::CacheStats before;
+  absl::Status s = CallWithStartupDeadline(deadline, "cache manager GetStats", [&](auto* ctx) {
+    return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &before);
+  });
+  if (!s.ok()) return s;
+  if (before.configured() && before.num_sequences() > 0) {
+    LOG(WARNING) << "the cache manager holds " << before.num_sequences()
+                 << " sequences of an earlier scheduler; resetting its pool";
+    pb::ResetResponse reset;
+    s = CallWithStartupDeadline(deadline, "cache manager Reset", [&](auto* ctx) {
+      return cache.stub().Reset(ctx, pb::ResetRequest(), &reset);
+    });
+    if (!s.ok()) return s;
+  }
   pb::ConfigureRequest configure;
   configure.set_num_blocks(static_cast<int32_t>(num_blocks));
   configure.set_block_size(options.block_size);
@@ -100,10 +116,21 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   configure.set_disable_prefix_caching(options.disable_prefix_caching);
   pb::ConfigureResponse configured;
   LOG(INFO) << "waiting for the cache manager";
-  absl::Status s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {
+  s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {
     return cache.stub().Configure(ctx, configure, &configured);
   });
   if (!s.ok()) return s;
+  pb::CacheStats stats;
+  s = CallWithStartupDeadline(deadline, "cache manager GetStats", [&](auto* ctx) {
+    return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &stats);
+  });
+  if (!s.ok()) return s;
+  // What recovery sets up again when a process comes back (recovery.h).
+  std::vector<std::string> incarnations;
+  for (const pb::WorkerInfo& w : infos) incarnations.push_back(w.incarnation_id());
+  workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
+                        std::move(incarnations));
+  cache.SetConfiguration(configure, stats.incarnation_id());
 
   pb::ClusterInfo info;
   *info.mutable_model() = first.model();

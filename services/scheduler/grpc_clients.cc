@@ -1,5 +1,6 @@
 #include "services/scheduler/grpc_clients.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -7,11 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "glog/logging.h"
 
 namespace folio::scheduler {
 namespace pb = folio::internal::v1;
 
 namespace {
+
+// Recovery's probes (GetStats, GetWorkerInfo) answer at once from a live process.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -87,6 +92,44 @@ absl::Status GrpcCacheClient::Reset() {
   return FromGrpcStatus(stub_->Reset(&ctx, pb::ResetRequest(), &resp));
 }
 
+void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
+                                       const std::string& incarnation_id) {
+  configure_ = configure;
+  incarnation_id_ = incarnation_id;
+}
+
+absl::Status GrpcCacheClient::Restore() {
+  pb::CacheStats stats;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::min(timeout_, kProbeTimeout));
+    grpc::Status s = stub_->GetStats(&ctx, pb::GetStatsRequest(), &stats);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("cache manager: ", s.error_message()));
+    }
+  }
+  if (stats.configured() && stats.incarnation_id() == incarnation_id_) {
+    if (absl::Status s = Reset(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.message()));
+    }
+    LOG(INFO) << "cache manager answers again (same incarnation " << incarnation_id_
+              << "); pool reset";
+    return absl::OkStatus();
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout_);
+  pb::ConfigureResponse configured;
+  grpc::Status s = stub_->Configure(&ctx, configure_, &configured);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("cache manager Configure: ", s.error_message()));
+  }
+  LOG(INFO) << "cache manager is back (incarnation " << stats.incarnation_id() << ", was "
+            << incarnation_id_ << "); pool configured again: " << configure_.num_blocks()
+            << " blocks of " << configure_.block_size() << " tokens";
+  incarnation_id_ = stats.incarnation_id();
+  return absl::OkStatus();
+}
+
 pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
   pb::ExecuteStepRequest req;
   for (const worker::BlockCopy& c : step.block_copies) {
@@ -134,6 +177,49 @@ GrpcWorkerClient::GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> r
                                    absl::Duration timeout)
     : timeout_(timeout) {
   for (auto& channel : ranks) stubs_.push_back(pb::Worker::NewStub(channel));
+}
+
+void GrpcWorkerClient::SetAllocation(int32_t num_blocks, int32_t block_size,
+                                     std::vector<std::string> incarnation_ids) {
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  incarnation_ids_ = std::move(incarnation_ids);
+  incarnation_ids_.resize(stubs_.size());
+}
+
+absl::Status GrpcWorkerClient::Restore() {
+  for (int rank = 0; rank < num_ranks(); ++rank) {
+    pb::WorkerInfo info;
+    {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, std::min(timeout_, kProbeTimeout));
+      grpc::Status s = stubs_[rank]->GetWorkerInfo(&ctx, pb::GetWorkerInfoRequest(), &info);
+      if (!s.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("worker rank ", rank, ": ", s.error_message()));
+      }
+    }
+    if (info.incarnation_id() == incarnation_ids_[rank] && info.num_blocks() == num_blocks_ &&
+        info.block_size() == block_size_) {
+      continue;  // the same process, its pool in place
+    }
+    pb::AllocateKvCacheRequest req;
+    req.set_num_blocks(num_blocks_);
+    req.set_block_size(block_size_);
+    pb::AllocateKvCacheResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, timeout_);
+    grpc::Status s = stubs_[rank]->AllocateKvCache(&ctx, req, &resp);
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("worker rank ", rank, " AllocateKvCache: ", s.error_message()));
+    }
+    LOG(INFO) << "worker rank " << rank << " is back (incarnation " << info.incarnation_id()
+              << ", was " << incarnation_ids_[rank] << "); KV cache allocated again: "
+              << num_blocks_ << " blocks of " << block_size_ << " tokens";
+    incarnation_ids_[rank] = info.incarnation_id();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(

@@ -20,6 +20,9 @@ class LocalCacheClient final : public CacheClient {
   absl::Status Reset() override {
     return absl::UnimplementedError("an in-process pool is never lost");
   }
+  absl::Status Restore() override {
+    return absl::UnimplementedError("an in-process pool is never lost");
+  }
 
  private:
   cachemgr::KvCacheManager* manager_;
@@ -33,6 +36,7 @@ class LocalWorkerClient final : public WorkerClient {
                                              const std::vector<std::string>&) override {
     return runner_->Execute(step);
   }
+  absl::Status Restore() override { return absl::OkStatus(); }  // an in-process runner stays
 
  private:
   worker::ModelRunner* runner_;

@@ -2,16 +2,19 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/synchronization/notification.h"
 #include "absl/strings/str_split.h"
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 #include "services/scheduler/cluster_setup.h"
 #include "services/scheduler/grpc_clients.h"
 #include "services/scheduler/pool_usage_gauge.h"
 #include "services/scheduler/service.h"
+#include "services/scheduler/stall_watchdog.h"
 #include "services/scheduler/timed_clients.h"
 
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
@@ -38,6 +41,13 @@ ABSL_FLAG(bool, enable_prefix_caching, true, "Reuse the KV of prompt prefixes se
 ABSL_FLAG(int, worker_timeout_ms, 60000, "Deadline of one worker step RPC.");
 ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");
 ABSL_FLAG(int, startup_timeout_s, 300, "How long to wait for the workers and the cache manager.");
+ABSL_FLAG(int, recovery_timeout_ms, 60000,
+          "When a worker or the cache manager is lost, requests wait this long for it to be "
+          "back (then they are recomputed and continue); past it they end with UNAVAILABLE.");
+ABSL_FLAG(int, stall_timeout_s, 180,
+          "Liveness (the grpc.health.v1 name \"liveness\") turns NOT_SERVING when the step "
+          "loop has work but finishes no iteration for this long; keep it above "
+          "--worker_timeout_ms. Waiting in a recovery is not a stall.");
 
 int main(int argc, char** argv) {
   folio::BlockTerminationSignals();
@@ -55,23 +65,33 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--policy must be paged or contiguous, got " << policy;
     return 2;
   }
+  if (absl::GetFlag(FLAGS_recovery_timeout_ms) <= 0 || absl::GetFlag(FLAGS_stall_timeout_s) <= 0) {
+    LOG(ERROR) << "--recovery_timeout_ms and --stall_timeout_s must be positive";
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_block_size) <= 0 || absl::GetFlag(FLAGS_max_num_batched_tokens) <= 0 ||
       absl::GetFlag(FLAGS_max_num_seqs) <= 0) {
     LOG(ERROR) << "--block_size, --max_num_batched_tokens and --max_num_seqs must be positive";
     return 2;
   }
   folio::ExitIfCheckingFlags();
+  const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // A restarted worker or cache manager is reached again within 250 ms, not after gRPC's
+  // default reconnect backoff (1 s growing to 120 s): recovery (recovery.h) polls it, and
+  // a refused connect on the replica's own network costs next to nothing.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 250);
   std::vector<std::shared_ptr<grpc::Channel>> ranks;
   for (absl::string_view addr : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
-    ranks.push_back(grpc::CreateCustomChannel(std::string(addr),
-                                              grpc::InsecureChannelCredentials(), args));
+    ranks.push_back(folio::MakeChannel(std::string(addr), tls, args).value());
   }
   sched::GrpcWorkerClient workers(ranks,
                                   absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms)));
   std::shared_ptr<grpc::Channel> cachemgr_channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_cachemgr), grpc::InsecureChannelCredentials());
+      folio::MakeChannel(absl::GetFlag(FLAGS_cachemgr), tls, args).value();
   sched::GrpcCacheClient cache(cachemgr_channel,
                                absl::Milliseconds(absl::GetFlag(FLAGS_cachemgr_timeout_ms)));
 
@@ -91,6 +111,7 @@ int main(int argc, char** argv) {
   options.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   options.max_n = absl::GetFlag(FLAGS_max_n);
   options.max_beam_width = absl::GetFlag(FLAGS_max_beam_width);
+  options.recovery.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
   if (options.max_n < 1 || options.max_beam_width < 0) {
     LOG(ERROR) << "--max_n must be at least 1 and --max_beam_width at least 0";
     return 1;
@@ -103,6 +124,8 @@ int main(int argc, char** argv) {
     LOG(ERROR) << runner.status();
     return 1;
   }
+  // The process is alive while it sets up; liveness turns on progress once it steps.
+  (*runner)->SetHealth("liveness", folio::ServingState::kServing);
 
   sched::ClusterSetupOptions setup;
   setup.block_size = options.block_size;
@@ -137,8 +160,33 @@ int main(int argc, char** argv) {
   std::thread loop([&] { scheduler.Run(); });
   (*runner)->SetServing(folio::ServingState::kServing);
 
+  // Liveness from the loop's progress (stall_watchdog.h); readiness drops while the
+  // replica recovers from a lost worker or cache manager.
+  sched::StallWatchdog watchdog(absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_s)), &registry);
+  absl::Notification stopping;
+  std::thread health([&] {
+    bool live = true;
+    bool ready = true;
+    while (!stopping.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+      const sched::LoopHealth h = scheduler.Health();
+      const bool now_live = watchdog.Check(h, absl::Now());
+      if (now_live != live) {
+        live = now_live;
+        (*runner)->SetHealth("liveness", live ? folio::ServingState::kServing
+                                              : folio::ServingState::kNotServing);
+      }
+      if (h.recovering == ready) {
+        ready = !h.recovering;
+        (*runner)->SetServing(ready ? folio::ServingState::kServing
+                                    : folio::ServingState::kNotServing);
+      }
+    }
+  });
+
   const int sig = folio::WaitForTerminationSignal();
   LOG(INFO) << "signal " << sig << ", shutting down";
+  stopping.Notify();
+  health.join();
   (*runner)->Shutdown();
   scheduler.Stop();
   loop.join();

@@ -23,6 +23,10 @@ const char* FinishReasonName(FinishReason reason) {
   return "none";
 }
 
+const char* LostServiceName(LostService service) {
+  return service == LostService::kWorker ? "worker" : "cachemgr";
+}
+
 absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& options) {
   if (spec.prompt.empty()) {
     return absl::InvalidArgumentError("the prompt has no tokens");
@@ -110,8 +114,7 @@ void RequestState::Flush() {
   if (!HasPendingCacheOps()) return;
   absl::StatusOr<cachemgr::StepResponse> resp = CacheStep({});
   if (!resp.ok()) {
-    LOG(ERROR) << "cache manager step failed: " << resp.status();
-    cache_lost = true;
+    Lose(LostService::kCache, resp.status());
   }
 }
 
@@ -171,17 +174,32 @@ void RequestState::Finish(Request* request, RequestEvent event) {
   requests_.erase(request->arrival);
 }
 
-void RequestState::FailRunning(const absl::Status& status, bool lost) {
+void RequestState::FailRunning(const absl::Status& status) {
   LOG(ERROR) << "failing " << running.size() << " running requests: " << status;
   while (!running.empty()) Finish(running.back(), FinishReason::kError, status);
-  if (lost) {
-    // The pool's state is unknown: drop what we meant to tell it and reset it.
-    pending_frees.clear();
-    pending_commits.clear();
-    pending_forks.clear();
-    pending_copies.clear();
-    cache_lost = true;
+}
+
+void RequestState::Lose(LostService service, const absl::Status& cause) {
+  if (!loss.has_value()) loss = Loss{service, cause};
+  LOG(WARNING) << LostServiceName(service) << " call failed: " << cause << "; "
+               << running.size() << " running requests go back to the queue to be recomputed";
+  // Latest arrival first, each pushed to the front: the queue starts in arrival order.
+  for (auto it = running.rbegin(); it != running.rend(); ++it) {
+    Request* r = *it;
+    for (Branch& b : r->branches) {
+      b.seq_id = 0;
+      b.block_table.clear();
+      b.num_computed = 0;
+      b.candidates.clear();
+    }
+    waiting.push_front(r);
   }
+  running.clear();
+  // The pool is rebuilt from scratch: what we meant to tell it no longer applies.
+  pending_frees.clear();
+  pending_commits.clear();
+  pending_forks.clear();
+  pending_copies.clear();
 }
 
 void RequestState::Preempt(Request* victim) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -33,6 +34,16 @@ namespace folio::scheduler {
 // InvalidArgument, naming what is wrong, for a request that can never run under
 // `options` (Scheduler::Submit lists the cases); OK otherwise.
 absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& options);
+
+// Which process a failed call lost.
+enum class LostService { kWorker, kCache };
+const char* LostServiceName(LostService service);
+
+// A failed call to a worker or the cache manager: what recovery (recovery.h) repairs.
+struct Loss {
+  LostService service;
+  absl::Status cause;
+};
 
 // A fork queued during a step, sent to the cache manager when the step ends.
 struct PendingFork {
@@ -61,7 +72,7 @@ class RequestState {
 
   // One cache RPC, carrying the pending commits and frees along with `request`.
   absl::StatusOr<cachemgr::StepResponse> CacheStep(cachemgr::StepRequest request);
-  // Sends the pending commits and frees, if any. A failure marks the cache lost.
+  // Sends the pending commits and frees, if any. A failure is a loss of the cache (Lose).
   void Flush();
   bool HasPendingCacheOps() const { return !pending_commits.empty() || !pending_frees.empty(); }
 
@@ -81,9 +92,17 @@ class RequestState {
   // forgets the request.
   void Finish(Request* request, RequestEvent event);
   void Finish(Request* request, FinishReason reason, absl::Status error = absl::OkStatus());
-  // Fails every running request (a worker or the cache manager is gone). With
-  // `cache_lost`, the pending cache operations are dropped and the cache marked lost.
-  void FailRunning(const absl::Status& status, bool cache_lost);
+  // Fails every running request with `status` (a step the workers refused as malformed:
+  // a scheduler bug, not a lost process).
+  void FailRunning(const absl::Status& status);
+
+  // A call to a worker or the cache manager failed: the KV cache and the pool are
+  // rebuilt from scratch, so every running request goes back to the front of the waiting
+  // queue, in arrival order, with its tokens kept, to be recomputed (as a preemption
+  // would, but it frees nothing: the pool's state is unknown), and every pending cache
+  // operation is dropped. Records the loss for recovery; a second loss before recovery
+  // began keeps the first as the cause.
+  void Lose(LostService service, const absl::Status& cause);
 
   // Replaces the mirror of a branch's block table from the cache manager's answer.
   static void ApplyTable(Branch* branch, const cachemgr::SeqResult& result);
@@ -99,8 +118,9 @@ class RequestState {
   std::vector<cachemgr::SeqId> pending_frees;
   std::vector<PendingFork> pending_forks;         // applied at the end of the step
   std::vector<worker::BlockCopy> pending_copies;  // from forks, run with the next step
-  // The cache manager's state is unknown (a cache RPC failed): reset it before the next step.
-  bool cache_lost = false;
+  // Set by Lose(), cleared by recovery once the processes are set up again: no step runs
+  // meanwhile.
+  std::optional<Loss> loss;
   SchedulerStats stats;
 
  private:

@@ -130,18 +130,40 @@ TEST_F(RequestStateTest, ReleasingAQueuedForkDropsTheFork) {
   EXPECT_TRUE(state_.pending_frees.empty());
 }
 
-TEST_F(RequestStateTest, FailRunningEndsRunningOnlyAndDropsPendingOpsWhenLost) {
+TEST_F(RequestStateTest, LoseRequeuesRunningInArrivalOrderKeepingTokens) {
+  Request* a = Add(1);
+  Request* b = Add(2);
+  Request* c = Add(3);
+  Start(a);
+  Start(b);
+  a->branches[0].output = {9, 8};
+  state_.pending_commits.push_back({cachemgr::SeqId{a->branches[0].seq_id}, 5});
+  state_.pending_frees.push_back(cachemgr::SeqId{99});
+  state_.Lose(LostService::kWorker, absl::UnavailableError("Socket closed"));
+  ASSERT_TRUE(state_.loss.has_value());
+  EXPECT_EQ(state_.loss->service, LostService::kWorker);
+  EXPECT_TRUE(state_.running.empty());
+  EXPECT_THAT(state_.waiting, ::testing::ElementsAre(a, b, c));
+  EXPECT_EQ(a->branches[0].output, (std::vector<int32_t>{9, 8})) << "tokens kept for recompute";
+  EXPECT_EQ(a->branches[0].seq_id, 0u);
+  EXPECT_FALSE(state_.HasPendingCacheOps()) << "the pool is rebuilt, nothing to tell it";
+  EXPECT_TRUE(events_.empty()) << "no request ends";
+  EXPECT_TRUE(state_.CheckInvariants().ok()) << state_.CheckInvariants();
+  EXPECT_EQ(state_.stats.num_preemptions, 0) << "a loss is not a preemption";
+  state_.Lose(LostService::kCache, absl::UnavailableError("later"));
+  EXPECT_EQ(state_.loss->service, LostService::kWorker) << "the first loss is the cause";
+}
+
+TEST_F(RequestStateTest, FailRunningEndsRunningRequestsOnly) {
   Request* a = Add(1);
   Add(2);
   Start(a);
-  state_.pending_commits.push_back({cachemgr::SeqId{a->branches[0].seq_id}, 5});
-  state_.FailRunning(absl::UnavailableError("gone"), /*lost=*/true);
+  state_.FailRunning(absl::InternalError("malformed step"));
   ASSERT_EQ(events_[1].size(), 1u);
-  EXPECT_EQ(events_[1][0].error.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(events_[1][0].error.code(), absl::StatusCode::kInternal);
   EXPECT_TRUE(events_[2].empty()) << "a waiting request keeps waiting";
-  EXPECT_TRUE(state_.cache_lost);
-  EXPECT_FALSE(state_.HasPendingCacheOps());
   EXPECT_EQ(state_.waiting.size(), 1u);
+  EXPECT_FALSE(state_.loss.has_value());
 }
 
 TEST_F(RequestStateTest, CheckInvariantsCatchesAWaitingRequestHoldingASequence) {

@@ -28,7 +28,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, CacheClient* cache, Worker
                                                                       : own_registry_.get())),
       state_(options, cache, metrics_.get()),
       planner_(&state_),
-      sharing_(&state_) {
+      sharing_(&state_),
+      recovery_(options.recovery, &state_, cache, workers,
+                registry != nullptr ? registry : own_registry_.get()) {
   CHECK_GT(options_.block_size, 0);
   CHECK_GT(options_.max_num_batched_tokens, 0);
   CHECK_GT(options_.max_num_seqs, 0);
@@ -90,13 +92,16 @@ void Scheduler::Run() {
 }
 
 bool Scheduler::HasWork() const {
-  return !state_.running.empty() || !state_.waiting.empty() || !state_.pending_frees.empty();
+  return !state_.running.empty() || !state_.waiting.empty() || !state_.pending_frees.empty() ||
+         recovery_.active();
 }
 
 bool Scheduler::RunOnce() {
   DrainInbox();
   bool did = false;
-  if (!state_.running.empty() || !state_.waiting.empty()) {
+  if (recovery_.active()) {
+    did = recovery_.Poll(absl::Now());
+  } else if (!state_.running.empty() || !state_.waiting.empty()) {
     did = true;
     Step();
   } else if (state_.HasPendingCacheOps()) {
@@ -126,30 +131,29 @@ void Scheduler::DrainInbox() {
 
 void Scheduler::Step() {
   const absl::Time start = absl::Now();
-  if (state_.cache_lost) {
-    if (absl::Status s = cache_->Reset(); !s.ok()) {
-      LOG_EVERY_N(WARNING, 100) << "cache manager reset failed: " << s;
-      absl::SleepFor(absl::Milliseconds(50));
-      return;
-    }
-    state_.cache_lost = false;
-  }
   PlannedStep plan = planner_.Plan();
-  if (state_.cache_lost) return;
+  if (state_.loss.has_value()) return;  // recovery takes over at the next iteration
   if (plan.batch.empty()) {
     state_.Flush();
     return;
   }
   absl::StatusOr<worker::StepOutput> output = workers_->Execute(plan.input, plan.request_ids);
   if (!output.ok()) {
-    const absl::StatusCode code = output.status().code() == absl::StatusCode::kInvalidArgument
-                                      ? absl::StatusCode::kInternal
-                                      : absl::StatusCode::kUnavailable;
-    state_.FailRunning(
-        absl::Status(code, absl::StrCat("worker step failed: ", output.status().message())),
-        /*lost=*/false);
+    if (output.status().code() == absl::StatusCode::kInvalidArgument) {
+      // The workers refused the step as malformed: a scheduler bug, which recomputing
+      // would only repeat.
+      state_.FailRunning(absl::InternalError(
+          absl::StrCat("worker step failed: ", output.status().message())));
+      return;
+    }
+    // Any other failure (the process is gone, stopped past the step deadline, or came
+    // back without its KV cache) loses the workers' KV: recovery rebuilds it.
+    state_.Lose(LostService::kWorker,
+                absl::UnavailableError(
+                    absl::StrCat("worker step failed: ", output.status().message())));
     return;
   }
+  recovery_.OnStep(absl::Now());
   // Every branch's new KV first, then each request's outputs, request by request.
   const std::vector<Granted>& batch = plan.batch;
   std::vector<std::pair<Request*, BranchOutputs>> per_request;
@@ -181,7 +185,14 @@ void Scheduler::Publish() {
   state_.stats.num_running = static_cast<int32_t>(state_.running.size());
   state_.stats.num_waiting = static_cast<int32_t>(state_.waiting.size());
   stats_ = state_.stats;
+  health_ = LoopHealth{.last_iteration = absl::Now(), .has_work = HasWork(),
+                       .recovering = recovery_.active()};
   num_queued_ = static_cast<int32_t>(inbox_.size() + state_.waiting.size());
+}
+
+LoopHealth Scheduler::Health() const {
+  absl::MutexLock lock(&mu_);
+  return health_;
 }
 
 SchedulerStats Scheduler::Stats() const {

@@ -21,7 +21,8 @@
 // The pieces, each in its own file: RequestState (request_state.h) holds the requests,
 // queues and pending cache operations and ends requests; StepPlanner (step_planner.h)
 // decides each step and gets its slots; Sharing (sharing.h) applies the step's outputs,
-// forks and beams; this class owns the inbox and the loop.
+// forks and beams; Recovery (recovery.h) heals the replica after a worker or the cache
+// manager is lost; this class owns the inbox and the loop.
 //
 // Threading: one loop thread owns all request state (Run(), or RunOnce() from a test
 // that owns the thread). Submit() and Cancel() are thread-safe: they post to an inbox
@@ -38,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "services/scheduler/clients.h"
+#include "services/scheduler/recovery.h"
 #include "services/scheduler/request.h"
 #include "services/scheduler/request_state.h"
 #include "services/scheduler/scheduler_metrics.h"
@@ -46,6 +48,13 @@
 #include "services/scheduler/step_planner.h"
 
 namespace folio::scheduler {
+
+// The step loop's pulse, published at the end of every iteration.
+struct LoopHealth {
+  absl::Time last_iteration = absl::Now();  // when the loop last finished an iteration
+  bool has_work = false;                    // it had requests to step (or to recover)
+  bool recovering = false;                  // it waits for a lost process (recovery.h)
+};
 
 class Scheduler {
  public:
@@ -75,6 +84,10 @@ class Scheduler {
 
   SchedulerStats Stats() const;
 
+  // What liveness and readiness are judged by (stall_watchdog.h), as of the loop's last
+  // iteration. Thread-safe.
+  LoopHealth Health() const;
+
  private:
   void DrainInbox();
   bool HasWork() const;
@@ -96,11 +109,13 @@ class Scheduler {
   int32_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;  // inbox + waiting, for admission control
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+  LoopHealth health_ ABSL_GUARDED_BY(mu_);
 
   // Loop-thread state.
   RequestState state_;
   StepPlanner planner_;
   Sharing sharing_;
+  Recovery recovery_;
 };
 
 }  // namespace folio::scheduler

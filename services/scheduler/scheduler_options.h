@@ -4,7 +4,17 @@
 
 #include <cstdint>
 
+#include "absl/time/time.h"
+
 namespace folio::scheduler {
+
+// Recovery from a lost worker or cache manager (recovery.h).
+struct RecoveryOptions {
+  absl::Duration timeout = absl::Seconds(60);  // --recovery_timeout_ms
+  // Between attempts to restore the processes: doubling from the first to the most.
+  absl::Duration first_backoff = absl::Milliseconds(10);
+  absl::Duration max_backoff = absl::Milliseconds(200);
+};
 
 struct SchedulerOptions {
   int32_t block_size = 16;
@@ -21,6 +31,7 @@ struct SchedulerOptions {
   // plus max_tokens: what a reservation system that cannot know the output length must
   // reserve (the article's Orca (Max) baseline, with the contiguous policy).
   bool reserve_max_model_len = false;
+  RecoveryOptions recovery;
 };
 
 struct SchedulerStats {

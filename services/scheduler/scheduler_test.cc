@@ -44,14 +44,6 @@ struct Stream {
   }
 };
 
-class FailingWorker final : public WorkerClient {
- public:
-  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput&,
-                                             const std::vector<std::string>&) override {
-    return absl::UnavailableError("connection refused");
-  }
-};
-
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -271,21 +263,6 @@ TEST_F(SchedulerTest, BadRequestsAreRejectedAtSubmit) {
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
   RunUntilIdle();
   EXPECT_EQ(a.finish, FinishReason::kLength);
-  ExpectPoolFull();
-}
-
-TEST_F(SchedulerTest, FailedWorkerFailsRequestsAndFreesBlocks) {
-  Make(64, 16);
-  FailingWorker failing;
-  Scheduler scheduler(SchedulerOptions{.max_model_len = 512, .vocab_size = 512}, cache_client_.get(),
-                      &failing, nullptr);
-  Stream s;
-  ASSERT_TRUE(scheduler.Submit(Greedy({1, 5, 6}, 5), s.Sink()).ok());
-  for (int i = 0; i < 10 && scheduler.RunOnce(); ++i) {
-  }
-  EXPECT_EQ(s.finish, FinishReason::kError);
-  EXPECT_EQ(s.error.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(s.error.message(), HasSubstr("connection refused"));
   ExpectPoolFull();
 }
 

@@ -250,8 +250,7 @@ void Sharing::ApplyForks() {
   absl::StatusOr<cachemgr::StepResponse> resp = state_->CacheStep(std::move(req));
   state_->pending_frees.insert(state_->pending_frees.end(), held.begin(), held.end());
   if (!resp.ok()) {
-    state_->FailRunning(absl::UnavailableError(absl::StrCat("cache manager: ", resp.status().message())),
-                        /*lost=*/true);
+    state_->Lose(LostService::kCache, resp.status());
     return;
   }
   std::vector<Request*> refused;

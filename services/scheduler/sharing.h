@@ -34,8 +34,8 @@ class Sharing {
   void Advance(Request* r, const BranchOutputs& outs);
 
   // Sends the queued forks (with pending commits and frees) in one cache RPC. A refused
-  // fork (baseline policy only) preempts its group; a failed RPC fails every running
-  // request with UNAVAILABLE and marks the cache lost.
+  // fork (baseline policy only) preempts its group; a failed RPC is a loss of the cache
+  // (RequestState::Lose).
   void ApplyForks();
 
  private:

@@ -15,9 +15,9 @@ PlannedStep StepPlanner::Plan() {
   int32_t budget = state_->options().max_num_batched_tokens;
   cachemgr::StepResponse granted_results;
   plan.batch = ScheduleRunning(&budget, &granted_results);
-  if (state_->cache_lost) return {};
+  if (state_->loss.has_value()) return {};
   std::vector<Granted> admitted = AdmitWaiting(&budget, &granted_results);
-  if (state_->cache_lost) return {};
+  if (state_->loss.has_value()) return {};
   plan.batch.insert(plan.batch.end(), admitted.begin(), admitted.end());
   if (plan.batch.empty()) return plan;
 
@@ -38,8 +38,7 @@ PlannedStep StepPlanner::Plan() {
 }
 
 void StepPlanner::FailCache(const absl::Status& status) {
-  state_->FailRunning(absl::UnavailableError(absl::StrCat("cache manager: ", status.message())),
-                      /*lost=*/true);
+  state_->Lose(LostService::kCache, status);
 }
 
 int32_t StepPlanner::Wanted(const Request& r, size_t i) {

@@ -43,8 +43,8 @@ class StepPlanner {
   explicit StepPlanner(RequestState* state) : state_(state) {}
 
   // Plans the next step and gets its slots. An empty batch when nothing can run; then
-  // state->cache_lost tells whether a cache RPC failed (every running request has then
-  // been failed with UNAVAILABLE). A non-empty batch carries the pending fork copies and
+  // state->loss tells whether a cache RPC failed (RequestState::Lose has then put every
+  // running request back in the queue). A non-empty batch carries the pending fork copies and
   // this step's copy-on-write copies in input.block_copies.
   PlannedStep Plan();
 

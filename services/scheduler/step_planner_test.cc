@@ -142,13 +142,14 @@ TEST_F(StepPlannerTest, ARootWaitsAtThePromptEndForItsForks) {
   EXPECT_EQ(StepPlanner::Wanted(*r, 1), 0);
 }
 
-TEST_F(StepPlannerTest, AFailedCacheRpcFailsRunningRequestsAndMarksTheCacheLost) {
+TEST_F(StepPlannerTest, AFailedCacheRpcIsALossOfTheCache) {
   class DeadCache final : public CacheClient {
    public:
     absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest&) override {
       return absl::UnavailableError("Socket closed");
     }
     absl::Status Reset() override { return absl::UnavailableError("Socket closed"); }
+    absl::Status Restore() override { return absl::UnavailableError("Socket closed"); }
   } dead;
   Make(8, SchedulerOptions{});
   RequestState state(SchedulerOptions{.max_model_len = 64, .vocab_size = 32}, &dead,
@@ -162,7 +163,9 @@ TEST_F(StepPlannerTest, AFailedCacheRpcFailsRunningRequestsAndMarksTheCacheLost)
   state.Queue(std::move(r));
   PlannedStep plan = planner.Plan();
   EXPECT_TRUE(plan.batch.empty());
-  EXPECT_TRUE(state.cache_lost);
+  ASSERT_TRUE(state.loss.has_value());
+  EXPECT_EQ(state.loss->service, LostService::kCache);
+  EXPECT_EQ(state.waiting.size(), 1u) << "the request waits for recovery";
 }
 
 }  // namespace

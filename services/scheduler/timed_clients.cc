@@ -39,6 +39,20 @@ absl::Status TimedCacheClient::Reset() {
   return status;
 }
 
+absl::Status TimedCacheClient::Restore() {
+  const absl::Time start = absl::Now();
+  absl::Status status = inner_->Restore();
+  metrics_->Record("cachemgr", "Restore", status.code(), absl::Now() - start);
+  return status;
+}
+
+absl::Status TimedWorkerClient::Restore() {
+  const absl::Time start = absl::Now();
+  absl::Status status = inner_->Restore();
+  metrics_->Record("worker", "Restore", status.code(), absl::Now() - start);
+  return status;
+}
+
 absl::StatusOr<worker::StepOutput> TimedWorkerClient::Execute(
     const worker::StepInput& step, const std::vector<std::string>& request_ids) {
   const absl::Time start = absl::Now();

@@ -4,7 +4,7 @@
 //   folio_scheduler_rpc_duration_seconds{service, method}  every call, failed ones too
 //   folio_scheduler_rpc_errors_total{service, method, code} calls that returned an error
 // `service` is "cachemgr" or "worker"; `method` is the RPC ("Step", "Reset",
-// "ExecuteStep"). Both decorators share one RpcMetrics, registered once per registry.
+// "ExecuteStep") or "Restore" (recovery's probe and set-up, several RPCs). Both decorators share one RpcMetrics, registered once per registry.
 // Thread-compatible like the clients they wrap (the loop thread calls them); the metrics
 // are thread-safe.
 #ifndef FOLIO_SERVICES_SCHEDULER_TIMED_CLIENTS_H_
@@ -39,6 +39,7 @@ class TimedCacheClient final : public CacheClient {
   TimedCacheClient(CacheClient* inner, RpcMetrics* metrics) : inner_(inner), metrics_(metrics) {}
   absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) override;
   absl::Status Reset() override;
+  absl::Status Restore() override;
 
  private:
   CacheClient* const inner_;
@@ -51,6 +52,7 @@ class TimedWorkerClient final : public WorkerClient {
   TimedWorkerClient(WorkerClient* inner, RpcMetrics* metrics) : inner_(inner), metrics_(metrics) {}
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>& request_ids) override;
+  absl::Status Restore() override;
 
  private:
   WorkerClient* const inner_;

@@ -18,6 +18,7 @@ class ScriptedCache final : public CacheClient {
     return cachemgr::StepResponse{};
   }
   absl::Status Reset() override { return next; }
+  absl::Status Restore() override { return next; }
 };
 
 class ScriptedWorkers final : public WorkerClient {
@@ -28,6 +29,7 @@ class ScriptedWorkers final : public WorkerClient {
     if (!next.ok()) return next;
     return worker::StepOutput{};
   }
+  absl::Status Restore() override { return next; }
 };
 
 TEST(TimedClientsTest, EveryCallIsTimedAndFailuresAreCountedByCode) {
@@ -45,6 +47,7 @@ TEST(TimedClientsTest, EveryCallIsTimedAndFailuresAreCountedByCode) {
   absl::StatusOr<worker::StepOutput> failed = timed_workers.Execute({}, {});
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << "errors pass through";
   EXPECT_TRUE(timed_cache.Reset().ok());
+  EXPECT_EQ(timed_workers.Restore().code(), absl::StatusCode::kUnavailable);
 
   const std::string page = registry.Serialize();
   EXPECT_THAT(page, HasSubstr("folio_scheduler_rpc_duration_seconds_count{service=\"cachemgr\","
@@ -55,6 +58,8 @@ TEST(TimedClientsTest, EveryCallIsTimedAndFailuresAreCountedByCode) {
                               "method=\"ExecuteStep\"} 2"));
   EXPECT_THAT(page, HasSubstr("folio_scheduler_rpc_errors_total{service=\"worker\","
                               "method=\"ExecuteStep\",code=\"UNAVAILABLE\"} 1"));
+  EXPECT_THAT(page, HasSubstr("folio_scheduler_rpc_errors_total{service=\"worker\","
+                              "method=\"Restore\",code=\"UNAVAILABLE\"} 1"));
   EXPECT_THAT(page, Not(HasSubstr("folio_scheduler_rpc_errors_total{service=\"cachemgr\"")));
 }
 

@@ -14,6 +14,7 @@
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
+#include "common/tls.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 #include "services/worker/dist/gloo_communicator.h"
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
             joined = folio::worker::GlooCommunicator::Create(comm, store);
           } else {
             folio::worker::GrpcRendezvousStore store(
-                grpc::CreateChannel(rendezvous_address, grpc::InsecureChannelCredentials()),
+                folio::MakeChannel(rendezvous_address, folio::TlsConfigFromFlagsOrExit()).value(),
                 comm.rendezvous_timeout);
             joined = folio::worker::GlooCommunicator::Create(comm, store);
           }

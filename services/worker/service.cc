@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/incarnation.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 #include "services/worker/engine/cpu_model_runner.h"
@@ -62,6 +63,7 @@ absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
 pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOptions& options,
                               int64_t kv_bytes_per_token) {
   pb::WorkerInfo info;
+  info.set_incarnation_id(NewIncarnationId());
   const ModelConfig& c = weights.config;
   pb::ModelSpec* model = info.mutable_model();
   model->set_name(c.name);
@@ -311,7 +313,10 @@ WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
       communicator_status_(options.tp_size > 1
                                ? absl::FailedPreconditionError(
                                      "this tensor-parallel rank has not joined its group")
-                               : absl::OkStatus()) {}
+                               : absl::OkStatus()) {
+  LOG(INFO) << "worker rank " << options_.tp_rank << " incarnation "
+            << static_info_.incarnation_id();
+}
 
 WorkerService::~WorkerService() = default;
 

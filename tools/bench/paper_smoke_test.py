@@ -4,7 +4,7 @@
 A 1 MiB KV budget holds 1,638 tokens of stories260K (640 bytes per token): 102 blocks of
 16, so a contiguous reservation of max_model_len (512 tokens, 32 blocks) leaves room for
 three sequences at once, while paged holds more of the short sharegpt-like requests.
-Exits 77 (skipped) without FOLIO_MODELS_DIR.
+Reads $FOLIO_MODELS_DIR's stories260K, else the embedded one.
 Usage: paper_smoke_test.py --bin_dir BUILD/bin
 """
 import argparse
@@ -21,11 +21,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin_dir", required=True)
     args = p.parse_args()
-    models = os.environ.get("FOLIO_MODELS_DIR")
-    model = os.path.join(models or "", "stories260K", "stories260K.gguf")
-    if not models or not os.path.exists(model):
-        print("SKIP: set FOLIO_MODELS_DIR to the folder holding stories260K/stories260K.gguf")
-        return 77
+    # $FOLIO_MODELS_DIR's stories260K, else the one embedded in the repository.
+    models = os.environ.get("FOLIO_MODELS_DIR") or os.path.join(HERE, "..", "..", "models")
+    model = os.path.join(models, "stories260K", "stories260K.gguf")
+    if not os.path.exists(model):
+        print(f"no model at {model}")
+        return 1
     with tempfile.TemporaryDirectory(prefix="paper-smoke-") as out:
         argv = [sys.executable, os.path.join(HERE, "paper.py"), f"--bin_dir={args.bin_dir}",
                 f"--model={model}", "--kv_cache_bytes=1MiB", "--max_model_len=512",

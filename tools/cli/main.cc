@@ -15,6 +15,7 @@
 #include "common/finish_reason.h"
 #include "common/grpc_status.h"
 #include "common/process.h"
+#include "common/tls.h"
 #include "folio/v1/folio.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -339,8 +340,9 @@ int main(int argc, char** argv) {
   if (args.size() < 2) return UsageError("no command given");
   const std::string command = args[1];
   folio::ExitIfCheckingFlags();
+  // --tls_cert/--tls_key/--tls_ca (common/tls.h) as the services take them.
   auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+      folio::MakeChannel(absl::GetFlag(FLAGS_server), folio::TlsConfigFromFlagsOrExit()).value();
   auto stub = pb::TextGeneration::NewStub(channel);
   if (command == "generate" || command == "tokenize") {
     if (args.size() != 3) {

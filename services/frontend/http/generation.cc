@@ -18,7 +18,7 @@ const char* FinishReasonText(ipb::FinishReason reason) {
 }
 
 // As the gRPC path reports them: the scheduler's code, the message saying where it came
-// from.
+// from. Every loss of the scheduler (unreachable, gone mid-stream) is UNAVAILABLE.
 absl::Status FromScheduler(const grpc::Status& status) {
   const absl::Status s = FromGrpcStatus(status);
   const char* prefix = s.code() == absl::StatusCode::kUnavailable ? "scheduler unavailable: "
@@ -28,34 +28,32 @@ absl::Status FromScheduler(const grpc::Status& status) {
 
 }  // namespace
 
-Generation::Generation(const ModelContext& model, ipb::Scheduler::Stub* scheduler,
-                       const ValidatedRequest& request, int32_t n)
-    : model_(model),
+Generation::Generation(std::shared_ptr<const ModelContext> model,
+                       const ValidatedRequest& request, int32_t n, Listener listener)
+    : model_(std::move(model)),
       want_logprobs_(request.logprobs.has_value()),
       max_top_logprobs_(request.logprobs.value_or(0)),
+      listener_(std::move(listener)),
       choices_(static_cast<size_t>(std::max(n, 1))) {
   for (Choice& c : choices_) {
-    c.text.emplace(model.tokenizer(), request.stop, request.prompt_token_ids);
+    c.text.emplace(model_->tokenizer(), request.stop, request.prompt_token_ids);
   }
   num_prompt_tokens_ = static_cast<int32_t>(request.prompt_token_ids.size());
-  ipb::ScheduleRequest schedule = ToScheduleRequest(request);
-  schedule.set_n(n);
-  reader_ = scheduler->Generate(&ctx_, schedule);
+  request_ = ToScheduleRequest(request);
+  request_.set_n(n);
 }
 
-Generation::~Generation() {
-  if (!stream_closed_) {
-    ctx_.TryCancel();
-    Drain();
-  }
-}
-
-grpc::Status Generation::Drain() {
-  ipb::ScheduleEvent event;
-  while (reader_->Read(&event)) {
-  }
-  stream_closed_ = true;
-  return reader_->Finish();
+std::shared_ptr<Generation> Generation::Start(std::shared_ptr<const ModelContext> model,
+                                              ipb::Scheduler::Stub* scheduler,
+                                              const ValidatedRequest& request, int32_t n,
+                                              Listener listener) {
+  std::shared_ptr<Generation> g(
+      new Generation(std::move(model), request, n, std::move(listener)));
+  g->self_ = g;
+  scheduler->async()->Generate(&g->ctx_, &g->request_, g.get());
+  g->StartRead(&g->event_);
+  g->StartCall();
+  return g;
 }
 
 openai::Usage Generation::usage() const {
@@ -66,59 +64,86 @@ openai::Usage Generation::usage() const {
   return u;
 }
 
-absl::Status Generation::Next(std::vector<openai::ChoiceDelta>* deltas) {
-  deltas->clear();
-  if (done_) return absl::OkStatus();
-  ipb::ScheduleEvent event;
-  if (!reader_->Read(&event)) {
-    done_ = true;
-    stream_closed_ = true;
-    const grpc::Status status = reader_->Finish();
-    if (!status.ok()) return FromScheduler(status);
-    const bool all_finished = std::all_of(choices_.begin(), choices_.end(),
-                                          [](const Choice& c) { return c.finished; });
-    if (!all_finished) {
-      return absl::InternalError("scheduler ended the stream without a finish reason");
+bool Generation::all_finished() const {
+  return std::all_of(choices_.begin(), choices_.end(),
+                     [](const Choice& c) { return c.finished; });
+}
+
+void Generation::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ended or was cancelled: OnDone follows
+  if (all_finished() || !error_.ok()) {
+    // Drain what the scheduler still sends so that its stream can end.
+    StartRead(&event_);
+    return;
+  }
+  Update update;
+  const bool cancel = HandleEvent(&update.deltas);
+  if (!update.deltas.empty()) listener_(std::move(update));
+  StartRead(&event_);
+  if (cancel) ctx_.TryCancel();
+}
+
+void Generation::OnDone(const grpc::Status& status) {
+  Update last;
+  last.done = true;
+  last.usage = usage();
+  if (!error_.ok()) {
+    last.status = error_;
+  } else if (all_finished()) {
+    last.status = absl::OkStatus();  // whatever ended the stream after the last choice
+  } else if (!status.ok()) {
+    last.status = FromScheduler(status);
+    // The scheduler went away mid-stream (not cancelled here): an upstream loss.
+    if (!cancelled_.load() && (last.status.code() == absl::StatusCode::kCancelled ||
+                               last.status.code() == absl::StatusCode::kUnknown)) {
+      last.status = absl::UnavailableError(
+          absl::StrCat("scheduler unavailable: the stream broke: ", status.error_message()));
     }
-    return absl::OkStatus();
+  } else {
+    last.status = absl::UnavailableError(
+        "scheduler unavailable: it ended the stream without a finish reason");
   }
-  if (event.num_prompt_tokens() > 0) num_prompt_tokens_ = event.num_prompt_tokens();
-  if (event.num_cached_prompt_tokens() > 0) {
-    num_cached_prompt_tokens_ = event.num_cached_prompt_tokens();
+  Listener listener = std::move(listener_);
+  listener(std::move(last));
+  std::shared_ptr<Generation> keep = std::move(self_);  // may delete this at scope exit
+}
+
+bool Generation::HandleEvent(std::vector<openai::ChoiceDelta>* deltas) {
+  if (event_.num_prompt_tokens() > 0) num_prompt_tokens_ = event_.num_prompt_tokens();
+  if (event_.num_cached_prompt_tokens() > 0) {
+    num_cached_prompt_tokens_ = event_.num_cached_prompt_tokens();
   }
-  if (event.index() < 0 || event.index() >= static_cast<int32_t>(choices_.size())) {
-    done_ = true;
-    Cancel();
-    return absl::InternalError(absl::StrCat("scheduler sent choice index ", event.index(),
-                                            " for a request of ", choices_.size()));
+  if (event_.index() < 0 || event_.index() >= static_cast<int32_t>(choices_.size())) {
+    error_ = absl::InternalError(absl::StrCat("scheduler sent choice index ", event_.index(),
+                                              " for a request of ", choices_.size()));
+    return true;
   }
-  Choice& choice = choices_[event.index()];
-  if (choice.finished) return absl::OkStatus();  // a stop string already ended it
+  Choice& choice = choices_[event_.index()];
+  if (choice.finished) return false;  // a stop string already ended it
 
   std::vector<int32_t> ids;
-  for (const ipb::GeneratedToken& t : event.tokens()) ids.push_back(t.token_id());
+  for (const ipb::GeneratedToken& t : event_.tokens()) ids.push_back(t.token_id());
   absl::StatusOr<CompletionText::Delta> delta = choice.text->AddTokens(ids);
   if (!delta.ok()) {
-    done_ = true;
-    Cancel();
-    return absl::InternalError(
+    error_ = absl::InternalError(
         absl::StrCat("scheduler sent a bad token: ", delta.status().message()));
+    return true;
   }
+  const Tokenizer& tokenizer = model_->tokenizer();
   openai::ChoiceDelta out;
-  out.index = event.index();
+  out.index = event_.index();
   out.text = std::move(delta->text);
   for (int i = 0; i < delta->num_tokens_used; ++i) {
-    const ipb::GeneratedToken& t = event.tokens(i);
+    const ipb::GeneratedToken& t = event_.tokens(i);
     openai::TokenOut token;
     token.id = t.token_id();
-    token.text = TokenDisplayText(model_.tokenizer(), t.token_id());
+    token.text = TokenDisplayText(tokenizer, t.token_id());
     if (want_logprobs_) {
       token.logprob = t.logprob();
       const int k = std::min(t.top_logprobs_size(), max_top_logprobs_);
       for (int j = 0; j < k; ++j) {
-        token.top_logprobs.emplace_back(
-            TokenDisplayText(model_.tokenizer(), t.top_logprobs(j).token_id()),
-            t.top_logprobs(j).logprob());
+        token.top_logprobs.emplace_back(TokenDisplayText(tokenizer, t.top_logprobs(j).token_id()),
+                                        t.top_logprobs(j).logprob());
       }
     }
     out.tokens.push_back(std::move(token));
@@ -127,26 +152,20 @@ absl::Status Generation::Next(std::vector<openai::ChoiceDelta>* deltas) {
   if (delta->stopped) {
     out.finish_reason = "stop";
     stopped_by_string = true;
-  } else if (event.finish_reason() == ipb::FINISH_REASON_ERROR) {
-    done_ = true;
-    Cancel();
-    return absl::InternalError("scheduler: the request failed (finish reason ERROR)");
-  } else if (event.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
+  } else if (event_.finish_reason() == ipb::FINISH_REASON_ERROR) {
+    error_ = absl::InternalError("scheduler: the request failed (finish reason ERROR)");
+    return true;
+  } else if (event_.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
     CompletionText::Delta rest = choice.text->Finish();
     out.text += rest.text;
-    out.finish_reason = rest.stopped ? "stop" : FinishReasonText(event.finish_reason());
+    out.finish_reason = rest.stopped ? "stop" : FinishReasonText(event_.finish_reason());
   }
   if (!out.finish_reason.empty()) choice.finished = true;
   if (!out.text.empty() || !out.tokens.empty() || !out.finish_reason.empty()) {
     deltas->push_back(std::move(out));
   }
-  if (std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.finished; })) {
-    done_ = true;
-    // A stop string ended the last choice: the scheduler would keep generating.
-    if (stopped_by_string) Cancel();
-    Drain();
-  }
-  return absl::OkStatus();
+  // A stop string ended the last choice: the scheduler would keep generating.
+  return stopped_by_string && all_finished();
 }
 
 }  // namespace folio::frontend

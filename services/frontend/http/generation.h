@@ -1,20 +1,24 @@
-// Generation: one request of the HTTP API run through the scheduler's Generate stream.
+// Generation: one request of the HTTP API run through the scheduler's Generate stream,
+// asynchronously (grpc::ClientReadReactor): no thread waits for the scheduler.
 //
-// The HTTP server gives each connection a thread, so this is a blocking reader: Next()
-// waits for the scheduler's next event and turns it into per-choice text deltas, each
-// choice decoded and cut at stop strings by its own CompletionText (as the gRPC path
-// does). Choices are told apart by the event's index (0..n-1), so n > 1 works as soon as
-// the scheduler streams several samples.
+// Each scheduler event becomes per-choice text deltas, each choice decoded and cut at stop
+// strings by its own CompletionText (as the gRPC path does). Choices are told apart by the
+// event's index (0..n-1). A stop string ends its choice; once every choice has ended, the
+// scheduler call is cancelled (so it stops generating). Events are read as fast as the
+// scheduler sends them: the HTTP side bounds what it buffers (a slow reader is cut, which
+// cancels the generation).
 //
-// A stop string ends its choice; once every choice has ended, the scheduler call is
-// cancelled (so it stops generating). Cancel() may be called from another thread at any
-// time; destroying a Generation that has not finished cancels its scheduler call, which
-// aborts the request and frees its blocks.
+// The listener receives the updates in order, one at a time, on gRPC callback threads; it
+// must not block. The last update has done = true and the final status and usage; after
+// it the Generation holds no reference to the listener and the scheduler call is over.
 //
-// Thread-compatible, except Cancel(), which is thread-safe.
+// Thread-safe: Cancel() may be called from any thread at any time, before or after the
+// end. The object lives until both the caller's reference and the scheduler call are gone.
 #ifndef FOLIO_SERVICES_FRONTEND_HTTP_GENERATION_H_
 #define FOLIO_SERVICES_FRONTEND_HTTP_GENERATION_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -28,45 +32,65 @@
 
 namespace folio::frontend {
 
-class Generation {
+class Generation final
+    : public grpc::ClientReadReactor<folio::internal::v1::ScheduleEvent> {
  public:
-  // Starts the scheduler call for `request` with `n` choices. `model` and `scheduler`
-  // must outlive the Generation.
-  Generation(const ModelContext& model, folio::internal::v1::Scheduler::Stub* scheduler,
-             const ValidatedRequest& request, int32_t n);
-  ~Generation();
+  struct Update {
+    std::vector<openai::ChoiceDelta> deltas;  // possibly empty on the last update
+    bool done = false;                        // the last update
+    absl::Status status;                      // last update: OK, or why it failed
+    openai::Usage usage;                      // last update: the request's usage
+  };
+  using Listener = std::function<void(Update)>;
+
+  // Starts the scheduler call for `request` with `n` choices. `scheduler` must outlive the
+  // call (the server waits for every generation to end before it goes).
+  static std::shared_ptr<Generation> Start(std::shared_ptr<const ModelContext> model,
+                                           folio::internal::v1::Scheduler::Stub* scheduler,
+                                           const ValidatedRequest& request, int32_t n,
+                                           Listener listener);
+  ~Generation() override = default;
 
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
 
-  // Waits for the next event. OK with the deltas it produced (possibly none), or OK and
-  // done() once every choice has finished. An error (the scheduler's code, with a message
-  // saying it came from the scheduler) ends the generation.
-  absl::Status Next(std::vector<openai::ChoiceDelta>* deltas);
+  // Cancels the scheduler call (which aborts the request and frees its blocks); the last
+  // update follows with CANCELLED unless every choice had already finished.
+  void Cancel() {
+    cancelled_.store(true);
+    ctx_.TryCancel();
+  }
 
-  bool done() const { return done_; }
-  openai::Usage usage() const;
-  // Thread-safe.
-  void Cancel() { ctx_.TryCancel(); }
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
 
  private:
+  Generation(std::shared_ptr<const ModelContext> model, const ValidatedRequest& request,
+             int32_t n, Listener listener);
   struct Choice {
     std::optional<CompletionText> text;
     bool finished = false;
   };
-  // Reads the rest of the stream and its status; returns the status.
-  grpc::Status Drain();
+  // Turns event_ into deltas. Sets error_ on a bad event. Returns true when the call must
+  // be cancelled (a stop string ended the last choice, or the event was bad).
+  bool HandleEvent(std::vector<openai::ChoiceDelta>* deltas);
+  openai::Usage usage() const;
+  bool all_finished() const;
 
-  const ModelContext& model_;
+  const std::shared_ptr<const ModelContext> model_;
   const bool want_logprobs_;
   const int32_t max_top_logprobs_;
+  Listener listener_;
+  std::shared_ptr<Generation> self_;  // held until OnDone
   grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReader<folio::internal::v1::ScheduleEvent>> reader_;
+  folio::internal::v1::ScheduleRequest request_;
+  folio::internal::v1::ScheduleEvent event_;
+  // Touched only by the reactions, which gRPC runs one at a time.
   std::vector<Choice> choices_;
   int32_t num_prompt_tokens_ = 0;
   int32_t num_cached_prompt_tokens_ = 0;
-  bool done_ = false;
-  bool stream_closed_ = false;
+  absl::Status error_;  // a bad event seen here
+  std::atomic<bool> cancelled_{false};  // Cancel() was called
 };
 
 }  // namespace folio::frontend

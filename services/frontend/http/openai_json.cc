@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "services/frontend/http/json_body.h"
 
 namespace folio::frontend::openai {
 namespace {
@@ -37,7 +38,12 @@ absl::Status GetFloat(const json& body, const char* key, std::optional<float>* o
   const json* v = Field(body, key);
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_number()) return TypeError(key, "a number");
-  *out = static_cast<float>(v->get<double>());
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " is out of range: ", v->dump(), " does not fit a float"));
+  }
+  *out = static_cast<float>(d);
   return absl::OkStatus();
 }
 
@@ -50,6 +56,13 @@ absl::StatusOr<int64_t> AsInt(const json& v, absl::string_view field) {
     return static_cast<int64_t>(u);
   }
   if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::fabs(d) >= 9.2e18) {
+      return TypeError(field, absl::StrCat("an integer in the 64-bit range, not ", v.dump()));
+    }
+    return TypeError(field, absl::StrCat("an integer, not ", v.dump()));
+  }
   return TypeError(field, "an integer");
 }
 
@@ -253,13 +266,9 @@ json HeaderJson(const ResponseHeader& h, bool chunk) {
 }  // namespace
 
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
-  json body;
-  try {
-    body = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<json> parsed = ParseJsonBody(text);
+  if (!parsed.ok()) return parsed.status();
+  const json& body = *parsed;
   if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
 
   Request r;

@@ -7,12 +7,12 @@
 //
 // Requests are parsed at the edge (openai_json.h), validated by the same RequestValidator
 // as the gRPC API and run through the scheduler (generation.h). Errors are OpenAI error
-// objects with the HTTP status of their kind (400, 401, 404, 413, 429, 501, 503...). A
-// streaming client that goes away is noticed at the next write, which cancels the
-// scheduler call, so the request's blocks are freed.
+// objects with the HTTP status of their kind (400, 401, 404, 405, 413, 429, 501, 503...).
 //
-// cpp-httplib serves each connection on a thread of its pool (`num_threads`), and a
-// generation blocks that thread while it runs.
+// Everything is asynchronous: the HTTP server (http_server.h, Boost.Beast) runs on a few
+// I/O threads and the scheduler stream on gRPC's callback threads; nothing waits. A client
+// that goes away (streaming or not), or a streaming client that falls too far behind,
+// cancels its scheduler call at once, so the request's blocks are freed.
 //
 // Thread-safe. Stop() is idempotent; the destructor calls it.
 #ifndef FOLIO_SERVICES_FRONTEND_HTTP_OPENAI_SERVER_H_
@@ -20,8 +20,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -33,23 +33,26 @@
 #include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "services/frontend/http/generation.h"
+#include "services/frontend/http/http_server.h"
+#include "services/frontend/http/openai_json.h"
 
 namespace folio::frontend {
 
-class Generation;
 class ChatTemplate;
 
 struct OpenAiServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                       // 0 picks a free port
   size_t max_body_bytes = 1 << 20;       // larger request bodies get 413
-  int num_threads = 256;                 // connections served at once
+  int num_threads = 2;                   // HTTP I/O threads (connections are not threads)
+  int listen_backlog = 4096;             // queued new connections (a burst's size)
+  absl::Duration request_timeout = absl::Seconds(10);  // a request's head and body
+  absl::Duration idle_timeout = absl::Seconds(60);     // keep-alive between requests
+  absl::Duration write_timeout = absl::Seconds(30);    // a reader that takes nothing
+  size_t max_stream_buffer_bytes = 1 << 20;  // a stream's unread bytes before it is cut
+  int socket_send_buffer_bytes = 0;          // SO_SNDBUF per connection; 0: the kernel's
+  std::optional<TlsFiles> tls;           // HTTPS (and client certificates with a CA)
   ApiKeys api_keys;                      // none: no authentication
   absl::Duration drain_timeout = absl::Seconds(10);  // Stop() waits this long for requests
 };
@@ -61,32 +64,41 @@ class OpenAiServer {
 
   // Binds host:port and starts serving. `scheduler_channel` reaches the scheduler;
   // `metrics` (not owned) must outlive the server. Unavailable when the port cannot be
-  // bound.
+  // bound, InvalidArgument for unusable TLS files.
   static absl::StatusOr<std::unique_ptr<OpenAiServer>> Start(
       OpenAiServerOptions options, ModelSource model,
       std::shared_ptr<grpc::ChannelInterface> scheduler_channel, FrontendMetrics* metrics);
   ~OpenAiServer();
 
-  int port() const { return port_; }
+  int port() const { return http_->port(); }
+  int num_connections() const { return http_->num_connections(); }
 
   // Refuses new generations (503), lets those in flight finish for drain_timeout, cancels
   // the rest, then stops serving.
   void Stop();
 
+  struct Call;  // one generation in flight (openai_server.cc)
+
  private:
   OpenAiServer(OpenAiServerOptions options, ModelSource model,
                std::shared_ptr<grpc::ChannelInterface> channel, FrontendMetrics* metrics);
 
-  void HandleGenerate(int endpoint, const httplib::Request& req, httplib::Response& res);
-  void HandleModels(const httplib::Request& req, httplib::Response& res);
-  void HandleHealth(const httplib::Request& req, httplib::Response& res);
+  void Handle(HttpRequest req, std::shared_ptr<HttpExchange> x);
+  void HandleGenerate(openai::Endpoint endpoint, const HttpRequest& req,
+                      std::shared_ptr<HttpExchange> x);
+  void HandleModels(HttpExchange& x);
+  void HandleHealth(std::shared_ptr<HttpExchange> x);
+  // One scheduler update of `call` (on a gRPC callback thread).
+  void OnUpdate(const std::shared_ptr<Call>& call, Generation::Update update);
   // The chat template for `model` (parsed once per model context).
   absl::StatusOr<std::shared_ptr<const ChatTemplate>> TemplateFor(
       const std::shared_ptr<const ModelContext>& model);
   std::string ModelName(const ModelContext& model) const;
 
-  bool Register(Generation* g);
-  void Unregister(Generation* g);
+  bool Register(const std::shared_ptr<Call>& call);
+  void Unregister(const std::shared_ptr<Call>& call);
+  bool BeginHealthCheck();
+  void EndHealthCheck();
 
   const OpenAiServerOptions options_;
   const ModelSource model_;
@@ -94,14 +106,13 @@ class OpenAiServer {
   const std::unique_ptr<grpc::health::v1::Health::Stub> scheduler_health_;
   FrontendMetrics* const metrics_;
   const int64_t created_;  // Unix seconds at start, reported as the model's "created"
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<HttpServer> http_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_set<Generation*> active_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::shared_ptr<Call>> active_ ABSL_GUARDED_BY(mu_);
+  int health_checks_ ABSL_GUARDED_BY(mu_) = 0;  // scheduler health checks in flight
   std::shared_ptr<const ModelContext> template_model_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const ChatTemplate> template_ ABSL_GUARDED_BY(mu_);
 };

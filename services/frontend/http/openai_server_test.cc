@@ -3,6 +3,11 @@
 // n reaches the scheduler, and a stop string ends only its own choice.
 #include "services/frontend/http/openai_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -128,6 +133,49 @@ TEST_F(OpenAiServerTest, AStopStringEndsOnlyItsChoiceAndTheLastOneCancels) {
   EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
   ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(30)));
   EXPECT_TRUE(fake_->calls()[0].cancelled);
+}
+
+// The client closing its connection while a non-streamed request runs cancels the
+// scheduler call at once (the fake would otherwise hang for 30 s).
+TEST_F(OpenAiServerTest, AClientLeavingCancelsANonStreamedRequest) {
+  Script script;
+  script.events = {Event(0, "Hello")};
+  script.hang_after_events = true;
+  fake_->SetScript(script);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(http_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 8}}.dump();
+  const std::string request = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ", body.size(),
+      "\r\n\r\n", body);
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (fake_->calls().empty() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(fake_->calls().size(), 1u);
+  close(fd);
+  ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(20)));
+  EXPECT_TRUE(fake_->calls()[0].cancelled);
+}
+
+// The scheduler going away mid-request, or ending a stream without finishing it, is an
+// upstream loss: 503 with OpenAI's error object.
+TEST_F(OpenAiServerTest, UpstreamLossIs503) {
+  for (const grpc::Status& end :
+       {grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection lost"),
+        grpc::Status(grpc::StatusCode::CANCELLED, "the peer went away"), grpc::Status::OK}) {
+    Script script;
+    script.events = {Event(0, "Hello")};
+    script.final_status = end;
+    fake_->SetScript(script);
+    int status = 0;
+    json r = Post({{"prompt", "Once"}, {"max_tokens", 8}}, &status);
+    EXPECT_EQ(status, 503) << r.dump();
+    EXPECT_EQ(r["error"]["type"], "service_unavailable_error") << r.dump();
+  }
 }
 
 }  // namespace

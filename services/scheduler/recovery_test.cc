@@ -1,0 +1,346 @@
+// Recovery in process: the scheduler over a cache manager and a CPU model runner that a
+// test can "kill" (every call fails) and "restart" (a fresh pool, a fresh KV cache with
+// nothing in it), as a process restarted by Kubernetes would be. Streams of greedy,
+// parallel-sampling and beam requests must continue with exactly the tokens of an
+// undisturbed run; requests that wait past --recovery_timeout_ms end with UNAVAILABLE.
+#include "services/scheduler/recovery.h"
+
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/cachemgr/kv_cache_manager.h"
+#include "services/scheduler/scheduler.h"
+#include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/test_models.h"
+
+namespace folio::scheduler {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A cache manager "process": alive, it serves a KvCacheManager; killed, every call fails
+// with UNAVAILABLE; restarted, it is a new process with a fresh, empty pool.
+class RestartableCache final : public CacheClient {
+ public:
+  explicit RestartableCache(const cachemgr::CacheConfig& config)
+      : config_(config), manager_(*cachemgr::KvCacheManager::Create(config)) {}
+
+  void Kill() { alive_ = false; }
+  void Restart() {
+    manager_ = *cachemgr::KvCacheManager::Create(config_);
+    alive_ = true;
+  }
+  // Kills the process when the next Step has `steps` calls before it.
+  void KillAfter(int steps) { kill_after_ = steps; }
+  cachemgr::KvCacheManager& manager() { return *manager_; }
+  int restores = 0;
+
+  absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) override {
+    if (kill_after_ >= 0 && kill_after_-- == 0) Kill();
+    if (!alive_) return absl::UnavailableError("cache manager: Socket closed");
+    return manager_->Step(request);
+  }
+  absl::Status Reset() override { return Restore(); }
+  absl::Status Restore() override {
+    if (!alive_) return absl::UnavailableError("cache manager: Connection refused");
+    ++restores;
+    manager_ = *cachemgr::KvCacheManager::Create(config_);  // reset: empty, no prefixes
+    return absl::OkStatus();
+  }
+
+ private:
+  const cachemgr::CacheConfig config_;
+  std::unique_ptr<cachemgr::KvCacheManager> manager_;
+  bool alive_ = true;
+  int kill_after_ = -1;
+};
+
+// A worker "process" over the CPU runner. Restarted, its KV cache is new and empty, so
+// only a real recompute gives the right tokens.
+class RestartableWorker final : public WorkerClient {
+ public:
+  RestartableWorker(const worker::ModelWeights& weights, const worker::CpuModelRunnerOptions& o)
+      : weights_(weights), options_(o) {
+    Restart();
+  }
+  void Kill() { alive_ = false; }
+  void Restart() {
+    runner_ = *worker::CpuModelRunner::Create(weights_, options_);
+    alive_ = true;
+  }
+  void KillAfter(int steps) { kill_after_ = steps; }
+  // Comes back (restarted) after this many failed Restore probes.
+  int restart_after_probes = -1;
+  int steps = 0;
+
+  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
+                                             const std::vector<std::string>&) override {
+    if (kill_after_ >= 0 && kill_after_-- == 0) Kill();
+    if (!alive_) return absl::UnavailableError("worker rank 0 of 1: Socket closed");
+    ++steps;
+    return runner_->Execute(step);
+  }
+  absl::Status Restore() override {
+    if (!alive_ && restart_after_probes >= 0 && restart_after_probes-- == 0) Restart();
+    if (!alive_) return absl::UnavailableError("worker rank 0: Connection refused");
+    return absl::OkStatus();
+  }
+
+ private:
+  const worker::ModelWeights& weights_;
+  const worker::CpuModelRunnerOptions options_;
+  std::unique_ptr<worker::CpuModelRunner> runner_;
+  bool alive_ = true;
+  int kill_after_ = -1;
+};
+
+// One request's choices, and how it ended.
+struct Choices {
+  std::map<int32_t, std::vector<int32_t>> tokens;
+  bool done = false;
+  FinishReason finish = FinishReason::kNone;
+  absl::Status error;
+  EventSink Sink() {
+    return [this](const RequestEvent& e) {
+      for (const GeneratedToken& t : e.tokens) tokens[e.index].push_back(t.token_id);
+      if (e.request_done) {
+        done = true;
+        finish = e.finish;
+        error = e.error;
+      }
+    };
+  }
+};
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  static constexpr int32_t kBlockSize = 16;
+  static constexpr int32_t kNumBlocks = 96;
+
+  void SetUp() override {
+    dir_ = worker::testing::ModelsDir();
+    if (!dir_) GTEST_SKIP() << worker::testing::kModelsDirHelp;
+    weights_ = worker::testing::LoadOrDie(*dir_ + "/stories260K/stories260K.gguf");
+  }
+
+  void Make(absl::Duration recovery_timeout = absl::Seconds(60)) {
+    scheduler_.reset();
+    registry_ = std::make_unique<MetricsRegistry>();
+    worker::CpuModelRunnerOptions ro;
+    ro.block_size = kBlockSize;
+    ro.kv_cache_bytes = int64_t{64} << 20;
+    ro.max_num_blocks = kNumBlocks;
+    ro.num_threads = 2;
+    worker_ = std::make_unique<RestartableWorker>(*weights_, ro);
+    cache_ = std::make_unique<RestartableCache>(cachemgr::CacheConfig{
+        .policy = cachemgr::PolicyKind::kPaged, .num_blocks = kNumBlocks,
+        .block_size = kBlockSize});
+    SchedulerOptions options;
+    options.block_size = kBlockSize;
+    options.max_num_batched_tokens = 64;
+    options.max_model_len = weights_->config.max_seq_len;
+    options.vocab_size = weights_->config.vocab_size;
+    options.eos_id = weights_->vocab.eos_id;
+    options.num_blocks = kNumBlocks;
+    options.recovery.timeout = recovery_timeout;
+    options.recovery.first_backoff = absl::Milliseconds(1);
+    options.recovery.max_backoff = absl::Milliseconds(2);
+    scheduler_ = std::make_unique<Scheduler>(options, cache_.get(), worker_.get(),
+                                             registry_.get());
+  }
+
+  std::vector<int32_t> Prompt(int32_t n, int32_t salt) {
+    std::vector<int32_t> p = {weights_->vocab.bos_id};
+    for (int32_t i = 1; i < n; ++i) p.push_back(3 + (i * 37 + salt * 11) % 400);
+    return p;
+  }
+
+  // A mix of 16 requests: greedy, sampled, n = 3 samples, and beam searches.
+  std::vector<RequestSpec> Mix() {
+    std::vector<RequestSpec> specs;
+    for (int i = 0; i < 16; ++i) {
+      RequestSpec s;
+      s.request_id = "q" + std::to_string(i);
+      s.prompt = Prompt(3 + i % 7, i);
+      s.max_tokens = 24 + i;
+      s.ignore_eos = true;
+      if (i % 4 == 1) {
+        s.sampling.temperature = 0.9f;
+        s.sampling.seed = 100 + i;
+      } else if (i % 4 == 2) {
+        s.sampling.temperature = 1.0f;
+        s.sampling.seed = 7;
+        s.n = 3;
+      } else if (i % 4 == 3) {
+        s.beam_width = 3;
+        s.n = 2;
+        s.ignore_eos = false;
+      }
+      specs.push_back(std::move(s));
+    }
+    return specs;
+  }
+
+  // Submits `specs` and runs the loop until every request is done (or a bound).
+  std::vector<Choices> Run(const std::vector<RequestSpec>& specs) {
+    std::vector<Choices> out(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_TRUE(scheduler_->Submit(specs[i], out[i].Sink()).ok());
+    }
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    auto all_done = [&] {
+      for (const Choices& c : out) {
+        if (!c.done) return false;
+      }
+      return true;
+    };
+    while (!all_done() && absl::Now() < give_up) {
+      if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
+      EXPECT_TRUE(cache_->manager().CheckInvariants().ok());
+    }
+    while (scheduler_->RunOnce()) {
+    }  // the last frees
+    EXPECT_TRUE(all_done()) << "requests did not finish within 60 s";
+    return out;
+  }
+
+  void ExpectPoolFull() {
+    EXPECT_EQ(cache_->manager().Stats().num_sequences, 0);
+    EXPECT_EQ(cache_->manager().Stats().pool.num_blocks_free, kNumBlocks);
+  }
+
+  double Metric(const std::string& line_prefix) {
+    const std::string page = registry_->Serialize();
+    const size_t at = page.find("\n" + line_prefix + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(page.substr(at + line_prefix.size() + 2));
+  }
+
+  std::vector<Choices> Undisturbed() {
+    Make();
+    return Run(Mix());
+  }
+
+  std::optional<std::string> dir_;
+  std::unique_ptr<worker::ModelWeights> weights_;
+  std::unique_ptr<MetricsRegistry> registry_;
+  std::unique_ptr<RestartableWorker> worker_;
+  std::unique_ptr<RestartableCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+void ExpectSameStreams(const std::vector<Choices>& want, const std::vector<Choices>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(got[i].error.ok()) << "request " << i << ": " << got[i].error;
+    EXPECT_EQ(got[i].finish, want[i].finish) << "request " << i;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i << " repeated or lost tokens";
+  }
+}
+
+TEST_F(RecoveryTest, AWorkerThatDiesAndRestartsLosesNoStream) {
+  const std::vector<Choices> want = Undisturbed();
+  Make();
+  worker_->KillAfter(12);  // mid-stream: prompts done, samples forked, beams under way
+  worker_->restart_after_probes = 5;
+  const std::vector<Choices> got = Run(Mix());
+  ExpectSameStreams(want, got);
+  ExpectPoolFull();
+  EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
+  EXPECT_EQ(Metric("folio_scheduler_recovering"), 0);
+  EXPECT_EQ(Metric("folio_scheduler_recovery_first_token_seconds_count"), 1);
+  EXPECT_GE(cache_->restores, 1) << "the pool was rebuilt: its prefix cache named lost KV";
+}
+
+TEST_F(RecoveryTest, ACacheManagerThatDiesAndRestartsLosesNoStream) {
+  const std::vector<Choices> want = Undisturbed();
+  Make();
+  cache_->KillAfter(20);
+  // The cache manager is back, empty, a few loop turns later.
+  int turns = 0;
+  std::vector<Choices> got(want.size());
+  const std::vector<RequestSpec> specs = Mix();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(scheduler_->Submit(specs[i], got[i].Sink()).ok());
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  auto all_done = [&] {
+    return std::all_of(got.begin(), got.end(), [](const Choices& c) { return c.done; });
+  };
+  bool restarted = false;
+  while (!all_done() && absl::Now() < give_up) {
+    if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
+    if (scheduler_->Health().recovering && !restarted && ++turns == 10) {
+      EXPECT_EQ(Metric("folio_scheduler_recovering"), 1);
+      cache_->Restart();
+      restarted = true;
+    }
+  }
+  while (scheduler_->RunOnce()) {
+  }
+  ASSERT_TRUE(restarted) << "the cache manager was never lost";
+  ExpectSameStreams(want, got);
+  ExpectPoolFull();
+  EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"cachemgr\"}"), 1);
+}
+
+TEST_F(RecoveryTest, AStepThatFailsOnceRecoversAtOnce) {
+  // A network blip: one step fails, the same worker answers the next probe.
+  const std::vector<Choices> want = Undisturbed();
+  Make();
+  worker_->KillAfter(3);
+  worker_->restart_after_probes = 0;
+  ExpectSameStreams(want, Run(Mix()));
+  ExpectPoolFull();
+}
+
+TEST_F(RecoveryTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
+  Make(/*recovery_timeout=*/absl::Milliseconds(200));
+  worker_->KillAfter(4);
+  const absl::Time start = absl::Now();
+  const std::vector<Choices> got = Run(Mix());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  for (const Choices& c : got) {
+    EXPECT_EQ(c.finish, FinishReason::kError);
+    EXPECT_EQ(c.error.code(), absl::StatusCode::kUnavailable) << c.error;
+    EXPECT_THAT(c.error.message(), HasSubstr("the replica is recovering"));
+    EXPECT_THAT(c.error.message(), HasSubstr("--recovery_timeout_ms"));
+  }
+  ExpectPoolFull();  // the cache manager answered: its pool was reset while waiting
+  EXPECT_EQ(Metric("folio_scheduler_recovering"), 1) << "still waiting for the worker";
+
+  // A request that arrives while the replica recovers waits, then ends the same way.
+  Choices late;
+  RequestSpec spec = Mix()[0];
+  ASSERT_TRUE(scheduler_->Submit(spec, late.Sink()).ok());
+  for (int i = 0; i < 2000 && !late.done; ++i) {
+    if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(late.error.code(), absl::StatusCode::kUnavailable);
+
+  // Then the worker comes back: new requests are served again.
+  worker_->Restart();
+  std::vector<RequestSpec> one = {Mix()[0]};
+  std::vector<Choices> after = Run(one);
+  EXPECT_TRUE(after[0].error.ok()) << after[0].error;
+  EXPECT_EQ(after[0].tokens[0].size(), 24u);
+  EXPECT_EQ(Metric("folio_scheduler_recovering"), 0);
+}
+
+TEST_F(RecoveryTest, CancelWorksWhileRecovering) {
+  Make();
+  worker_->KillAfter(2);
+  Choices c;
+  absl::StatusOr<uint64_t> handle = scheduler_->Submit(Mix()[0], c.Sink());
+  ASSERT_TRUE(handle.ok());
+  for (int i = 0; i < 100 && !scheduler_->Health().recovering; ++i) scheduler_->RunOnce();
+  ASSERT_TRUE(scheduler_->Health().recovering);
+  scheduler_->Cancel(*handle);
+  scheduler_->RunOnce();
+  EXPECT_TRUE(c.done);
+  EXPECT_EQ(c.finish, FinishReason::kCancelled);
+}
+
+}  // namespace
+}  // namespace folio::scheduler

@@ -1,0 +1,326 @@
+// Chaos: a replica that heals. The four services on loopback, 16 concurrent streams
+// (greedy, sampled, n = 3 samples, beam searches); one service is SIGKILLed mid-stream
+// and started again with the same command line and ports, as Kubernetes restarts a
+// container; every stream must then complete with exactly the tokens of an undisturbed
+// run of the same requests, and the pool must be full afterwards. Also: a worker that
+// never returns (streams end UNAVAILABLE at --recovery_timeout_ms; liveness stays SERVING,
+// readiness drops), and a SIGSTOPped worker (the step is cut at its deadline, the replica
+// recovers when it resumes).
+//
+// Each test prints "recovery: process back -> first token N ms", the figure
+// docs/benchmarks.md reports.
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace folio {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Cluster;
+using testing::ClusterOptions;
+namespace v1 = folio::v1;
+
+struct Stream {
+  grpc::Status status;
+  std::map<int32_t, std::vector<int32_t>> tokens;  // by choice index
+  std::map<int32_t, v1::FinishReason> finish;
+  std::vector<absl::Time> token_times;
+};
+
+// The requests of every run: 16 streams, four kinds.
+std::vector<v1::GenerateRequest> Requests() {
+  const char* prompts[] = {"Once upon a time", "Lily and Tom", "The little dog", "One day"};
+  std::vector<v1::GenerateRequest> out;
+  for (int i = 0; i < 16; ++i) {
+    v1::GenerateRequest req;
+    req.set_prompt(prompts[i % 4]);
+    v1::SamplingOptions* s = req.mutable_sampling();
+    s->set_ignore_eos(true);
+    switch (i % 4) {
+      case 0:
+        s->set_max_tokens(160 + i);
+        s->set_temperature(0);
+        break;
+      case 1:
+        s->set_max_tokens(150 + i);
+        s->set_temperature(0.9f);
+        s->set_seed(100 + i);
+        break;
+      case 2:
+        s->set_max_tokens(120);
+        s->set_temperature(1.0f);
+        s->set_seed(7 + i);
+        s->set_n(3);
+        break;
+      default:
+        s->set_ignore_eos(false);
+        s->set_max_tokens(40);
+        s->set_beam_width(3);
+        s->set_n(2);
+        break;
+    }
+    out.push_back(std::move(req));
+  }
+  return out;
+}
+
+class ChaosTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::ModelsDir();
+    if (!dir_) GTEST_SKIP() << testing::kModelsDirHelp;
+  }
+
+  void StartCluster(std::vector<std::string> scheduler_args, int tp_size = 1) {
+    ClusterOptions options;
+    options.tp_size = tp_size;
+    options.model = *dir_ + "/stories260K/stories260K.gguf";
+    options.scheduler_args = std::move(scheduler_args);
+    // A small pool (~3,000 blocks of 16): a restarted worker allocates it quickly.
+    options.worker_args = {"--kv_cache_bytes=32MiB"};
+    auto cluster = Cluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+  }
+
+  // Runs every request at once; `during` runs on this thread once the streams have
+  // delivered `after_tokens` tokens in all.
+  std::vector<Stream> RunAll(int after_tokens = 0, std::function<void()> during = nullptr) {
+    const std::vector<v1::GenerateRequest> reqs = Requests();
+    std::vector<Stream> streams(reqs.size());
+    std::atomic<int> seen{0};
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      clients.emplace_back([&, i] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+        auto reader = cluster_->frontend().Generate(&ctx, reqs[i]);
+        v1::GenerateResponse resp;
+        Stream& s = streams[i];
+        while (reader->Read(&resp)) {
+          for (const auto& t : resp.tokens()) s.tokens[resp.index()].push_back(t.token_id());
+          if (resp.tokens_size() > 0) {
+            s.token_times.push_back(absl::Now());
+            seen += resp.tokens_size();
+          }
+          if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+            s.finish[resp.index()] = resp.finish_reason();
+          }
+        }
+        s.status = reader->Finish();
+      });
+    }
+    if (during) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(60);
+      while (seen < after_tokens && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(2));
+      EXPECT_GE(seen, after_tokens) << "the streams never got going";
+      during();
+    }
+    for (std::thread& t : clients) t.join();
+    return streams;
+  }
+
+  static void ExpectSame(const std::vector<Stream>& want, const std::vector<Stream>& got) {
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(got[i].status.ok()) << "stream " << i << ": " << got[i].status.error_code()
+                                      << " " << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "stream " << i << " repeated or lost tokens";
+      EXPECT_EQ(got[i].finish, want[i].finish) << "stream " << i;
+    }
+  }
+
+  // The first token any stream received after `t`.
+  static absl::Time FirstTokenAfter(const std::vector<Stream>& streams, absl::Time t) {
+    absl::Time first = absl::InfiniteFuture();
+    for (const Stream& s : streams) {
+      for (absl::Time at : s.token_times) {
+        if (at > t) {
+          first = std::min(first, at);
+          break;
+        }
+      }
+    }
+    return first;
+  }
+
+  void ExpectServedWithin(absl::Duration limit) {
+    v1::GenerateRequest req = Requests()[0];
+    req.mutable_sampling()->set_max_tokens(5);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + limit));
+    auto reader = cluster_->frontend().Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    int tokens = 0;
+    while (reader->Read(&resp)) tokens += resp.tokens_size();
+    const grpc::Status s = reader->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(tokens, 5);
+  }
+
+  grpc::health::v1::HealthCheckResponse::ServingStatus SchedulerHealth(const std::string& name) {
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+        cluster_->scheduler_process().address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(name);
+    grpc::health::v1::HealthCheckResponse resp;
+    if (!stub->Check(&ctx, req, &resp).ok()) return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+    return resp.status();
+  }
+
+  // Kills `process` mid-stream, starts it again after `down` and checks that every stream
+  // continues exactly; returns the time from its return to the first token after.
+  absl::Duration KillAndRestart(testing::ServiceProcess& process, absl::Duration down) {
+    const std::vector<Stream> want = RunAll();
+    EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+    absl::Time back;
+    const std::vector<Stream> got = RunAll(/*after_tokens=*/200, [&] {
+      process.Signal(SIGKILL);
+      EXPECT_TRUE(process.Wait(absl::Seconds(10)).ok());
+      absl::SleepFor(down);
+      EXPECT_TRUE(process.Restart().ok());
+      back = absl::Now();
+    });
+    ExpectSame(want, got);
+    EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10))) << "the pool is full again";
+    const absl::Time first = FirstTokenAfter(got, back);
+    EXPECT_LT(first - back, absl::Seconds(5)) << "streams continue within 5 s of the return";
+    ExpectServedWithin(absl::Seconds(5));
+    const std::string metrics =
+        testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+    EXPECT_EQ(testing::MetricValue(metrics, "folio_scheduler_recovering"), 0);
+    return first - back;
+  }
+
+  void NeverReturns(testing::ServiceProcess& process, const std::string& lost);
+
+  std::optional<std::string> dir_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(ChaosTest, AKilledWorkerComesBackAndNoStreamIsLost) {
+  StartCluster({"--worker_timeout_ms=5000"});
+  const absl::Duration d =
+      KillAndRestart(cluster_->worker_process(), absl::Milliseconds(1000));
+  std::cout << "recovery: worker back -> first token " << absl::ToInt64Milliseconds(d)
+            << " ms" << std::endl;
+  const std::string metrics =
+      testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"worker\"} 1"));
+}
+
+TEST_F(ChaosTest, AKilledCacheManagerComesBackAndNoStreamIsLost) {
+  StartCluster({"--cachemgr_timeout_ms=2000"});
+  const absl::Duration d =
+      KillAndRestart(cluster_->cachemgr_process(), absl::Milliseconds(1000));
+  std::cout << "recovery: cachemgr back -> first token " << absl::ToInt64Milliseconds(d)
+            << " ms" << std::endl;
+  const std::string metrics =
+      testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"cachemgr\"} 1"));
+}
+
+// `process` is killed mid-stream and comes back only after --recovery_timeout_ms.
+void ChaosTest::NeverReturns(testing::ServiceProcess& process, const std::string& lost) {
+  absl::Time killed;
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
+    process.Signal(SIGKILL);
+    killed = absl::Now();
+    // While the replica waits: liveness stays SERVING, readiness drops.
+    absl::SleepFor(absl::Milliseconds(700));
+    EXPECT_EQ(SchedulerHealth("liveness"), grpc::health::v1::HealthCheckResponse::SERVING);
+    EXPECT_EQ(SchedulerHealth("folio.internal.v1.Scheduler"),
+              grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  });
+  int unavailable = 0;
+  for (const Stream& s : got) {
+    if (s.status.ok()) continue;  // finished before the kill
+    ++unavailable;
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
+    EXPECT_THAT(s.status.error_message(), HasSubstr("the replica is recovering: " + lost));
+  }
+  EXPECT_GT(unavailable, 0);
+  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1500)) << "they waited for it";
+  // Back at last: the replica serves again, with a full pool.
+  ASSERT_TRUE(process.Restart().ok());
+  ExpectServedWithin(absl::Seconds(5));
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+  // Readiness is back too (main.cc polls the loop's health every 250 ms).
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (SchedulerHealth("folio.internal.v1.Scheduler") !=
+             grpc::health::v1::HealthCheckResponse::SERVING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(SchedulerHealth("folio.internal.v1.Scheduler"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(ChaosTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
+  StartCluster({"--worker_timeout_ms=5000", "--recovery_timeout_ms=1500"});
+  NeverReturns(cluster_->worker_process(), "worker lost");
+}
+
+TEST_F(ChaosTest, ACacheManagerThatNeverReturnsEndsStreamsWithUnavailableNotCancelled) {
+  StartCluster({"--cachemgr_timeout_ms=1000", "--recovery_timeout_ms=1500"});
+  NeverReturns(cluster_->cachemgr_process(), "cachemgr lost");
+}
+
+// Not healed yet (issue 22's remainder): a restarted rank of a tensor-parallel group cannot
+// rejoin, since the survivors' Gloo group is broken and nothing forms it again. What the
+// replica does meanwhile is bounded: the streams end with UNAVAILABLE at
+// --recovery_timeout_ms, never INTERNAL or a hang.
+TEST_F(ChaosTest, ARestartedTensorParallelRankEndsStreamsWithUnavailableForNow) {
+  StartCluster({"--worker_timeout_ms=2000", "--recovery_timeout_ms=2000"}, /*tp_size=*/2);
+  const absl::Time start = absl::Now();
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
+    cluster_->worker_process(1).Signal(SIGKILL);
+    EXPECT_TRUE(cluster_->worker_process(1).Wait(absl::Seconds(10)).ok());
+    EXPECT_TRUE(cluster_->worker_process(1).Restart().ok());
+  });
+  int unavailable = 0;
+  for (const Stream& s : got) {
+    if (s.status.ok()) continue;
+    ++unavailable;
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
+    EXPECT_THAT(s.status.error_message(), HasSubstr("the replica is recovering"));
+  }
+  EXPECT_GT(unavailable, 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST_F(ChaosTest, AStoppedWorkerIsCutAtTheStepDeadlineAndRecoversOnResume) {
+  StartCluster({"--worker_timeout_ms=1000"});
+  const std::vector<Stream> want = RunAll();
+  absl::Time resumed;
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/200, [&] {
+    cluster_->worker_process().Signal(SIGSTOP);
+    absl::SleepFor(absl::Milliseconds(2000));  // past the step deadline
+    const std::string metrics =
+        testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+    EXPECT_EQ(testing::MetricValue(metrics, "folio_scheduler_recovering"), 1);
+    cluster_->worker_process().Signal(SIGCONT);
+    resumed = absl::Now();
+  });
+  ExpectSame(want, got);
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+  const absl::Time first = FirstTokenAfter(got, resumed);
+  EXPECT_LT(first - resumed, absl::Seconds(5));
+  std::cout << "recovery: SIGCONT -> first token "
+            << absl::ToInt64Milliseconds(first - resumed) << " ms" << std::endl;
+}
+
+}  // namespace
+}  // namespace folio

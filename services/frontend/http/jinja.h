@@ -11,13 +11,13 @@
 //   {% continue %} and loop.index/index0/revindex/revindex0/first/last/length/previtem/
 //   nextitem/cycle(); {% set x = e %}, {% set a, b = e %}, {% set ns.attr = e %},
 //   {% set x %}...{% endset %}; {% macro name(a, b=default) %} (with varargs/kwargs and
-//   caller), {% call(args) name(...) %}...{% endcall %}, {% filter f(args) %}, {% raw %},
+//   caller), {% call(args) name(...) %}...{% endcall %}, {% filter f(args) %},
 //   {% generation %}; literals, variables, x.attr, x[i], x[a:b:c], calls; operators or and
 //   not, == != < <= > >=, in / not in, is / is not (tests), + - * / // % ** ~, `a if c else
 //   b`; the filters, tests, string/dict methods and functions real templates use (the list
 //   is in jinja_builtins.cc).
 // Not supported (a parse or render error that names the construct): include, import,
-// extends/block, with, autoescape, and every method that would modify a value
+// extends/block, with, autoescape, raw, and every method that would modify a value
 // (list.append, dict.pop...: Hugging Face's ImmutableSandboxedEnvironment refuses them too).
 //
 // Values follow Python/Jinja semantics: undefined prints as nothing and is false; `and`

@@ -249,13 +249,31 @@ void Renderer::Bind(const std::vector<std::string>& targets, const Value& item, 
   for (size_t i = 0; i < targets.size(); ++i) Assign(targets[i], parts[i]);
 }
 
+void Renderer::CheckStored(const Value& v, const Value* container, int depth, int line) {
+  if (!v.is_list() && !v.is_map()) return;
+  Tick(line);
+  if (depth > kMaxValueDepth) {
+    throw Error(line, absl::StrCat("a value nests deeper than ", kMaxValueDepth, " levels"));
+  }
+  if (container != nullptr && v.SameObject(*container)) {
+    throw Error(line, "a namespace cannot hold itself");
+  }
+  if (v.is_list()) {
+    for (const Value& item : v.list()) CheckStored(item, container, depth + 1, line);
+  } else {
+    for (const auto& kv : v.map()) CheckStored(kv.second, container, depth + 1, line);
+  }
+}
+
 void Renderer::ExecSet(const Node& n) {
   Value v = Eval(*n.expr);
   if (!n.set_attr) {
+    CheckStored(v, nullptr, 0, n.line);
     Bind(n.targets, v, n.line);
     return;
   }
   const Value ns = Lookup(n.targets[0]);
+  if (ns.is_map()) CheckStored(v, &ns, 0, n.line);
   if (!ns.is_map()) {
     throw Error(n.line, absl::StrCat("cannot set an attribute of '", n.targets[0], "', a ",
                                      ns.TypeName(), " (only a namespace() has settable attributes)"));

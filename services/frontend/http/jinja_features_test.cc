@@ -174,6 +174,13 @@ TEST(JinjaFeaturesTest, SandboxLimitsAreErrorsNamingTheLimit) {
                      {}, options),
               HasSubstr("longer than 1000 bytes"));
   EXPECT_THAT(Render("{{ 'x' * 100000 }}", {}, options), HasSubstr("longer than 1000 bytes"));
+  // Values a loop nests, and a namespace set to hold itself (a cycle), are refused.
+  EXPECT_THAT(Render("{% set x = [] %}{% for i in range(1000) %}{% set x = [x] %}{% endfor %}"),
+              HasSubstr("a value nests deeper than 200 levels"));
+  EXPECT_THAT(Render("{% set ns = namespace(a=1) %}{% set ns.a = ns %}"),
+              HasSubstr("a namespace cannot hold itself"));
+  EXPECT_THAT(Render("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{% set a.x = [b] %}"),
+              HasSubstr("a namespace cannot hold itself"));
   std::string deep(500, '(');
   EXPECT_THAT(Render("{{ " + deep + "1" + std::string(500, ')') + " }}"), HasSubstr("nests too deeply"));
   std::string chain = "{{ 1";

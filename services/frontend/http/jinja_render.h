@@ -88,6 +88,11 @@ class Renderer {
   void Exec(const Node& n);
   void ExecFor(const Node& n);
   void ExecSet(const Node& n);
+  // A value about to be stored: it must nest at most kMaxValueDepth deep and must not
+  // hold `container` (a namespace set to hold itself would be a reference cycle: leaked,
+  // and endless to print). Counts its nodes as steps.
+  void CheckStored(const Value& v, const Value* container, int depth, int line);
+  static constexpr int kMaxValueDepth = 200;
   void Bind(const std::vector<std::string>& targets, const Value& item, int line);
   std::string Capture(const std::vector<Node>& body);
   Value CallMacro(const Callable& c, const Args& args, const Value* caller, int line);

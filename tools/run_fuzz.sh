@@ -4,11 +4,14 @@
 #   gguf_fuzz            the GGUF parser, the weight builder and the vocabulary loader
 #   bpe_fuzz             the byte-level BPE encoder
 #   openai_request_fuzz  the OpenAI request parser and validator
+#   jinja_fuzz           chat template parsing and rendering (plus llama.cpp's real
+#                        templates as seeds when the reference is installed)
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
-#   (default 30; targets default to all; gguf, bpe and openai name them too)
+#   (default 30; targets default to all; gguf, bpe, openai and jinja name them too)
 #
-# Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2).
+# Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2),
+# FOLIO_REFERENCE_DIR (default <repo>/build/reference).
 # Crashes are written to $FOLIO_FUZZ_BUILD_DIR/fuzz-artifacts/; the committed corpus is
 # never modified.
 set -euo pipefail
@@ -36,16 +39,18 @@ for t in "$@"; do
     gguf) targets+=(gguf_fuzz) ;;
     bpe) targets+=(bpe_fuzz) ;;
     openai) targets+=(openai_request_fuzz) ;;
+    jinja) targets+=(jinja_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz)
 
 seed_dir() {
   case "$1" in
     gguf_fuzz) echo "$repo/services/worker/model/fuzz_corpus" ;;
     bpe_fuzz) echo "$repo/common/tokenizer/fuzz_corpus" ;;
     openai_request_fuzz) echo "$repo/services/frontend/http/fuzz_corpus" ;;
+    jinja_fuzz) echo "$repo/services/frontend/http/jinja_fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }
@@ -58,8 +63,14 @@ for target in "${targets[@]}"; do
   rm -rf "$corpus"
   mkdir -p "$corpus" "$artifacts"
   cp "$(seed_dir "$target")"/* "$corpus"/
+  extra=()
+  if [ "$target" = jinja_fuzz ]; then
+    templates="${FOLIO_REFERENCE_DIR:-$repo/build/reference}/llama.cpp/models/templates"
+    if [ -d "$templates" ]; then cp "$templates"/*.jinja "$corpus"/; fi
+    extra=(-dict="$repo/services/frontend/http/jinja_fuzz.dict" -max_len=65536)
+  fi
   echo "== $target (${seconds} s)"
-  "$build/bin/$target" "$corpus" \
-    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 \
+  "$build/bin/$target" "$corpus" "${extra[@]}" \
+    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 \
     -artifact_prefix="$artifacts/" -print_final_stats=1
 done

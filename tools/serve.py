@@ -148,6 +148,9 @@ def main():
     p.add_argument("--port", type=int, default=50051, help="frontend gRPC port (default 50051)")
     p.add_argument("--http_port", type=int, default=8000,
                    help="port of the frontend's OpenAI-compatible HTTP API (-1: off)")
+    p.add_argument("--chat_template",
+                   help="a Jinja chat template file for /v1/chat/completions, in place of the "
+                        "model's own")
     p.add_argument("--block_size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--kv_cache_bytes", default="256MiB", help="KV cache budget of the worker")
     p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
@@ -191,6 +194,9 @@ def main():
         log("no model: pass --model=PATH (a GGUF file or a llama2.c checkpoint), or set "
             "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf "
             "(the embedded models/stories260K/ is missing from this tree)")
+        return 2
+    if args.chat_template and not os.path.isfile(args.chat_template):
+        log(f"--chat_template: no such file {args.chat_template}")
         return 2
     b = lambda name: os.path.join(args.bin_dir, name)
     for name in ("folio-cachemgr", "folio-worker", "folio-scheduler", "folio-frontend", "folio-cli"):
@@ -253,10 +259,11 @@ def main():
             f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)
         services.append(scheduler)
         scheduler.wait_ports(args.startup_timeout_s)
-        frontend = Service("frontend", [b("folio-frontend"), f"--scheduler={scheduler.address}",
-                                        f"--port={args.port}", f"--http_port={args.http_port}"]
-                           + tls + args.frontend_flag,
-                           run_dir)
+        frontend_argv = [b("folio-frontend"), f"--scheduler={scheduler.address}",
+                         f"--port={args.port}", f"--http_port={args.http_port}"]
+        if args.chat_template:
+            frontend_argv.append(f"--chat_template={os.path.abspath(args.chat_template)}")
+        frontend = Service("frontend", frontend_argv + tls + args.frontend_flag, run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)
 

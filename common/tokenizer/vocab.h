@@ -61,6 +61,9 @@ struct Vocab {
   // The model's chat template (GGUF tokenizer.chat_template, Jinja source); empty: none.
   // Carried for the frontend's chat API; encoding never reads it.
   std::string chat_template;
+  // Further templates by name (GGUF tokenizer.chat_template.<name>, e.g. "tool_use"), in
+  // file order.
+  std::vector<std::pair<std::string, std::string>> named_chat_templates;
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
 };

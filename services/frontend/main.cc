@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "glog/logging.h"
 #include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
+#include "services/frontend/http/chat_template.h"
 #include "services/frontend/http/openai_server.h"
 #include "services/frontend/service.h"
 
@@ -58,6 +61,9 @@ ABSL_FLAG(std::vector<std::string>, api_key, {},
           "API keys (comma-separated). When any key is set (here or in --api_key_file), the "
           "HTTP API needs 'Authorization: Bearer <key>' and the gRPC API the metadata "
           "'authorization: Bearer <key>'; health checks stay open.");
+ABSL_FLAG(std::string, chat_template, "",
+          "A Jinja chat template file that /v1/chat/completions renders with instead of the "
+          "model's own (GGUF tokenizer.chat_template); checked at startup.");
 ABSL_FLAG(std::string, api_key_file, "",
           "File of API keys, one per line ('#' starts a comment line).");
 
@@ -118,6 +124,24 @@ int main(int argc, char** argv) {
     LOG(ERROR) << api_keys.status();
     return kExitBadFlags;
   }
+  std::string chat_template;
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      LOG(ERROR) << "--chat_template: cannot read " << path;
+      return kExitBadFlags;
+    }
+    chat_template = text.str();
+    absl::StatusOr<folio::frontend::ChatTemplate> t =
+        folio::frontend::ChatTemplate::Create(chat_template, "<s>", "</s>");
+    if (chat_template.empty() || !t.ok()) {
+      LOG(ERROR) << "--chat_template " << path << ": "
+                 << (chat_template.empty() ? "the file is empty" : t.status().message());
+      return kExitBadFlags;
+    }
+  }
   folio::ExitIfCheckingFlags();
   // A client that drops its HTTP connection must not take the process with it: writes to
   // it fail with EPIPE instead.
@@ -129,6 +153,7 @@ int main(int argc, char** argv) {
   options.validator.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   options.validator.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
   options.api_keys = *api_keys;
+  options.chat_template = std::move(chat_template);
   const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
   std::shared_ptr<grpc::Channel> channel =
       folio::frontend::MakeSchedulerChannel(target, absl::Seconds(2), tls);

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -111,6 +113,23 @@ TEST_F(FrontendMainTest, GivesUpAfterTheStartupTimeout) {
   absl::StatusOr<int> exit_status = (*proc)->Wait(absl::Seconds(20));
   ASSERT_TRUE(exit_status.ok()) << exit_status.status();
   EXPECT_EQ(*exit_status, 1);
+}
+
+TEST_F(FrontendMainTest, ABadChatTemplateFileStopsTheStartWithTheLine) {
+  const std::string path = ::testing::TempDir() + "/bad_chat_template.jinja";
+  {
+    std::ofstream out(path);
+    out << "{% for m in messages %}\n{{ m.content }\n";
+  }
+  folio::testing::CommandResult r = folio::testing::RunCommand(
+      folio::testing::BinDir() + "/folio-frontend --scheduler=127.0.0.1:1 --port=0 --chat_template=" + path);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--chat_template " + path + ": chat template: line 2"));
+  r = folio::testing::RunCommand(folio::testing::BinDir() +
+                                 "/folio-frontend --scheduler=127.0.0.1:1 --port=0 --chat_template=/nonexistent.jinja");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--chat_template: cannot read /nonexistent.jinja"));
+  std::remove(path.c_str());
 }
 
 TEST_F(FrontendMainTest, SchedulerFlagIsRequired) {

@@ -1,6 +1,8 @@
 #include "services/frontend/service.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "common/tokenizer/utf8.h"
 #include "glog/logging.h"
 #include "services/frontend/generate_call.h"
+#include "services/frontend/http/chat_template.h"
 
 namespace folio::frontend {
 namespace pb = folio::v1;
@@ -35,6 +38,17 @@ FrontendService::FrontendService(FrontendOptions options,
       metrics_(registry) {}
 
 absl::Status FrontendService::SetClusterInfo(ipb::ClusterInfo info) {
+  // The template chat requests render with: --chat_template's, else the model's default
+  // (tokenizer.chat_template, else its template named "default"). The one named
+  // "tool_use" stays in named_chat_templates for requests with tools.
+  ipb::TokenizerSpec* tok = info.mutable_tokenizer();
+  if (!options_.chat_template.empty()) {
+    tok->set_chat_template(options_.chat_template);
+  } else {
+    const std::map<std::string, std::string> named(tok->named_chat_templates().begin(),
+                                                   tok->named_chat_templates().end());
+    tok->set_chat_template(SelectChatTemplate(tok->chat_template(), named, /*has_tools=*/false));
+  }
   absl::StatusOr<std::shared_ptr<const ModelContext>> model =
       ModelContext::Create(std::move(info), options_.validator);
   if (!model.ok()) return model.status();

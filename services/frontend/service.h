@@ -32,6 +32,9 @@ struct FrontendOptions {
   // When keys are set, Generate, Complete, Tokenize and GetModelInfo need the metadata
   // "authorization: Bearer <key>" (UNAUTHENTICATED otherwise); health stays open.
   ApiKeys api_keys;
+  // The chat template (Jinja source) every chat request renders with, in place of the
+  // model's GGUF tokenizer.chat_template (--chat_template=FILE); empty: the model's.
+  std::string chat_template;
 };
 
 class FrontendService final : public folio::v1::TextGeneration::CallbackService {

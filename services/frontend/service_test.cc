@@ -317,6 +317,20 @@ TEST_F(FrontendServiceTest, SchedulerErrorsKeepTheirCode) {
   }
 }
 
+TEST_F(FrontendServiceTest, ChatTemplateOptionReplacesTheModels) {
+  MetricsRegistry registry;
+  info_.mutable_tokenizer()->set_chat_template("{{ 'model' }}");
+  FrontendService plain(FrontendOptions{}, MakeSchedulerChannel("127.0.0.1:1"), &registry);
+  ASSERT_TRUE(plain.SetClusterInfo(info_).ok());
+  EXPECT_EQ(plain.model()->info().tokenizer().chat_template(), "{{ 'model' }}");
+  MetricsRegistry registry2;
+  FrontendOptions options;
+  options.chat_template = "{{ 'flag' }}";  // --chat_template=FILE
+  FrontendService overridden(options, MakeSchedulerChannel("127.0.0.1:1"), &registry2);
+  ASSERT_TRUE(overridden.SetClusterInfo(info_).ok());
+  EXPECT_EQ(overridden.model()->info().tokenizer().chat_template(), "{{ 'flag' }}");
+}
+
 TEST_F(FrontendServiceTest, UnreachableSchedulerIsUnavailable) {
   // A second frontend whose scheduler address has nobody listening.
   MetricsRegistry registry;  // the fixture's already holds the frontend metric names

@@ -169,6 +169,9 @@ pb::TokenizerSpec TokenizerSpecFromVocab(const Vocab& v) {
   tok->set_add_bos(v.add_bos);
   tok->set_add_dummy_prefix(v.add_dummy_prefix);
   tok->set_chat_template(v.chat_template);
+  for (const auto& [name, source] : v.named_chat_templates) {
+    (*tok->mutable_named_chat_templates())[name] = source;
+  }
   tok->set_kind(bpe ? pb::TOKENIZER_KIND_BYTE_LEVEL_BPE : pb::TOKENIZER_KIND_SENTENCEPIECE);
   tok->mutable_eog_ids()->Add(v.eog_ids.begin(), v.eog_ids.end());
   tok->set_add_eos(v.add_eos);

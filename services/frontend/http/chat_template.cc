@@ -1,5 +1,6 @@
 #include "services/frontend/http/chat_template.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,14 +20,46 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
                                                  bool add_generation_prompt) const {
   jinja::Value::List list;
   for (const ChatMessage& m : messages) {
+    if (m.message.is_map()) {
+      list.push_back(m.message);
+      continue;
+    }
     list.emplace_back(jinja::Value::Map{{"role", jinja::Value(m.role)},
                                         {"content", jinja::Value(m.content)}});
   }
-  jinja::Value::Map context = {{"messages", jinja::Value(std::move(list))},
-                               {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+  ChatInput input;
+  input.messages = jinja::Value(std::move(list));
+  input.add_generation_prompt = add_generation_prompt;
+  return Render(input);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const ChatInput& input,
+                                                 const jinja::RenderOptions& options) const {
+  jinja::Value::Map context = {{"messages", input.messages},
+                               {"add_generation_prompt", jinja::Value(input.add_generation_prompt)},
                                {"bos_token", jinja::Value(bos_)},
                                {"eos_token", jinja::Value(eos_)}};
-  return template_.Render(context);
+  if (!input.tools.is_undefined()) context.emplace_back("tools", input.tools);
+  for (const auto& extra : input.extra) {
+    auto it = std::find_if(context.begin(), context.end(),
+                           [&](const auto& kv) { return kv.first == extra.first; });
+    if (it != context.end()) {
+      it->second = extra.second;
+    } else {
+      context.push_back(extra);
+    }
+  }
+  return template_.Render(context, options);
+}
+
+std::string SelectChatTemplate(const std::string& default_source,
+                               const std::map<std::string, std::string>& named, bool has_tools) {
+  if (has_tools) {
+    if (auto it = named.find("tool_use"); it != named.end()) return it->second;
+  }
+  if (!default_source.empty()) return default_source;
+  if (auto it = named.find("default"); it != named.end()) return it->second;
+  return "";
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeChatPrompt(const Tokenizer& tokenizer,

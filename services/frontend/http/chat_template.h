@@ -19,6 +19,7 @@
 #define FOLIO_SERVICES_FRONTEND_HTTP_CHAT_TEMPLATE_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,22 @@ inline constexpr char kDefaultChatTemplate[] =
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", ... (passed to the template as is)
   std::string content;
+  // The whole message as the template sees it (with tool_calls, tool_call_id...), from
+  // ParseChatInput (chat_template_input.h); when not a dict, {role, content} is used.
+  jinja::Value message;
+};
+
+// What a chat template renders: the variables Hugging Face's apply_chat_template gives it.
+struct ChatInput {
+  // A list of message dicts as the client sent them: role, content (a string, null, or a
+  // list of {"type": "text", "text": ...} parts), and for tool use tool_calls (assistant),
+  // tool_call_id and name (tool). Passed to the template as is, as Hugging Face does.
+  jinja::Value messages = jinja::Value(jinja::Value::List{});
+  // The tool definitions ({"type": "function", "function": {...}}), or undefined (no tools).
+  jinja::Value tools;
+  bool add_generation_prompt = true;
+  // More variables (a request's chat_template_kwargs, date_string...).
+  jinja::Value::Map extra;
 };
 
 class ChatTemplate {
@@ -54,6 +71,14 @@ class ChatTemplate {
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt) const;
 
+  // Renders `input` (messages, tools when defined, add_generation_prompt, bos_token,
+  // eos_token, then `input.extra`) within the limits of `options` (its `now` is what
+  // strftime_now() formats).
+  absl::StatusOr<std::string> Render(const ChatInput& input,
+                                     const jinja::RenderOptions& options = {}) const;
+
+  const std::string& bos_token() const { return bos_; }
+
   bool is_default() const { return is_default_; }
 
  private:
@@ -66,6 +91,14 @@ class ChatTemplate {
   std::string eos_;
   bool is_default_;
 };
+
+// The template a model's chat requests render with, chosen as llama.cpp's server and
+// Hugging Face's apply_chat_template choose among a model's templates: with tools, the one
+// named "tool_use" when the model has it; otherwise the default (GGUF
+// tokenizer.chat_template), or when there is none the one named "default". Empty: none
+// (ChatTemplate::Create then uses kDefaultChatTemplate).
+std::string SelectChatTemplate(const std::string& default_source,
+                               const std::map<std::string, std::string>& named, bool has_tools);
 
 // Tokenizes a rendered chat prompt as the file comment describes. InvalidArgument when the
 // text is not valid UTF-8.

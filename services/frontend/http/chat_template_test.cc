@@ -3,8 +3,10 @@
 // folio-make-model's writer.
 #include "services/frontend/http/chat_template.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "gmock/gmock.h"
@@ -104,6 +106,24 @@ TEST(ChatTemplateTest, TemplatesTravelThroughGgufFiles) {
     EXPECT_EQ((*w)->vocab.chat_template, o.chat_template) << name;
     std::remove(path.c_str());
   }
+  // Named templates (tokenizer.chat_template.<name>) come along, and the tool_use one is
+  // chosen for requests with tools.
+  worker::RandomModelOptions named;
+  named.vocab_size = 300;
+  named.chat_template = "{{ 'default' }}";
+  named.named_chat_templates = {{"tool_use", "{{ 'tools' }}"}, {"rag", "{{ 'rag' }}"}};
+  const std::string named_path = ::testing::TempDir() + "/chat_named.gguf";
+  ASSERT_TRUE(worker::WriteRandomModel(named, named_path).ok());
+  absl::StatusOr<std::unique_ptr<worker::ModelWeights>> nw = worker::LoadModel(named_path);
+  ASSERT_TRUE(nw.ok()) << nw.status();
+  EXPECT_EQ((*nw)->vocab.named_chat_templates, named.named_chat_templates);
+  const std::map<std::string, std::string> by_name((*nw)->vocab.named_chat_templates.begin(),
+                                                   (*nw)->vocab.named_chat_templates.end());
+  EXPECT_EQ(SelectChatTemplate((*nw)->vocab.chat_template, by_name, /*has_tools=*/true), "{{ 'tools' }}");
+  EXPECT_EQ(SelectChatTemplate((*nw)->vocab.chat_template, by_name, /*has_tools=*/false), "{{ 'default' }}");
+  EXPECT_EQ(SelectChatTemplate("", {{"default", "d"}}, /*has_tools=*/true), "d");
+  EXPECT_EQ(SelectChatTemplate("", {}, /*has_tools=*/false), "");
+  std::remove(named_path.c_str());
   // A model written without one has none.
   worker::RandomModelOptions plain;
   plain.vocab_size = 300;
@@ -146,6 +166,42 @@ TEST_F(EncodeChatPromptTest, BosIsAddedOnceWhenTheTemplateLeavesItOut) {
   std::vector<int32_t> want = {tokenizer_->bos_id()};
   for (int32_t id : Plain("user: hi\nassistant:")) want.push_back(id);
   EXPECT_EQ(*ids, want);
+}
+
+// Hugging Face tokenizes a rendered template with add_special_tokens=False (the template's
+// BOS is the only one); llama.cpp's server strips one leading BOS text from the rendering
+// when the vocabulary adds BOS, then lets the tokenizer add it. Folio does what llama.cpp
+// does: for templates that write bos_token (all that need it) the three agree on one BOS.
+TEST_F(EncodeChatPromptTest, TheTemplatesBosIsNotDoubled) {
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Create(ReadTemplate("llama2_chat.jinja"), "<s>", "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> text = t->Render({{"user", "hi"}}, true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_EQ(text->rfind("<s>", 0), 0u) << *text;  // the template wrote BOS
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tokenizer_, *text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_GE(ids->size(), 2u);
+  EXPECT_EQ((*ids)[0], tokenizer_->bos_id());
+  EXPECT_NE((*ids)[1], tokenizer_->bos_id());
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tokenizer_->bos_id()), 1);
+  // llama.cpp strips one BOS and adds one: a rendering that opens with two keeps two.
+  ids = EncodeChatPrompt(*tokenizer_, "<s><s>x");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tokenizer_->bos_id()), 2);
+}
+
+TEST(EncodeChatPromptNoBosTest, AVocabularyWithoutAddBosGetsOnlyTheTemplatesBos) {
+  Vocab v = worker::MakeRandomModelVocab(512);
+  v.add_bos = false;
+  absl::StatusOr<Tokenizer> tok = Tokenizer::Create(v);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tok, "user: hi");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tok->bos_id()), 0);
+  ids = EncodeChatPrompt(*tok, "<s>user: hi");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), tok->bos_id()), 1);
 }
 
 TEST_F(EncodeChatPromptTest, InvalidUtf8IsAnError) {

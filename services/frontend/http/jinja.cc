@@ -1,5 +1,6 @@
 #include "services/frontend/http/jinja.h"
 #include "services/frontend/http/jinja_ast.h"
+#include "services/frontend/http/jinja_lex.h"
 
 #include <algorithm>
 #include <charconv>
@@ -16,191 +17,6 @@
 #include "absl/strings/str_split.h"
 
 namespace folio::frontend::jinja {
-namespace {
-
-// ---------------------------------------------------------------------------------------
-// Lexer: the source becomes text tokens and the tokens inside {{ }} and {% %}.
-
-enum class Tok { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt,
-                 kFloat, kOp, kEnd };
-
-struct Token {
-  Tok kind;
-  std::string text;  // text, name, string value, operator, or number spelling
-  int line;
-};
-
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-class Lexer {
- public:
-  explicit Lexer(std::string_view src) : src_(src) {}
-
-  std::vector<Token> Run() {
-    bool strip_next_text = false;
-    while (pos_ < src_.size()) {
-      size_t open = src_.find('{', pos_);
-      while (open != std::string_view::npos && open + 1 < src_.size() &&
-             src_[open + 1] != '{' && src_[open + 1] != '%' && src_[open + 1] != '#') {
-        open = src_.find('{', open + 1);
-      }
-      if (open == std::string_view::npos || open + 1 >= src_.size()) open = src_.size();
-      std::string text(src_.substr(pos_, open - pos_));
-      if (strip_next_text) {
-        text.erase(0, std::find_if_not(text.begin(), text.end(), IsSpace) - text.begin());
-      }
-      strip_next_text = false;
-      if (open == src_.size()) {
-        EmitText(std::move(text));
-        break;
-      }
-      const char kind = src_[open + 1];
-      size_t p = open + 2;
-      const bool strip_before = p < src_.size() && src_[p] == '-';
-      const bool keep_indent = p < src_.size() && src_[p] == '+';
-      if (strip_before || keep_indent) ++p;
-      if (strip_before) {
-        while (!text.empty() && IsSpace(text.back())) text.pop_back();
-      } else if (kind != '{' && !keep_indent) {
-        // lstrip_blocks: spaces and tabs from the start of the line to a block tag go.
-        size_t i = text.size();
-        while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) --i;
-        const bool at_line_start = i > 0 ? text[i - 1] == '\n' : (pos_ == 0 || src_[pos_ - 1] == '\n');
-        if (at_line_start) text.resize(i);
-      }
-      EmitText(std::move(text));
-      CountLines(pos_, open);
-      pos_ = p;
-      bool strip_after = false;
-      if (kind == '#') {
-        const size_t close = src_.find("#}", pos_);
-        if (close == std::string_view::npos) throw Error(line_, "unclosed comment");
-        strip_after = close > pos_ && src_[close - 1] == '-';
-        CountLines(pos_, close);
-        pos_ = close + 2;
-        if (!strip_after) TrimBlockNewline();
-      } else {
-        const bool is_var = kind == '{';
-        out_.push_back({is_var ? Tok::kVarBegin : Tok::kBlockBegin, "", line_});
-        strip_after = LexTag(is_var ? '}' : '%');
-        out_.push_back({is_var ? Tok::kVarEnd : Tok::kBlockEnd, "", line_});
-        if (!is_var && !strip_after) TrimBlockNewline();
-      }
-      strip_next_text = strip_after;
-    }
-    out_.push_back({Tok::kEnd, "", line_});
-    return std::move(out_);
-  }
-
- private:
-  void EmitText(std::string text) {
-    if (!text.empty()) out_.push_back({Tok::kText, std::move(text), line_});
-  }
-  void CountLines(size_t from, size_t to) {
-    line_ += static_cast<int>(std::count(src_.begin() + from, src_.begin() + to, '\n'));
-  }
-  // trim_blocks: the first newline after a block tag goes.
-  void TrimBlockNewline() {
-    if (pos_ < src_.size() && src_[pos_] == '\n') {
-      ++pos_;
-      ++line_;
-    } else if (pos_ + 1 < src_.size() && src_[pos_] == '\r' && src_[pos_ + 1] == '\n') {
-      pos_ += 2;
-      ++line_;
-    }
-  }
-
-  // Lexes up to and past the closing "<close>}" (or "-<close>}"). Returns whether it had
-  // the '-'.
-  bool LexTag(char close) {
-    for (;;) {
-      while (pos_ < src_.size() && IsSpace(src_[pos_])) {
-        if (src_[pos_] == '\n') ++line_;
-        ++pos_;
-      }
-      if (pos_ >= src_.size()) throw Error(line_, "unclosed tag");
-      const std::string_view rest = src_.substr(pos_);
-      if (rest.size() >= 3 && rest[0] == '-' && rest[1] == close && rest[2] == '}') {
-        pos_ += 3;
-        return true;
-      }
-      if (rest.size() >= 2 && rest[0] == close && rest[1] == '}') {
-        pos_ += 2;
-        return false;
-      }
-      const char c = rest[0];
-      if (absl::ascii_isalpha(c) || c == '_') {
-        size_t n = 1;
-        while (n < rest.size() && (absl::ascii_isalnum(rest[n]) || rest[n] == '_')) ++n;
-        out_.push_back({Tok::kName, std::string(rest.substr(0, n)), line_});
-        pos_ += n;
-      } else if (absl::ascii_isdigit(c)) {
-        size_t n = 0;
-        bool is_float = false;
-        while (n < rest.size() && (absl::ascii_isdigit(rest[n]) || rest[n] == '_')) ++n;
-        if (n + 1 < rest.size() && rest[n] == '.' && absl::ascii_isdigit(rest[n + 1])) {
-          is_float = true;
-          ++n;
-          while (n < rest.size() && absl::ascii_isdigit(rest[n])) ++n;
-        }
-        std::string spelling(rest.substr(0, n));
-        spelling.erase(std::remove(spelling.begin(), spelling.end(), '_'), spelling.end());
-        out_.push_back({is_float ? Tok::kFloat : Tok::kInt, spelling, line_});
-        pos_ += n;
-      } else if (c == '\'' || c == '"') {
-        out_.push_back({Tok::kString, LexString(c), line_});
-      } else {
-        static constexpr std::string_view kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+",
-                                                    "-",  "*",  "/",  "%",  "~",  "<",  ">",
-                                                    "(",  ")",  "[",  "]",  "{",  "}",  ",",
-                                                    ".",  ":",  "|",  "="};
-        bool found = false;
-        for (std::string_view op : kOps) {
-          if (rest.substr(0, op.size()) == op) {
-            out_.push_back({Tok::kOp, std::string(op), line_});
-            pos_ += op.size();
-            found = true;
-            break;
-          }
-        }
-        if (!found) throw Error(line_, absl::StrCat("unexpected character '", std::string(1, c), "'"));
-      }
-    }
-  }
-
-  std::string LexString(char quote) {
-    std::string out;
-    ++pos_;
-    while (pos_ < src_.size() && src_[pos_] != quote) {
-      char c = src_[pos_++];
-      if (c == '\n') ++line_;
-      if (c == '\\' && pos_ < src_.size()) {
-        const char e = src_[pos_++];
-        switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case '\\': out += '\\'; break;
-          case '\'': out += '\''; break;
-          case '"': out += '"'; break;
-          default: out += '\\'; out += e; break;
-        }
-        continue;
-      }
-      out += c;
-    }
-    if (pos_ >= src_.size()) throw Error(line_, "unclosed string literal");
-    ++pos_;
-    return out;
-  }
-
-  std::string_view src_;
-  size_t pos_ = 0;
-  int line_ = 1;
-  std::vector<Token> out_;
-};
-
-}  // namespace
 
 namespace {
 
@@ -249,6 +65,24 @@ class Parser {
     ++i_;
   }
 
+  // Consumes "{% name %}" (a block's end tag, which ParseBody stopped at).
+  void ExpectEnd(std::string_view name) {
+    Next();
+    ExpectName(name);
+    ExpectBlockEnd();
+  }
+
+  // Nesting of blocks and expressions is bounded, so a hostile template cannot overflow
+  // the parser's (or the evaluator's) stack.
+  static constexpr int kMaxDepth = 200;
+  struct DepthGuard {
+    DepthGuard(Parser* p, int line) : p_(p) {
+      if (++p_->depth_ > kMaxDepth) throw Error(line, "the template nests too deeply");
+    }
+    ~DepthGuard() { --p_->depth_; }
+    Parser* p_;
+  };
+
   // Parses nodes until a {% tag %} whose name is in `until` (left unconsumed) or the end.
   std::vector<Node> ParseBody(const std::vector<std::string_view>& until) {
     std::vector<Node> body;
@@ -283,12 +117,36 @@ class Parser {
       if (std::find(until.begin(), until.end(), tag.text) != until.end()) return body;
       Next();
       Next();
+      DepthGuard guard(this, tag.line);
       if (tag.text == "if") {
         body.push_back(ParseIf(tag.line));
       } else if (tag.text == "for") {
         body.push_back(ParseFor(tag.line));
       } else if (tag.text == "set") {
         body.push_back(ParseSet(tag.line));
+      } else if (tag.text == "macro") {
+        body.push_back(ParseMacro(tag.line));
+      } else if (tag.text == "call") {
+        body.push_back(ParseCallBlock(tag.line));
+      } else if (tag.text == "filter") {
+        body.push_back(ParseFilterBlock(tag.line));
+      } else if (tag.text == "generation") {
+        ExpectBlockEnd();
+        Node n;
+        n.kind = Node::kBlock;
+        n.line = tag.line;
+        n.body = ParseBody({"endgeneration"});
+        ExpectEnd("endgeneration");
+        body.push_back(std::move(n));
+      } else if (tag.text == "break" || tag.text == "continue") {
+        if (loop_depth_ == 0) {
+          throw Error(tag.line, absl::StrCat("{% ", tag.text, " %} outside a for loop"));
+        }
+        ExpectBlockEnd();
+        Node n;
+        n.kind = tag.text == "break" ? Node::kBreak : Node::kContinue;
+        n.line = tag.line;
+        body.push_back(std::move(n));
       } else {
         throw Error(tag.line, absl::StrCat("unsupported or unexpected tag {% ", tag.text, " %}"));
       }
@@ -339,7 +197,9 @@ class Parser {
       n.filter = ParseOr();
     }
     ExpectBlockEnd();
+    ++loop_depth_;
     n.body = ParseBody({"else", "endfor"});
+    --loop_depth_;
     Next();
     if (Next().text == "else") {
       ExpectBlockEnd();
@@ -359,11 +219,119 @@ class Parser {
     if (IsOp(".")) {
       Next();
       n.targets.push_back(Identifier());
+      n.set_attr = true;
+    } else {
+      while (IsOp(",")) {
+        Next();
+        n.targets.push_back(Identifier());
+      }
     }
-    if (Peek().kind == Tok::kBlockEnd) throw Error(line, "block {% set %} ... {% endset %} is not supported");
+    if (Peek().kind == Tok::kBlockEnd && n.targets.size() == 1) {  // {% set x %}...{% endset %}
+      Next();
+      n.kind = Node::kSetBlock;
+      n.body = ParseBody({"endset"});
+      ExpectEnd("endset");
+      return n;
+    }
     ExpectOp("=");
-    n.expr = ParseExpr();
+    n.expr = ParseTupleOrExpr();
     ExpectBlockEnd();
+    return n;
+  }
+
+  // `a, b` (a tuple without parentheses, as {% set %} allows) or one expression.
+  ExprPtr ParseTupleOrExpr() {
+    ExprPtr first = ParseExpr();
+    if (!IsOp(",")) return first;
+    ExprPtr list = Make(Expr::kList, first->line);
+    list->name = "tuple";
+    list->args.push_back(std::move(first));
+    while (IsOp(",")) {
+      Next();
+      list->args.push_back(ParseExpr());
+    }
+    return Finish(std::move(list));
+  }
+
+  // (a, b=default, ...) of a macro or a call block.
+  void ParseParams(Node* n) {
+    if (!IsOp("(")) return;
+    Next();
+    while (!IsOp(")")) {
+      std::string name = Identifier();
+      ExprPtr def;
+      if (IsOp("=")) {
+        Next();
+        def = ParseExpr();
+      }
+      n->params.emplace_back(std::move(name), std::move(def));
+      if (!IsOp(",")) break;
+      Next();
+    }
+    ExpectOp(")");
+  }
+
+  // The body of a macro or a caller: break/continue do not reach out of it, and the names
+  // it reads say whether it takes varargs, kwargs and a caller.
+  void ParseCallableBody(Node* n, std::string_view end) {
+    const int saved_loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    names_.emplace_back();
+    n->body = ParseBody({end});
+    const std::vector<std::string> names = std::move(names_.back());
+    names_.pop_back();
+    loop_depth_ = saved_loop_depth;
+    for (const std::string& name : names) {
+      n->uses_varargs |= name == "varargs";
+      n->uses_kwargs |= name == "kwargs";
+      n->uses_caller |= name == "caller";
+      if (!names_.empty()) names_.back().push_back(name);
+    }
+    ExpectEnd(end);
+  }
+
+  Node ParseMacro(int line) {
+    Node n;
+    n.kind = Node::kMacro;
+    n.line = line;
+    n.text = Identifier();
+    ParseParams(&n);
+    ExpectBlockEnd();
+    ParseCallableBody(&n, "endmacro");
+    return n;
+  }
+
+  Node ParseCallBlock(int line) {
+    Node n;
+    n.kind = Node::kCallBlock;
+    n.line = line;
+    n.text = "caller";
+    ParseParams(&n);
+    n.expr = ParseExpr();
+    if (n.expr->kind != Expr::kCall) throw Error(line, "{% call %} needs a macro call");
+    ExpectBlockEnd();
+    ParseCallableBody(&n, "endcall");
+    return n;
+  }
+
+  Node ParseFilterBlock(int line) {
+    Node n;
+    n.kind = Node::kFilterBlock;
+    n.line = line;
+    ExprPtr e = Make(Expr::kName, line);
+    e->name = kFilterSubject;
+    for (bool first = true; first || IsOp("|"); first = false) {
+      if (!first) Next();
+      ExprPtr f = Make(Expr::kFilter, Peek().line);
+      f->name = Identifier();
+      f->args.push_back(std::move(e));
+      if (IsOp("(")) ParseArgs(f.get());
+      e = Finish(std::move(f));
+    }
+    n.expr = std::move(e);
+    ExpectBlockEnd();
+    n.body = ParseBody({"endfilter"});
+    ExpectEnd("endfilter");
     return n;
   }
 
@@ -375,6 +343,7 @@ class Parser {
   }
 
   ExprPtr ParseExpr() {
+    DepthGuard guard(this, Peek().line);
     ExprPtr value = ParseOr();
     if (!IsName("if")) return value;
     const int line = Next().line;
@@ -388,6 +357,19 @@ class Parser {
     e->args.push_back(std::move(value));
     e->args.push_back(std::move(cond));
     e->args.push_back(std::move(otherwise));
+    return Finish(std::move(e));
+  }
+
+  // Sets e's depth from its operands; a tree deeper than kMaxDepth is an error (a long
+  // chain like 1+1+1+... or x|f|f|f... parses without recursion but nests as deeply).
+  ExprPtr Finish(ExprPtr e) {
+    int depth = 0;
+    for (const ExprPtr& a : e->args) {
+      if (a) depth = std::max(depth, a->depth);
+    }
+    for (const auto& kv : e->kwargs) depth = std::max(depth, kv.second->depth);
+    e->depth = depth + 1;
+    if (e->depth > kMaxDepth) throw Error(e->line, "the template nests too deeply");
     return e;
   }
 
@@ -396,7 +378,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(l));
     e->args.push_back(std::move(r));
-    return e;
+    return Finish(std::move(e));
   }
 
   ExprPtr ParseOr() {
@@ -418,9 +400,10 @@ class Parser {
   ExprPtr ParseNot() {
     if (IsName("not")) {
       const int line = Next().line;
+      DepthGuard guard(this, line);
       ExprPtr e = Make(Expr::kNot, line);
       e->args.push_back(ParseNot());
-      return e;
+      return Finish(std::move(e));
     }
     return ParseCompare();
   }
@@ -463,10 +446,19 @@ class Parser {
     return l;
   }
   ExprPtr ParseMul() {
-    ExprPtr l = ParseUnary(true);
+    ExprPtr l = ParsePow();
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
       const Token op = Next();
-      l = Binary(Expr::kBinary, op.text, std::move(l), ParseUnary(true), op.line);
+      l = Binary(Expr::kBinary, op.text, std::move(l), ParsePow(), op.line);
+    }
+    return l;
+  }
+  // As Jinja (not Python): ** takes unary operands, so -2 ** 2 is 4.
+  ExprPtr ParsePow() {
+    ExprPtr l = ParseUnary(true);
+    while (IsOp("**")) {
+      const int line = Next().line;
+      l = Binary(Expr::kBinary, "**", std::move(l), ParseUnary(true), line);
     }
     return l;
   }
@@ -476,9 +468,11 @@ class Parser {
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
       const Token op = Next();
+      DepthGuard guard(this, op.line);
       e = Make(Expr::kUnary, op.line);
       e->name = op.text;
       e->args.push_back(ParseUnary(false));
+      e = Finish(std::move(e));
     } else {
       e = ParsePostfix(ParsePrimary());
     }
@@ -490,7 +484,7 @@ class Parser {
         f->name = Identifier();
         f->args.push_back(std::move(e));
         if (IsOp("(")) ParseArgs(f.get());
-        e = std::move(f);
+        e = Finish(std::move(f));
       } else if (IsName("is")) {
         const int line = Next().line;
         ExprPtr t = Make(Expr::kTest, line);
@@ -500,13 +494,28 @@ class Parser {
         }
         t->name = Identifier();
         t->args.push_back(std::move(e));
-        if (IsOp("(")) ParseArgs(t.get());
-        e = std::move(t);
+        if (IsOp("(")) {
+          ParseArgs(t.get());
+        } else if (StartsTestArgument()) {  // `x is divisibleby 3`, `x is sameas none`
+          t->args.push_back(ParsePostfix(ParsePrimary()));
+        }
+        e = Finish(std::move(t));
       } else {
         return e;
       }
     }
   }
+  // Jinja allows one argument without parentheses after a test name.
+  bool StartsTestArgument() const {
+    const Token& t = Peek();
+    if (t.kind == Tok::kString || t.kind == Tok::kInt || t.kind == Tok::kFloat) return true;
+    if (t.kind == Tok::kName) {
+      static constexpr std::string_view kNotArgs[] = {"else", "or", "and", "is", "in", "not", "if"};
+      return std::find(std::begin(kNotArgs), std::end(kNotArgs), t.text) == std::end(kNotArgs);
+    }
+    return t.kind == Tok::kOp && (t.text == "[" || t.text == "{");
+  }
+
   // (a, b, k=v) appended to e->args / e->kwargs.
   void ParseArgs(Expr* e) {
     ExpectOp("(");
@@ -531,7 +540,7 @@ class Parser {
         ExprPtr a = Make(Expr::kAttr, line);
         a->name = Identifier();
         a->args.push_back(std::move(e));
-        e = std::move(a);
+        e = Finish(std::move(a));
       } else if (IsOp("[")) {
         Next();
         ExprPtr bounds[3];
@@ -552,12 +561,12 @@ class Parser {
         s->args.push_back(std::move(e));
         if (!is_slice && !bounds[0]) throw Error(line, "empty subscript");
         for (int k = 0; k < (is_slice ? 3 : 1); ++k) s->args.push_back(std::move(bounds[k]));
-        e = std::move(s);
+        e = Finish(std::move(s));
       } else if (IsOp("(")) {
         ExprPtr c = Make(Expr::kCall, line);
         c->args.push_back(std::move(e));
         ParseArgs(c.get());
-        e = std::move(c);
+        e = Finish(std::move(c));
       } else {
         return e;
       }
@@ -577,6 +586,7 @@ class Parser {
         } else {
           e->kind = Expr::kName;
           e->name = t.text;
+          if (!names_.empty()) names_.back().push_back(t.text);
         }
         return e;
       }
@@ -602,13 +612,20 @@ class Parser {
         return e;
       }
       case Tok::kOp:
+        if (t.text == "(" && IsOp(")")) {  // the empty tuple
+          Next();
+          ExprPtr list = Make(Expr::kList, t.line);
+          list->name = "tuple";
+          return list;
+        }
         if (t.text == "(") {
           ExprPtr first = ParseExpr();
           if (IsOp(")")) {
             Next();
             return first;
           }
-          ExprPtr list = Make(Expr::kList, t.line);  // a tuple; treated as a list
+          ExprPtr list = Make(Expr::kList, t.line);
+          list->name = "tuple";
           list->args.push_back(std::move(first));
           while (IsOp(",")) {
             Next();
@@ -616,7 +633,7 @@ class Parser {
             list->args.push_back(ParseExpr());
           }
           ExpectOp(")");
-          return list;
+          return Finish(std::move(list));
         }
         if (t.text == "[") {
           ExprPtr list = Make(Expr::kList, t.line);
@@ -626,7 +643,7 @@ class Parser {
             Next();
           }
           ExpectOp("]");
-          return list;
+          return Finish(std::move(list));
         }
         if (t.text == "{") {
           ExprPtr dict = Make(Expr::kDict, t.line);
@@ -638,7 +655,7 @@ class Parser {
             Next();
           }
           ExpectOp("}");
-          return dict;
+          return Finish(std::move(dict));
         }
         break;
       default:
@@ -650,13 +667,22 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;       // open blocks and expressions (DepthGuard)
+  int loop_depth_ = 0;  // enclosing for loops in the current macro (or the top level)
+  std::vector<std::vector<std::string>> names_;  // names read, per macro being parsed
 };
 
 }  // namespace
 
 absl::StatusOr<Template> Template::Parse(std::string_view source) {
+  // As Jinja2 without keep_trailing_newline: one newline at the very end is dropped.
+  if (absl::EndsWith(absl::string_view(source.data(), source.size()), "\r\n")) {
+    source.remove_suffix(2);
+  } else if (!source.empty() && source.back() == '\n') {
+    source.remove_suffix(1);
+  }
   try {
-    std::shared_ptr<Node> root = Parser(Lexer(source).Run()).ParseRoot();
+    std::shared_ptr<Node> root = Parser(Lex(source)).ParseRoot();
     return Template(std::move(root));
   } catch (const Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("chat template: ", e.what()));

@@ -3,6 +3,7 @@
 #ifndef FOLIO_SERVICES_FRONTEND_HTTP_JINJA_AST_H_
 #define FOLIO_SERVICES_FRONTEND_HTTP_JINJA_AST_H_
 
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,7 @@ struct Expr {
               kUnary, kBinary, kAnd, kOr, kNot, kCond };
   Kind kind = kLiteral;
   int line = 0;
+  int depth = 1;             // of the tree below (bounded, so evaluating and freeing it cannot overflow the stack)
   Value literal;             // kLiteral
   std::string name;          // variable, attribute, filter, test or operator
   bool negated = false;      // `is not`, `not in`
@@ -40,16 +42,47 @@ struct Expr {
 };
 
 struct Node {
-  enum Kind { kRoot, kText, kOutput, kIf, kFor, kSet };
+  enum Kind { kRoot, kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kCallBlock,
+              kFilterBlock, kBreak, kContinue, kBlock };
   Kind kind = kRoot;
   int line = 0;
-  std::string text;                  // kText
-  ExprPtr expr;                      // kOutput, kSet (the value), kFor (the iterable)
-  std::vector<std::string> targets;  // kFor: loop variables; kSet: {name} or {ns, attr}
+  std::string text;                  // kText; kMacro: the macro's name
+  // kOutput, kSet (the value), kFor (the iterable), kCallBlock (the call), kFilterBlock
+  // (filters applied to the name kFilterSubject).
+  ExprPtr expr;
+  // kFor: loop variables; kSet: {name}, {ns, attr} (set_attr) or names to unpack into;
+  // kSetBlock: {name}.
+  std::vector<std::string> targets;
+  bool set_attr = false;             // kSet: targets are {namespace, attribute}
   ExprPtr filter;                    // kFor: the `if` condition, may be null
   std::vector<std::pair<ExprPtr, std::vector<Node>>> branches;  // kIf; null cond: else
-  std::vector<Node> body;            // kRoot, kFor
+  // kRoot, kFor, kSetBlock, kMacro, kCallBlock (the caller's body), kFilterBlock, kBlock.
+  std::vector<Node> body;
   std::vector<Node> else_body;       // kFor
+  // kMacro, kCallBlock: the parameters and their defaults (null: none).
+  std::vector<std::pair<std::string, ExprPtr>> params;
+  bool uses_varargs = false, uses_kwargs = false, uses_caller = false;  // kMacro
+};
+
+// Dict keys: a string is its own key; an integer is stored as "\x01i" + digits (so a
+// string key that itself starts with "\x01i" and digits reads back as that integer).
+// EncodeKey throws Error for other types.
+std::string EncodeKey(const Value& key, int line);
+Value DecodeKey(const std::string& key);
+// Builtin global functions as values (so `strftime_now is defined` holds), or nullptr.
+const Callable* BuiltinFunction(std::string_view name);
+
+// The variable a {% filter %} block's rendered body is bound to while its filters run.
+inline constexpr char kFilterSubject[] = "\x01filter";
+
+// A macro (or a call block's caller) as a value. `node` lives in the Template, which
+// outlives every Render; `scope`/`scope_serial` name the scope its body's free names are
+// looked up in (when that scope is gone, the template's top level).
+struct Callable {
+  const Node* node = nullptr;  // null: the builtin function `builtin`
+  std::string builtin;
+  size_t scope = 0;
+  uint64_t scope_serial = 0;
 };
 
 }  // namespace folio::frontend::jinja

@@ -115,8 +115,11 @@ TEST(JinjaTest, WhitespaceControlTrimAndLstripBlocks) {
 }
 
 TEST(JinjaTest, ErrorsNameTheLineAndTheProblem) {
-  EXPECT_THAT(Render("ok\n{% macro m() %}{% endmacro %}"),
-              HasSubstr("line 2: unsupported or unexpected tag {% macro %}"));
+  EXPECT_THAT(Render("ok\n{% include 'x.jinja' %}"),
+              HasSubstr("line 2: unsupported or unexpected tag {% include %}"));
+  EXPECT_THAT(Render("{% break %}"), HasSubstr("line 1: {% break %} outside a for loop"));
+  EXPECT_THAT(Render("a\n{{ xs.append(1) }}", {{"xs", Value(Value::List{})}}),
+              HasSubstr("line 2: list.append() is not allowed"));
   EXPECT_THAT(Render("{% if x %}never closed"), HasSubstr("missing {% endif %}"));
   EXPECT_THAT(Render("{{ 1 + }}"), HasSubstr("expected an expression"));
   EXPECT_THAT(Render("{{ 'unclosed }}"), HasSubstr("unclosed string literal"));
@@ -124,14 +127,19 @@ TEST(JinjaTest, ErrorsNameTheLineAndTheProblem) {
               HasSubstr("roles must alternate"));
   EXPECT_THAT(Render("{{ 1 + 'a' }}"), HasSubstr("unsupported operand types for +"));
   EXPECT_THAT(Render("{{ 1 / 0 }}"), HasSubstr("division by zero"));
-  EXPECT_THAT(Render("{{ nope() }}"), HasSubstr("unknown function 'nope'"));
+  EXPECT_THAT(Render("{{ nope() }}"), HasSubstr("'nope' is undefined (not a function)"));
+  EXPECT_THAT(Render("{{ 'x' | nofilter }}"), HasSubstr("unknown filter 'nofilter'"));
+  EXPECT_THAT(Render("{{ 1 is notatest }}"), HasSubstr("unknown test 'notatest'"));
 }
 
 TEST(JinjaTest, OutputIsBounded) {
   absl::StatusOr<Template> t = Template::Parse("{% for i in range(1000) %}0123456789{% endfor %}");
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_TRUE(t->Render({}, 10000).ok());
-  absl::StatusOr<std::string> too_long = t->Render({}, 9999);
+  RenderOptions options;
+  options.max_output_bytes = 10000;
+  EXPECT_TRUE(t->Render({}, options).ok());
+  options.max_output_bytes = 9999;
+  absl::StatusOr<std::string> too_long = t->Render({}, options);
   ASSERT_FALSE(too_long.ok());
   EXPECT_THAT(too_long.status().message(), HasSubstr("longer than 9999 bytes"));
 }

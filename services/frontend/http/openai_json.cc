@@ -1,5 +1,7 @@
 #include "services/frontend/http/openai_json.h"
 
+#include "services/frontend/http/chat_template_input.h"
+
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -303,6 +305,10 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   } else {
     FOLIO_RETURN_IF_ERROR(ParseMessages(body, &r.messages));
     FOLIO_RETURN_IF_ERROR(GetBool(body, "add_generation_prompt", &r.add_generation_prompt));
+    absl::StatusOr<ChatInput> chat = ParseChatInput(text);
+    if (!chat.ok()) return chat.status();
+    r.chat = *std::move(chat);
+    for (size_t i = 0; i < r.messages.size(); ++i) r.messages[i].message = r.chat.messages.list()[i];
     bool logprobs = false;
     FOLIO_RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
     std::optional<int32_t> top_logprobs;
@@ -477,7 +483,7 @@ HttpError ErrorFromStatus(const absl::Status& status) {
         "echo", "stream", "stream_options", "ignore_eos", "parse_special", "model", "best_of",
         "suffix", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
         "min_tokens", "tools", "response_format",
-        "max_completion_tokens", "add_generation_prompt"};
+        "max_completion_tokens", "add_generation_prompt", "chat_template_kwargs"};
     for (const char* f : kFields) {
       if (field == f && n < m.size() && (m[n] == ' ' || m[n] == '[' || m[n] == '.')) {
         e.body["error"]["param"] = field == "prompt_token_ids" ? "prompt" : std::string(f);

@@ -35,6 +35,10 @@ struct Request {
   // chat, the prompt is filled in later from `messages` and the chat template.
   GenerateInput input;
   std::vector<ChatMessage> messages;  // chat only
+  // chat only: everything the template renders (chat_template_input.h), messages with
+  // tool_calls and tool results, tools, chat_template_kwargs. messages[i].message is
+  // chat.messages[i].
+  ChatInput chat;
   bool add_generation_prompt = true;  // chat only (a vLLM extension)
   int32_t n = 1;                      // choices; passed to the scheduler as is
   bool stream = false;

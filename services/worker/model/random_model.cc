@@ -173,6 +173,9 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& o) {
   w.AddBool("tokenizer.ggml.add_bos_token", vocab.add_bos);
   w.AddBool("tokenizer.ggml.add_eos_token", false);
   if (!o.chat_template.empty()) w.AddString("tokenizer.chat_template", o.chat_template);
+  for (const auto& [name, source] : o.named_chat_templates) {
+    w.AddString("tokenizer.chat_template." + name, source);
+  }
 
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);

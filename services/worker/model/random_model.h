@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,6 +44,8 @@ struct RandomModelOptions {
   float rope_scaling_factor = 0.0f;  // > 0: rope.scaling.type linear with this factor
   bool tied_embeddings = false;    // omit output.weight
   std::string chat_template;       // written as tokenizer.chat_template when not empty
+  // Written as tokenizer.chat_template.<name>.
+  std::vector<std::pair<std::string, std::string>> named_chat_templates;
 };
 
 // 3 control tokens + 256 byte tokens.

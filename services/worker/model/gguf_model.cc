@@ -203,13 +203,6 @@ absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c,
         f.name(), ": key '", k, "rope.scaling.type' is '", scaling,
         "'; supported: 'none', 'linear' (and Llama 3.1's rope_freqs tensor)"));
   }
-  constexpr absl::string_view kNamedTemplate = "tokenizer.chat_template.";
-  for (const auto& kv : f.metadata()) {
-    if (!absl::StartsWith(kv.first, kNamedTemplate) || kv.first.size() == kNamedTemplate.size()) continue;
-    ASSIGN_OR_RETURN(absl::string_view source, r.String(std::string(kv.first)));
-    vocab->named_chat_templates.emplace_back(std::string(kv.first.substr(kNamedTemplate.size())),
-                                             std::string(source));
-  }
   return absl::OkStatus();
 }
 

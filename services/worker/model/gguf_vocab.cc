@@ -248,6 +248,16 @@ absl::StatusOr<Vocab> ReadGgufVocab(const GgufFile& f) {
     VOCAB_ASSIGN_OR_RETURN(absl::string_view chat_template, r.String("tokenizer.chat_template"));
     vocab.chat_template = std::string(chat_template);
   }
+  // Further templates by name (tokenizer.chat_template.tool_use, ...).
+  constexpr absl::string_view kNamedTemplate = "tokenizer.chat_template.";
+  for (const auto& kv : f.metadata()) {
+    if (!absl::StartsWith(kv.first, kNamedTemplate) || kv.first.size() == kNamedTemplate.size()) {
+      continue;
+    }
+    VOCAB_ASSIGN_OR_RETURN(absl::string_view source, r.String(std::string(kv.first)));
+    vocab.named_chat_templates.emplace_back(std::string(kv.first.substr(kNamedTemplate.size())),
+                                            std::string(source));
+  }
   return vocab;
 }
 

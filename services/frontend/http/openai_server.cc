@@ -227,7 +227,8 @@ void OpenAiServer::HandleModels(HttpExchange& x) {
                 {"object", "model"},
                 {"created", created_},
                 {"owned_by", "folio"},
-                {"max_model_len", model->info().max_model_len()}};
+                {"max_model_len", model->info().max_model_len()},
+                {"stored_type", model->info().model().stored_type()}};
   x.Respond(JsonResponse(200, {{"object", "list"}, {"data", json::array({entry})}}));
 }
 

@@ -353,6 +353,8 @@ TEST_F(OpenAiHttpTest, ApiKeysGuardHttpAndGrpc) {
   HttpResult models = Send(port_, "GET", "/v1/models", "");
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.parsed["data"][0]["id"], "stories260K");
+  // Carried from the worker's file (general.file_type 0) through the scheduler.
+  EXPECT_EQ(models.parsed["data"][0]["stored_type"], "F32");
 
   GrpcResult no_key = GrpcComplete(cluster_->frontend(), Greedy("x", 2), nullptr);
   EXPECT_EQ(no_key.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);

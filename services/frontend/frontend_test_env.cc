@@ -35,6 +35,7 @@ void FrontendTestEnv::SetUp() {
   model->set_num_kv_heads(4);
   model->set_head_dim(8);
   model->set_max_seq_len(512);
+  model->set_stored_type("Q8_0");  // not the real file's F32: shows the field is passed on
   ipb::TokenizerSpec* spec = info_.mutable_tokenizer();
   for (size_t i = 0; i < vocab->pieces.size(); ++i) {
     spec->add_pieces(vocab->pieces[i]);

@@ -175,6 +175,7 @@ grpc::ServerUnaryReactor* FrontendService::GetModelInfo(grpc::CallbackServerCont
   response->set_num_kv_blocks(info.num_blocks());
   response->set_max_n(std::max(info.max_n(), 1));
   response->set_max_beam_width(info.max_beam_width());
+  response->set_stored_type(info.model().stored_type());
   return FinishLocal(ctx, "GetModelInfo", start, absl::OkStatus());
 }
 

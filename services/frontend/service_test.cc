@@ -526,6 +526,7 @@ TEST_F(FrontendServiceTest, TokenizeAndModelInfoAreLocal) {
   EXPECT_EQ(info.dim(), 64);
   EXPECT_EQ(info.block_size(), 16);
   EXPECT_EQ(info.num_kv_blocks(), 100);
+  EXPECT_EQ(info.stored_type(), "Q8_0");
   EXPECT_TRUE(fake_->calls().empty());
 }
 

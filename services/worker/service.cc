@@ -76,6 +76,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   model->set_num_kv_heads(c.num_kv_heads);
   model->set_head_dim(c.head_dim);
   model->set_max_seq_len(c.max_seq_len);
+  model->set_stored_type(c.stored_type);
 
   *info.mutable_tokenizer() = TokenizerSpecFromVocab(weights.vocab);
 

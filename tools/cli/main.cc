@@ -299,6 +299,7 @@ int Model(pb::TextGeneration::Stub* stub) {
   if (!status.ok()) return RpcError("model", status);
   const json out = {{"name", info.name()},
                     {"architecture", info.architecture()},
+                    {"stored_type", info.stored_type()},
                     {"vocab_size", info.vocab_size()},
                     {"max_model_len", info.max_model_len()},
                     {"bos_id", info.bos_id()},

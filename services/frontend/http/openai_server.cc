@@ -230,7 +230,8 @@ void OpenAiServer::HandleModels(HttpExchange& x) {
                 {"max_model_len", model->info().max_model_len()},
                 {"bos_token_id", model->tokenizer().bos_id()},
                 {"eos_token_id", model->tokenizer().eos_id()},
-                {"eog_token_ids", model->tokenizer().eog_ids()}};
+                {"eog_token_ids", model->tokenizer().eog_ids()},
+                {"stored_type", model->info().model().stored_type()}};
   x.Respond(JsonResponse(200, {{"object", "list"}, {"data", json::array({entry})}}));
 }
 

@@ -473,6 +473,18 @@ const GgufValue* GgufFile::FindValue(absl::string_view key) const {
   return it == kv_index_.end() ? nullptr : &kvs_[it->second].second;
 }
 
+absl::Status GgufFile::AddShardTensors(const GgufFile& shard) {
+  for (const GgufTensorInfo& t : shard.tensors()) {
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(shard.name(), ": tensor '", t.name,
+                                                     "' is already in an earlier shard of ",
+                                                     name_));
+    }
+    tensors_.push_back(t);
+  }
+  return absl::OkStatus();
+}
+
 const GgufTensorInfo* GgufFile::FindTensor(absl::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

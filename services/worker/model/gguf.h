@@ -132,6 +132,13 @@ class GgufFile {
   const GgufValue* FindValue(absl::string_view key) const;
   const GgufTensorInfo* FindTensor(absl::string_view name) const;
 
+  // Appends the tensors of `shard` (a further file of a split model) to this file's
+  // list, so FindTensor() and tensors() see every shard; their names and data point
+  // into the span `shard` was parsed from, which must outlive this file. The
+  // shard's metadata is not merged (the first file's describes the model).
+  // InvalidArgument, naming both files, if a tensor name is already present.
+  absl::Status AddShardTensors(const GgufFile& shard);
+
  private:
   friend class GgufParser;
 

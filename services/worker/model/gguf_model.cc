@@ -6,11 +6,13 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "absl/strings/str_join.h"
 #include "services/worker/model/architecture.h"
 #include "services/worker/model/gguf_vocab.h"
+#include "services/worker/model/gguf_split.h"
 #include "services/worker/model/mapped_file.h"
 #include "services/worker/model/mapped_weights.h"
 
@@ -215,6 +217,7 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
   ASSIGN_OR_RETURN(w->vocab, ReadGgufVocab(f));
   c.vocab_size = w->vocab.size();
+  c.stored_type = GgufStoredType(f);
   const std::string vocab_key = absl::StrCat(arch->name, ".vocab_size");
   if (f.FindValue(vocab_key) != nullptr) {
     ASSIGN_OR_RETURN(int32_t declared, r.PositiveInt(vocab_key, nullptr));
@@ -304,11 +307,39 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   return absl::OkStatus();
 }
 
+std::string GgufStoredType(const GgufFile& gguf) {
+  // llama.cpp's llama_ftype numbers (include/llama.h), those whose types Folio reads.
+  static constexpr std::pair<int64_t, const char*> kFileTypes[] = {
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+      {8, "Q5_0"},    {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+      {13, "Q3_K_L"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+      {18, "Q6_K"},   {21, "Q2_K_S"}, {32, "BF16"},
+  };
+  if (const GgufValue* v = gguf.FindValue("general.file_type"); v != nullptr) {
+    if (absl::StatusOr<int64_t> ft = v->AsInt64(); ft.ok()) {
+      for (const auto& [n, name] : kFileTypes) {
+        if (n == *ft) return name;
+      }
+    }
+  }
+  std::map<std::string, uint64_t> bytes;
+  for (const GgufTensorInfo& t : gguf.tensors()) {
+    bytes[DTypeName(GgmlTypeToDType(t.type))] += t.size_bytes;
+  }
+  std::string best;
+  uint64_t most = 0;
+  for (const auto& [name, n] : bytes) {
+    if (n > most) most = n, best = name;
+  }
+  return absl::AsciiStrToUpper(best);
+}
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   const absl::Span<const uint8_t> bytes = file->bytes();
   auto weights = std::make_unique<MappedModelWeights>(std::move(file));
   ASSIGN_OR_RETURN(GgufFile gguf, GgufFile::Parse(bytes, path));
+  if (absl::Status s = LoadGgufShards(path, &gguf, weights.get()); !s.ok()) return s;
   if (absl::Status s = BuildLlamaWeights(gguf, weights.get()); !s.ok()) return s;
   // What was mapped, by stored type: "q4_K 193, q6_K 33, f32 65".
   std::map<std::string, int> types;
@@ -318,7 +349,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& p
   const ModelConfig& c = weights->config;
   LOG(INFO) << path << ": " << c.architecture << ", " << c.num_layers << " layers, dim " << c.dim
             << ", " << gguf.tensors().size() << " tensors (" << by_type << "), "
-            << (bytes.size() >> 20) << " MiB mapped, weights kept as stored";
+            << (weights->file_bytes() >> 20) << " MiB mapped, weights kept as stored";
   return std::unique_ptr<ModelWeights>(std::move(weights));
 }
 

@@ -32,6 +32,10 @@ namespace folio::worker {
 // each message naming the file and the key or tensor.
 absl::Status BuildLlamaWeights(const GgufFile& gguf, ModelWeights* weights);
 
+// ModelConfig::stored_type for `gguf`: llama.cpp's name for general.file_type when the
+// file has a known one, else the upper-cased name of the type with the most tensor bytes.
+std::string GgufStoredType(const GgufFile& gguf);
+
 // Maps `path`, parses it as GGUF and builds the weights; they own the mapping.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufModel(const std::string& path);
 

@@ -36,6 +36,11 @@ void GgufWriter::BeginKv(absl::string_view key, GgufType type) {
   Put<uint32_t>(&kvs_, static_cast<uint32_t>(type));
 }
 
+void GgufWriter::AddUint16(absl::string_view key, uint16_t value) {
+  BeginKv(key, GgufType::kUint16);
+  Put(&kvs_, value);
+}
+
 void GgufWriter::AddUint32(absl::string_view key, uint32_t value) {
   BeginKv(key, GgufType::kUint32);
   Put(&kvs_, value);

@@ -27,6 +27,7 @@ class GgufWriter {
   // general.alignment.
   explicit GgufWriter(uint32_t alignment = kGgufDefaultAlignment);
 
+  void AddUint16(absl::string_view key, uint16_t value);
   void AddUint32(absl::string_view key, uint32_t value);
   void AddInt32(absl::string_view key, int32_t value);
   void AddUint64(absl::string_view key, uint64_t value);

@@ -84,6 +84,7 @@ absl::Status ParseLlama2cCheckpoint(absl::Span<const uint8_t> bytes, absl::strin
 
   ModelConfig& c = weights->config;
   c.architecture = "llama";
+  c.stored_type = "F32";
   c.dim = h.dim;
   c.hidden_dim = h.hidden_dim;
   c.num_layers = h.n_layers;

@@ -1,5 +1,6 @@
-// MappedModelWeights: ModelWeights whose tensor views point into a MappedFile that the
-// object owns, so the views stay valid exactly as long as the weights do. Internal to
+// MappedModelWeights: ModelWeights whose tensor views point into MappedFiles that the
+// object owns (one, or one per shard of a split GGUF), so the views stay valid exactly
+// as long as the weights do. Internal to
 // the model loaders; callers see only ModelWeights. Immutable after loading; safe to
 // read from many threads.
 #ifndef FOLIO_SERVICES_WORKER_MODEL_MAPPED_WEIGHTS_H_
@@ -7,6 +8,7 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "services/worker/model/dequant.h"
 #include "services/worker/model/mapped_file.h"
@@ -16,19 +18,29 @@ namespace folio::worker {
 
 class MappedModelWeights : public ModelWeights {
  public:
-  explicit MappedModelWeights(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
+  explicit MappedModelWeights(std::unique_ptr<MappedFile> file) { AddFile(std::move(file)); }
 
-  const MappedFile& file() const { return *file_; }
+  // Takes another mapping (a further shard) whose memory views may point into.
+  void AddFile(std::unique_ptr<MappedFile> file) { files_.push_back(std::move(file)); }
 
-  int64_t file_bytes() const override { return static_cast<int64_t>(file_->size()); }
+  const MappedFile& file() const { return *files_.front(); }
+
+  int64_t file_bytes() const override {
+    int64_t n = 0;
+    for (const auto& f : files_) n += static_cast<int64_t>(f->size());
+    return n;
+  }
 
   void ReleasePages(const TensorView& t) const override {
     if (t.data == nullptr) return;
-    file_->ReleasePages(t.data, static_cast<size_t>(DTypeBytes(t.dtype, t.num_elements())));
+    // A view lies in exactly one mapping; the others ignore a range outside them.
+    for (const auto& f : files_) {
+      f->ReleasePages(t.data, static_cast<size_t>(DTypeBytes(t.dtype, t.num_elements())));
+    }
   }
 
  private:
-  std::unique_ptr<MappedFile> file_;  // never null
+  std::vector<std::unique_ptr<MappedFile>> files_;  // at least one, none null
 };
 
 }  // namespace folio::worker

@@ -43,6 +43,10 @@ struct TensorView {
 struct ModelConfig {
   std::string architecture = "llama";
   std::string name;
+  // How the weights are stored, for display: llama.cpp's file-type name from
+  // general.file_type ("Q4_K_M", "F16", ...), else the type holding most tensor bytes
+  // ("Q4_K"); "F32" for llama2.c checkpoints.
+  std::string stored_type;
   int32_t dim = 0;          // model width (embedding length)
   int32_t hidden_dim = 0;   // SwiGLU inner width
   int32_t num_layers = 0;

@@ -40,10 +40,12 @@ FrontendService::FrontendService(FrontendOptions options,
 absl::Status FrontendService::SetClusterInfo(ipb::ClusterInfo info) {
   // The template chat requests render with: --chat_template's, else the model's default
   // (tokenizer.chat_template, else its template named "default"). The one named
-  // "tool_use" stays in named_chat_templates for requests with tools.
+  // "tool_use" stays in named_chat_templates for requests with tools, unless
+  // --chat_template replaces them all.
   ipb::TokenizerSpec* tok = info.mutable_tokenizer();
   if (!options_.chat_template.empty()) {
     tok->set_chat_template(options_.chat_template);
+    tok->clear_named_chat_templates();
   } else {
     const std::map<std::string, std::string> named(tok->named_chat_templates().begin(),
                                                    tok->named_chat_templates().end());

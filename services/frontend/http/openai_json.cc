@@ -206,8 +206,10 @@ absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
   if (const json* v = Field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
     return absl::InvalidArgumentError("suffix is not supported");
   }
-  if (const json* v = Field(body, "tools"); v != nullptr && !v->empty()) {
-    return absl::InvalidArgumentError("tools are not supported");
+  // Chat requests pass tools to the chat template (ParseChatInput checks their shape).
+  if (const json* v = Field(body, "tools");
+      endpoint != Endpoint::kChatCompletions && v != nullptr && !v->is_null() && !v->empty()) {
+    return absl::InvalidArgumentError("tools are only taken by /v1/chat/completions");
   }
   if (const json* v = Field(body, "response_format"); v != nullptr) {
     const json* type = v->is_object() ? Field(*v, "type") : nullptr;
@@ -215,7 +217,6 @@ absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
       return absl::InvalidArgumentError("response_format other than {\"type\": \"text\"} is not supported");
     }
   }
-  (void)endpoint;
   return absl::OkStatus();
 }
 

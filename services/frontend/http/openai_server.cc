@@ -161,26 +161,35 @@ std::string OpenAiServer::ModelName(const ModelContext& model) const {
 }
 
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> OpenAiServer::TemplateFor(
-    const std::shared_ptr<const ModelContext>& model) {
+    const std::shared_ptr<const ModelContext>& model, bool has_tools) {
   {
     absl::MutexLock lock(&mu_);
-    if (template_model_ == model && template_ != nullptr) return template_;
+    if (template_model_ != model) {
+      template_model_ = model;
+      template_ = nullptr;
+      tools_template_ = nullptr;
+    }
+    const std::shared_ptr<const ChatTemplate>& cached = has_tools ? tools_template_ : template_;
+    if (cached != nullptr) return cached;
   }
   const Tokenizer& tok = model->tokenizer();
   auto piece = [&](int32_t id) {
     absl::StatusOr<std::string_view> p = tok.TokenToPiece(id);
     return p.ok() ? std::string(*p) : std::string();
   };
-  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(
-      model->info().tokenizer().chat_template(), piece(tok.bos_id()), piece(tok.eos_id()));
+  const folio::internal::v1::TokenizerSpec& spec = model->info().tokenizer();
+  const std::map<std::string, std::string> named(spec.named_chat_templates().begin(),
+                                                 spec.named_chat_templates().end());
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Create(SelectChatTemplate(spec.chat_template(), named, has_tools),
+                           piece(tok.bos_id()), piece(tok.eos_id()));
   if (!t.ok()) {
     return absl::InternalError(
         absl::StrCat("the model's chat template cannot be used: ", t.status().message()));
   }
   auto shared = std::make_shared<const ChatTemplate>(*std::move(t));
   absl::MutexLock lock(&mu_);
-  template_model_ = model;
-  template_ = shared;
+  if (template_model_ == model) (has_tools ? tools_template_ : template_) = shared;
   return shared;
 }
 
@@ -287,9 +296,12 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     r.input.request_id = std::string(*id);
   }
   if (endpoint == Endpoint::kChatCompletions) {
-    absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = TemplateFor(model);
+    // Tools are rendered into the prompt by the template; the model's tool calls are not
+    // parsed out of its output yet (docs/http-api.md).
+    const bool has_tools = r.chat.tools.is_list() && !r.chat.tools.list().empty();
+    absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = TemplateFor(model, has_tools);
     if (!t.ok()) return fail(t.status());
-    absl::StatusOr<std::string> prompt = (*t)->Render(r.messages, r.add_generation_prompt);
+    absl::StatusOr<std::string> prompt = (*t)->Render(r.chat);
     if (!prompt.ok()) return fail(prompt.status());
     absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(model->tokenizer(), *prompt);
     if (!ids.ok()) {

@@ -90,9 +90,10 @@ class OpenAiServer {
   void HandleHealth(std::shared_ptr<HttpExchange> x);
   // One scheduler update of `call` (on a gRPC callback thread).
   void OnUpdate(const std::shared_ptr<Call>& call, Generation::Update update);
-  // The chat template for `model` (parsed once per model context).
+  // The chat template for `model` (parsed once per model context): SelectChatTemplate of
+  // its default and named templates, the one named "tool_use" when `has_tools`.
   absl::StatusOr<std::shared_ptr<const ChatTemplate>> TemplateFor(
-      const std::shared_ptr<const ModelContext>& model);
+      const std::shared_ptr<const ModelContext>& model, bool has_tools);
   std::string ModelName(const ModelContext& model) const;
 
   bool Register(const std::shared_ptr<Call>& call);
@@ -114,7 +115,8 @@ class OpenAiServer {
   absl::flat_hash_set<std::shared_ptr<Call>> active_ ABSL_GUARDED_BY(mu_);
   int health_checks_ ABSL_GUARDED_BY(mu_) = 0;  // scheduler health checks in flight
   std::shared_ptr<const ModelContext> template_model_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const ChatTemplate> template_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ChatTemplate> template_ ABSL_GUARDED_BY(mu_);        // no tools
+  std::shared_ptr<const ChatTemplate> tools_template_ ABSL_GUARDED_BY(mu_);  // with tools
 };
 
 }  // namespace folio::frontend

@@ -9,8 +9,12 @@
 //     supported", or cannot take a content-part list): Folio must fail too.
 //   - Jinja2 renders, Folio fails: allowed only for a template on kRefused, with the reason.
 // A template Folio renders differently from Jinja2 fails the test whatever the list says.
-// The test prints a table of identical templates per model family. A second test checks
-// the prompt token ids of the same renderings against llama.cpp's tokenizer.
+// The test prints a table of identical templates per model family. Two more tests check
+// the prompt token ids of the same renderings against llama.cpp's tokenizer: on a
+// SentencePiece vocab (a random-weight Llama model's) and on llama.cpp's llama-bpe vocab
+// (Llama 3's byte-level BPE, read by Folio's GGUF reader).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +34,7 @@
 #include "nlohmann/json.hpp"
 #include "common/tokenizer/tokenizer.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/worker/model/gguf_vocab.h"
 #include "services/worker/model/random_model.h"
 #include "tests/reference/llama_ref.h"
 
@@ -103,7 +108,9 @@ struct ReferenceRun {
   ordered_json fixtures;   // conversations.json
 };
 
-void RunReference(ReferenceRun* run) {
+// `bos` / `eos` non-empty: the conversations are rendered with those bos_token / eos_token
+// texts instead of conversations.json's ("<s>", "</s>").
+void RunReference(ReferenceRun* run, const std::string& bos = "", const std::string& eos = "") {
   const std::string templates_dir = reference::LlamaCppSourceDir() + "/models/templates";
   ASSERT_TRUE(std::filesystem::is_directory(templates_dir)) << templates_dir;
   bool ok = false;
@@ -118,15 +125,22 @@ void RunReference(ReferenceRun* run) {
   }
   std::sort(run->files.begin(), run->files.end());
   ASSERT_GE(run->files.size(), 60u) << templates_dir;
-  const std::string conversations_path = std::string(FOLIO_CHAT_TEMPLATES_DIR) + "/conversations.json";
+  std::string conversations_path = std::string(FOLIO_CHAT_TEMPLATES_DIR) + "/conversations.json";
+  run->fixtures = ordered_json::parse(ReadFile(conversations_path));
+  if (!bos.empty()) {
+    run->fixtures["bos_token"] = bos;
+    run->fixtures["eos_token"] = eos;
+    conversations_path = absl::StrCat(::testing::TempDir(), "/conversations_", getpid(), ".json");
+    std::ofstream(conversations_path) << run->fixtures.dump();
+  }
   std::string command = absl::StrCat("/usr/bin/python3 ", FOLIO_CHAT_TEMPLATES_DIR,
                                      "/hf_render.py --conversations ", conversations_path,
                                      " --date ", kPinnedDate);
   for (const std::string& f : run->files) absl::StrAppend(&command, " '", f, "'");
   const std::string reference_text = RunCommand(command, &ok);
+  if (!bos.empty()) std::remove(conversations_path.c_str());
   ASSERT_TRUE(ok) << "hf_render.py failed: " << command;
   run->reference = ordered_json::parse(reference_text);
-  run->fixtures = ordered_json::parse(ReadFile(conversations_path));
   ASSERT_GE(run->fixtures["conversations"].size(), 10u);
 }
 
@@ -219,6 +233,53 @@ TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
   std::cout << "  all: " << all.identical << "/" << all.total << "\n";
 }
 
+// For every template and conversation Jinja2 renders: Folio's rendering encoded by
+// EncodeChatPrompt with `tok` equals Jinja2's rendering tokenized by llama.cpp as its server
+// does (one leading BOS text stripped, then add_special and parse_special). Returns how
+// many were compared; `per_llama3` (when given) counts them per Llama 3.x template.
+int ComparePromptIds(const ReferenceRun& run, const Tokenizer& tok,
+                     reference::LlamaModel& llama, std::map<std::string, int>* per_llama3) {
+  const std::string bos = run.fixtures["bos_token"].get<std::string>();
+  const std::string eos = run.fixtures["eos_token"].get<std::string>();
+  const jinja::RenderOptions options = PinnedOptions();
+  int compared = 0;
+  for (const std::string& file : run.files) {
+    const std::string name = std::filesystem::path(file).filename().string();
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(ReadFile(file), bos, eos);
+    EXPECT_TRUE(t.ok()) << name << ": " << t.status();
+    if (!t.ok()) continue;
+    for (const ordered_json& conv : run.fixtures["conversations"]) {
+      const ordered_json& want = run.reference.at(name).at(conv["name"].get<std::string>());
+      if (!want["ok"].get<bool>()) continue;
+      std::string jinja2_text = want["text"].get<std::string>();
+      if (jinja2_text.rfind(bos, 0) == 0) jinja2_text.erase(0, bos.size());
+      absl::StatusOr<std::vector<int32_t>> llama_ids = llama.Tokenize(
+          jinja2_text, reference::TokenizeOptions{.add_special = true, .parse_special = true});
+      EXPECT_TRUE(llama_ids.ok()) << llama_ids.status();
+      absl::StatusOr<std::string> text = t->Render(InputOf(conv), options);
+      EXPECT_TRUE(text.ok()) << name << " " << conv["name"] << ": " << text.status();
+      if (!llama_ids.ok() || !text.ok()) continue;
+      absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(tok, *text);
+      EXPECT_TRUE(ids.ok()) << ids.status();
+      if (!ids.ok()) continue;
+      EXPECT_EQ(*ids, *llama_ids) << name << " " << conv["name"];
+      ++compared;
+      if (per_llama3 != nullptr && Family(name) == "Llama 3.x") {
+        ++(*per_llama3)[name];
+        // What makes these about the chat prompt: one BOS, first (the template writes
+        // bos_token and the vocab adds BOS), and the header markers as single tokens.
+        const auto& pieces = tok.vocab().pieces;
+        const int32_t header = static_cast<int32_t>(
+            std::find(pieces.begin(), pieces.end(), "<|start_header_id|>") - pieces.begin());
+        EXPECT_EQ(ids->front(), tok.bos_id()) << name << " " << conv["name"];
+        EXPECT_EQ(std::count(ids->begin(), ids->end(), tok.bos_id()), 1) << name;
+        EXPECT_NE(std::find(ids->begin(), ids->end(), header), ids->end()) << name;
+      }
+    }
+  }
+  return compared;
+}
+
 // The prompt token ids of a chat request: Folio's rendering encoded by EncodeChatPrompt
 // with Folio's tokenizer, against Jinja2's rendering tokenized by llama.cpp as its server
 // does (one leading BOS text stripped when the vocabulary adds BOS, then add_special and
@@ -247,32 +308,41 @@ TEST(JinjaReferenceTest, PromptIdsEqualLlamaCppsOnJinja2sRendering) {
   const std::string eos(*tok->TokenToPiece(tok->eos_id()));
   ASSERT_EQ(bos, run.fixtures["bos_token"].get<std::string>());
   ASSERT_EQ(eos, run.fixtures["eos_token"].get<std::string>());
-  const jinja::RenderOptions options = PinnedOptions();
-
-  int compared = 0;
-  for (const std::string& file : run.files) {
-    const std::string name = std::filesystem::path(file).filename().string();
-    absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(ReadFile(file), bos, eos);
-    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
-    for (const ordered_json& conv : run.fixtures["conversations"]) {
-      const ordered_json& want = run.reference.at(name).at(conv["name"].get<std::string>());
-      if (!want["ok"].get<bool>()) continue;
-      std::string jinja2_text = want["text"].get<std::string>();
-      if (jinja2_text.rfind(bos, 0) == 0) jinja2_text.erase(0, bos.size());
-      absl::StatusOr<std::vector<int32_t>> llama_ids = (*llama)->Tokenize(
-          jinja2_text, reference::TokenizeOptions{.add_special = true, .parse_special = true});
-      ASSERT_TRUE(llama_ids.ok()) << llama_ids.status();
-      absl::StatusOr<std::string> text = t->Render(InputOf(conv), options);
-      ASSERT_TRUE(text.ok()) << name << " " << conv["name"] << ": " << text.status();
-      absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(*tok, *text);
-      ASSERT_TRUE(ids.ok()) << ids.status();
-      EXPECT_EQ(*ids, *llama_ids) << name << " " << conv["name"];
-      ++compared;
-    }
-  }
+  const int compared = ComparePromptIds(run, *tok, **llama, nullptr);
   std::cout << compared << " chat prompts tokenized as llama.cpp tokenizes Jinja2's rendering\n";
   EXPECT_GT(compared, 500);
   std::remove(path.c_str());
+}
+
+// The same on llama.cpp's models/ggml-vocab-llama-bpe.gguf (Llama 3's byte-level BPE, BOS
+// "<|begin_of_text|>", EOS "<|end_of_text|>"), read by Folio's GGUF vocabulary reader, the
+// conversations rendered with those bos_token / eos_token texts: every template, and at
+// least every rendering of the Llama 3.x templates.
+TEST(JinjaReferenceTest, PromptIdsOnTheLlamaBpeVocabEqualLlamaCpps) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  const std::string path = reference::LlamaCppSourceDir() + "/models/ggml-vocab-llama-bpe.gguf";
+  absl::StatusOr<Vocab> vocab = worker::LoadGgufVocab(path);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  absl::StatusOr<Tokenizer> tok = Tokenizer::Create(*vocab);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  absl::StatusOr<std::unique_ptr<reference::LlamaModel>> llama =
+      reference::LlamaModel::Load(path, reference::LlamaModelOptions{.vocab_only = true});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  const std::string bos(*tok->TokenToPiece(tok->bos_id()));
+  const std::string eos(*tok->TokenToPiece(tok->eos_id()));
+  ASSERT_EQ(bos, "<|begin_of_text|>");
+  ReferenceRun run;
+  RunReference(&run, bos, eos);
+  if (HasFatalFailure() || IsSkipped()) return;
+  std::map<std::string, int> llama3;
+  const int compared = ComparePromptIds(run, *tok, **llama, &llama3);
+  std::cout << compared << " chat prompts on the llama-bpe vocab tokenized as llama.cpp "
+            << "tokenizes Jinja2's rendering; Llama 3.x:";
+  for (const auto& [name, n] : llama3) std::cout << " " << name << " " << n;
+  std::cout << "\n";
+  EXPECT_GT(compared, 500);
+  ASSERT_EQ(llama3.size(), 3u);
+  for (const auto& [name, n] : llama3) EXPECT_GE(n, 10) << name;
 }
 
 }  // namespace

@@ -22,26 +22,6 @@
 namespace folio::worker {
 namespace {
 
-std::vector<float> LastLogits(const ModelWeights& w) {
-  CpuModelRunnerOptions o;
-  o.kv_cache_bytes = 4 << 20;
-  o.num_threads = 1;
-  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);
-  CHECK(r.ok()) << r.status();
-  SequenceStep seq;
-  seq.seq_id = 1;
-  seq.return_logits = true;
-  seq.sampling.temperature = 0.0f;
-  seq.block_table = testing::ScatteredBlocks(2, 5);
-  seq.token_ids = {1, 17, 260, 33, 99, 5, 301, 42, 7, 150, 11, 12};
-  seq.start_pos = 0;
-  StepInput step;
-  step.seqs = {seq};
-  absl::StatusOr<StepOutput> out = (*r)->Execute(step);
-  CHECK(out.ok()) << out.status();
-  return out->seqs[0].logits;
-}
-
 TEST(SplitModelReferenceTest, GgufPySplitGivesExactlyTheUnsplitLogits) {
   FOLIO_SKIP_WITHOUT_REFERENCE();
   const char* base = std::getenv("TEST_TMPDIR");
@@ -80,9 +60,9 @@ TEST(SplitModelReferenceTest, GgufPySplitGivesExactlyTheUnsplitLogits) {
   absl::StatusOr<std::unique_ptr<ModelWeights>> split = LoadModel(first);
   ASSERT_TRUE(split.ok()) << split.status();
   EXPECT_EQ((*split)->config.stored_type, "Q4_K_M");  // folio-make-model's file_type 15
-  const std::vector<float> want = LastLogits(**whole);
+  const std::vector<std::vector<float>> want = testing::PromptAndDecodeLogits(**whole, 0);
   ASSERT_FALSE(want.empty());
-  EXPECT_EQ(LastLogits(**split), want);
+  EXPECT_EQ(testing::PromptAndDecodeLogits(**split, 0), want);
   std::filesystem::remove_all(dir);
 }
 

@@ -129,36 +129,6 @@ std::string WriteModel(const std::string& dir) {
   return path;
 }
 
-std::vector<std::vector<float>> Logits(const ModelWeights& w) {
-  CpuModelRunnerOptions o;
-  o.kv_cache_bytes = 4 << 20;
-  o.num_threads = 1;
-  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);
-  CHECK(r.ok()) << r.status();
-  SequenceStep seq;
-  seq.seq_id = 1;
-  seq.return_logits = true;
-  seq.sampling.temperature = 0.0f;
-  seq.block_table = testing::ScatteredBlocks(2, 5);
-  seq.token_ids = {1, 17, 260, 33, 99, 5, 301, 42, 7, 150, 11, 12};
-  seq.start_pos = 0;
-  StepInput step;
-  step.seqs = {seq};
-  absl::StatusOr<StepOutput> out = (*r)->Execute(step);
-  CHECK(out.ok()) << out.status();
-  std::vector<std::vector<float>> all = {out->seqs[0].logits};
-  // Then a few decode steps.
-  for (int i = 0; i < 4; ++i) {
-    seq.start_pos = static_cast<int32_t>(seq.start_pos + seq.token_ids.size());
-    seq.token_ids = {out->seqs[0].samples[0].token_id};
-    step.seqs = {seq};
-    out = (*r)->Execute(step);
-    CHECK(out.ok()) << out.status();
-    all.push_back(out->seqs[0].logits);
-  }
-  return all;
-}
-
 TEST(SplitModelTest, ThreeShardsGiveExactlyTheUnsplitLogits) {
   const ScopedDir scoped("logits");
   const std::string& dir = scoped.path();
@@ -171,8 +141,8 @@ TEST(SplitModelTest, ThreeShardsGiveExactlyTheUnsplitLogits) {
   EXPECT_EQ((*split)->config.num_layers, 3);
   EXPECT_EQ((*split)->config.stored_type, "Q8_0");  // general.file_type 7
   EXPECT_GT((*split)->file_bytes(), std::filesystem::file_size(shards[0]));
-  const auto want = Logits(**whole);
-  const auto got = Logits(**split);
+  const auto want = testing::PromptAndDecodeLogits(**whole, 4);
+  const auto got = testing::PromptAndDecodeLogits(**split, 4);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_FALSE(want[i].empty());

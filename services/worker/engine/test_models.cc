@@ -87,4 +87,33 @@ std::string ReadFileOrEmpty(const std::string& path) {
   return ss.str();
 }
 
+std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int decode_steps) {
+  CpuModelRunnerOptions o;
+  o.kv_cache_bytes = 4 << 20;
+  o.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);
+  CHECK(r.ok()) << r.status();
+  SequenceStep seq;
+  seq.seq_id = 1;
+  seq.return_logits = true;
+  seq.sampling.temperature = 0.0f;
+  seq.block_table = ScatteredBlocks(2, 5);
+  seq.token_ids = {1, 17, 260, 33, 99, 5, 301, 42, 7, 150, 11, 12};
+  seq.start_pos = 0;
+  StepInput step;
+  step.seqs = {seq};
+  absl::StatusOr<StepOutput> out = (*r)->Execute(step);
+  CHECK(out.ok()) << out.status();
+  std::vector<std::vector<float>> all = {out->seqs[0].logits};
+  for (int i = 0; i < decode_steps; ++i) {
+    seq.start_pos = static_cast<int32_t>(seq.start_pos + seq.token_ids.size());
+    seq.token_ids = {out->seqs[0].samples[0].token_id};
+    step.seqs = {seq};
+    out = (*r)->Execute(step);
+    CHECK(out.ok()) << out.status();
+    all.push_back(out->seqs[0].logits);
+  }
+  return all;
+}
+
 }  // namespace folio::worker::testing

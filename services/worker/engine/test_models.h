@@ -40,6 +40,11 @@ std::vector<int32_t> GreedyFromBos(ModelRunner& runner, int32_t bos_id, int step
 // The file's bytes, or "" when it cannot be read.
 std::string ReadFileOrEmpty(const std::string& path);
 
+// The logits of a fixed 12-token prompt's last position on a fresh one-thread CPU runner
+// over `w`, then those of `decode_steps` greedy decode steps after it: 1 + decode_steps
+// rows. Two loadings of the same weights (split and whole, say) must give equal rows.
+std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int decode_steps);
+
 }  // namespace folio::worker::testing
 
 #endif  // FOLIO_SERVICES_WORKER_ENGINE_TEST_MODELS_H_

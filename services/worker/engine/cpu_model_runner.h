@@ -14,12 +14,14 @@
 //
 // Weights stay as stored (weight_shard.h: typed views into the memory-mapped file). Under
 // GemmThreading::kPacked (the default) each projection runs one of two ways:
-//   - packed: the f32 and (on AVX2) f16 projections are repacked once, at creation, into
-//     the panels of Folio's own GEMM kernel (packed_gemm.h) in the same precision, so the
-//     panels take the bytes the file did; the file pages they came from are then released
-//     (ModelWeights::ReleasePages), so resident memory does not hold both;
-//   - typed: every other type (bf16, q8_0, q4_0 ... q6_K, and f16 without AVX2) is read in
-//     place from the mapping by kernels/typed_gemm.h (a few rows dequantized at a time).
+//   - packed: f32 projections are repacked once, at creation, into the panels of Folio's
+//     own f32 GEMM kernel (packed_gemm.h), so the panels take the bytes the file did; the
+//     file pages they came from are then released (ModelWeights::ReleasePages), so
+//     resident memory does not hold both;
+//   - typed: every other type is read in place from the mapping by kernels/typed_gemm.h:
+//     f16, bf16 and q8_0 by their own SIMD kernels (the best path CPUID offers: AVX2,
+//     AVX-512, VNNI, BF16; portable when options.isa is kPortable), q4_0 ... q6_K a few
+//     rows dequantized at a time. No second copy of these weights exists.
 // Nothing is widened to f32 beyond the norms, biases and small per-thread buffers.
 // kKernelPool and kOpenBlas run OpenBLAS sgemm on f32 copies of the projections (widened
 // at creation: 4 bytes a weight, against the memory rule) and are kept to measure against.
@@ -141,6 +143,7 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<KvCache> kv_;
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
+  const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)
   const GemmThreading gemm_threading_;
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism

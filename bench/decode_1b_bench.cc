@@ -15,7 +15,9 @@
 // --rounds rounds (default 5): on a shared machine compare medians, and note the load
 // (each line's label carries /proc/loadavg at its start).
 //
-//   build/bin/decode_1b_bench [--rounds=5] [--benchmark_format=json]
+// --threads (default 2) sets both engines' threads.
+//
+//   build/bin/decode_1b_bench [--rounds=5] [--threads=2] [--benchmark_format=json]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -39,7 +41,7 @@
 namespace folio::worker {
 namespace {
 
-constexpr int kThreads = 2;
+int g_threads = 2;  // --threads
 constexpr int kGenerate = 32;  // timed single-token decode steps
 constexpr int kBlockSize = 16;
 constexpr int32_t kBos = 1;  // random_model.h's vocabulary: <unk>, <s>, </s>, bytes...
@@ -81,7 +83,7 @@ std::string ModelPath(const std::string& type) {
   const std::string q = ModelsDir() + "/llama-1.1b-random-" + absl::AsciiStrToLower(type) + ".gguf";
   if (!std::filesystem::exists(q)) {
     LOG(INFO) << "quantizing " << f16 << " to " << type << " with llama.cpp";
-    const absl::Status s = reference::Quantize(f16, q + ".tmp", type, kThreads);
+    const absl::Status s = reference::Quantize(f16, q + ".tmp", type, g_threads);
     CHECK(s.ok()) << s;
     std::filesystem::rename(q + ".tmp", q);
   }
@@ -101,7 +103,7 @@ FolioEngine& Folio(const std::string& type) {
     CHECK(w.ok()) << w.status();
     e.weights = *std::move(w);
     CpuModelRunnerOptions o;
-    o.num_threads = kThreads;
+    o.num_threads = g_threads;
     o.block_size = kBlockSize;
     o.kv_cache_bytes = int64_t{64} << 20;
     absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(*e.weights, o);
@@ -117,7 +119,7 @@ reference::LlamaModel& Llama(const std::string& type) {
   if (m == nullptr) {
     reference::LlamaModelOptions o;
     o.n_ctx = 512;
-    o.n_threads = kThreads;
+    o.n_threads = g_threads;
     absl::StatusOr<std::unique_ptr<reference::LlamaModel>> l =
         reference::LlamaModel::Load(ModelPath(type), o);
     CHECK(l.ok()) << l.status();
@@ -153,7 +155,7 @@ void BM_FolioDecode(benchmark::State& state, std::string type) {
   for (auto _ : state) state.SetIterationTime(FolioGenerate(*e.runner, kBos));
   state.counters["tokens/s"] =
       benchmark::Counter(kGenerate, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel("folio " + type + ", " + load);
+  state.SetLabel("folio " + type + ", " + std::to_string(g_threads) + " threads, " + load);
 }
 
 void BM_LlamaCppDecode(benchmark::State& state, std::string type) {
@@ -167,7 +169,7 @@ void BM_LlamaCppDecode(benchmark::State& state, std::string type) {
   }
   state.counters["tokens/s"] =
       benchmark::Counter(kGenerate, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel("llama.cpp " + type + ", " + load);
+  state.SetLabel("llama.cpp " + type + ", " + std::to_string(g_threads) + " threads, " + load);
 }
 
 }  // namespace
@@ -179,6 +181,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]).rfind("--rounds=", 0) == 0) {
       rounds = std::atoi(argv[i] + 9);
+    } else if (std::string(argv[i]).rfind("--threads=", 0) == 0) {
+      folio::worker::g_threads = std::max(1, std::atoi(argv[i] + 10));
     } else {
       args.push_back(argv[i]);
     }

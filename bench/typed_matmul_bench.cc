@@ -10,7 +10,8 @@
 // (the weights themselves, into a scratch buffer) on the same pool, split the same way.
 // bytes_per_second is the weight bytes over the wall time: compare a type's matmul line
 // with its memcpy line of the same run (a memcpy also writes what it reads, so its rate
-// is a conservative ceiling for a read-only stream).
+// is a conservative ceiling for a read-only stream); BM_Read is a plain read-only pass
+// over the same bytes on the same pool, the tighter ceiling.
 //
 //   build/bin/typed_matmul_bench [--benchmark_min_time=0.5]
 #include <cstring>
@@ -132,6 +133,38 @@ void BM_Memcpy(benchmark::State& state) {
                  std::to_string(s.bytes >> 20) + " MiB");
 }
 
+// A read-only pass over the same bytes (8 independent 64-bit sums per thread): the
+// ceiling of a stream that only reads, as a matmul does.
+void BM_Read(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const Step& s = StepOf(kind);
+  const WeightFormat& f = FormatOfKind(kind);
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < s.matrices.size(); ++i) {
+      const int64_t words = f.BytesFor(s.matrices[i].in()) * s.matrices[i].out() / 8;
+      const uint8_t* src = s.storage[i].get();
+      uint64_t part[kThreads] = {};
+      k::ParallelFor(&Pool(), kThreads, 1, [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          uint64_t acc[8] = {};
+          for (int64_t w = words * p / kThreads; w + 8 <= words * (p + 1) / kThreads; w += 8) {
+            uint64_t v[8];
+            std::memcpy(v, src + 8 * w, sizeof(v));
+            for (int j = 0; j < 8; ++j) acc[j] += v[j];
+          }
+          for (int j = 0; j < 8; ++j) part[p] += acc[j];
+        }
+      });
+      for (uint64_t v : part) sink += v;
+    }
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * s.bytes);
+  state.SetLabel(std::string("read-only pass over the ") + k::StoredKindName(kind) + " step's " +
+                 std::to_string(s.bytes >> 20) + " MiB");
+}
+
 void Register() {
   for (k::StoredKind kind : {k::StoredKind::kF16, k::StoredKind::kBF16, k::StoredKind::kQ8_0}) {
     const std::string name = k::StoredKindName(kind);
@@ -143,6 +176,10 @@ void Register() {
           ->Unit(benchmark::kMillisecond);
     }
     benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy)
+        ->Args({static_cast<int64_t>(kind)})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_Read/" + name).c_str(), BM_Read)
         ->Args({static_cast<int64_t>(kind)})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

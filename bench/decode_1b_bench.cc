@@ -104,6 +104,8 @@ FolioEngine& Folio(const std::string& type) {
     e.weights = *std::move(w);
     CpuModelRunnerOptions o;
     o.num_threads = g_threads;
+    // FOLIO_BENCH_F16_PANELS=0: f16 read in place by the typed kernel instead of panels.
+    if (const char* p = std::getenv("FOLIO_BENCH_F16_PANELS")) o.f16_panels = std::string(p) != "0";
     o.block_size = kBlockSize;
     o.kv_cache_bytes = int64_t{64} << 20;
     absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(*e.weights, o);

@@ -1,5 +1,6 @@
 // The CPU runner on weights kept as stored: for each architecture and stored type, the
-// logits of the default path (packed f32/f16 panels, typed in-place matmuls for the rest)
+// logits of the default path (packed f32/f16 panels, typed in-place matmuls for the rest;
+// f16 also in place, and the portable kernels)
 // equal those of the same model with every projection widened to f32 (the OpenBLAS
 // measurement mode), and the runner holds about the file's bytes, not 4 per weight.
 // (Agreement with llama.cpp itself is llama_logits_test's job.)
@@ -112,6 +113,23 @@ TEST_P(TypedRunnerTest, StoredTypeMatchesWidenedF32) {
   const auto a = PrefillLogits(**stored, 20);
   const auto b = PrefillLogits(**widened, 20);
   const auto p = PrefillLogits(**portable, 20);
+  if (c.dtype == DType::kF16) {
+    // f16 read in place by the typed kernel instead of packed panels: the same products.
+    CpuModelRunnerOptions in_place_options = RunnerOptions(GemmThreading::kPacked);
+    in_place_options.f16_panels = false;
+    auto in_place = CpuModelRunner::Create(*w, in_place_options);
+    ASSERT_TRUE(in_place.ok()) << in_place.status();
+    const auto t = PrefillLogits(**in_place, 20);
+    for (size_t s = 0; s < a.size(); ++s) {
+      float scale = 0, worst = 0;
+      for (size_t v = 0; v < a[s].size(); ++v) {
+        scale = std::max(scale, std::abs(a[s][v]));
+        worst = std::max(worst, std::abs(a[s][v] - t[s][v]));
+      }
+      EXPECT_LE(worst, 1e-4f + 1e-4f * scale) << "f16 in place, step " << s;
+    }
+    EXPECT_LE((*in_place)->weight_bytes(), (*stored)->weight_bytes());
+  }
   ASSERT_EQ(a.size(), b.size());
   // The SIMD kernels against the portable ones on the same model (bf16's vdpbf16ps path
   // rounds activations, the portable one does not; q8_0 activations are quantized on

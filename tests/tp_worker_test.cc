@@ -3,7 +3,8 @@
 // (every step to both ranks, rank 0 answers). The stories260K golden text over them; the
 // collectives each rank reports per step; each rank's weight bytes against a TP=1 worker;
 // a killed rank and a stopped rank fail the step with an error instead of hanging; a
-// restarted rank (1, then 0) and a group broken by a timeout are formed again by Restore; a
+// restarted rank (1, then 0), a group broken by a timeout and ranks out of step (a step
+// that reached one rank) are formed again by Restore; a
 // TP degree that does not divide the KV heads is refused at start-up, and so are ranks
 // handed to the scheduler out of order.
 //
@@ -305,6 +306,35 @@ TEST_F(TpWorkerTest, AGroupBrokenByATimeoutFormsAgainThroughRestore) {
     if (!broken) absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_TRUE(broken);
+  absl::Status restored = client->Restore();
+  ASSERT_TRUE(restored.ok()) << restored;
+  EXPECT_EQ(client->group_generation(), 2);
+  const std::string text = GreedyText(*client, info, kShortSteps);
+  EXPECT_FALSE(text.empty());
+  EXPECT_TRUE(absl::StartsWith(testing::GoldenText(models_dir_), text)) << text;
+}
+
+// A step that reached rank 0 alone (its call to rank 1 failed before delivery): rank 0's
+// all-reduce waits for rank 1 (--tp_timeout_ms, 60 s here). Restore sees the ranks out of
+// step and forms a new group; rank 1 leaving the old one fails rank 0's wait at once.
+TEST_F(TpWorkerTest, AStepThatReachedOneRankIsEndedByANewGroup) {
+  StartRanks(2);
+  auto client = Client(absl::Seconds(20));
+  AllocateAll(*client);
+  const pb::WorkerInfo info = Info(*client, 0);
+  ASSERT_TRUE(client->Execute(DecodeStep(1, 0), {"r"}).ok());
+  pb::ExecuteStepRequest alone = scheduler::ToProto(DecodeStep(5, 1));
+  alone.set_step_id("alone");
+  pb::ExecuteStepResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  EXPECT_EQ(client->stub(0).ExecuteStep(&ctx, alone, &resp).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(Info(*client, 0).group().last_step_id(), "alone");
+  EXPECT_NE(Info(*client, 1).group().last_step_id(), "alone");
+  EXPECT_TRUE(Info(*client, 0).group().joined()) << "nothing has failed yet: it waits";
+  // The join is bounded by 10 s, far below rank 0's 60 s wait: it succeeds only if
+  // rank 0 was let go.
   absl::Status restored = client->Restore();
   ASSERT_TRUE(restored.ok()) << restored;
   EXPECT_EQ(client->group_generation(), 2);

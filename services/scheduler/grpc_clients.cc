@@ -293,7 +293,10 @@ constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
 }  // namespace
 
 absl::Status GrpcWorkerClient::FormGroup(int64_t newest, absl::Time deadline) {
-  const int64_t generation = std::max(newest, group_generation_) + 1;
+  // Newer than any generation sent before too: a join of a failed attempt may still be
+  // queued on a rank, not yet in its WorkerInfo.
+  const int64_t generation = std::max({newest, group_generation_, last_generation_sent_}) + 1;
+  last_generation_sent_ = generation;
   pb::JoinGroupRequest req;
   req.set_generation(generation);
   std::vector<pb::JoinGroupResponse> resps(num_ranks());
@@ -341,6 +344,7 @@ absl::Status GrpcWorkerClient::Restore() {
     }
   }
   bool regroup = false;
+  bool regroup_for_new_process = false;
   bool reallocate = false;
   int64_t newest = 0;
   std::string why;
@@ -352,14 +356,29 @@ absl::Status GrpcWorkerClient::Restore() {
     if (n == 1) continue;
     newest = std::max(newest, info.group().generation());
     const bool group_ok = info.group().joined() && info.group().generation() == group_generation_;
-    if (!regroup && (new_process || !group_ok)) {
-      why = new_process ? absl::StrCat("rank ", rank, " is a new process (incarnation ",
-                                       info.incarnation_id(), ")")
-                        : absl::StrCat("rank ", rank, "'s group of generation ",
-                                       info.group().generation(), " is not usable: ",
-                                       info.group().error());
+    // The reason logged: a new process first, else the first rank whose group broke.
+    if (new_process && !regroup_for_new_process) {
+      why = absl::StrCat("rank ", rank, " is a new process (incarnation ", info.incarnation_id(),
+                         ")");
+      regroup_for_new_process = true;
+    } else if (!group_ok && why.empty()) {
+      why = absl::StrCat("rank ", rank, "'s group of generation ", info.group().generation(),
+                         " is not usable: ", info.group().error());
     }
     regroup = regroup || new_process || !group_ok;
+  }
+  if (n > 1 && !regroup) {
+    // A step that reached only some ranks leaves the others' collectives waiting for it
+    // (until --tp_timeout_ms): a new group ends that wait, since each rank's join first
+    // closes its old connections, which fails the peers' waiting collectives at once.
+    for (int rank = 1; rank < n && !regroup; ++rank) {
+      if (infos[rank].group().last_step_id() != infos[0].group().last_step_id()) {
+        regroup = true;
+        why = absl::StrCat("the ranks are out of step: rank 0 last started step \"",
+                           infos[0].group().last_step_id(), "\", rank ", rank, " step \"",
+                           infos[rank].group().last_step_id(), "\"");
+      }
+    }
   }
   if (!regroup && !reallocate) return absl::OkStatus();  // the same processes, pools in place
   if (regroup) {

@@ -78,7 +78,7 @@ class GrpcWorkerClient final : public WorkerClient {
   void SetAllocation(int32_t num_blocks, int32_t block_size,
                      std::vector<std::string> incarnation_ids);
   // Every rank joins the group of generation `newest` + 1 at once, where `newest` is the
-  // newest generation the ranks or this client have seen. The first failure, by rank.
+  // newest generation the ranks reported or this client sent. The first failure, by rank.
   absl::Status FormGroup(int64_t newest, absl::Time deadline);
   // AllocateKvCache(SetAllocation's shape) on every rank at once.
   absl::Status AllocateEveryRank(absl::Time deadline);
@@ -95,6 +95,7 @@ class GrpcWorkerClient final : public WorkerClient {
   int32_t block_size_ = 0;
   std::vector<std::string> incarnation_ids_;  // by rank
   int64_t group_generation_ = 0;              // the group the ranks last formed
+  int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
 
   // The calls of a Restore, so that CancelRestore can cancel them from another thread.
   absl::Mutex cancel_mu_;

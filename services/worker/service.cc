@@ -371,6 +371,7 @@ void WorkerService::SetGroupConnector(ConnectFn connect) { connect_ = std::move(
 
 void WorkerService::SetGroupInfo(int64_t generation, const absl::Status& status) {
   absl::MutexLock lock(&info_mu_);
+  if (generation != group_.generation()) group_.clear_last_step_id();
   group_.set_generation(generation);
   group_.set_joined(status.ok());
   group_.set_error(std::string(status.message()));
@@ -630,6 +631,10 @@ grpc::ServerUnaryReactor* WorkerService::ExecuteStep(grpc::CallbackServerContext
     // the scheduler (which sees CANCELLED or DEADLINE_EXCEEDED) owns the retry. A rank of
     // a tensor-parallel group runs it anyway: its peers may have, and skipping it would
     // pair their next collectives with this rank's next step.
+    if (options_.tp_size > 1 && communicator_ != nullptr) {
+      absl::MutexLock lock(&info_mu_);
+      group_.set_last_step_id(request->step_id());
+    }
     absl::Status status = ctx->IsCancelled() && options_.tp_size == 1
                               ? absl::CancelledError("the step was cancelled before it ran")
                               : RunStep(*request, response);

@@ -53,7 +53,10 @@ ABSL_FLAG(std::string, tp_host, "",
           "connect to; empty = --host (which must then not be a wildcard like 0.0.0.0).");
 ABSL_FLAG(int, tp_timeout_ms, 60000,
           "A collective that a peer rank does not join within this long fails the step and "
-          "breaks the group (the scheduler then forms it again: JoinGroup).");
+          "breaks the group (the scheduler then forms it again: JoinGroup). It also bounds "
+          "how long a surviving rank may wait on a dead one (a Gloo send that waits for the "
+          "dead peer's receive is failed only by this timeout), so keep the scheduler's "
+          "--recovery_timeout_ms above it.");
 ABSL_FLAG(int, tp_rendezvous_timeout_s, 300,
           "The longest a JoinGroup waits for every rank of the group to join (the "
           "scheduler's call deadline may cut it shorter).");

@@ -90,8 +90,8 @@ class ChaosTest : public ::testing::Test {
     // A small pool (~3,000 blocks of 16): a restarted worker allocates it quickly.
     options.worker_args = {"--kv_cache_bytes=32MiB"};
     // A surviving rank can sit in a send to the dead one until --tp_timeout_ms (Gloo does
-    // not fail a send that waits for a receive the dead peer never posted; about one kill
-    // in seven here): short, so that the streams still continue within 5 s of the return.
+    // not fail a send that waits for a receive the dead peer never posted; 3 kills of 12
+    // in one run): short, so that the streams still continue within 5 s of the return.
     if (tp_size > 1) options.worker_args.push_back("--tp_timeout_ms=2000");
     auto cluster = Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -42,6 +42,10 @@ struct RequestSpec {
   // EOS (unless ignore_eos) and stop_token_ids are not sampled before a choice has this
   // many tokens (token_history.h).
   int32_t min_tokens = 0;
+  // The caller's deadline (its gRPC call's). Past it the call ends with DEADLINE_EXCEEDED
+  // on its own; during a recovery the scheduler ends the request just before it, with
+  // UNAVAILABLE saying the replica is recovering (recovery.h).
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct GeneratedToken {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/worker/model/gguf.h"
 #include "services/worker/model/gguf_model.h"
+#include "services/worker/model/hf_model.h"
 #include "services/worker/model/llama2c_loader.h"
 
 namespace folio::worker {
@@ -18,6 +19,7 @@ constexpr uint32_t kLlama2cVersionedMagic = 0x616b3432;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path) {
+  if (IsHfCheckpointDir(path)) return LoadHfModel(path);
   std::ifstream in(path, std::ios::binary);
   uint32_t magic = 0;
   // A file too short for a magic falls through to the llama2.c loader, which reports

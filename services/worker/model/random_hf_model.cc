@@ -174,7 +174,8 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     AppendFromF32(o.dtype, values.data(), n, &t.bytes);
     tensors.push_back(std::move(t));
   };
-  add("model.embed_tokens.weight", {vocab_size, o.dim}, 0.0f, o.weight_std);
+  const float embedding_std = o.embedding_std > 0 ? o.embedding_std : o.weight_std;
+  add("model.embed_tokens.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
   for (int32_t l = 0; l < o.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
     add(p + "input_layernorm.weight", {o.dim}, 1.0f, 0.1f);
@@ -197,7 +198,7 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     add(p + "mlp.down_proj.weight", {o.dim, o.hidden_dim}, 0.0f, o.weight_std);
   }
   add("model.norm.weight", {o.dim}, 1.0f, 0.1f);
-  if (!o.tied_embeddings) add("lm_head.weight", {vocab_size, o.dim}, 0.0f, o.weight_std);
+  if (!o.tied_embeddings) add("lm_head.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
 
   // Shards: consecutive runs of tensors, about equal in count.
   const size_t shards = std::min<size_t>(o.num_shards, tensors.size());
@@ -238,8 +239,9 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
       {"num_key_value_heads", o.num_kv_heads},
       {"vocab_size", vocab_size},
       {"max_position_embeddings", o.context_length},
-      {"rms_norm_eps", o.rms_norm_eps},
-      {"rope_theta", o.rope_theta},
+      // Floats as their shortest decimal ("1e-05", not 9.99999974e-06).
+      {"rms_norm_eps", std::stod(absl::StrCat(o.rms_norm_eps))},
+      {"rope_theta", std::stod(absl::StrCat(o.rope_theta))},
       {"tie_word_embeddings", o.tied_embeddings},
       {"hidden_act", "silu"},
       {"torch_dtype", TorchDtype(o.dtype)},

@@ -37,6 +37,7 @@ struct RandomHfOptions {
   float rope_theta = 10000.0f;
   float rms_norm_eps = 1e-5f;
   float weight_std = 0.02f;
+  float embedding_std = 0.0f;  // of embed_tokens and lm_head; 0: weight_std
   bool tied_embeddings = false;
   // The rope_scaling object as JSON text ("" for null), e.g.
   // {"rope_type": "llama3", "factor": 8.0, ...}.

@@ -38,8 +38,12 @@ ABSL_FLAG(std::string, tokenizer_json, "",
           "--format=hf: the tokenizer.json to ship (its size sets the vocabulary unless "
           "--vocab is larger); empty: a small byte-level BPE tokenizer of Folio's own.");
 ABSL_FLAG(int32_t, shards, 1, "--format=hf: number of safetensors shards (> 1 writes the index).");
-ABSL_FLAG(std::string, eos_token, "", "--format=hf: tokenizer_config.json eos_token.");
-ABSL_FLAG(std::string, bos_token, "", "--format=hf: tokenizer_config.json bos_token.");
+ABSL_FLAG(std::string, eos_token, "",
+          "--format=hf: tokenizer_config.json eos_token (default: <|eot_id|> with Folio's own "
+          "tokenizer, none with --tokenizer_json).");
+ABSL_FLAG(std::string, bos_token, "",
+          "--format=hf: tokenizer_config.json bos_token (default: <|begin_of_text|> with "
+          "Folio's own tokenizer, none with --tokenizer_json).");
 ABSL_FLAG(std::vector<std::string>, eos_token_ids, {},
           "--format=hf: generation_config.json eos_token_id (comma-separated ids).");
 ABSL_FLAG(std::string, arch, "llama",
@@ -107,8 +111,9 @@ int WriteHf(const folio::worker::RandomModelOptions& g, const std::string& out) 
   o.tied_embeddings = g.tied_embeddings;
   o.chat_template = g.chat_template;
   o.num_shards = absl::GetFlag(FLAGS_shards);
-  o.bos_token = absl::GetFlag(FLAGS_bos_token);
-  o.eos_token = absl::GetFlag(FLAGS_eos_token);
+  if (!absl::GetFlag(FLAGS_tokenizer_json).empty()) o.bos_token = o.eos_token = "";
+  if (!absl::GetFlag(FLAGS_bos_token).empty()) o.bos_token = absl::GetFlag(FLAGS_bos_token);
+  if (!absl::GetFlag(FLAGS_eos_token).empty()) o.eos_token = absl::GetFlag(FLAGS_eos_token);
   for (const std::string& id : absl::GetFlag(FLAGS_eos_token_ids)) {
     int32_t n = 0;
     if (!absl::SimpleAtoi(id, &n)) {

@@ -348,7 +348,7 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
   }
   // post_processor: a TemplateProcessing (alone or in a Sequence) that opens the single
   // template with a special token adds it as BOS.
-  vocab.bos_id = vocab.eos_id = 0;
+  vocab.bos_id = vocab.eos_id = -1;  // none named yet; LoadHfVocab settles them
   if (!IsNullOr(root, "post_processor")) {
     const json& pp = root["post_processor"];
     std::vector<const json*> steps;
@@ -489,6 +489,18 @@ absl::StatusOr<Vocab> LoadHfVocab(const std::string& dir) {
     const absl::Status s = file[0] == 't' ? ApplyHfTokenizerConfig(*t, path, &*vocab)
                                           : ApplyHfGenerationConfig(*t, path, &*vocab);
     if (!s.ok()) return s;
+  }
+  // No eos_token: generation_config's first id (transformers' own fallback); no BOS: the
+  // EOS id stands in (Vocab needs a valid id) and is never added.
+  if (vocab->eos_id < 0 && !vocab->eog_ids.empty()) vocab->eos_id = vocab->eog_ids.front();
+  if (vocab->eos_id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": no end-of-sequence token: tokenizer_config.json has no eos_token and "
+             "generation_config.json no eos_token_id"));
+  }
+  if (vocab->bos_id < 0) {
+    vocab->bos_id = vocab->eos_id;
+    vocab->add_bos = false;
   }
   AddEog(&*vocab, vocab->eos_id);
   // The validation the cluster will do, done here so the error names the folder.

@@ -36,8 +36,9 @@
 namespace folio::worker {
 
 // Parses the contents of a tokenizer.json (`name` prefixes errors). The result has no
-// BOS/EOS decisions beyond the post-processor's (bos_id = eos_id = 0 when it names
-// none). InvalidArgument naming the file and key for malformed input; Unimplemented
+// BOS/EOS decisions beyond the post-processor's: bos_id is the post-processor's leading
+// special token or -1, eos_id -1 (LoadHfVocab settles both; Tokenizer::Create refuses
+// -1). InvalidArgument naming the file and key for malformed input; Unimplemented
 // naming the key for a model, normalizer, pre-tokenizer or option Folio lacks.
 absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::string_view name);
 
@@ -54,6 +55,8 @@ absl::Status PadVocab(int32_t size, absl::string_view what, Vocab* vocab);
 
 // Reads tokenizer.json, and tokenizer_config.json and generation_config.json when they
 // exist, from the folder `dir`; the result is validated (Tokenizer::Create accepts it).
+// Without an eos_token the first generation_config id is EOS (none at all: an error);
+// without a BOS (Qwen) the EOS id stands in for it and add_bos is false.
 absl::StatusOr<Vocab> LoadHfVocab(const std::string& dir);
 
 }  // namespace folio::worker

@@ -56,6 +56,8 @@ TEST_P(HfTokenizerReferenceTest, IdsEqualHuggingFaceTokenizers) {
   ASSERT_TRUE(vocab.ok()) << vocab.status();
   absl::StatusOr<Tokenizer> t = Tokenizer::Create(*vocab);
   ASSERT_TRUE(t.ok()) << t.status();
+  // Llama 3.1 adds <|begin_of_text|> (its post-processor); Qwen3 has no BOS.
+  EXPECT_EQ(vocab->add_bos, GetParam() == "tokenizer-llama3_1");
 
   std::vector<std::string> texts = testing::Corpus();
   for (std::string& s : testing::SpecialTexts(*vocab)) texts.push_back(std::move(s));

@@ -19,7 +19,9 @@ namespace {
 using ::testing::HasSubstr;
 using nlohmann::json;
 
-Tokenizer MakeTokenizer(const Vocab& v) {
+// A tokenizer over `v`, whose EOS (tokenizer.json names none) is its last token.
+Tokenizer MakeTokenizer(Vocab v) {
+  if (v.eos_id < 0) v.eos_id = v.size() - 1;
   absl::StatusOr<Tokenizer> t = Tokenizer::Create(v);
   CHECK(t.ok()) << t.status();
   return *std::move(t);
@@ -179,6 +181,32 @@ INSTANTIATE_TEST_SUITE_P(
                 absl::StatusCode::kInvalidArgument, "key 'model.vocab'"}),
     [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
 
+TEST(HfTokenizerTest, FolderWithoutBosOrEosTokenTakesGenerationConfigs) {
+  const std::string dir = ::testing::TempDir() + "/hf_tokenizer_no_bos";
+  RandomHfOptions o;
+  absl::StatusOr<Vocab> plain = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "t");
+  ASSERT_TRUE(plain.ok());
+  // No post-processor BOS, no bos_token/eos_token: as Qwen's folders are.
+  json j = json::parse(MakeByteLevelTokenizerJson());
+  j["post_processor"] = nullptr;
+  o.tokenizer_json = j.dump();
+  o.bos_token = o.eos_token = "";
+  o.eos_token_ids = {plain->size() - 1, plain->size() - 2};
+  ASSERT_TRUE(WriteRandomHfCheckpoint(o, dir).ok());
+  absl::StatusOr<Vocab> v = LoadHfVocab(dir);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->eos_id, plain->size() - 2);  // the lowest listed id
+  EXPECT_EQ(v->bos_id, v->eos_id);
+  EXPECT_FALSE(v->add_bos);
+  EXPECT_EQ(v->eog_ids, (std::vector<int32_t>{plain->size() - 2, plain->size() - 1}));
+  // Neither an eos_token nor a generation_config: refused.
+  o.eos_token_ids.clear();
+  ASSERT_TRUE(WriteRandomHfCheckpoint(o, dir).ok());
+  v = LoadHfVocab(dir);
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("no end-of-sequence token"));
+}
+
 TEST(HfTokenizerTest, PadVocab) {
   absl::StatusOr<Vocab> v = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "t");
   ASSERT_TRUE(v.ok());
@@ -186,6 +214,7 @@ TEST(HfTokenizerTest, PadVocab) {
   ASSERT_TRUE(PadVocab(n + 5, "t", &*v).ok());
   EXPECT_EQ(v->size(), n + 5);
   EXPECT_EQ(v->types.back(), TokenType::kUnused);
+  v->eos_id = n - 1;
   EXPECT_TRUE(Tokenizer::Create(*v).ok());
   EXPECT_FALSE(PadVocab(n, "t", &*v).ok());
 }

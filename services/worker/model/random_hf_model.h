@@ -45,8 +45,10 @@ struct RandomHfOptions {
   int32_t num_shards = 1;      // > 1: model-0000i-of-0000N.safetensors + the index
   std::string tokenizer_json;  // "" -> MakeByteLevelTokenizerJson()
   std::string chat_template;   // written to tokenizer_config.json when not empty
-  std::string bos_token;       // tokenizer_config.json bos_token ("" -> null)
-  std::string eos_token;       // tokenizer_config.json eos_token ("" -> null)
+  // tokenizer_config.json bos_token and eos_token ("" -> null); the defaults are Folio's
+  // own tokenizer's, so set them for another tokenizer.json.
+  std::string bos_token = "<|begin_of_text|>";
+  std::string eos_token = "<|eot_id|>";
   std::vector<int32_t> eos_token_ids;  // generation_config.json (empty: no file)
 };
 

@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "absl/strings/string_view.h"
+
 #include "common/tokenizer/tokenizer.h"
 #include "services/worker/model/hf_config.h"
 #include "services/worker/model/hf_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const absl::string_view text(reinterpret_cast<const char*>(data), size);
   (void)folio::worker::ParseHfConfig(text, "config.json");
   absl::StatusOr<folio::Vocab> vocab = folio::worker::ParseHfTokenizerJson(text, "tokenizer.json");
   if (!vocab.ok()) return 0;

@@ -6,9 +6,9 @@
 //     of LlamaForCausalLM (Llama 3.1 rope_scaling, tied), MistralForCausalLM (GQA 4:1),
 //     Qwen2ForCausalLM (Q/K/V biases, tied), Qwen3ForCausalLM (Q/K norms, head_dim !=
 //     hidden / heads); BF16 or F16; one model.safetensors or three shards and the index;
-//   - its GGUF twin, written from the folder's files by testdata/hf_to_gguf.py with gguf-py
-//     from the reference bundle, Q/K permuted as llama.cpp's converter's `permute` does
-//     (not by Folio's writer, so Folio does not judge Folio).
+//   - its GGUF twin, written from the folder's files by tools/make_model/hf_to_gguf.py
+//     with gguf-py from the reference bundle, Q/K permuted as llama.cpp's converter's
+//     `permute` does (not by Folio's writer, so Folio does not judge Folio).
 // Folio loads the folder (LoadModel(dir)); llama.cpp loads the GGUF.
 //
 // Logits: for a fixed 48-token prompt, Folio's logits at every position are within

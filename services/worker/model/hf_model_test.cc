@@ -183,6 +183,9 @@ TEST(HfModelTest, BadFoldersAreRefusedNamingFileAndKey) {
   ExpectRefused("no_tokenizer", o,
                 [](const std::string& d) { std::filesystem::remove(d + "/tokenizer.json"); },
                 absl::StatusCode::kNotFound, {"tokenizer.json"});
+  ExpectRefused("no_config", o,
+                [](const std::string& d) { std::filesystem::remove(d + "/config.json"); },
+                absl::StatusCode::kNotFound, {"a folder without config.json"});
   ExpectRefused("no_weights", o,
                 [](const std::string& d) { std::filesystem::remove(d + "/model.safetensors"); },
                 absl::StatusCode::kNotFound, {"no model.safetensors"});

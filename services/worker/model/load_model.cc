@@ -1,6 +1,7 @@
 #include "services/worker/model/load_model.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/status/status.h"
@@ -20,6 +21,11 @@ constexpr uint32_t kLlama2cVersionedMagic = 0x616b3432;
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path) {
   if (IsHfCheckpointDir(path)) return LoadHfModel(path);
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": a folder without config.json (a Hugging Face checkpoint folder needs "
+              "config.json, model.safetensors or its index, and tokenizer.json)"));
+  }
   std::ifstream in(path, std::ios::binary);
   uint32_t magic = 0;
   // A file too short for a magic falls through to the llama2.c loader, which reports

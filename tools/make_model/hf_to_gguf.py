@@ -12,7 +12,10 @@
 #   - the tokenizer as a gpt2 vocabulary: tokenizer.json's pieces by id ([PAD<i>] up to
 #     vocab_size, UNUSED), added tokens CONTROL (special) or USER_DEFINED, its merges,
 #     pre-tokenizer llama-bpe.
-# Usage: hf_to_gguf.py FOLDER OUT.gguf   (PYTHONPATH=<llama.cpp>/gguf-py, numpy)
+# folio-make-model --format=hf writes the folder; this writes its matching GGUF (used by
+# services/worker/engine/hf_pair_reference_test.cc).
+# Usage: PYTHONPATH=build/reference/llama.cpp/gguf-py /usr/bin/python3 \
+#            tools/make_model/hf_to_gguf.py FOLDER OUT.gguf      (needs numpy)
 import json
 import math
 import struct

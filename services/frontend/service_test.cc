@@ -56,6 +56,18 @@ TEST(ClusterInfoTest, ByteLevelSpecBuildsTheByteLevelTokenizer) {
   EXPECT_TRUE(t.IsEndOfGeneration(6));
   EXPECT_EQ(*t.Decode(std::vector<int32_t>{3, 4, 6}), "ab ab");
 
+  // A Hugging Face tokenizer.json's lstrip tokens and normalizer travel too.
+  spec->add_lstrip_ids(6);
+  spec->set_normalizer("NFC");
+  model = ModelContext::Create(info, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(*(*model)->tokenizer().Encode("ab   <|im_end|>", AddBos::kNo, ParseSpecial::kYes),
+            (std::vector<int32_t>{3, 6}));
+  spec->set_normalizer("NFKC");
+  EXPECT_THAT(ModelContext::Create(info, {}).status().message(), HasSubstr("'NFKC'"));
+  spec->set_normalizer("");
+  spec->clear_lstrip_ids();
+
   spec->set_pre_tokenizer("no-such");
   EXPECT_THAT(ModelContext::Create(info, {}).status().message(), HasSubstr("'no-such'"));
   spec->set_pre_tokenizer("gpt-2");

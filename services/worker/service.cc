@@ -177,6 +177,8 @@ pb::TokenizerSpec TokenizerSpecFromVocab(const Vocab& v) {
   tok->mutable_eog_ids()->Add(v.eog_ids.begin(), v.eog_ids.end());
   tok->set_add_eos(v.add_eos);
   tok->mutable_rstrip_ids()->Add(v.rstrip_ids.begin(), v.rstrip_ids.end());
+  tok->mutable_lstrip_ids()->Add(v.lstrip_ids.begin(), v.lstrip_ids.end());
+  tok->set_normalizer(v.normalizer);
   if (bpe) {
     tok->mutable_merges()->Reserve(static_cast<int>(2 * v.merges.size()));
     for (const auto& [left, right] : v.merges) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 
 namespace folio::scheduler {
@@ -45,6 +46,7 @@ GrpcCacheClient::GrpcCacheClient(std::shared_ptr<grpc::Channel> channel, absl::D
 absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::StepRequest& request) {
   pb::CacheStepRequest req;
   req.set_step_id(absl::StrCat("s", next_step_++));
+  req.set_scheduler_epoch(epoch_);
   for (const cachemgr::CommitOp& c : request.commits) {
     pb::Commit* out = req.add_commits();
     out->set_seq_id(c.seq.value);
@@ -88,8 +90,10 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
 absl::Status GrpcCacheClient::Reset() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout_);
+  pb::ResetRequest req;
+  req.set_scheduler_epoch(epoch_);
   pb::ResetResponse resp;
-  return FromGrpcStatus(stub_->Reset(&ctx, pb::ResetRequest(), &resp));
+  return FromGrpcStatus(stub_->Reset(&ctx, req, &resp));
 }
 
 void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
@@ -110,6 +114,7 @@ absl::Status GrpcCacheClient::Restore() {
   }
   if (stats.configured() && stats.incarnation_id() == incarnation_id_) {
     if (absl::Status s = Reset(); !s.ok()) {
+      if (IsFenced(s)) return s;
       return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.message()));
     }
     LOG(INFO) << "cache manager answers again (same incarnation " << incarnation_id_
@@ -119,8 +124,11 @@ absl::Status GrpcCacheClient::Restore() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout_);
   pb::ConfigureResponse configured;
-  grpc::Status s = stub_->Configure(&ctx, configure_, &configured);
+  pb::ConfigureRequest configure = configure_;
+  configure.set_scheduler_epoch(epoch_);
+  grpc::Status s = stub_->Configure(&ctx, configure, &configured);
   if (!s.ok()) {
+    if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
     return absl::UnavailableError(absl::StrCat("cache manager Configure: ", s.error_message()));
   }
   LOG(INFO) << "cache manager is back (incarnation " << stats.incarnation_id() << ", was "
@@ -224,11 +232,13 @@ absl::Status GrpcWorkerClient::Restore() {
     pb::AllocateKvCacheRequest req;
     req.set_num_blocks(num_blocks_);
     req.set_block_size(block_size_);
+    req.set_scheduler_epoch(epoch_);
     pb::AllocateKvCacheResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, timeout_);
     grpc::Status s = stubs_[rank]->AllocateKvCache(&ctx, req, &resp);
     if (!s.ok()) {
+      if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
       return absl::UnavailableError(
           absl::StrCat("worker rank ", rank, " AllocateKvCache: ", s.error_message()));
     }
@@ -247,6 +257,7 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
     req.mutable_sequences(static_cast<int>(i))->set_request_id(request_ids[i]);
   }
   req.set_step_id(absl::StrCat("w", next_step_++));
+  req.set_scheduler_epoch(epoch_);
   // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other),
   // each call under the same deadline. The first rank to fail cancels the others: a rank
   // blocked in a collective on a dead peer would otherwise hold the step until the

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 
 namespace folio::scheduler {
@@ -75,6 +76,10 @@ bool Recovery::Poll(absl::Time now) {
   absl::Status s = cache_restored_ ? absl::OkStatus() : cache_->Restore();
   cache_restored_ = s.ok();
   if (s.ok()) s = workers_->Restore();
+  if (IsFenced(s)) {
+    state_->fenced = s;  // a newer scheduler holds the replica: nothing to restore
+    return true;
+  }
   if (!s.ok()) {
     next_attempt_ = now + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);

@@ -7,6 +7,11 @@
 // readiness drops), and a SIGSTOPped worker (the step is cut at its deadline, the replica
 // recovers when it resumes).
 //
+// The scheduler too: SIGKILLed and started again, the frontend continues every stream on
+// the new one (resumable_stream.h), token for token; one that never returns ends the
+// streams UNAVAILABLE at the frontend's --recovery_timeout_ms; and a second scheduler
+// started against the replica fences the first (common/scheduler_epoch.h).
+//
 // Each test prints "recovery: process back -> first token N ms", the figure
 // docs/benchmarks.md reports.
 #include <signal.h>
@@ -18,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
@@ -35,6 +41,7 @@ struct Stream {
   std::map<int32_t, std::vector<int32_t>> tokens;  // by choice index
   std::map<int32_t, v1::FinishReason> finish;
   std::vector<absl::Time> token_times;
+  v1::Usage usage;  // the last message's
 };
 
 // The requests of every run: 16 streams, four kinds.
@@ -81,8 +88,10 @@ class ChaosTest : public ::testing::Test {
     if (!dir_) GTEST_SKIP() << testing::kModelsDirHelp;
   }
 
-  void StartCluster(std::vector<std::string> scheduler_args, int tp_size = 1) {
+  void StartCluster(std::vector<std::string> scheduler_args, int tp_size = 1,
+                    std::vector<std::string> frontend_args = {}) {
     ClusterOptions options;
+    options.frontend_args = std::move(frontend_args);
     options.tp_size = tp_size;
     options.model = *dir_ + "/stories260K/stories260K.gguf";
     options.scheduler_args = std::move(scheduler_args);
@@ -116,6 +125,7 @@ class ChaosTest : public ::testing::Test {
           if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
             s.finish[resp.index()] = resp.finish_reason();
           }
+          if (resp.has_usage()) s.usage = resp.usage();
         }
         s.status = reader->Finish();
       });
@@ -137,6 +147,9 @@ class ChaosTest : public ::testing::Test {
                                       << " " << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "stream " << i << " repeated or lost tokens";
       EXPECT_EQ(got[i].finish, want[i].finish) << "stream " << i;
+      EXPECT_EQ(got[i].usage.prompt_tokens(), want[i].usage.prompt_tokens()) << "stream " << i;
+      EXPECT_EQ(got[i].usage.completion_tokens(), want[i].usage.completion_tokens())
+          << "stream " << i;
     }
   }
 
@@ -169,8 +182,12 @@ class ChaosTest : public ::testing::Test {
   }
 
   grpc::health::v1::HealthCheckResponse::ServingStatus SchedulerHealth(const std::string& name) {
-    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
-        cluster_->scheduler_process().address(), grpc::InsecureChannelCredentials()));
+    return Health(cluster_->scheduler_process(), name);
+  }
+  static grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+      testing::ServiceProcess& process, const std::string& name) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(process.address(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     grpc::health::v1::HealthCheckRequest req;
@@ -320,6 +337,106 @@ TEST_F(ChaosTest, AStoppedWorkerIsCutAtTheStepDeadlineAndRecoversOnResume) {
   EXPECT_LT(first - resumed, absl::Seconds(5));
   std::cout << "recovery: SIGCONT -> first token "
             << absl::ToInt64Milliseconds(first - resumed) << " ms" << std::endl;
+}
+
+TEST_F(ChaosTest, AKilledSchedulerComesBackAndTheFrontendContinuesEveryStream) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=30000"});
+  const absl::Duration d =
+      KillAndRestart(cluster_->scheduler_process(), absl::Milliseconds(1000));
+  std::cout << "recovery: scheduler back -> first token " << absl::ToInt64Milliseconds(d)
+            << " ms" << std::endl;
+  // The frontend's readiness follows the scheduler's again (it polls every 250 ms).
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (Health(cluster_->frontend_process(), "") != grpc::health::v1::HealthCheckResponse::SERVING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Health(cluster_->frontend_process(), ""),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(ChaosTest, ASchedulerThatNeverReturnsEndsStreamsWithUnavailable) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=1500"});
+  absl::Time killed;
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
+    cluster_->scheduler_process().Signal(SIGKILL);
+    killed = absl::Now();
+    // While the frontend waits: its liveness stays SERVING, its readiness drops.
+    absl::SleepFor(absl::Milliseconds(800));
+    EXPECT_EQ(Health(cluster_->frontend_process(), "liveness"),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+    EXPECT_EQ(Health(cluster_->frontend_process(), ""),
+              grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  });
+  int unavailable = 0;
+  for (const Stream& s : got) {
+    if (s.status.ok()) continue;  // finished before the kill
+    ++unavailable;
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
+    EXPECT_THAT(s.status.error_message(), HasSubstr("--recovery_timeout_ms"));
+  }
+  EXPECT_GT(unavailable, 0);
+  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1500)) << "they waited for it";
+  // Back at last: it adopts the replica its predecessor left, and serves.
+  ASSERT_TRUE(cluster_->scheduler_process().Restart().ok());
+  ExpectServedWithin(absl::Seconds(10));
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+TEST_F(ChaosTest, ASecondSchedulerFencesTheFirstAndNeverBothStep) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=1000"});
+  ExpectServedWithin(absl::Seconds(10));  // the first scheduler steps the replica
+  auto second = testing::ServiceProcess::Start(
+      "folio-scheduler",
+      {"--shutdown_grace_ms=0", "--port=0", "--metrics_port=0", "--startup_timeout_s=60",
+       "--cachemgr=" + cluster_->cachemgr_process().address(),
+       "--workers=" + cluster_->worker_process().address()});
+  ASSERT_TRUE(second.ok()) << second.status();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (Health(**second, "") != grpc::health::v1::HealthCheckResponse::SERVING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(Health(**second, ""), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // The first scheduler (the frontend's) is refused at its first step and steps no more:
+  // the stream ends UNAVAILABLE without a token once the frontend gives up on it.
+  v1::GenerateRequest req = Requests()[0];
+  req.mutable_sampling()->set_max_tokens(5);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = cluster_->frontend().Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  while (reader->Read(&resp)) tokens += resp.tokens_size();
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("replaced by a newer one"));
+  EXPECT_EQ(tokens, 0) << "a fenced scheduler produced tokens";
+  EXPECT_NE(SchedulerHealth(""), grpc::health::v1::HealthCheckResponse::SERVING);
+  const std::string cache_metrics =
+      testing::HttpGet(cluster_->cachemgr_process().metrics_port(), "/metrics");
+  EXPECT_THAT(cache_metrics,
+              HasSubstr("folio_cachemgr_step_errors_total{code=\"FAILED_PRECONDITION\"}"));
+
+  // The second one serves the replica.
+  auto stub = folio::internal::v1::Scheduler::NewStub(
+      grpc::CreateChannel((*second)->address(), grpc::InsecureChannelCredentials()));
+  folio::internal::v1::ScheduleRequest sreq;
+  sreq.set_request_id("second");
+  sreq.add_prompt_token_ids(1);
+  sreq.add_prompt_token_ids(403);
+  sreq.set_max_tokens(6);
+  grpc::ClientContext sctx;
+  sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto sreader = stub->Generate(&sctx, sreq);
+  folio::internal::v1::ScheduleEvent event;
+  int second_tokens = 0;
+  while (sreader->Read(&event)) second_tokens += event.tokens_size();
+  const grpc::Status ss = sreader->Finish();
+  EXPECT_TRUE(ss.ok()) << ss.error_message();
+  EXPECT_EQ(second_tokens, 6);
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
 }
 
 }  // namespace

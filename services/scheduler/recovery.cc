@@ -78,6 +78,9 @@ bool Recovery::Poll(absl::Time now) {
   if (s.ok()) s = workers_->Restore();
   if (IsFenced(s)) {
     state_->fenced = s;  // a newer scheduler holds the replica: nothing to restore
+    LOG(ERROR) << "recovery stops: " << s;
+    recovering_.Set(0);
+    begun_ = false;
     return true;
   }
   if (!s.ok()) {

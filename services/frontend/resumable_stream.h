@@ -5,7 +5,7 @@
 // choice has finished. When the stream breaks with UNAVAILABLE (the scheduler died, is
 // restarting, or was fenced by a newer one), and the scheduler did not mark the error as
 // its final word (common/stream_resume.h), it waits with backoff (50 ms doubling to
-// 500 ms) and submits the request again, to whichever scheduler answers on the channel:
+// 250 ms) and submits the request again, to whichever scheduler answers on the channel:
 //   * sampling: the original request plus a Continuation (scheduler.proto) naming the
 //     unfinished choices and their tokens so far; the scheduler recomputes them and
 //     streams only new tokens, exactly those of an undisturbed run (draws are keyed by
@@ -49,7 +49,7 @@ struct ResumeOptions {
   // 0 turns resuming off (a break ends the stream at once).
   absl::Duration recovery_timeout = absl::Seconds(60);
   absl::Duration first_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Milliseconds(500);
+  absl::Duration max_backoff = absl::Milliseconds(250);
 };
 
 class ResumableStream : public std::enable_shared_from_this<ResumableStream> {

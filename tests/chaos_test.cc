@@ -17,15 +17,21 @@
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
 #include "tests/cluster.h"
 
 namespace folio {
@@ -199,11 +205,14 @@ class ChaosTest : public ::testing::Test {
 
   // Kills `process` mid-stream, starts it again after `down` and checks that every stream
   // continues exactly; returns the time from its return to the first token after.
-  absl::Duration KillAndRestart(testing::ServiceProcess& process, absl::Duration down) {
+  // `before_kill` (optional) runs first, on this thread.
+  absl::Duration KillAndRestart(testing::ServiceProcess& process, absl::Duration down,
+                                std::function<void()> before_kill = nullptr) {
     const std::vector<Stream> want = RunAll();
     EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
     absl::Time back;
     const std::vector<Stream> got = RunAll(/*after_tokens=*/200, [&] {
+      if (before_kill) before_kill();
       process.Signal(SIGKILL);
       EXPECT_TRUE(process.Wait(absl::Seconds(10)).ok());
       absl::SleepFor(down);
@@ -222,6 +231,26 @@ class ChaosTest : public ::testing::Test {
   }
 
   void NeverReturns(testing::ServiceProcess& process, const std::string& lost);
+
+  // A streamed completion over the frontend's HTTP API (OpenAI's SSE): the text of its
+  // choices, joined in order, or the HTTP error.
+  std::string HttpStreamedText() {
+    httplib::Client client("127.0.0.1", cluster_->frontend_process().http_port());
+    client.set_read_timeout(60, 0);
+    const nlohmann::json body = {{"prompt", "Lily and Tom"}, {"max_tokens", 300},
+                                 {"temperature", 0.8}, {"seed", 17}, {"stream", true}};
+    httplib::Result r = client.Post("/v1/completions", body.dump(), "application/json");
+    if (!r) return "no response";
+    if (r->status != 200) return "HTTP " + std::to_string(r->status) + ": " + r->body;
+    std::string text;
+    for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+      if (!absl::ConsumePrefix(&line, "data: ") || line == "[DONE]") continue;
+      const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+      if (event.contains("error")) return "error: " + event.dump();
+      for (const auto& c : event["choices"]) text += c.value("text", "");
+    }
+    return text;
+  }
 
   std::optional<std::string> dir_;
   std::unique_ptr<Cluster> cluster_;
@@ -341,8 +370,18 @@ TEST_F(ChaosTest, AStoppedWorkerIsCutAtTheStepDeadlineAndRecoversOnResume) {
 
 TEST_F(ChaosTest, AKilledSchedulerComesBackAndTheFrontendContinuesEveryStream) {
   StartCluster({}, 1, {"--recovery_timeout_ms=30000"});
-  const absl::Duration d =
-      KillAndRestart(cluster_->scheduler_process(), absl::Milliseconds(1000));
+  // An HTTP stream too, under way when the scheduler dies.
+  const std::string http_want = HttpStreamedText();
+  ASSERT_GT(http_want.size(), 200u) << http_want;
+  std::string http_got;
+  std::thread http;
+  const absl::Duration d = KillAndRestart(
+      cluster_->scheduler_process(), absl::Milliseconds(1000), [&] {
+        http = std::thread([&] { http_got = HttpStreamedText(); });
+        absl::SleepFor(absl::Milliseconds(200));
+      });
+  http.join();
+  EXPECT_EQ(http_got, http_want) << "the HTTP stream continued exactly";
   std::cout << "recovery: scheduler back -> first token " << absl::ToInt64Milliseconds(d)
             << " ms" << std::endl;
   // The frontend's readiness follows the scheduler's again (it polls every 250 ms).

@@ -394,6 +394,21 @@ TEST_F(ChaosTest, AKilledSchedulerComesBackAndTheFrontendContinuesEveryStream) {
             grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// A scheduler stopped with SIGTERM (a rolling restart) drains its streams before it exits
+// (up to --drain_timeout_ms), then its successor serves: no stream is lost either.
+TEST_F(ChaosTest, ASchedulerStoppedWithSigtermLosesNoStream) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=30000"});
+  const std::vector<Stream> want = RunAll();
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/200, [&] {
+    cluster_->scheduler_process().Signal(SIGTERM);
+    EXPECT_TRUE(cluster_->scheduler_process().Wait(absl::Seconds(20)).ok());
+    EXPECT_TRUE(cluster_->scheduler_process().Restart().ok());
+  });
+  ExpectSame(want, got);
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+  ExpectServedWithin(absl::Seconds(5));
+}
+
 TEST_F(ChaosTest, ASchedulerThatNeverReturnsEndsStreamsWithUnavailable) {
   StartCluster({}, 1, {"--recovery_timeout_ms=1500"});
   absl::Time killed;

@@ -9,8 +9,9 @@
 //
 // The scheduler too: SIGKILLed and started again, the frontend continues every stream on
 // the new one (resumable_stream.h), token for token; one that never returns ends the
-// streams UNAVAILABLE at the frontend's --recovery_timeout_ms; and a second scheduler
-// started against the replica fences the first (common/scheduler_epoch.h).
+// streams UNAVAILABLE at the frontend's --recovery_timeout_ms; one stopped with SIGTERM
+// drains first; and a second scheduler started against the replica fences the first
+// (common/scheduler_epoch.h).
 //
 // Each test prints "recovery: process back -> first token N ms", the figure
 // docs/benchmarks.md reports.

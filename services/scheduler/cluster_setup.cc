@@ -110,17 +110,23 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     LOG(INFO) << "scheduler epoch " << epoch;
   }
 
-  for (int rank = 0; rank < workers.num_ranks(); ++rank) {
-    pb::AllocateKvCacheRequest req;
-    req.set_num_blocks(static_cast<int32_t>(num_blocks));
-    req.set_block_size(options.block_size);
-    req.set_scheduler_epoch(epoch);
-    pb::AllocateKvCacheResponse resp;
-    s = CallWithStartupDeadline(
-        deadline, absl::StrCat("worker rank ", rank, " AllocateKvCache"),
-        [&](auto* ctx) { return workers.stub(rank).AllocateKvCache(ctx, req, &resp); });
-    if (!s.ok()) return s;
+  // What recovery sets up again when a process comes back (recovery.h).
+  std::vector<std::string> incarnations;
+  int64_t newest_group = 0;
+  for (const pb::WorkerInfo& w : infos) {
+    incarnations.push_back(w.incarnation_id());
+    newest_group = std::max(newest_group, w.group().generation());
   }
+  workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
+                        std::move(incarnations));
+  if (workers.num_ranks() > 1) {
+    // The ranks join no group at start-up: a rank that restarts must not read an old
+    // group's addresses, so every group is formed here, with a generation of its own.
+    LOG(INFO) << "forming the tensor-parallel group of " << workers.num_ranks() << " ranks";
+    if (absl::Status st = workers.FormGroup(newest_group, deadline); !st.ok()) return st;
+  }
+  // Under the epoch: from here on the predecessor's steps are refused.
+  if (absl::Status st = workers.AllocateEveryRank(deadline); !st.ok()) return st;
   // The predecessor's sequences are nobody's now, and its prefix cache names KV the
   // workers no longer hold: the pool starts again from scratch (Configure refuses live
   // sequences).
@@ -152,11 +158,6 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &stats);
   });
   if (!s.ok()) return s;
-  // What recovery sets up again when a process comes back (recovery.h).
-  std::vector<std::string> incarnations;
-  for (const pb::WorkerInfo& w : infos) incarnations.push_back(w.incarnation_id());
-  workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
-                        std::move(incarnations));
   cache.SetConfiguration(configure, stats.incarnation_id());
 
   pb::ClusterInfo info;

@@ -51,6 +51,10 @@ struct RequestSpec {
     std::vector<int32_t> tokens;
   };
   std::vector<ContinuedChoice> continuation;
+  // The caller's deadline (its gRPC call's). Past it the call ends with DEADLINE_EXCEEDED
+  // on its own; during a recovery the scheduler ends the request just before it, with
+  // UNAVAILABLE saying the replica is recovering (recovery.h).
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct GeneratedToken {

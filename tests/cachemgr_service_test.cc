@@ -118,6 +118,42 @@ TEST_F(CacheManagerServiceTest, EachStartHasItsOwnIncarnation) {
   EXPECT_FALSE(after.configured()) << "and no pool";
 }
 
+// Fencing (common/scheduler_epoch.h): Configure, Step and Reset from a scheduler older than
+// the newest one seen are refused; GetStats names the newest epoch.
+TEST_F(CacheManagerServiceTest, AnOlderSchedulerEpochIsFenced) {
+  EXPECT_EQ(Stats().scheduler_epoch(), 0u);
+  pb::ConfigureRequest configure;
+  configure.set_num_blocks(8);
+  configure.set_block_size(16);
+  configure.set_scheduler_epoch(100);
+  pb::ConfigureResponse configured;
+  ASSERT_TRUE(stub_->Configure(Ctx().get(), configure, &configured).ok());
+  pb::ResetRequest reset;
+  reset.set_scheduler_epoch(200);
+  pb::ResetResponse reset_resp;
+  ASSERT_TRUE(stub_->Reset(Ctx().get(), reset, &reset_resp).ok());
+  EXPECT_EQ(Stats().scheduler_epoch(), 200u);
+
+  pb::CacheStepRequest step;
+  pb::Create* create = step.add_creates();
+  create->set_seq_id(1);
+  create->set_max_len(16);
+  step.set_scheduler_epoch(100);
+  pb::CacheStepResponse out;
+  grpc::Status s = stub_->Step(Ctx().get(), step, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("fenced: Step from scheduler epoch 100"));
+  EXPECT_EQ(Stats().num_sequences(), 0) << "a refused step changes nothing";
+  reset.set_scheduler_epoch(100);
+  EXPECT_EQ(stub_->Reset(Ctx().get(), reset, &reset_resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(stub_->Configure(Ctx().get(), configure, &configured).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  step.set_scheduler_epoch(200);
+  EXPECT_TRUE(stub_->Step(Ctx().get(), step, &out).ok()) << "the newer scheduler steps";
+  EXPECT_EQ(Stats().num_sequences(), 1);
+}
+
 TEST_F(CacheManagerServiceTest, StepGrantsForksCopiesAndFrees) {
   Configure(16, 4);
   pb::CacheStepRequest req;

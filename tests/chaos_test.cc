@@ -8,19 +8,32 @@
 // recovers when it resumes), and rank 1 of a tensor-parallel pair killed and restarted (the
 // ranks' group is formed again).
 //
+// The scheduler too: SIGKILLed and started again, the frontend continues every stream on
+// the new one (resumable_stream.h), token for token; one that never returns ends the
+// streams UNAVAILABLE at the frontend's --recovery_timeout_ms; one stopped with SIGTERM
+// drains first; and a second scheduler started against the replica fences the first
+// (common/scheduler_epoch.h).
+//
 // Each test prints "recovery: process back -> first token N ms", the figure
 // docs/benchmarks.md reports.
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
 #include "tests/cluster.h"
 
 namespace folio {
@@ -36,6 +49,7 @@ struct Stream {
   std::map<int32_t, std::vector<int32_t>> tokens;  // by choice index
   std::map<int32_t, v1::FinishReason> finish;
   std::vector<absl::Time> token_times;
+  v1::Usage usage;  // the last message's
 };
 
 // The requests of every run: 16 streams, four kinds.
@@ -82,8 +96,10 @@ class ChaosTest : public ::testing::Test {
     if (!dir_) GTEST_SKIP() << testing::kModelsDirHelp;
   }
 
-  void StartCluster(std::vector<std::string> scheduler_args, int tp_size = 1) {
+  void StartCluster(std::vector<std::string> scheduler_args, int tp_size = 1,
+                    std::vector<std::string> frontend_args = {}) {
     ClusterOptions options;
+    options.frontend_args = std::move(frontend_args);
     options.tp_size = tp_size;
     options.model = *dir_ + "/stories260K/stories260K.gguf";
     options.scheduler_args = std::move(scheduler_args);
@@ -121,6 +137,7 @@ class ChaosTest : public ::testing::Test {
           if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
             s.finish[resp.index()] = resp.finish_reason();
           }
+          if (resp.has_usage()) s.usage = resp.usage();
         }
         s.status = reader->Finish();
       });
@@ -142,6 +159,9 @@ class ChaosTest : public ::testing::Test {
                                       << " " << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "stream " << i << " repeated or lost tokens";
       EXPECT_EQ(got[i].finish, want[i].finish) << "stream " << i;
+      EXPECT_EQ(got[i].usage.prompt_tokens(), want[i].usage.prompt_tokens()) << "stream " << i;
+      EXPECT_EQ(got[i].usage.completion_tokens(), want[i].usage.completion_tokens())
+          << "stream " << i;
     }
   }
 
@@ -174,8 +194,12 @@ class ChaosTest : public ::testing::Test {
   }
 
   grpc::health::v1::HealthCheckResponse::ServingStatus SchedulerHealth(const std::string& name) {
-    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
-        cluster_->scheduler_process().address(), grpc::InsecureChannelCredentials()));
+    return Health(cluster_->scheduler_process(), name);
+  }
+  static grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+      testing::ServiceProcess& process, const std::string& name) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(process.address(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     grpc::health::v1::HealthCheckRequest req;
@@ -187,11 +211,14 @@ class ChaosTest : public ::testing::Test {
 
   // Kills `process` mid-stream, starts it again after `down` and checks that every stream
   // continues exactly; returns the time from its return to the first token after.
-  absl::Duration KillAndRestart(testing::ServiceProcess& process, absl::Duration down) {
+  // `before_kill` (optional) runs first, on this thread.
+  absl::Duration KillAndRestart(testing::ServiceProcess& process, absl::Duration down,
+                                std::function<void()> before_kill = nullptr) {
     const std::vector<Stream> want = RunAll();
     EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
     absl::Time back;
     const std::vector<Stream> got = RunAll(/*after_tokens=*/200, [&] {
+      if (before_kill) before_kill();
       process.Signal(SIGKILL);
       EXPECT_TRUE(process.Wait(absl::Seconds(10)).ok());
       absl::SleepFor(down);
@@ -210,6 +237,26 @@ class ChaosTest : public ::testing::Test {
   }
 
   void NeverReturns(testing::ServiceProcess& process, const std::string& lost);
+
+  // A streamed completion over the frontend's HTTP API (OpenAI's SSE): the text of its
+  // choices, joined in order, or the HTTP error.
+  std::string HttpStreamedText() {
+    httplib::Client client("127.0.0.1", cluster_->frontend_process().http_port());
+    client.set_read_timeout(60, 0);
+    const nlohmann::json body = {{"prompt", "Lily and Tom"}, {"max_tokens", 300},
+                                 {"temperature", 0.8}, {"seed", 17}, {"stream", true}};
+    httplib::Result r = client.Post("/v1/completions", body.dump(), "application/json");
+    if (!r) return "no response";
+    if (r->status != 200) return "HTTP " + std::to_string(r->status) + ": " + r->body;
+    std::string text;
+    for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+      if (!absl::ConsumePrefix(&line, "data: ") || line == "[DONE]") continue;
+      const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+      if (event.contains("error")) return "error: " + event.dump();
+      for (const auto& c : event["choices"]) text += c.value("text", "");
+    }
+    return text;
+  }
 
   std::optional<std::string> dir_;
   std::unique_ptr<Cluster> cluster_;
@@ -337,6 +384,131 @@ TEST_F(ChaosTest, AStoppedWorkerIsCutAtTheStepDeadlineAndRecoversOnResume) {
   EXPECT_LT(first - resumed, absl::Seconds(5));
   std::cout << "recovery: SIGCONT -> first token "
             << absl::ToInt64Milliseconds(first - resumed) << " ms" << std::endl;
+}
+
+TEST_F(ChaosTest, AKilledSchedulerComesBackAndTheFrontendContinuesEveryStream) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=30000"});
+  // An HTTP stream too, under way when the scheduler dies.
+  const std::string http_want = HttpStreamedText();
+  ASSERT_GT(http_want.size(), 200u) << http_want;
+  std::string http_got;
+  std::thread http;
+  const absl::Duration d = KillAndRestart(
+      cluster_->scheduler_process(), absl::Milliseconds(1000), [&] {
+        http = std::thread([&] { http_got = HttpStreamedText(); });
+        absl::SleepFor(absl::Milliseconds(200));
+      });
+  http.join();
+  EXPECT_EQ(http_got, http_want) << "the HTTP stream continued exactly";
+  std::cout << "recovery: scheduler back -> first token " << absl::ToInt64Milliseconds(d)
+            << " ms" << std::endl;
+  // The frontend's readiness follows the scheduler's again (it polls every 250 ms).
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (Health(cluster_->frontend_process(), "") != grpc::health::v1::HealthCheckResponse::SERVING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Health(cluster_->frontend_process(), ""),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// A scheduler stopped with SIGTERM (a rolling restart) drains its streams before it exits
+// (up to --drain_timeout_ms), then its successor serves: no stream is lost either.
+TEST_F(ChaosTest, ASchedulerStoppedWithSigtermLosesNoStream) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=30000"});
+  const std::vector<Stream> want = RunAll();
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/200, [&] {
+    cluster_->scheduler_process().Signal(SIGTERM);
+    EXPECT_TRUE(cluster_->scheduler_process().Wait(absl::Seconds(20)).ok());
+    EXPECT_TRUE(cluster_->scheduler_process().Restart().ok());
+  });
+  ExpectSame(want, got);
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+  ExpectServedWithin(absl::Seconds(5));
+}
+
+TEST_F(ChaosTest, ASchedulerThatNeverReturnsEndsStreamsWithUnavailable) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=1500"});
+  absl::Time killed;
+  const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
+    cluster_->scheduler_process().Signal(SIGKILL);
+    killed = absl::Now();
+    // While the frontend waits: its liveness stays SERVING, its readiness drops.
+    absl::SleepFor(absl::Milliseconds(800));
+    EXPECT_EQ(Health(cluster_->frontend_process(), "liveness"),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+    EXPECT_EQ(Health(cluster_->frontend_process(), ""),
+              grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  });
+  int unavailable = 0;
+  for (const Stream& s : got) {
+    if (s.status.ok()) continue;  // finished before the kill
+    ++unavailable;
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
+    EXPECT_THAT(s.status.error_message(), HasSubstr("--recovery_timeout_ms"));
+  }
+  EXPECT_GT(unavailable, 0);
+  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1500)) << "they waited for it";
+  // Back at last: it adopts the replica its predecessor left, and serves.
+  ASSERT_TRUE(cluster_->scheduler_process().Restart().ok());
+  ExpectServedWithin(absl::Seconds(10));
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+TEST_F(ChaosTest, ASecondSchedulerFencesTheFirstAndNeverBothStep) {
+  StartCluster({}, 1, {"--recovery_timeout_ms=1000"});
+  ExpectServedWithin(absl::Seconds(10));  // the first scheduler steps the replica
+  auto second = testing::ServiceProcess::Start(
+      "folio-scheduler",
+      {"--shutdown_grace_ms=0", "--port=0", "--metrics_port=0", "--startup_timeout_s=60",
+       "--cachemgr=" + cluster_->cachemgr_process().address(),
+       "--workers=" + cluster_->worker_process().address()});
+  ASSERT_TRUE(second.ok()) << second.status();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (Health(**second, "") != grpc::health::v1::HealthCheckResponse::SERVING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(Health(**second, ""), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // The first scheduler (the frontend's) is refused at its first step and steps no more:
+  // the stream ends UNAVAILABLE without a token once the frontend gives up on it.
+  v1::GenerateRequest req = Requests()[0];
+  req.mutable_sampling()->set_max_tokens(5);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = cluster_->frontend().Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  while (reader->Read(&resp)) tokens += resp.tokens_size();
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("replaced by a newer one"));
+  EXPECT_EQ(tokens, 0) << "a fenced scheduler produced tokens";
+  EXPECT_NE(SchedulerHealth(""), grpc::health::v1::HealthCheckResponse::SERVING);
+  const std::string cache_metrics =
+      testing::HttpGet(cluster_->cachemgr_process().metrics_port(), "/metrics");
+  EXPECT_THAT(cache_metrics,
+              HasSubstr("folio_cachemgr_step_errors_total{code=\"FAILED_PRECONDITION\"}"));
+
+  // The second one serves the replica.
+  auto stub = folio::internal::v1::Scheduler::NewStub(
+      grpc::CreateChannel((*second)->address(), grpc::InsecureChannelCredentials()));
+  folio::internal::v1::ScheduleRequest sreq;
+  sreq.set_request_id("second");
+  sreq.add_prompt_token_ids(1);
+  sreq.add_prompt_token_ids(403);
+  sreq.set_max_tokens(6);
+  grpc::ClientContext sctx;
+  sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto sreader = stub->Generate(&sctx, sreq);
+  folio::internal::v1::ScheduleEvent event;
+  int second_tokens = 0;
+  while (sreader->Read(&event)) second_tokens += event.tokens_size();
+  const grpc::Status ss = sreader->Finish();
+  EXPECT_TRUE(ss.ok()) << ss.error_message();
+  EXPECT_EQ(second_tokens, 6);
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
 }
 
 }  // namespace

@@ -473,7 +473,10 @@ TEST(OpenAiHttpClusterTest, FullWaitingQueueIs429) {
 TEST(OpenAiHttpClusterTest, NoSchedulerIs503AndUnhealthy) {
   const std::optional<std::string> dir = testing::ModelsDir();
   if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;
-  std::unique_ptr<Cluster> cluster = StartCluster(*dir + "/stories260K/stories260K.gguf");
+  // The frontend waits 300 ms for a scheduler to take a request over, then gives up.
+  std::unique_ptr<Cluster> cluster =
+      StartCluster(*dir + "/stories260K/stories260K.gguf",
+                   ClusterOptions{.frontend_args = {"--recovery_timeout_ms=300"}});
   ASSERT_NE(cluster, nullptr);
   const int port = cluster->frontend_process().http_port();
   EXPECT_EQ(Send(port, "GET", "/health", "", nullptr).status, 200);

@@ -6,6 +6,9 @@
 // to f32 (2x the f16 file, 7x the Q4_K_M one) or keeping repacked panels beside the
 // file pages they came from would exceed it.
 //
+// A Hugging Face checkpoint folder of the same shape in BF16 (three safetensors shards)
+// is held to the same bound, the file being the shards together.
+//
 // Needs FOLIO_BUILD_DIR (set by ctest); the Q4_K_M case needs the llama.cpp reference.
 #include <sys/types.h>
 
@@ -20,6 +23,7 @@
 #include "folio/internal/v1/worker.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "services/worker/model/random_hf_model.h"
 #include "services/worker/model/random_model.h"
 #include "tests/reference/llama_ref.h"
 #include "tests/service_process.h"
@@ -84,9 +88,48 @@ double MetricValue(const std::string& text, const std::string& name) {
   return std::stod(m[1]);
 }
 
+// The same shape as a Hugging Face folder: BF16, three shards.
+std::string HfFolder() {
+  const std::string path = ModelDir() + "/llama3-300m-v1-hf-bf16";
+  if (std::filesystem::exists(path)) return path;
+  worker::RandomHfOptions o;
+  o.dtype = worker::DType::kBF16;
+  o.dim = 1024;
+  o.hidden_dim = 4096;
+  o.num_layers = 8;
+  o.num_heads = 16;
+  o.num_kv_heads = 4;
+  o.vocab_size = 32000;
+  o.context_length = 1024;
+  o.rope_theta = 500000.0f;
+  o.tied_embeddings = true;
+  o.num_shards = 3;
+  o.rope_scaling_json = R"({"rope_type": "llama3", "factor": 8.0})";
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  absl::Status s = worker::WriteRandomHfCheckpoint(o, tmp);
+  if (!s.ok()) {
+    ADD_FAILURE() << s;
+    return "";
+  }
+  std::filesystem::rename(tmp, path);
+  return path;
+}
+
+// The bytes the worker maps: the file, or a folder's safetensors files.
+int64_t ModelBytes(const std::string& model) {
+  if (!std::filesystem::is_directory(model)) {
+    return static_cast<int64_t>(std::filesystem::file_size(model));
+  }
+  int64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(model)) {
+    if (e.path().extension() == ".safetensors") n += static_cast<int64_t>(e.file_size());
+  }
+  return n;
+}
+
 void ExpectWithinBound(const std::string& model) {
   ASSERT_FALSE(model.empty());
-  const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(model));
+  const int64_t file_bytes = ModelBytes(model);
   auto proc = ServiceProcess::Start("folio-worker", {"--model=" + model, "--kv_cache_bytes=64MiB",
                                                      "--num_threads=2"});
   ASSERT_TRUE(proc.ok()) << proc.status();
@@ -146,6 +189,10 @@ void ExpectWithinBound(const std::string& model) {
 
 TEST(WorkerMemoryTest, F16ModelStaysWithinFilePlusKvPlusAllowance) {
   ExpectWithinBound(F16Model());
+}
+
+TEST(WorkerMemoryTest, HfBf16FolderStaysWithinFilesPlusKvPlusAllowance) {
+  ExpectWithinBound(HfFolder());
 }
 
 // The F16 model quantized by llama.cpp to `ftype` (kept beside it).

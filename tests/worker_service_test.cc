@@ -197,6 +197,37 @@ TEST_F(WorkerServiceTest, EachStartHasItsOwnIncarnation) {
   EXPECT_EQ(again.num_blocks(), 0) << "and no KV cache until it is allocated again";
 }
 
+// Fencing (common/scheduler_epoch.h): once a newer scheduler has allocated, steps and
+// allocations from an older one are refused, and GetWorkerInfo names the newest epoch.
+TEST_F(WorkerServiceTest, AnOlderSchedulerEpochIsFenced) {
+  EXPECT_EQ(Info().scheduler_epoch(), 0u);
+  pb::AllocateKvCacheRequest alloc;
+  alloc.set_num_blocks(8);
+  alloc.set_block_size(16);
+  alloc.set_scheduler_epoch(100);
+  pb::AllocateKvCacheResponse resp;
+  ASSERT_TRUE(stub_->AllocateKvCache(Ctx().get(), alloc, &resp).ok());
+  alloc.set_scheduler_epoch(200);  // the newer scheduler takes over
+  ASSERT_TRUE(stub_->AllocateKvCache(Ctx().get(), alloc, &resp).ok());
+  EXPECT_EQ(Info().scheduler_epoch(), 200u);
+
+  pb::ExecuteStepRequest step = DecodeStep(1, 0, {0});
+  step.set_scheduler_epoch(100);
+  pb::ExecuteStepResponse out;
+  grpc::Status s = Step(step, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("fenced: ExecuteStep from scheduler epoch 100"));
+  EXPECT_THAT(s.error_message(), HasSubstr("newer scheduler (epoch 200)"));
+  alloc.set_scheduler_epoch(100);
+  s = stub_->AllocateKvCache(Ctx().get(), alloc, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("fenced: AllocateKvCache"));
+  step.set_scheduler_epoch(200);
+  EXPECT_TRUE(Step(step, &out).ok()) << "the newer scheduler steps";
+  step.set_scheduler_epoch(0);
+  EXPECT_TRUE(Step(step, &out).ok()) << "epoch 0 (tools) is not checked";
+}
+
 TEST_F(WorkerServiceTest, StepBeforeAllocateIsFailedPrecondition) {
   pb::ExecuteStepResponse resp;
   grpc::Status s = Step(DecodeStep(1, 0, {0}), &resp);

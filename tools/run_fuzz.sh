@@ -6,9 +6,13 @@
 #   openai_request_fuzz  the OpenAI request parser and validator
 #   jinja_fuzz           chat template parsing and rendering (plus llama.cpp's real
 #                        templates as seeds when the reference is installed)
+#   safetensors_fuzz     the safetensors header parser (Hugging Face weights)
+#   hf_tokenizer_fuzz    the tokenizer.json / tokenizer_config / generation_config and
+#                        config.json readers, and the tokenizer a tokenizer.json builds
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
-#   (default 30; targets default to all; gguf, bpe, openai and jinja name them too)
+#   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors and
+#   hf_tokenizer name them too)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2),
 # FOLIO_REFERENCE_DIR (default <repo>/build/reference).
@@ -40,10 +44,13 @@ for t in "$@"; do
     bpe) targets+=(bpe_fuzz) ;;
     openai) targets+=(openai_request_fuzz) ;;
     jinja) targets+=(jinja_fuzz) ;;
+    safetensors) targets+=(safetensors_fuzz) ;;
+    hf_tokenizer) targets+=(hf_tokenizer_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
+                                     hf_tokenizer_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -51,6 +58,8 @@ seed_dir() {
     bpe_fuzz) echo "$repo/common/tokenizer/fuzz_corpus" ;;
     openai_request_fuzz) echo "$repo/services/frontend/http/fuzz_corpus" ;;
     jinja_fuzz) echo "$repo/services/frontend/http/jinja_fuzz_corpus" ;;
+    safetensors_fuzz) echo "$repo/services/worker/model/safetensors_fuzz_corpus" ;;
+    hf_tokenizer_fuzz) echo "$repo/services/worker/model/hf_tokenizer_fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }

@@ -144,7 +144,8 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = argparse.ArgumentParser(description="Run a local Folio cluster (./folio serve).")
     p.add_argument("--bin_dir", default=os.path.join(root, "build", "bin"))
-    p.add_argument("--model", help="GGUF file or llama2.c checkpoint (default: stories260K)")
+    p.add_argument("--model", help="GGUF file, Hugging Face checkpoint folder (config.json, "
+                   "safetensors, tokenizer.json) or llama2.c checkpoint (default: stories260K)")
     p.add_argument("--port", type=int, default=50051, help="frontend gRPC port (default 50051)")
     p.add_argument("--http_port", type=int, default=8000,
                    help="port of the frontend's OpenAI-compatible HTTP API (-1: off)")
@@ -191,7 +192,8 @@ def main():
         threads = max(1, (os.cpu_count() or 1) // args.tp)
     model = args.model or default_model(root, args.bin_dir)
     if not model or not os.path.exists(model):
-        log("no model: pass --model=PATH (a GGUF file or a llama2.c checkpoint), or set "
+        log("no model: pass --model=PATH (a GGUF file, a Hugging Face checkpoint folder or a "
+            "llama2.c checkpoint), or set "
             "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf "
             "(the embedded models/stories260K/ is missing from this tree)")
         return 2

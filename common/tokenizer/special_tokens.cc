@@ -44,7 +44,8 @@ SpecialTokenSplitter::SpecialTokenSplitter(const Vocab& vocab) {
     }
     if (vocab.pieces[id].empty()) continue;
     tokens_.push_back({vocab.pieces[id], id, t != TokenType::kUserDefined,
-                       std::binary_search(vocab.rstrip_ids.begin(), vocab.rstrip_ids.end(), id)});
+                       std::binary_search(vocab.rstrip_ids.begin(), vocab.rstrip_ids.end(), id),
+                       std::binary_search(vocab.lstrip_ids.begin(), vocab.lstrip_ids.end(), id)});
   }
   std::stable_sort(tokens_.begin(), tokens_.end(), [](const Special& a, const Special& b) {
     return a.piece.size() > b.piece.size();
@@ -73,7 +74,9 @@ void SpecialTokenSplitter::Split(std::string_view text, ParseSpecial parse_speci
       }
       std::string_view rest = f.text;
       for (size_t at; (at = rest.find(s.piece)) != std::string_view::npos;) {
-        if (at > 0) next.push_back({rest.substr(0, at), -1});
+        std::string_view before = rest.substr(0, at);
+        while (s.lstrip && !before.empty() && IsAsciiSpace(before.back())) before.remove_suffix(1);
+        if (!before.empty()) next.push_back({before, -1});
         next.push_back({rest.substr(at, s.piece.size()), s.id});
         rest.remove_prefix(at + s.piece.size());
         while (s.rstrip && !rest.empty() && IsAsciiSpace(rest.front())) rest.remove_prefix(1);

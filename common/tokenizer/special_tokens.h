@@ -6,7 +6,8 @@
 // plain text left by the longer ones at each of its occurrences, left to right. With
 // ParseSpecial::kNo only user-defined tokens are matched (control and unknown tokens in
 // the text are plain text), as both libraries do. A token in Vocab::rstrip_ids also
-// takes the ASCII whitespace that follows it (it is dropped from the text).
+// takes the ASCII whitespace that follows it (it is dropped from the text), one in
+// Vocab::lstrip_ids the whitespace before it (within the same stretch of plain text).
 //
 // SpecialTokenSplitter is immutable after construction and thread-safe.
 #ifndef FOLIO_COMMON_TOKENIZER_SPECIAL_TOKENS_H_
@@ -49,6 +50,7 @@ class SpecialTokenSplitter {
     int32_t id;
     bool control;  // control or unknown: only matched with ParseSpecial::kYes
     bool rstrip;   // drops the whitespace after a match
+    bool lstrip;   // drops the whitespace before a match
   };
   std::vector<Special> tokens_;
 };

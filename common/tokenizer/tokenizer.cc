@@ -1,5 +1,7 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include "common/tokenizer/normalizer.h"
+
 #include <algorithm>
 #include <queue>
 #include <utility>
@@ -116,6 +118,16 @@ absl::Status Tokenizer::BuildTables() {
   if (!std::is_sorted(v.rstrip_ids.begin(), v.rstrip_ids.end())) {
     return absl::InvalidArgumentError("vocab rstrip ids are not sorted");
   }
+  for (int32_t id : v.lstrip_ids) {
+    if (id < 0 || id >= v.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab lstrip id ", id, " is outside [0, ", v.size(), ")"));
+    }
+  }
+  if (!std::is_sorted(v.lstrip_ids.begin(), v.lstrip_ids.end())) {
+    return absl::InvalidArgumentError("vocab lstrip ids are not sorted");
+  }
+  if (absl::Status s = CheckNormalizerName(v.normalizer); !s.ok()) return s;
   special_ = SpecialTokenSplitter(v);
   switch (v.kind) {
     case TokenizerKind::kSentencePiece:
@@ -262,6 +274,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, Ad
   std::vector<TextFragment> fragments;
   if (!text.empty()) special_.Split(text, parse_special, &fragments);
   bool after_special = true;  // the start of the text counts as after a special token
+  std::string normalized;     // a fragment's NFC form, when it differs
   for (const TextFragment& f : fragments) {
     if (f.id >= 0) {
       ids.push_back(f.id);
@@ -269,7 +282,9 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, Ad
       continue;
     }
     if (vocab_.kind == TokenizerKind::kByteLevelBpe) {
-      if (absl::Status s = EncodeByteLevel(f.text, &ids); !s.ok()) return s;
+      std::string_view text = f.text;
+      if (vocab_.normalizer == kNfcNormalizer && NormalizeNfc(text, &normalized)) text = normalized;
+      if (absl::Status s = EncodeByteLevel(text, &ids); !s.ok()) return s;
     } else {
       EncodeSentencePiece(f.text, vocab_.add_dummy_prefix && after_special, &ids);
     }

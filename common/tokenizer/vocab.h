@@ -51,6 +51,12 @@ struct Vocab {
   // Special tokens that swallow the whitespace after them when matched in text (llama.cpp
   // sets this for Phi-3's special tokens by the model's name), sorted.
   std::vector<int32_t> rstrip_ids;
+  // Special tokens that swallow the whitespace before them (a tokenizer.json added token
+  // with lstrip), sorted.
+  std::vector<int32_t> lstrip_ids;
+  // Unicode normalization applied to text outside special tokens before pre-tokenizing:
+  // "" (none; every GGUF vocabulary) or "NFC" (a tokenizer.json NFC normalizer).
+  std::string normalizer;
   // Byte-level BPE only: (left id, right id) by rank, lowest rank merges first.
   std::vector<std::pair<int32_t, int32_t>> merges;
   // Byte-level BPE only: the pre-tokenizer name (GGUF tokenizer.ggml.pre).

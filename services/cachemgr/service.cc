@@ -160,6 +160,10 @@ grpc::ServerUnaryReactor* CacheManagerService::Configure(grpc::CallbackServerCon
     config.prefix_caching = PagedPolicy::PrefixCaching::kDisabled;
   }
   if (request->round_to_power_of_two()) config.rounding = ContiguousPolicy::Rounding::kPowerOfTwo;
+  if (absl::Status fenced = fence_.Admit(request->scheduler_epoch(), "Configure"); !fenced.ok()) {
+    LOG(WARNING) << fenced;
+    return Finish(ctx, fenced);
+  }
   if (request->block_size() < 0) {
     return Finish(ctx, absl::InvalidArgumentError(absl::StrCat(
                            "block_size must be positive, got ", request->block_size())));
@@ -175,6 +179,9 @@ grpc::ServerUnaryReactor* CacheManagerService::Configure(grpc::CallbackServerCon
 
 absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
     const pb::CacheStepRequest& request) {
+  if (absl::Status fenced = fence_.Admit(request.scheduler_epoch(), "Step"); !fenced.ok()) {
+    return fenced;
+  }
   const StepRequest native = FromProto(request);
   absl::StatusOr<StepResponse> result;
   {
@@ -235,6 +242,7 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
                                                         const pb::GetStatsRequest* request,
                                                         pb::CacheStats* response) {
   response->set_incarnation_id(incarnation_id_);
+  response->set_scheduler_epoch(fence_.current());
   absl::MutexLock lock(&mu_);
   if (manager_ == nullptr) {
     response->set_configured(false);
@@ -265,6 +273,10 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext* ctx,
                                                      const pb::ResetRequest* request,
                                                      pb::ResetResponse* response) {
+  if (absl::Status fenced = fence_.Admit(request->scheduler_epoch(), "Reset"); !fenced.ok()) {
+    LOG(WARNING) << fenced;
+    return Finish(ctx, fenced);
+  }
   absl::MutexLock lock(&mu_);
   if (manager_ == nullptr) {
     return Finish(ctx, absl::FailedPreconditionError("the block pool is not configured yet"));

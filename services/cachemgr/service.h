@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/scheduler_epoch.h"
 #include "folio/internal/v1/cachemgr.grpc.pb.h"
 #include "services/cachemgr/kv_cache_manager.h"
 
@@ -75,6 +76,9 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   std::function<void()> on_configured_;
   absl::Mutex mu_;
   std::unique_ptr<KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
+  // Refuses Configure, Step and Reset from a scheduler older than the newest one seen
+  // (common/scheduler_epoch.h).
+  EpochFence fence_{"cache manager"};
 };
 
 }  // namespace folio::cachemgr

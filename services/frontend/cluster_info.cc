@@ -85,6 +85,8 @@ absl::StatusOr<Vocab> VocabFromSpec(const pb::TokenizerSpec& spec) {
   vocab.add_eos = spec.add_eos();
   vocab.eog_ids.assign(spec.eog_ids().begin(), spec.eog_ids().end());
   vocab.rstrip_ids.assign(spec.rstrip_ids().begin(), spec.rstrip_ids().end());
+  vocab.lstrip_ids.assign(spec.lstrip_ids().begin(), spec.lstrip_ids().end());
+  vocab.normalizer = spec.normalizer();
   vocab.merges.reserve(spec.merges_size() / 2);
   for (int i = 0; i + 1 < spec.merges_size(); i += 2) {
     vocab.merges.emplace_back(spec.merges(i), spec.merges(i + 1));

@@ -50,6 +50,11 @@ void FakeScheduler::SetScript(Script script) {
   script_ = std::move(script);
 }
 
+void FakeScheduler::QueueScript(Script script) {
+  absl::MutexLock lock(&mu_);
+  queued_.push_back(std::move(script));
+}
+
 std::vector<FakeScheduler::CallRecord> FakeScheduler::calls() const {
   absl::MutexLock lock(&mu_);
   return calls_;
@@ -84,7 +89,12 @@ grpc::Status FakeScheduler::Generate(grpc::ServerContext* ctx, const ipb::Schedu
   size_t index;
   {
     absl::MutexLock lock(&mu_);
-    script = script_;
+    if (queued_.empty()) {
+      script = script_;
+    } else {
+      script = std::move(queued_.front());
+      queued_.pop_front();
+    }
     CallRecord record;
     record.request = *request;
     if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {

@@ -7,6 +7,7 @@
 #ifndef FOLIO_SERVICES_FRONTEND_FAKE_SCHEDULER_H_
 #define FOLIO_SERVICES_FRONTEND_FAKE_SCHEDULER_H_
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,8 @@ class FakeScheduler final : public folio::internal::v1::Scheduler::Service {
   std::string address() const;
   // Every following Generate call plays `script`.
   void SetScript(Script script);
+  // The next Generate call plays `script` (queued ones first, in order, then SetScript's).
+  void QueueScript(Script script);
 
   struct CallRecord {
     folio::internal::v1::ScheduleRequest request;
@@ -69,6 +72,7 @@ class FakeScheduler final : public folio::internal::v1::Scheduler::Service {
   int port_ = 0;
   mutable absl::Mutex mu_;
   Script script_ ABSL_GUARDED_BY(mu_);
+  std::deque<Script> queued_ ABSL_GUARDED_BY(mu_);
   std::vector<CallRecord> calls_ ABSL_GUARDED_BY(mu_);
 };
 

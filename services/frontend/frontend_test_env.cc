@@ -56,7 +56,11 @@ void FrontendTestEnv::SetUp() {
 
   fake_ = FakeScheduler::Start(info_);
   ASSERT_NE(fake_, nullptr);
-  service_ = std::make_unique<FrontendService>(FrontendOptions{},
+  // Resuming broken streams is off here, so that the fake's error statuses reach the
+  // client as they are; service_test.cc starts a frontend with it on.
+  FrontendOptions frontend_options;
+  frontend_options.resume.recovery_timeout = absl::ZeroDuration();
+  service_ = std::make_unique<FrontendService>(frontend_options,
                                                MakeSchedulerChannel(fake_->address()), &registry_);
   ASSERT_TRUE(service_->SetClusterInfo(info_).ok());
   ServerOptions options{.service_name = "folio.v1.TextGeneration",

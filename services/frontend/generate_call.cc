@@ -19,6 +19,7 @@
 #include "grpcpp/client_context.h"
 #include "services/frontend/completion_text.h"
 #include "services/frontend/request_id.h"
+#include "services/frontend/resumable_stream.h"
 
 namespace folio::frontend {
 namespace pb = folio::v1;
@@ -119,16 +120,16 @@ std::string LoggableId(const std::string& id) {
 
 // The state and the scheduler side of one Generate or Complete call. The derived classes
 // add the server side and decide when the next scheduler event is read.
-class GenerationCall : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
+class GenerationCall : public ResumableStream::Listener {
  public:
   GenerationCall(const char* method, grpc::CallbackServerContext* ctx, CallEnv env)
       : method_(method), server_ctx_(ctx), env_(std::move(env)), start_(absl::Now()) {
     env_.metrics->active_streams.Add(1);
   }
 
-  // Scheduler side. OnReadDone(false) needs nothing: OnDone follows with the status.
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+  // Scheduler side (resumable_stream.h): an event, and the end of the stream.
+  void OnEvent(const ipb::ScheduleEvent& event) override;
+  void OnEnd(const grpc::Status& status) override;
 
  protected:
   // Validates `request` and starts the scheduler call. On error nothing is started and the
@@ -143,12 +144,21 @@ class GenerationCall : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
   // final Deliver.
   virtual void Fail(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
 
-  void ReadNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { StartRead(&event_); }
-  // Drops the hold on the scheduler stream (see Begin); idempotent.
+  void ReadNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { stream_->Read(); }
+  // No more reads from outside the stream's reactions (see Begin); idempotent.
   void ReleaseHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!hold_) return;
     hold_ = false;
-    RemoveHold();
+    stream_->Release();
+  }
+  // Cancels the scheduler call (and any wait for a scheduler to resume it).
+  void CancelUpstream() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<ResumableStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = stream_;
+    }
+    if (stream != nullptr) stream->Cancel();
   }
   // Marks the call finished with `status` (logged and counted) and fails it.
   void FailWith(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -161,8 +171,8 @@ class GenerationCall : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // a final Deliver or a Fail happened
 
  private:
-  // Turns event_ into output. Returns true when the scheduler call must be cancelled.
-  bool HandleEvent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Turns `event` into output. Returns true when the scheduler call must be cancelled.
+  bool HandleEvent(const ipb::ScheduleEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddTokenInfo(const ipb::GeneratedToken& token, pb::GenerateResponse* chunk) const;
   void Unref();
 
@@ -188,9 +198,7 @@ class GenerationCall : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
   std::optional<int32_t> logprobs_;
   std::deque<Choice> choices_ ABSL_GUARDED_BY(mu_);
   int32_t num_choices_done_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ClientContext client_ctx_;
-  ipb::ScheduleRequest schedule_request_;
-  ipb::ScheduleEvent event_;  // the read in flight writes here
+  std::shared_ptr<ResumableStream> stream_ ABSL_GUARDED_BY(mu_);  // the scheduler side
 
   bool upstream_started_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
@@ -217,34 +225,27 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   for (int32_t i = 0; i < validated->n; ++i) {
     choices_.emplace_back(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids);
   }
-  schedule_request_ = ToScheduleRequest(*validated);
   env_.metrics->prompt_tokens.Increment(num_prompt_tokens_);
   VLOG(1) << "request " << request_id_ << ": " << method_ << ", " << num_prompt_tokens_
           << " prompt tokens, max_tokens " << validated->max_tokens;
   // The client's deadline (infinite when it set none) bounds the scheduler call too.
-  client_ctx_.set_deadline(server_ctx_->raw_deadline());
+  const auto deadline = server_ctx_->deadline();
+  const absl::Time until = deadline == std::chrono::system_clock::time_point::max()
+                               ? absl::InfiniteFuture()
+                               : absl::FromChrono(deadline);
   upstream_started_ = true;
   ++refs_;
-  env_.scheduler->async()->Generate(&client_ctx_, &schedule_request_, this);
-  // StreamCall starts reads from the server side (OnWriteDone), outside this stream's own
-  // reactions. Without a hold, the stream could finish (all events read, status in) and
-  // be freed just before such a read. The hold is dropped once no read can come from
-  // outside: at the end of the stream, when the call is finished, or when the client is
-  // gone.
-  AddHold();
+  // StreamCall starts reads from the server side (OnWriteDone), outside the stream's own
+  // reactions; the stream holds its call open for them until ReleaseHold: at the end of
+  // the stream, when the call is finished, or when the client is gone.
   hold_ = true;
-  StartRead(&event_);
-  StartCall();
+  stream_ = ResumableStream::Start(env_.scheduler, ToScheduleRequest(*validated), until,
+                                   env_.resume, this);
+  stream_->Read();
   return absl::OkStatus();
 }
 
-void GenerationCall::OnReadDone(bool ok) {
-  if (!ok) {
-    // The stream ended (or was cancelled); OnDone follows with the status.
-    absl::MutexLock lock(&mu_);
-    ReleaseHold();
-    return;
-  }
+void GenerationCall::OnEvent(const ipb::ScheduleEvent& event) {
   bool cancel = false;
   {
     absl::MutexLock lock(&mu_);
@@ -253,18 +254,18 @@ void GenerationCall::OnReadDone(bool ok) {
       ReadNext();
       return;
     }
-    cancel = HandleEvent();
+    cancel = HandleEvent(event);
   }
   // Outside the lock: cancellation may run reactions of this call.
-  if (cancel) client_ctx_.TryCancel();
+  if (cancel) CancelUpstream();
 }
 
-bool GenerationCall::HandleEvent() {
-  if (event_.num_prompt_tokens() > 0) num_prompt_tokens_ = event_.num_prompt_tokens();
-  if (event_.num_cached_prompt_tokens() > 0) {
-    num_cached_prompt_tokens_ = event_.num_cached_prompt_tokens();
+bool GenerationCall::HandleEvent(const ipb::ScheduleEvent& event) {
+  if (event.num_prompt_tokens() > 0) num_prompt_tokens_ = event.num_prompt_tokens();
+  if (event.num_cached_prompt_tokens() > 0) {
+    num_cached_prompt_tokens_ = event.num_cached_prompt_tokens();
   }
-  const int32_t index = event_.index();
+  const int32_t index = event.index();
   if (index < 0 || index >= static_cast<int32_t>(choices_.size())) {
     FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
                           absl::StrCat("scheduler sent choice ", index, " of ", choices_.size())));
@@ -277,8 +278,8 @@ bool GenerationCall::HandleEvent() {
     return false;
   }
   std::vector<int32_t> ids;
-  ids.reserve(event_.tokens_size());
-  for (const ipb::GeneratedToken& t : event_.tokens()) ids.push_back(t.token_id());
+  ids.reserve(event.tokens_size());
+  for (const ipb::GeneratedToken& t : event.tokens()) ids.push_back(t.token_id());
   absl::StatusOr<CompletionText::Delta> delta = choice.text.AddTokens(ids);
   if (!delta.ok()) {
     FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
@@ -288,26 +289,26 @@ bool GenerationCall::HandleEvent() {
   pb::GenerateResponse chunk;
   chunk.set_request_id(request_id_);
   chunk.set_index(index);
-  chunk.set_cumulative_logprob(event_.cumulative_logprob());
+  chunk.set_cumulative_logprob(event.cumulative_logprob());
   chunk.set_text(std::move(delta->text));
-  for (int i = 0; i < delta->num_tokens_used; ++i) AddTokenInfo(event_.tokens(i), &chunk);
+  for (int i = 0; i < delta->num_tokens_used; ++i) AddTokenInfo(event.tokens(i), &chunk);
 
   if (delta->stopped) {
     choice.done = true;
     choice.cut = true;  // the scheduler would otherwise keep generating it
     chunk.set_finish_reason(pb::FINISH_REASON_STOP);
     env_.metrics->stop_string_matches.Increment();
-  } else if (event_.finish_reason() == ipb::FINISH_REASON_ERROR) {
+  } else if (event.finish_reason() == ipb::FINISH_REASON_ERROR) {
     FailWith(grpc::Status(grpc::StatusCode::INTERNAL,
                           "scheduler: the request failed (finish reason ERROR)"));
     return true;
-  } else if (event_.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
+  } else if (event.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
     choice.done = true;
     CompletionText::Delta rest = choice.text.Finish();
     chunk.mutable_text()->append(rest.text);
     if (rest.stopped) env_.metrics->stop_string_matches.Increment();
     chunk.set_finish_reason(rest.stopped ? pb::FINISH_REASON_STOP
-                                         : ToPublic(event_.finish_reason()));
+                                         : ToPublic(event.finish_reason()));
   }
   if (choice.done) ++num_choices_done_;
 
@@ -370,7 +371,7 @@ void GenerationCall::AddTokenInfo(const ipb::GeneratedToken& token,
   }
 }
 
-void GenerationCall::OnDone(const grpc::Status& status) {
+void GenerationCall::OnEnd(const grpc::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     upstream_done_ = true;
@@ -421,7 +422,7 @@ void GenerationCall::ClientCancelled() {
   }
   if (cancel) {
     VLOG(1) << "request " << request_id_ << ": client cancelled, cancelling the scheduler call";
-    client_ctx_.TryCancel();
+    CancelUpstream();
   }
 }
 
@@ -435,7 +436,7 @@ void GenerationCall::ServerDone() {
     // cancelling makes sure a stream that lingers cannot keep this call alive.
     cancel = upstream_started_ && !upstream_done_;
   }
-  if (cancel) client_ctx_.TryCancel();
+  if (cancel) CancelUpstream();
   Unref();
 }
 
@@ -463,7 +464,6 @@ class StreamCall final : public GenerationCall,
     FailWith(ToGrpcStatus(status));
   }
 
-  using GenerationCall::OnDone;
   void OnWriteDone(bool ok) override {
     {
       absl::MutexLock lock(&mu_);
@@ -523,7 +523,6 @@ class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
     FailWith(ToGrpcStatus(status));
   }
 
-  using GenerationCall::OnDone;
   void OnCancel() override { ClientCancelled(); }
   void OnDone() override { ServerDone(); }
 

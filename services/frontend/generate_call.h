@@ -8,7 +8,8 @@
 // token ids and log-probs on. A stop string cancels the scheduler call and ends with
 // FINISH_REASON_STOP; the client cancelling (or its deadline) cancels the scheduler call;
 // a scheduler error ends the call with the same code and its message (UNAVAILABLE when
-// the scheduler cannot be reached).
+// the scheduler cannot be reached). A scheduler lost mid-stream is waited for and the
+// request continued on its successor, unseen by the client (resumable_stream.h).
 //
 // Generate streams with backpressure: the next scheduler event is read only once the
 // previous message has been written to the client.
@@ -26,6 +27,7 @@
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
 #include "services/frontend/request_validator.h"
+#include "services/frontend/resumable_stream.h"
 
 namespace folio::frontend {
 
@@ -34,6 +36,8 @@ struct CallEnv {
   std::shared_ptr<const ModelContext> model;
   folio::internal::v1::Scheduler::Stub* scheduler = nullptr;
   FrontendMetrics* metrics = nullptr;
+  // How a stream whose scheduler is lost waits for one to continue it (resumable_stream.h).
+  ResumeOptions resume;
 };
 
 // Serves one Generate call; returns its reactor (owned by gRPC until OnDone).

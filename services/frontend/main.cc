@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -13,10 +14,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/time/clock.h"
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
 #include "glog/logging.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/http/chat_template.h"
@@ -31,6 +34,10 @@ ABSL_FLAG(int, startup_timeout_s, 300,
 ABSL_FLAG(int, max_stop_strings, 8, "Stop strings a request may give, at most.");
 ABSL_FLAG(int, max_stop_string_bytes, 256, "Bytes per stop string, at most.");
 ABSL_FLAG(int, max_logprobs, 20, "SamplingOptions.logprobs may be at most this.");
+ABSL_FLAG(int, recovery_timeout_ms, 60000,
+          "A stream whose scheduler is lost (it died, restarts, or was replaced) waits this "
+          "long for a scheduler to continue it, token for token, before it ends UNAVAILABLE; "
+          "0 ends it at once.");
 ABSL_FLAG(int, http_port, 8000,
           "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
           "/v1/models, /health); 0 picks a free one (see --port_file), -1 turns it off.");
@@ -76,6 +83,37 @@ constexpr int kExitBadFlags = 2;
 
 }  // namespace
 
+namespace {
+
+// Readiness follows the scheduler's once the frontend is up: NOT_SERVING while no
+// scheduler is SERVING (it died, restarts, recovers its replica, or was fenced), when
+// streams wait to be continued; liveness stays SERVING throughout. Polls every 250 ms
+// until `stop`.
+void FollowSchedulerReadiness(const std::shared_ptr<grpc::Channel>& channel,
+                              folio::ServiceRunner* runner, const std::atomic<bool>* stop) {
+  runner->SetHealth("liveness", folio::ServingState::kServing);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  bool ready = true;
+  while (!stop->load()) {
+    absl::SleepFor(absl::Milliseconds(250));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    const bool serving = health->Check(&ctx, req, &resp).ok() &&
+                         resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    if (serving != ready) {
+      ready = serving;
+      LOG(INFO) << "the scheduler is " << (ready ? "serving again" : "not serving")
+                << "; readiness " << (ready ? "SERVING" : "NOT_SERVING");
+      runner->SetServing(ready ? folio::ServingState::kServing
+                               : folio::ServingState::kNotServing);
+    }
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   folio::BlockTerminationSignals();
   folio::InitProcess(
@@ -90,9 +128,10 @@ int main(int argc, char** argv) {
     return kExitBadFlags;
   }
   if (absl::GetFlag(FLAGS_startup_timeout_s) <= 0 || absl::GetFlag(FLAGS_max_stop_strings) < 0 ||
+      absl::GetFlag(FLAGS_recovery_timeout_ms) < 0 ||
       absl::GetFlag(FLAGS_max_stop_string_bytes) <= 0 || absl::GetFlag(FLAGS_max_logprobs) < 0) {
     LOG(ERROR) << "--startup_timeout_s and --max_stop_string_bytes must be positive, "
-                  "--max_stop_strings and --max_logprobs non-negative";
+                  "--max_stop_strings, --max_logprobs and --recovery_timeout_ms non-negative";
     return kExitBadFlags;
   }
   const int http_port = absl::GetFlag(FLAGS_http_port);
@@ -154,6 +193,7 @@ int main(int argc, char** argv) {
   options.validator.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
   options.api_keys = *api_keys;
   options.chat_template = std::move(chat_template);
+  options.resume.recovery_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
   const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
   std::shared_ptr<grpc::Channel> channel =
       folio::frontend::MakeSchedulerChannel(target, absl::Seconds(2), tls);
@@ -182,6 +222,7 @@ int main(int argc, char** argv) {
         std::max(0, absl::GetFlag(FLAGS_http_socket_send_buffer_bytes));
     http_options.api_keys = *api_keys;
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
+    http_options.resume = options.resume;
     auto started = folio::frontend::OpenAiServer::Start(
         http_options, [&service] { return service.model(); }, channel, service.metrics());
     if (!started.ok()) {
@@ -215,6 +256,7 @@ int main(int argc, char** argv) {
     absl::Status status = info.ok() ? service.SetClusterInfo(*std::move(info)) : info.status();
     if (status.ok()) {
       r->SetServing(folio::ServingState::kServing);
+      FollowSchedulerReadiness(channel, r, &stop);
       return;
     }
     if (stop.load()) return;

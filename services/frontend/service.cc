@@ -98,7 +98,7 @@ grpc::ServerWriteReactor<pb::GenerateResponse>* FrontendService::Generate(
     metrics_.RecordRequest("Generate", absl::StatusCode::kUnavailable, absl::ZeroDuration());
     return new FailedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, kNotReady));
   }
-  return StartGenerate(ctx, *request, CallEnv{std::move(model), scheduler_.get(), &metrics_});
+  return StartGenerate(ctx, *request, CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume});
 }
 
 grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext* ctx,
@@ -112,7 +112,7 @@ grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext*
     return FinishLocal(ctx, "Complete", absl::Now(), absl::UnavailableError(kNotReady));
   }
   return StartComplete(ctx, *request, response,
-                       CallEnv{std::move(model), scheduler_.get(), &metrics_});
+                       CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume});
 }
 
 grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext* ctx,

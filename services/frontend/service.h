@@ -23,6 +23,7 @@
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
 #include "services/frontend/request_validator.h"
+#include "services/frontend/resumable_stream.h"
 
 namespace folio::frontend {
 
@@ -35,6 +36,8 @@ struct FrontendOptions {
   // The chat template (Jinja source) every chat request renders with, in place of the
   // model's GGUF tokenizer.chat_template (--chat_template=FILE); empty: the model's.
   std::string chat_template;
+  // How a stream whose scheduler is lost waits for one to continue it (resumable_stream.h).
+  ResumeOptions resume;
 };
 
 class FrontendService final : public folio::v1::TextGeneration::CallbackService {

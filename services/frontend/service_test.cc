@@ -56,6 +56,18 @@ TEST(ClusterInfoTest, ByteLevelSpecBuildsTheByteLevelTokenizer) {
   EXPECT_TRUE(t.IsEndOfGeneration(6));
   EXPECT_EQ(*t.Decode(std::vector<int32_t>{3, 4, 6}), "ab ab");
 
+  // A Hugging Face tokenizer.json's lstrip tokens and normalizer travel too.
+  spec->add_lstrip_ids(6);
+  spec->set_normalizer("NFC");
+  model = ModelContext::Create(info, {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(*(*model)->tokenizer().Encode("ab   <|im_end|>", AddBos::kNo, ParseSpecial::kYes),
+            (std::vector<int32_t>{3, 6}));
+  spec->set_normalizer("NFKC");
+  EXPECT_THAT(ModelContext::Create(info, {}).status().message(), HasSubstr("'NFKC'"));
+  spec->set_normalizer("");
+  spec->clear_lstrip_ids();
+
   spec->set_pre_tokenizer("no-such");
   EXPECT_THAT(ModelContext::Create(info, {}).status().message(), HasSubstr("'no-such'"));
   spec->set_pre_tokenizer("gpt-2");
@@ -331,10 +343,102 @@ TEST_F(FrontendServiceTest, ChatTemplateOptionReplacesTheModels) {
   EXPECT_EQ(overridden.model()->info().tokenizer().chat_template(), "{{ 'flag' }}");
 }
 
-TEST_F(FrontendServiceTest, UnreachableSchedulerIsUnavailable) {
-  // A second frontend whose scheduler address has nobody listening.
+TEST_F(FrontendServiceTest, ABrokenStreamIsContinuedOnTheNextScheduler) {
   MetricsRegistry registry;  // the fixture's already holds the frontend metric names
-  FrontendService service(FrontendOptions{}, MakeSchedulerChannel("127.0.0.1:1"), &registry);
+  FrontendOptions options;
+  options.resume.recovery_timeout = absl::Seconds(10);
+  FrontendService service(options, MakeSchedulerChannel(fake_->address()), &registry);
+  ASSERT_TRUE(service.SetClusterInfo(info_).ok());
+  auto runner = ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
+                                      .metrics_port = -1,
+                                      .shutdown_grace = absl::ZeroDuration()},
+                                     {&service}, nullptr);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto stub = pb::TextGeneration::NewStub(
+      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+
+  const std::vector<int32_t> tokens = Encode("one two three four five");
+  ASSERT_GE(tokens.size(), 5u);
+  const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 2);
+  const std::vector<int32_t> tail(tokens.begin() + 2, tokens.end());
+  // The scheduler dies after two tokens; the next answers "starting"; the third continues.
+  Script first = TokensScript(head, ipb::FINISH_REASON_UNSPECIFIED, 2);
+  first.final_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed");
+  Script starting;
+  starting.final_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting");
+  fake_->QueueScript(first);
+  fake_->QueueScript(starting);
+  fake_->QueueScript(TokensScript(tail, ipb::FINISH_REASON_LENGTH, 2));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  pb::GenerateRequest request = Request("Hi", static_cast<int>(tokens.size()));
+  auto reader = stub->Generate(&ctx, request);
+  pb::GenerateResponse message;
+  std::vector<int32_t> got;
+  std::string text;
+  int32_t completion_tokens = -1;
+  while (reader->Read(&message)) {
+    for (const pb::TokenInfo& t : message.tokens()) got.push_back(t.token_id());
+    text += message.text();
+    if (message.has_usage()) completion_tokens = message.usage().completion_tokens();
+  }
+  const grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(got, tokens) << "one unbroken stream: nothing repeated, nothing lost";
+  EXPECT_EQ(text, Decode(tokens));
+  EXPECT_EQ(completion_tokens, static_cast<int32_t>(tokens.size()));
+  const std::vector<FakeScheduler::CallRecord> calls = fake_->calls();
+  ASSERT_EQ(calls.size(), 3u);
+  for (const auto& call : {calls[1], calls[2]}) {
+    ASSERT_EQ(call.request.continuation().choices_size(), 1);
+    EXPECT_EQ(call.request.continuation().choices(0).index(), 0);
+    EXPECT_EQ(std::vector<int32_t>(call.request.continuation().choices(0).token_ids().begin(),
+                                   call.request.continuation().choices(0).token_ids().end()),
+              head);
+    EXPECT_EQ(call.request.sampling().seed(), calls[0].request.sampling().seed())
+        << "the same sampling keys";
+    EXPECT_EQ(call.request.max_tokens(), calls[0].request.max_tokens());
+  }
+  (*runner)->Shutdown();
+}
+
+TEST_F(FrontendServiceTest, AStreamNobodyContinuesEndsAtTheRecoveryTimeout) {
+  MetricsRegistry registry;
+  FrontendOptions options;
+  options.resume.recovery_timeout = absl::Milliseconds(400);
+  FrontendService service(options, MakeSchedulerChannel(fake_->address()), &registry);
+  ASSERT_TRUE(service.SetClusterInfo(info_).ok());
+  auto runner = ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
+                                      .metrics_port = -1,
+                                      .shutdown_grace = absl::ZeroDuration()},
+                                     {&service}, nullptr);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto stub = pb::TextGeneration::NewStub(
+      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  Script gone;
+  gone.final_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Connection refused");
+  fake_->SetScript(gone);
+  const absl::Time start = absl::Now();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  pb::CompleteResponse response;
+  const grpc::Status status = stub->Complete(&ctx, Request("Hi"), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("--recovery_timeout_ms"));
+  EXPECT_THAT(status.error_message(), HasSubstr("Connection refused"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));
+  EXPECT_GE(fake_->calls().size(), 3u) << "it kept trying with backoff";
+  (*runner)->Shutdown();
+}
+
+TEST_F(FrontendServiceTest, UnreachableSchedulerIsUnavailable) {
+  // A second frontend whose scheduler address has nobody listening; it waits 300 ms for
+  // one to answer (--recovery_timeout_ms), then gives up.
+  MetricsRegistry registry;  // the fixture's already holds the frontend metric names
+  FrontendOptions options;
+  options.resume.recovery_timeout = absl::Milliseconds(300);
+  FrontendService service(options, MakeSchedulerChannel("127.0.0.1:1"), &registry);
   ASSERT_TRUE(service.SetClusterInfo(info_).ok());
   auto runner = ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
                                       .metrics_port = -1,

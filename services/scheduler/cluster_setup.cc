@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 
 namespace folio::scheduler {
@@ -83,6 +84,32 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
         " blocks; give the workers more --kv_cache_bytes or lower --max_model_len"));
   }
 
+  // A scheduler that restarted finds the replica its predecessor left (workers allocated,
+  // the pool configured, perhaps with its sequences): it adopts it under a newer epoch, so
+  // that the predecessor, should it still run, is refused from here on
+  // (common/scheduler_epoch.h), then allocates and resets as on a first start.
+  pb::CacheStats before;
+  absl::Status s = CallWithStartupDeadline(deadline, "cache manager GetStats", [&](auto* ctx) {
+    return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &before);
+  });
+  if (!s.ok()) return s;
+  uint64_t newest = before.scheduler_epoch();
+  int adopted = before.configured() ? 1 : 0;
+  for (const pb::WorkerInfo& w : infos) {
+    newest = std::max<uint64_t>(newest, w.scheduler_epoch());
+    if (w.num_blocks() > 0) ++adopted;
+  }
+  const uint64_t epoch = NewSchedulerEpoch(newest, absl::Now());
+  workers.set_epoch(epoch);
+  cache.set_epoch(epoch);
+  if (adopted > 0 || newest > 0) {
+    LOG(WARNING) << "adopting a replica set up by an earlier scheduler (epoch " << newest
+                 << "): " << adopted << " of " << infos.size() + 1
+                 << " processes already set up; taking over as epoch " << epoch;
+  } else {
+    LOG(INFO) << "scheduler epoch " << epoch;
+  }
+
   // What recovery sets up again when a process comes back (recovery.h).
   std::vector<std::string> incarnations;
   int64_t newest_group = 0;
@@ -96,22 +123,21 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     // The ranks join no group at start-up: a rank that restarts must not read an old
     // group's addresses, so every group is formed here, with a generation of its own.
     LOG(INFO) << "forming the tensor-parallel group of " << workers.num_ranks() << " ranks";
-    if (absl::Status s = workers.FormGroup(newest_group, deadline); !s.ok()) return s;
+    if (absl::Status st = workers.FormGroup(newest_group, deadline); !st.ok()) return st;
   }
-  if (absl::Status s = workers.AllocateEveryRank(deadline); !s.ok()) return s;
-  // A scheduler that restarted finds the pool its predecessor left: its sequences are
-  // nobody's now, so the pool starts again from scratch (Configure refuses live ones).
-  pb::CacheStats before;
-  absl::Status s = CallWithStartupDeadline(deadline, "cache manager GetStats", [&](auto* ctx) {
-    return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &before);
-  });
-  if (!s.ok()) return s;
-  if (before.configured() && before.num_sequences() > 0) {
+  // Under the epoch: from here on the predecessor's steps are refused.
+  if (absl::Status st = workers.AllocateEveryRank(deadline); !st.ok()) return st;
+  // The predecessor's sequences are nobody's now, and its prefix cache names KV the
+  // workers no longer hold: the pool starts again from scratch (Configure refuses live
+  // sequences).
+  if (before.configured()) {
     LOG(WARNING) << "the cache manager holds " << before.num_sequences()
                  << " sequences of an earlier scheduler; resetting its pool";
+    pb::ResetRequest reset_request;
+    reset_request.set_scheduler_epoch(epoch);
     pb::ResetResponse reset;
     s = CallWithStartupDeadline(deadline, "cache manager Reset", [&](auto* ctx) {
-      return cache.stub().Reset(ctx, pb::ResetRequest(), &reset);
+      return cache.stub().Reset(ctx, reset_request, &reset);
     });
     if (!s.ok()) return s;
   }
@@ -120,6 +146,7 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   configure.set_block_size(options.block_size);
   configure.set_policy(options.policy);
   configure.set_disable_prefix_caching(options.disable_prefix_caching);
+  configure.set_scheduler_epoch(epoch);
   pb::ConfigureResponse configured;
   LOG(INFO) << "waiting for the cache manager";
   s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {

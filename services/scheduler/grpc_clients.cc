@@ -11,6 +11,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 
 namespace folio::scheduler {
@@ -48,6 +49,7 @@ GrpcCacheClient::GrpcCacheClient(std::shared_ptr<grpc::Channel> channel, absl::D
 absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::StepRequest& request) {
   pb::CacheStepRequest req;
   req.set_step_id(absl::StrCat("s", next_step_++));
+  req.set_scheduler_epoch(epoch_);
   for (const cachemgr::CommitOp& c : request.commits) {
     pb::Commit* out = req.add_commits();
     out->set_seq_id(c.seq.value);
@@ -91,8 +93,10 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
 absl::Status GrpcCacheClient::Reset() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout_);
+  pb::ResetRequest req;
+  req.set_scheduler_epoch(epoch_);
   pb::ResetResponse resp;
-  return FromGrpcStatus(stub_->Reset(&ctx, pb::ResetRequest(), &resp));
+  return FromGrpcStatus(stub_->Reset(&ctx, req, &resp));
 }
 
 void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
@@ -133,11 +137,14 @@ absl::Status GrpcCacheClient::Restore() {
     }
   }
   if (stats.configured() && stats.incarnation_id() == incarnation_id_) {
+    pb::ResetRequest reset_request;
+    reset_request.set_scheduler_epoch(epoch_);
     pb::ResetResponse reset;
     grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
-      return stub_->Reset(ctx, pb::ResetRequest(), &reset);
+      return stub_->Reset(ctx, reset_request, &reset);
     });
     if (!s.ok()) {
+      if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
       return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
     }
     LOG(INFO) << "cache manager answers again (same incarnation " << incarnation_id_
@@ -145,10 +152,13 @@ absl::Status GrpcCacheClient::Restore() {
     return absl::OkStatus();
   }
   pb::ConfigureResponse configured;
+  pb::ConfigureRequest configure = configure_;
+  configure.set_scheduler_epoch(epoch_);
   grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
-    return stub_->Configure(ctx, configure_, &configured);
+    return stub_->Configure(ctx, configure, &configured);
   });
   if (!s.ok()) {
+    if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
     return absl::UnavailableError(absl::StrCat("cache manager Configure: ", s.error_message()));
   }
   LOG(INFO) << "cache manager is back (incarnation " << stats.incarnation_id() << ", was "
@@ -279,6 +289,11 @@ std::vector<grpc::Status> CallEveryRank(int n, absl::Time deadline,
 absl::Status FirstFailure(const std::vector<grpc::Status>& status, absl::string_view what) {
   for (size_t rank = 0; rank < status.size(); ++rank) {
     if (!status[rank].ok()) {
+      // A fencing refusal stays one (common/scheduler_epoch.h): this scheduler must stop.
+      if (absl::Status s = FromGrpcStatus(status[rank]); IsFenced(s)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker rank ", rank, " ", what, ": ", s.message()));
+      }
       return absl::UnavailableError(absl::StrCat("worker rank ", rank, " ", what, ": ",
                                                  status[rank].error_message()));
     }
@@ -320,6 +335,7 @@ absl::Status GrpcWorkerClient::AllocateEveryRank(absl::Time deadline) {
   pb::AllocateKvCacheRequest req;
   req.set_num_blocks(num_blocks_);
   req.set_block_size(block_size_);
+  req.set_scheduler_epoch(epoch_);
   std::vector<pb::AllocateKvCacheResponse> resps(num_ranks());
   const std::vector<grpc::Status> status = CallEveryRank(
       num_ranks(), deadline, [this](grpc::ClientContext* c) { Track(c); },
@@ -409,6 +425,7 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
     req.mutable_sequences(static_cast<int>(i))->set_request_id(request_ids[i]);
   }
   req.set_step_id(absl::StrCat("w", next_step_++));
+  req.set_scheduler_epoch(epoch_);
   // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other),
   // each call under the same deadline. The first rank to fail cancels the others: a rank
   // blocked in a collective on a dead peer would otherwise hold the step until the

@@ -39,8 +39,13 @@ class GrpcCacheClient final : public CacheClient {
 
   folio::internal::v1::CacheManager::Stub& stub() { return *stub_; }
 
+  // This scheduler's epoch, sent with Configure, Step and Reset (common/scheduler_epoch.h).
+  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
+  uint64_t epoch() const { return epoch_; }
+
  private:
   std::unique_ptr<folio::internal::v1::CacheManager::Stub> stub_;
+  uint64_t epoch_ = 0;
   const absl::Duration timeout_;
   uint64_t next_step_ = 1;
   folio::internal::v1::ConfigureRequest configure_;
@@ -87,8 +92,13 @@ class GrpcWorkerClient final : public WorkerClient {
   folio::internal::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
   int num_ranks() const { return static_cast<int>(stubs_.size()); }
 
+  // This scheduler's epoch, sent with AllocateKvCache and ExecuteStep.
+  void set_epoch(uint64_t epoch) { epoch_ = epoch; }
+  uint64_t epoch() const { return epoch_; }
+
  private:
   std::vector<std::unique_ptr<folio::internal::v1::Worker::Stub>> stubs_;
+  uint64_t epoch_ = 0;
   const absl::Duration timeout_;
   uint64_t next_step_ = 1;
   int32_t num_blocks_ = 0;

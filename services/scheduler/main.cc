@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   (*runner)->SetServing(folio::ServingState::kServing);
 
   // Liveness from the loop's progress (stall_watchdog.h); readiness drops while the
-  // replica recovers from a lost worker or cache manager.
+  // replica recovers from a lost worker or cache manager, and for good once a newer
+  // scheduler has fenced this one.
   sched::StallWatchdog watchdog(absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_s)), &registry);
   absl::Notification stopping;
   std::thread health([&] {
@@ -176,8 +177,10 @@ int main(int argc, char** argv) {
         (*runner)->SetHealth("liveness", live ? folio::ServingState::kServing
                                               : folio::ServingState::kNotServing);
       }
-      if (h.recovering == ready) {
-        ready = !h.recovering;
+      // Fenced by a newer scheduler: never ready again.
+      const bool now_ready = !h.recovering && !h.fenced;
+      if (now_ready != ready) {
+        ready = now_ready;
         (*runner)->SetServing(ready ? folio::ServingState::kServing
                                     : folio::ServingState::kNotServing);
       }

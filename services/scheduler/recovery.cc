@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 
 namespace folio::scheduler {
@@ -109,6 +110,13 @@ bool Recovery::Poll(absl::Time now) {
 void Recovery::Finished(absl::Time now, const absl::Status& cache, const absl::Status& workers) {
   cache_restored_ = cache.ok();
   const absl::Status& s = cache.ok() ? workers : cache;
+  if (IsFenced(s)) {
+    state_->fenced = s;  // a newer scheduler holds the replica: nothing to restore
+    LOG(ERROR) << "recovery stops: " << s;
+    recovering_.Set(0);
+    begun_ = false;
+    return;
+  }
   if (!s.ok()) {
     next_attempt_ = now + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);

@@ -3,9 +3,14 @@
 // nothing in it), as a process restarted by Kubernetes would be. Streams of greedy,
 // parallel-sampling and beam requests must continue with exactly the tokens of an
 // undisturbed run; requests that wait past --recovery_timeout_ms end with UNAVAILABLE.
+// Also a scheduler that restarts: continuations (what a frontend resubmits, with the
+// tokens its clients already have) give exactly the rest of an undisturbed run, and a
+// scheduler fenced by a newer one ends its requests, resumable, and takes no more.
 #include "services/scheduler/recovery.h"
 
 #include <map>
+
+#include "common/stream_resume.h"
 
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -54,29 +59,42 @@ class RestartableCache final : public CacheClient {
     absl::MutexLock lock(&mu_);
     return restores_;
   }
+  // A newer scheduler claimed the pool: every call is refused as fenced.
+  void Fence() {
+    absl::MutexLock lock(&mu_);
+    fenced_ = true;
+  }
 
   absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) override {
     absl::MutexLock lock(&mu_);
     if (kill_after_ >= 0 && kill_after_-- == 0) alive_ = false;
     if (!alive_) return absl::UnavailableError("cache manager: Socket closed");
+    if (fenced_) return Fenced();
     return manager_->Step(request);
   }
   absl::Status Reset() override { return Restore(); }
   absl::Status Restore() override {
     absl::MutexLock lock(&mu_);
     if (!alive_) return absl::UnavailableError("cache manager: Connection refused");
+    if (fenced_) return Fenced();
     ++restores_;
     manager_ = *cachemgr::KvCacheManager::Create(config_);  // reset: empty, no prefixes
     return absl::OkStatus();
   }
 
  private:
+  static absl::Status Fenced() {
+    return absl::FailedPreconditionError(
+        "fenced: Step from scheduler epoch 1 refused: cache manager belongs to a newer "
+        "scheduler (epoch 2)");
+  }
   const cachemgr::CacheConfig config_;
   absl::Mutex mu_;
   std::unique_ptr<cachemgr::KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
   int kill_after_ ABSL_GUARDED_BY(mu_) = -1;
   int restores_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A worker "process" over the CPU runner. Restarted, its KV cache is new and empty, so
@@ -402,6 +420,122 @@ TEST_F(RecoveryTest, CancelWorksWhileRecovering) {
   scheduler_->RunOnce();
   EXPECT_TRUE(c.done);
   EXPECT_EQ(c.finish, FinishReason::kCancelled);
+}
+
+// Requests whose streams are cut: greedy, sampled, n = 3 with penalties and min_tokens
+// (which read each choice's own history), and a sampled one that stops at EOS.
+std::vector<RequestSpec> ContinuedMix(const std::vector<int32_t>& prompt) {
+  std::vector<RequestSpec> specs(4);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].request_id = "c" + std::to_string(i);
+    specs[i].prompt = prompt;
+    specs[i].max_tokens = 40;
+    specs[i].ignore_eos = true;
+  }
+  specs[1].sampling.temperature = 0.9f;
+  specs[1].sampling.seed = 5;
+  specs[2].sampling.temperature = 1.0f;
+  specs[2].sampling.seed = 11;
+  specs[2].n = 3;
+  specs[2].sampling.presence_penalty = 0.5f;
+  specs[2].sampling.frequency_penalty = 0.7f;
+  specs[2].sampling.repetition_penalty = 1.3f;
+  specs[2].min_tokens = 30;
+  specs[3].sampling.temperature = 1.0f;
+  specs[3].sampling.seed = 3;
+  specs[3].n = 2;
+  specs[3].ignore_eos = false;
+  specs[3].max_tokens = 200;
+  return specs;
+}
+
+TEST_F(RecoveryTest, AContinuationGivesTheRestOfAnUndisturbedRun) {
+  const std::vector<RequestSpec> specs = ContinuedMix(Prompt(9, 1));
+  Make();
+  const std::vector<Choices> want = Run(specs);
+  // Cuts per choice as a broken stream leaves them: the same point, uneven points, a
+  // choice cut inside the first tokens' fan-out (no token yet) beside ones that have
+  // theirs, and a finished choice left out.
+  const std::vector<std::vector<int>> cuts = {{1, 1, 1}, {7, 3, 20}, {0, 1, 0}, {5, 0, 12},
+                                              {39, 39, 39}, {-1, 6, 2}};
+  for (const std::vector<int>& cut : cuts) {
+    Make();  // a restarted scheduler: a fresh pool and KV cache
+    std::vector<RequestSpec> continued = specs;
+    for (size_t r = 0; r < specs.size(); ++r) {
+      RequestSpec& spec = continued[r];
+      for (int32_t k = 0; k < spec.n; ++k) {
+        const std::vector<int32_t>& all = want[r].tokens.at(k);
+        const int c = std::min<int>(cut[k], static_cast<int>(all.size()) - 1);
+        if (c < 0) continue;  // finished: left out
+        spec.continuation.push_back(
+            {.index = k, .tokens = {all.begin(), all.begin() + c}});
+      }
+      if (spec.continuation.empty()) spec.continuation.push_back({.index = 0, .tokens = {}});
+    }
+    const std::vector<Choices> got = Run(continued);
+    for (size_t r = 0; r < specs.size(); ++r) {
+      EXPECT_TRUE(got[r].error.ok()) << got[r].error;
+      EXPECT_EQ(got[r].finish, want[r].finish);
+      for (const RequestSpec::ContinuedChoice& c : continued[r].continuation) {
+        const std::vector<int32_t>& all = want[r].tokens.at(c.index);
+        const std::vector<int32_t> rest(all.begin() + c.tokens.size(), all.end());
+        EXPECT_EQ(got[r].tokens.count(c.index) ? got[r].tokens.at(c.index)
+                                               : std::vector<int32_t>{},
+                  rest)
+            << "request " << r << " choice " << c.index << " cut at " << c.tokens.size();
+      }
+      EXPECT_EQ(got[r].tokens.size(), continued[r].continuation.size())
+          << "request " << r << ": no tokens for choices left out";
+    }
+    ExpectPoolFull();
+  }
+}
+
+TEST_F(RecoveryTest, BadContinuationsAreRefused) {
+  Make();
+  RequestSpec spec = ContinuedMix(Prompt(5, 2))[2];
+  auto refused = [&](RequestSpec s, const std::string& why) {
+    absl::StatusOr<uint64_t> h = scheduler_->Submit(std::move(s), nullptr);
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_THAT(h.status().message(), HasSubstr(why));
+  };
+  RequestSpec s = spec;
+  s.continuation = {{.index = 3, .tokens = {5}}};
+  refused(s, "choice index 3 must be in [0, n = 3)");
+  s.continuation = {{.index = 1, .tokens = {5}}, {.index = 0, .tokens = {5}}};
+  refused(s, "ascending");
+  s.continuation = {{.index = 0, .tokens = std::vector<int32_t>(40, 5)}};
+  refused(s, "already has 40 tokens");
+  s.continuation = {{.index = 0, .tokens = {-1}}};
+  refused(s, "outside the vocabulary");
+  s = Mix()[3];  // beam search
+  s.continuation = {{.index = 0, .tokens = {5}}};
+  refused(s, "a beam search cannot be continued");
+}
+
+TEST_F(RecoveryTest, AFencedSchedulerEndsItsRequestsResumableAndTakesNoMore) {
+  Make();
+  std::vector<Choices> got(3);
+  const std::vector<RequestSpec> specs = Mix();
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(scheduler_->Submit(specs[i], got[i].Sink()).ok());
+  }
+  for (int i = 0; i < 5; ++i) scheduler_->RunOnce();
+  const int64_t steps = scheduler_->Stats().num_steps;
+  cache_->Fence();
+  for (int i = 0; i < 20; ++i) scheduler_->RunOnce();
+  for (const Choices& c : got) {
+    ASSERT_TRUE(c.done);
+    EXPECT_EQ(c.error.code(), absl::StatusCode::kUnavailable) << c.error;
+    EXPECT_THAT(c.error.message(), HasSubstr("replaced by a newer one"));
+    EXPECT_TRUE(IsResumable(c.error)) << "a frontend continues them on the newer scheduler";
+  }
+  EXPECT_EQ(scheduler_->Stats().num_steps, steps) << "a fenced scheduler steps no more";
+  EXPECT_TRUE(scheduler_->Health().fenced);
+  EXPECT_FALSE(scheduler_->Health().recovering) << "nothing to recover: it is not ours";
+  absl::StatusOr<uint64_t> late = scheduler_->Submit(specs[0], nullptr);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsResumable(late.status()));
 }
 
 // A restore that blocks (an AllocateKvCache converting a large model's weights) runs on

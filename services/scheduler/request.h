@@ -42,6 +42,15 @@ struct RequestSpec {
   // EOS (unless ignore_eos) and stop_token_ids are not sampled before a choice has this
   // many tokens (token_history.h).
   int32_t min_tokens = 0;
+  // A continuation (a frontend resuming the request after its scheduler was lost): the
+  // unfinished choices by index, ascending, with the tokens the client already has. Empty
+  // for a new request. The request then starts as a preempted one would be recomputed
+  // (Scheduler::Submit), and only new tokens stream.
+  struct ContinuedChoice {
+    int32_t index = 0;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<ContinuedChoice> continuation;
   // The caller's deadline (its gRPC call's). Past it the call ends with DEADLINE_EXCEEDED
   // on its own; during a recovery the scheduler ends the request just before it, with
   // UNAVAILABLE saying the replica is recovering (recovery.h).

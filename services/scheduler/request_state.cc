@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 #include "services/scheduler/token_history.h"
 
@@ -26,6 +27,40 @@ const char* FinishReasonName(FinishReason reason) {
 
 const char* LostServiceName(LostService service) {
   return service == LostService::kWorker ? "worker" : "cachemgr";
+}
+
+absl::Status ValidateContinuation(const RequestSpec& spec, const SchedulerOptions& options) {
+  if (spec.continuation.empty()) return absl::OkStatus();
+  if (spec.beam_width > 0) {
+    return absl::InvalidArgumentError(
+        "a beam search cannot be continued (it streams nothing until it is done); "
+        "submit it again from its prompt");
+  }
+  int32_t previous = -1;
+  for (const RequestSpec::ContinuedChoice& c : spec.continuation) {
+    if (c.index <= previous || c.index >= spec.n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "continuation: choice index ", c.index, " must be in [0, n = ", spec.n,
+          ") and the choices ascending, each once"));
+    }
+    previous = c.index;
+    const int64_t len = static_cast<int64_t>(c.tokens.size());
+    if (len >= spec.max_tokens ||
+        static_cast<int64_t>(spec.prompt.size()) + len >= options.max_model_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "continuation: choice ", c.index, " already has ", len, " tokens, so it is done (",
+          "max_tokens ", spec.max_tokens, ", context ", options.max_model_len,
+          "); leave finished choices out"));
+    }
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      if (c.tokens[i] < 0 || c.tokens[i] >= options.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "continuation: choice ", c.index, " token ", i, " is ", c.tokens[i],
+            ", outside the vocabulary [0, ", options.vocab_size, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& options) {
@@ -67,6 +102,7 @@ absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& op
     return absl::InvalidArgumentError("length_penalty must be finite");
   }
   if (absl::Status s = ValidateLogitsRequest(spec, options.vocab_size); !s.ok()) return s;
+  if (absl::Status s = ValidateContinuation(spec, options); !s.ok()) return s;
   const int32_t width = spec.beam_width > 0 ? spec.beam_width : spec.n;
   if (width > options.max_num_seqs) {
     return absl::InvalidArgumentError(
@@ -183,6 +219,7 @@ void RequestState::FailRunning(const absl::Status& status) {
 
 void RequestState::Lose(LostService service, const absl::Status& cause) {
   if (!loss.has_value()) loss = Loss{service, cause};
+  if (IsFenced(cause) && !fenced.has_value()) fenced = cause;
   LOG(WARNING) << LostServiceName(service) << " call failed: " << cause << "; "
                << running.size() << " running requests go back to the queue to be recomputed";
   // Latest arrival first, each pushed to the front: the queue starts in arrival order.

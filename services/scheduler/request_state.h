@@ -34,6 +34,10 @@ namespace folio::scheduler {
 // InvalidArgument, naming what is wrong, for a request that can never run under
 // `options` (Scheduler::Submit lists the cases); OK otherwise.
 absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& options);
+// The continuation part of ValidateRequest: no beam search, choice indexes ascending in
+// [0, n), each with fewer than max_tokens tokens (and room left in the context), every
+// token in the vocabulary.
+absl::Status ValidateContinuation(const RequestSpec& spec, const SchedulerOptions& options);
 
 // Which process a failed call lost.
 enum class LostService { kWorker, kCache };
@@ -121,6 +125,9 @@ class RequestState {
   // Set by Lose(), cleared by recovery once the processes are set up again: no step runs
   // meanwhile.
   std::optional<Loss> loss;
+  // Set by Lose() when the call was refused because a newer scheduler claimed the replica
+  // (common/scheduler_epoch.h): this one must never step again (Scheduler::Fence).
+  std::optional<absl::Status> fenced;
   SchedulerStats stats;
 
  private:

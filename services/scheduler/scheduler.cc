@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/scheduler_epoch.h"
+#include "common/stream_resume.h"
 #include "glog/logging.h"
 #include "services/scheduler/token_history.h"
 
@@ -39,6 +41,41 @@ Scheduler::Scheduler(const SchedulerOptions& options, CacheClient* cache, Worker
 
 Scheduler::~Scheduler() = default;
 
+namespace {
+
+// The branches a request starts with: one root for a new request; for a continuation,
+// one per unfinished choice with its tokens so far.
+void StartBranches(Request* r) {
+  const std::vector<RequestSpec::ContinuedChoice>& cont = r->spec.continuation;
+  const bool fresh = cont.empty() || (static_cast<int32_t>(cont.size()) == r->spec.n &&
+                                      std::all_of(cont.begin(), cont.end(), [](const auto& c) {
+                                        return c.tokens.empty();
+                                      }));
+  if (fresh) {
+    r->spec.continuation.clear();
+    r->branches.emplace_back();
+    return;
+  }
+  // A continuation starts where a preempted request is recomputed from (request.h): its
+  // root prefills the prompt, the others fork from it there and recompute their own tokens.
+  // Choices the client has no token of yet (the stream broke inside the first tokens'
+  // fan-out) get theirs from the root's n-way draw at the end of the prompt, so the root
+  // is one of them and the request has not fanned out yet.
+  auto empty = std::find_if(cont.begin(), cont.end(), [](const auto& c) { return c.tokens.empty(); });
+  const size_t root = empty == cont.end() ? 0 : static_cast<size_t>(empty - cont.begin());
+  r->fanned_out = empty == cont.end();
+  for (size_t k = 0; k < cont.size(); ++k) {
+    const size_t i = k == 0 ? root : (k <= root ? k - 1 : k);
+    Branch b;
+    b.index = cont[i].index;
+    b.output = cont[i].tokens;
+    r->num_generated += static_cast<int64_t>(b.output.size());
+    r->branches.push_back(std::move(b));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   if (absl::Status s = ValidateRequest(spec, options_); !s.ok()) return s;
   const int64_t total = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
@@ -48,9 +85,13 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   request->sink = std::move(sink);
   request->arrival_time = absl::Now();
   request->max_len = static_cast<int32_t>(total);
-  request->branches.emplace_back();
+  StartBranches(request.get());
   request->finished_beams.set_capacity(std::max(request->spec.beam_width, 1));
   absl::MutexLock lock(&mu_);
+  if (health_.fenced) {
+    return MarkResumable(absl::UnavailableError(
+        "this scheduler was replaced by a newer one (fenced) and takes no requests"));
+  }
   if (num_queued_ >= options_.max_waiting_requests) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the waiting queue is full (", options_.max_waiting_requests,
@@ -101,7 +142,9 @@ bool Scheduler::HasWork() const {
 bool Scheduler::RunOnce() {
   DrainInbox();
   bool did = false;
-  if (recovery_.active()) {
+  if (state_.fenced.has_value()) {
+    did = Fence();
+  } else if (recovery_.active()) {
     did = recovery_.Poll(absl::Now());
   } else if (!state_.running.empty() || !state_.waiting.empty()) {
     did = true;
@@ -112,6 +155,27 @@ bool Scheduler::RunOnce() {
   }
   Publish();
   return did;
+}
+
+bool Scheduler::Fence() {
+  if (state_.running.empty() && state_.waiting.empty() && !state_.loss.has_value()) {
+    return false;
+  }
+  // Resumable: the frontends continue these streams on the scheduler that replaced us.
+  const absl::Status why = MarkResumable(absl::UnavailableError(absl::StrCat(
+      "this scheduler was replaced by a newer one and steps no more (",
+      state_.fenced->message(), ")")));
+  LOG(ERROR) << why.message() << "; ending " << state_.running.size() + state_.waiting.size()
+             << " requests";
+  while (!state_.running.empty()) state_.Finish(state_.running.back(), FinishReason::kError, why);
+  while (!state_.waiting.empty()) state_.Finish(state_.waiting.back(), FinishReason::kError, why);
+  // Nothing goes to the replica any more: it is not ours.
+  state_.loss.reset();
+  state_.pending_frees.clear();
+  state_.pending_commits.clear();
+  state_.pending_forks.clear();
+  state_.pending_copies.clear();
+  return true;
 }
 
 void Scheduler::DrainInbox() {
@@ -146,6 +210,10 @@ void Scheduler::Step() {
       // would only repeat.
       state_.FailRunning(absl::InternalError(
           absl::StrCat("worker step failed: ", output.status().message())));
+      return;
+    }
+    if (IsFenced(output.status())) {  // a newer scheduler holds the replica
+      state_.Lose(LostService::kWorker, output.status());
       return;
     }
     // Any other failure (the process is gone, stopped past the step deadline, or came
@@ -191,7 +259,7 @@ void Scheduler::Publish() {
   state_.stats.num_waiting = static_cast<int32_t>(state_.waiting.size());
   stats_ = state_.stats;
   health_ = LoopHealth{.last_iteration = absl::Now(), .has_work = HasWork(),
-                       .recovering = recovery_.active()};
+                       .recovering = recovery_.active(), .fenced = state_.fenced.has_value()};
   num_queued_ = static_cast<int32_t>(inbox_.size() + state_.waiting.size());
 }
 

@@ -54,6 +54,7 @@ struct LoopHealth {
   absl::Time last_iteration = absl::Now();  // when the loop last finished an iteration
   bool has_work = false;                    // it had requests to step (or to recover)
   bool recovering = false;                  // it waits for a lost process (recovery.h)
+  bool fenced = false;  // a newer scheduler claimed the replica: this one steps no more
 };
 
 class Scheduler {
@@ -92,6 +93,9 @@ class Scheduler {
  private:
   void DrainInbox();
   bool HasWork() const;
+  // Fenced (RequestState::fenced): ends every request UNAVAILABLE, resumable, and drops
+  // whatever was meant for the replica. Returns whether there was anything to end.
+  bool Fence();
   void Step();
   void Publish();
 

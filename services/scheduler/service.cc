@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/stream_resume.h"
 #include "glog/logging.h"
 
 namespace folio::scheduler {
@@ -66,6 +67,15 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
   spec.n = req.n() == 0 ? 1 : req.n();
   spec.beam_width = req.beam_width();
   if (req.has_length_penalty()) spec.length_penalty = req.length_penalty();
+  if (req.has_continuation()) {
+    if (req.continuation().choices().empty()) {
+      return absl::InvalidArgumentError("continuation: it names no unfinished choice");
+    }
+    for (const pb::ContinuedChoice& c : req.continuation().choices()) {
+      spec.continuation.push_back(
+          {.index = c.index(), .tokens = {c.token_ids().begin(), c.token_ids().end()}});
+    }
+  }
   return spec;
 }
 
@@ -74,10 +84,12 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
 // reactor detaches itself in OnDone.
 class GenerateReactor final : public grpc::ServerWriteReactor<pb::ScheduleEvent> {
  public:
-  GenerateReactor(Scheduler* scheduler, const pb::ScheduleRequest& request,
+  GenerateReactor(grpc::CallbackServerContext* ctx, Scheduler* scheduler,
+                  const pb::ScheduleRequest& request,
                   std::chrono::system_clock::time_point deadline)
       : scheduler_(scheduler), state_(std::make_shared<State>()) {
     state_->reactor = this;
+    state_->ctx = ctx;
     state_->request_id = request.request_id();
     absl::StatusOr<RequestSpec> spec = FromProto(request);
     if (!spec.ok()) {
@@ -125,6 +137,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::ScheduleEvent>
     bool done ABSL_GUARDED_BY(mu) = false;  // the final event has arrived
     grpc::Status final_status ABSL_GUARDED_BY(mu);
     std::string request_id;
+    grpc::CallbackServerContext* ctx ABSL_GUARDED_BY(mu) = nullptr;  // while reactor is set
 
     void Push(const RequestEvent& e) {
       absl::MutexLock lock(&mu);
@@ -153,6 +166,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::ScheduleEvent>
         done = true;
         if (e.finish == FinishReason::kError) {
           final_status = ToGrpcStatus(e.error);
+          // This scheduler's final word (common/stream_resume.h): not to be resumed.
+          if (!IsResumable(e.error)) ctx->AddTrailingMetadata(kFinalErrorTrailer, "1");
         } else if (e.finish == FinishReason::kCancelled) {
           final_status = grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
         }
@@ -231,7 +246,7 @@ grpc::ServerWriteReactor<pb::ScheduleEvent>* SchedulerService::Generate(
   if (scheduler == nullptr) {
     return new RejectedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
   }
-  return new GenerateReactor(scheduler, *req, ctx->deadline());
+  return new GenerateReactor(ctx, scheduler, *req, ctx->deadline());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::GetSchedulerStats(

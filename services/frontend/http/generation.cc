@@ -46,13 +46,15 @@ Generation::Generation(std::shared_ptr<const ModelContext> model,
 std::shared_ptr<Generation> Generation::Start(std::shared_ptr<const ModelContext> model,
                                               ipb::Scheduler::Stub* scheduler,
                                               const ValidatedRequest& request, int32_t n,
-                                              Listener listener) {
+                                              ResumeOptions resume, Listener listener) {
   std::shared_ptr<Generation> g(
       new Generation(std::move(model), request, n, std::move(listener)));
   g->self_ = g;
-  scheduler->async()->Generate(&g->ctx_, &g->request_, g.get());
-  g->StartRead(&g->event_);
-  g->StartCall();
+  g->stream_ = ResumableStream::Start(scheduler, g->request_, absl::InfiniteFuture(), resume,
+                                      g.get());
+  g->stream_->Read();
+  // From here on reads come only from OnEvent.
+  g->stream_->Release();
   return g;
 }
 
@@ -69,21 +71,20 @@ bool Generation::all_finished() const {
                      [](const Choice& c) { return c.finished; });
 }
 
-void Generation::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream ended or was cancelled: OnDone follows
+void Generation::OnEvent(const ipb::ScheduleEvent& event) {
   if (all_finished() || !error_.ok()) {
     // Drain what the scheduler still sends so that its stream can end.
-    StartRead(&event_);
+    stream_->Read();
     return;
   }
   Update update;
-  const bool cancel = HandleEvent(&update.deltas);
+  const bool cancel = HandleEvent(event, &update.deltas);
   if (!update.deltas.empty()) listener_(std::move(update));
-  StartRead(&event_);
-  if (cancel) ctx_.TryCancel();
+  stream_->Read();
+  if (cancel) stream_->Cancel();
 }
 
-void Generation::OnDone(const grpc::Status& status) {
+void Generation::OnEnd(const grpc::Status& status) {
   Update last;
   last.done = true;
   last.usage = usage();
@@ -108,21 +109,22 @@ void Generation::OnDone(const grpc::Status& status) {
   std::shared_ptr<Generation> keep = std::move(self_);  // may delete this at scope exit
 }
 
-bool Generation::HandleEvent(std::vector<openai::ChoiceDelta>* deltas) {
-  if (event_.num_prompt_tokens() > 0) num_prompt_tokens_ = event_.num_prompt_tokens();
-  if (event_.num_cached_prompt_tokens() > 0) {
-    num_cached_prompt_tokens_ = event_.num_cached_prompt_tokens();
+bool Generation::HandleEvent(const ipb::ScheduleEvent& event,
+                             std::vector<openai::ChoiceDelta>* deltas) {
+  if (event.num_prompt_tokens() > 0) num_prompt_tokens_ = event.num_prompt_tokens();
+  if (event.num_cached_prompt_tokens() > 0) {
+    num_cached_prompt_tokens_ = event.num_cached_prompt_tokens();
   }
-  if (event_.index() < 0 || event_.index() >= static_cast<int32_t>(choices_.size())) {
-    error_ = absl::InternalError(absl::StrCat("scheduler sent choice index ", event_.index(),
+  if (event.index() < 0 || event.index() >= static_cast<int32_t>(choices_.size())) {
+    error_ = absl::InternalError(absl::StrCat("scheduler sent choice index ", event.index(),
                                               " for a request of ", choices_.size()));
     return true;
   }
-  Choice& choice = choices_[event_.index()];
+  Choice& choice = choices_[event.index()];
   if (choice.finished) return false;  // a stop string already ended it
 
   std::vector<int32_t> ids;
-  for (const ipb::GeneratedToken& t : event_.tokens()) ids.push_back(t.token_id());
+  for (const ipb::GeneratedToken& t : event.tokens()) ids.push_back(t.token_id());
   absl::StatusOr<CompletionText::Delta> delta = choice.text->AddTokens(ids);
   if (!delta.ok()) {
     error_ = absl::InternalError(
@@ -131,10 +133,10 @@ bool Generation::HandleEvent(std::vector<openai::ChoiceDelta>* deltas) {
   }
   const Tokenizer& tokenizer = model_->tokenizer();
   openai::ChoiceDelta out;
-  out.index = event_.index();
+  out.index = event.index();
   out.text = std::move(delta->text);
   for (int i = 0; i < delta->num_tokens_used; ++i) {
-    const ipb::GeneratedToken& t = event_.tokens(i);
+    const ipb::GeneratedToken& t = event.tokens(i);
     openai::TokenOut token;
     token.id = t.token_id();
     token.text = TokenDisplayText(tokenizer, t.token_id());
@@ -152,13 +154,13 @@ bool Generation::HandleEvent(std::vector<openai::ChoiceDelta>* deltas) {
   if (delta->stopped) {
     out.finish_reason = "stop";
     stopped_by_string = true;
-  } else if (event_.finish_reason() == ipb::FINISH_REASON_ERROR) {
+  } else if (event.finish_reason() == ipb::FINISH_REASON_ERROR) {
     error_ = absl::InternalError("scheduler: the request failed (finish reason ERROR)");
     return true;
-  } else if (event_.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
+  } else if (event.finish_reason() != ipb::FINISH_REASON_UNSPECIFIED) {
     CompletionText::Delta rest = choice.text->Finish();
     out.text += rest.text;
-    out.finish_reason = rest.stopped ? "stop" : FinishReasonText(event_.finish_reason());
+    out.finish_reason = rest.stopped ? "stop" : FinishReasonText(event.finish_reason());
   }
   if (!out.finish_reason.empty()) choice.finished = true;
   if (!out.text.empty() || !out.tokens.empty() || !out.finish_reason.empty()) {

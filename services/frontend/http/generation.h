@@ -12,6 +12,9 @@
 // must not block. The last update has done = true and the final status and usage; after
 // it the Generation holds no reference to the listener and the scheduler call is over.
 //
+// A scheduler lost mid-stream is waited for and the request continued on its successor,
+// unseen by the listener (resumable_stream.h).
+//
 // Thread-safe: Cancel() may be called from any thread at any time, before or after the
 // end. The object lives until both the caller's reference and the scheduler call are gone.
 #ifndef FOLIO_SERVICES_FRONTEND_HTTP_GENERATION_H_
@@ -29,11 +32,11 @@
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/completion_text.h"
 #include "services/frontend/http/openai_json.h"
+#include "services/frontend/resumable_stream.h"
 
 namespace folio::frontend {
 
-class Generation final
-    : public grpc::ClientReadReactor<folio::internal::v1::ScheduleEvent> {
+class Generation final : public ResumableStream::Listener {
  public:
   struct Update {
     std::vector<openai::ChoiceDelta> deltas;  // possibly empty on the last update
@@ -48,7 +51,7 @@ class Generation final
   static std::shared_ptr<Generation> Start(std::shared_ptr<const ModelContext> model,
                                            folio::internal::v1::Scheduler::Stub* scheduler,
                                            const ValidatedRequest& request, int32_t n,
-                                           Listener listener);
+                                           ResumeOptions resume, Listener listener);
   ~Generation() override = default;
 
   Generation(const Generation&) = delete;
@@ -58,11 +61,11 @@ class Generation final
   // update follows with CANCELLED unless every choice had already finished.
   void Cancel() {
     cancelled_.store(true);
-    ctx_.TryCancel();
+    stream_->Cancel();
   }
 
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+  void OnEvent(const folio::internal::v1::ScheduleEvent& event) override;
+  void OnEnd(const grpc::Status& status) override;
 
  private:
   Generation(std::shared_ptr<const ModelContext> model, const ValidatedRequest& request,
@@ -73,7 +76,8 @@ class Generation final
   };
   // Turns event_ into deltas. Sets error_ on a bad event. Returns true when the call must
   // be cancelled (a stop string ended the last choice, or the event was bad).
-  bool HandleEvent(std::vector<openai::ChoiceDelta>* deltas);
+  bool HandleEvent(const folio::internal::v1::ScheduleEvent& event,
+                   std::vector<openai::ChoiceDelta>* deltas);
   openai::Usage usage() const;
   bool all_finished() const;
 
@@ -81,11 +85,10 @@ class Generation final
   const bool want_logprobs_;
   const int32_t max_top_logprobs_;
   Listener listener_;
-  std::shared_ptr<Generation> self_;  // held until OnDone
-  grpc::ClientContext ctx_;
+  std::shared_ptr<Generation> self_;  // held until OnEnd
+  std::shared_ptr<ResumableStream> stream_;  // set by Start
   folio::internal::v1::ScheduleRequest request_;
-  folio::internal::v1::ScheduleEvent event_;
-  // Touched only by the reactions, which gRPC runs one at a time.
+  // Touched only by the stream's callbacks, which come one at a time.
   std::vector<Choice> choices_;
   int32_t num_prompt_tokens_ = 0;
   int32_t num_cached_prompt_tokens_ = 0;

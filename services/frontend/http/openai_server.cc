@@ -345,7 +345,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   VLOG(1) << "request " << validated->request_id << ": " << MethodName(endpoint) << ", "
           << validated->prompt_token_ids.size() << " prompt tokens";
   std::shared_ptr<Generation> gen = Generation::Start(
-      model, scheduler_.get(), *validated, r.n,
+      model, scheduler_.get(), *validated, r.n, options_.resume,
       [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); });
   {
     absl::MutexLock lock(&call->mu);

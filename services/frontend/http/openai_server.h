@@ -55,6 +55,7 @@ struct OpenAiServerOptions {
   std::optional<TlsFiles> tls;           // HTTPS (and client certificates with a CA)
   ApiKeys api_keys;                      // none: no authentication
   absl::Duration drain_timeout = absl::Seconds(10);  // Stop() waits this long for requests
+  ResumeOptions resume;  // a stream whose scheduler is lost (resumable_stream.h)
 };
 
 class OpenAiServer {

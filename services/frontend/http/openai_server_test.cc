@@ -30,6 +30,7 @@ class OpenAiServerTest : public FrontendTestEnv {
     if (IsSkipped() || HasFatalFailure()) return;
     OpenAiServerOptions options;
     options.port = 0;
+    options.resume.recovery_timeout = resume_timeout_;  // off unless a test turns it on
     auto server = OpenAiServer::Start(
         options, [this] { return service_->model(); },
         grpc::CreateChannel(fake_->address(), grpc::InsecureChannelCredentials()),
@@ -60,6 +61,13 @@ class OpenAiServerTest : public FrontendTestEnv {
   }
 
   std::unique_ptr<OpenAiServer> http_;
+  absl::Duration resume_timeout_ = absl::ZeroDuration();  // ResumeOptions.recovery_timeout
+};
+
+// With resuming on (the frontend's --recovery_timeout_ms).
+class OpenAiResumeTest : public OpenAiServerTest {
+ protected:
+  OpenAiResumeTest() { resume_timeout_ = absl::Seconds(10); }
 };
 
 TEST_F(OpenAiServerTest, ChoicesFollowTheSchedulerEventIndex) {
@@ -163,6 +171,41 @@ TEST_F(OpenAiServerTest, AClientLeavingCancelsANonStreamedRequest) {
 
 // The scheduler going away mid-request, or ending a stream without finishing it, is an
 // upstream loss: 503 with OpenAI's error object.
+// A scheduler lost mid-stream: the request is continued on the next one, which gets the
+// tokens already streamed; the client sees one response, its usage the whole run's.
+TEST_F(OpenAiResumeTest, ABrokenStreamIsContinuedOnTheNextScheduler) {
+  Script first;
+  first.events = {Event(0, "Hello"), Event(1, "Bye", ipb::FINISH_REASON_STOP),
+                  Event(0, "there")};
+  first.final_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed");
+  Script second;
+  second.events = {Event(0, "world", ipb::FINISH_REASON_LENGTH)};
+  fake_->QueueScript(first);
+  fake_->QueueScript(second);
+  {
+    int status = 0;
+    json r = Post({{"prompt", "Once"}, {"n", 2}, {"max_tokens", 8}}, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    ASSERT_EQ(r["choices"].size(), 2u);
+    EXPECT_EQ(r["choices"][0]["text"], " Hello there world");
+    EXPECT_EQ(r["choices"][1]["text"], " Bye");
+    const int completion = static_cast<int>(Encode("Hello").size() + Encode("there").size() +
+                                            Encode("world").size() + Encode("Bye").size());
+    EXPECT_EQ(r["usage"]["completion_tokens"], completion);
+  }
+  const std::vector<FakeScheduler::CallRecord> calls = fake_->calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_FALSE(calls[0].request.has_continuation());
+  const ipb::Continuation& c = calls[1].request.continuation();
+  ASSERT_EQ(c.choices_size(), 1) << "the finished choice is left out";
+  EXPECT_EQ(c.choices(0).index(), 0);
+  std::vector<int32_t> want = Encode("Hello");
+  for (int32_t t : Encode("there")) want.push_back(t);
+  EXPECT_EQ(std::vector<int32_t>(c.choices(0).token_ids().begin(), c.choices(0).token_ids().end()),
+            want);
+  EXPECT_EQ(calls[1].request.prompt_token_ids_size(), calls[0].request.prompt_token_ids_size());
+}
+
 TEST_F(OpenAiServerTest, UpstreamLossIs503) {
   for (const grpc::Status& end :
        {grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection lost"),

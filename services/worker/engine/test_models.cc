@@ -1,6 +1,7 @@
 #include "services/worker/engine/test_models.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,50 @@ std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int
     all.push_back(out->seqs[0].logits);
   }
   return all;
+}
+
+FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens) {
+  CpuModelRunnerOptions o;
+  o.kv_cache_bytes = 16 << 20;
+  o.num_threads = 2;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);
+  CHECK(r.ok()) << r.status();
+  SequenceStep seq;
+  seq.seq_id = 1;
+  seq.return_logits = true;
+  seq.sampling.temperature = 0.0f;
+  seq.block_table = ScatteredBlocks(static_cast<int32_t>(tokens.size() + 15) / 16, 11);
+  FolioRun run;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    seq.token_ids = {tokens[i]};
+    seq.start_pos = static_cast<int32_t>(i);
+    StepInput step;
+    step.seqs = {seq};
+    absl::StatusOr<StepOutput> out = (*r)->Execute(step);
+    CHECK(out.ok()) << out.status();
+    run.logits.push_back(out->seqs[0].logits);
+    run.argmax.push_back(out->seqs[0].samples[0].token_id);
+  }
+  return run;
+}
+
+float MaxAbs(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+float Top2Margin(const std::vector<float>& v) {
+  float a = -INFINITY, b = -INFINITY;
+  for (float x : v) {
+    if (x > a) {
+      b = a;
+      a = x;
+    } else if (x > b) {
+      b = x;
+    }
+  }
+  return a - b;
 }
 
 }  // namespace folio::worker::testing

@@ -45,6 +45,18 @@ std::string ReadFileOrEmpty(const std::string& path);
 // rows. Two loadings of the same weights (split and whole, say) must give equal rows.
 std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int decode_steps);
 
+// Folio's logits for each token of `tokens` (fed one decode step at a time on a fresh
+// two-thread CPU runner over `w`), and its greedy pick at each.
+struct FolioRun {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> argmax;
+};
+FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens);
+
+// max |v[i]|, and the gap between the two largest values of `v`.
+float MaxAbs(const std::vector<float>& v);
+float Top2Margin(const std::vector<float>& v);
+
 }  // namespace folio::worker::testing
 
 #endif  // FOLIO_SERVICES_WORKER_ENGINE_TEST_MODELS_H_

@@ -14,7 +14,37 @@ constexpr Architecture kArchitectures[] = {
      TensorPresence::kNone},
 };
 
+struct HfClass {
+  const char* hf_class;
+  const char* unit;
+};
+constexpr HfClass kHfClasses[] = {
+    {"LlamaForCausalLM", "llama"},
+    {"MistralForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
+};
+
 }  // namespace
+
+RopeStyle RopeStyleFor(const Architecture& arch, QkLayout layout) {
+  return layout == QkLayout::kGguf ? arch.rope_style : RopeStyle::kNeox;
+}
+
+const Architecture* FindHfArchitecture(absl::string_view hf_class) {
+  for (const HfClass& c : kHfClasses) {
+    if (hf_class == c.hf_class) return FindArchitecture(c.unit);
+  }
+  return nullptr;
+}
+
+std::string SupportedHfArchitectures() {
+  std::string out;
+  for (const HfClass& c : kHfClasses) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "'", c.hf_class, "'");
+  }
+  return out;
+}
 
 const Architecture* FindArchitecture(absl::string_view name) {
   for (const Architecture& a : kArchitectures) {

@@ -35,6 +35,25 @@ const Architecture* FindArchitecture(absl::string_view name);
 // "'llama', 'qwen2', 'qwen3'" for error messages.
 std::string SupportedArchitectures();
 
+// Where a model's Q and K projection rows come from, which decides the RoPE pairing:
+//   kGguf: as llama.cpp's converter wrote them. For "llama" it permuted each head's rows
+//     (convert_hf_to_gguf.py's `permute`) so that adjacent pairs rotate together: the
+//     unit's rope_style (interleaved); the other units were written unpermuted (NEOX).
+//   kHuggingFace: as a Hugging Face checkpoint stores them, unpermuted, for
+//     transformers' `rotate_half`, which turns (i, i + head_dim/2) together: NEOX for
+//     every unit.
+// The one place that maps a file's Q/K layout to the forward pass's RoPE style.
+enum class QkLayout { kGguf, kHuggingFace };
+RopeStyle RopeStyleFor(const Architecture& arch, QkLayout layout);
+
+// The unit for a Hugging Face config.json `architectures` entry (LlamaForCausalLM and
+// MistralForCausalLM -> llama, Qwen2ForCausalLM -> qwen2, Qwen3ForCausalLM -> qwen3),
+// or nullptr.
+const Architecture* FindHfArchitecture(absl::string_view hf_class);
+
+// "'LlamaForCausalLM', ..." for error messages.
+std::string SupportedHfArchitectures();
+
 }  // namespace folio::worker
 
 #endif  // FOLIO_SERVICES_WORKER_MODEL_ARCHITECTURE_H_

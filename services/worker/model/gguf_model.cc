@@ -135,7 +135,7 @@ absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c,
   }
   *arch_out = arch;
   c->architecture = arch->name;
-  c->rope_style = arch->rope_style;
+  c->rope_style = RopeStyleFor(*arch, QkLayout::kGguf);
   const std::string k = absl::StrCat(arch->name, ".");
   if (f.FindValue("general.name") != nullptr) {
     ASSIGN_OR_RETURN(absl::string_view name, r.String("general.name"));

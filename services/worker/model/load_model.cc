@@ -1,12 +1,14 @@
 #include "services/worker/model/load_model.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "services/worker/model/gguf.h"
 #include "services/worker/model/gguf_model.h"
+#include "services/worker/model/hf_model.h"
 #include "services/worker/model/llama2c_loader.h"
 
 namespace folio::worker {
@@ -18,6 +20,12 @@ constexpr uint32_t kLlama2cVersionedMagic = 0x616b3432;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path) {
+  if (IsHfCheckpointDir(path)) return LoadHfModel(path);
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": a folder without config.json (a Hugging Face checkpoint folder needs "
+              "config.json, model.safetensors or its index, and tokenizer.json)"));
+  }
   std::ifstream in(path, std::ios::binary);
   uint32_t magic = 0;
   // A file too short for a magic falls through to the llama2.c loader, which reports

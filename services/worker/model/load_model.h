@@ -1,6 +1,7 @@
 // LoadModel: the single entry point the worker uses to load a model file.
 //
-// Dispatches on the file's first bytes: "GGUF" -> GGUF v2/v3 (llama, qwen2, qwen3,
+// A folder with a config.json is a Hugging Face checkpoint (hf_model.h: safetensors
+// weights, tokenizer.json). Otherwise dispatches on the file's first bytes: "GGUF" -> GGUF v2/v3 (llama, qwen2, qwen3,
 // gguf_model.h); anything else -> llama2.c legacy v0 checkpoint (llama2c_loader.h),
 // whose tokenizer is tok<vocab>.bin or tokenizer.bin in the same folder. The returned
 // weights own the memory mapping that backs every TensorView. Safe to call from any

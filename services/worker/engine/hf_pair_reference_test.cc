@@ -1,0 +1,188 @@
+// Folio serving a Hugging Face checkpoint folder, judged by llama.cpp on a GGUF of the same
+// weights. No Hugging Face runtime is installable here (Debian has no transformers, and
+// llama.cpp's converter needs torch and transformers), so each case pairs:
+//   - the folder, written by folio-make-model's writer (random_hf_model.h: transformers'
+//     tensor names and unpermuted Q/K rows, config.json, a byte-level tokenizer.json), one
+//     of LlamaForCausalLM (Llama 3.1 rope_scaling, tied), MistralForCausalLM (GQA 4:1),
+//     Qwen2ForCausalLM (Q/K/V biases, tied), Qwen3ForCausalLM (Q/K norms, head_dim !=
+//     hidden / heads); BF16 or F16; one model.safetensors or three shards and the index;
+//   - its GGUF twin, written from the folder's files by tools/make_model/hf_to_gguf.py
+//     with gguf-py from the reference bundle, Q/K permuted as llama.cpp's converter's
+//     `permute` does (not by Folio's writer, so Folio does not judge Folio).
+// Folio loads the folder (LoadModel(dir)); llama.cpp loads the GGUF.
+//
+// Logits: for a fixed 48-token prompt, Folio's logits at every position are within
+// Tolerance(dtype) * max|logit| of llama.cpp's. Greedy: llama.cpp's 16-token greedy
+// continuation is fed to Folio; at every position where llama.cpp's top-2 margin exceeds
+// the tolerance (at least 12 of 16 must), Folio's argmax is llama.cpp's token.
+//
+// Tolerances: llama.cpp's CPU path rounds the activations to the weight type before each
+// product (f16: 11 mantissa bits; bf16: 8), Folio multiplies in f32 (see
+// llama_logits_test.cc). F16 uses the F16 limit of llama_logits_test (1e-3); BF16's
+// coarser activations get 4e-3. FOLIO_LOGITS_TOL overrides both; the worst ratio is logged.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "services/worker/engine/test_models.h"
+#include "services/worker/model/load_model.h"
+#include "services/worker/model/random_hf_model.h"
+#include "tests/reference/llama_ref.h"
+
+namespace folio::worker {
+namespace {
+
+namespace ref = folio::reference;
+
+constexpr int kPrompt = 48;
+constexpr int kGreedy = 16;
+
+RandomHfOptions Options(const std::string& hf_class) {
+  RandomHfOptions o;
+  o.hf_class = hf_class;
+  o.dim = 128;
+  o.hidden_dim = 256;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.vocab_size = 512;  // the tokenizer's ~470 pieces, padded
+  o.context_length = 256;
+  o.embedding_std = 0.2f;  // spread logits: most greedy positions decisive
+  o.seed = 29;
+  o.bos_token = "<|begin_of_text|>";
+  o.eos_token = "<|eot_id|>";
+  if (hf_class == "LlamaForCausalLM") {
+    o.rope_theta = 500000.0f;
+    o.tied_embeddings = true;
+    o.rope_scaling_json = R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64})";
+  } else if (hf_class == "MistralForCausalLM") {
+    o.num_heads = 8;
+    o.num_kv_heads = 2;
+    o.rope_theta = 1000000.0f;
+  } else if (hf_class == "Qwen2ForCausalLM") {
+    o.rope_theta = 1000000.0f;
+    o.rms_norm_eps = 1e-6f;
+    o.tied_embeddings = true;
+  } else {
+    o.head_dim = 64;  // q_dim 256 over hidden 128
+    o.rope_theta = 1000000.0f;
+    o.rms_norm_eps = 1e-6f;
+  }
+  return o;
+}
+
+float Tolerance(DType dtype) {
+  if (const char* t = std::getenv("FOLIO_LOGITS_TOL"); t != nullptr) return std::atof(t);
+  return dtype == DType::kF16 ? 1e-3f : 4e-3f;
+}
+
+std::string RunCommand(const std::string& cmd, int* status) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  if (p == nullptr) {
+    *status = -1;
+    return out;
+  }
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  *status = pclose(p);
+  return out;
+}
+
+using Param = std::tuple<const char*, DType, int>;  // class, dtype, shards
+
+class HfPairTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(HfPairTest, FolioOnTheFolderEqualsLlamaCppOnTheGguf) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  const auto [hf_class, dtype, shards] = GetParam();
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
+                           absl::StrCat("folio-hf-pair-", ::getpid(), "-", hf_class, "-",
+                                        DTypeName(dtype), "-", shards))
+                              .string();
+  std::filesystem::remove_all(dir);
+  RandomHfOptions o = Options(hf_class);
+  o.dtype = dtype;
+  o.num_shards = shards;
+  ASSERT_TRUE(WriteRandomHfCheckpoint(o, dir).ok());
+  const std::string gguf = dir + ".gguf";
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  int status = 0;
+  const std::string out = RunCommand(
+      absl::StrCat("PYTHONPATH='", ref::LlamaCppSourceDir(), "/gguf-py' ", python, " '",
+                   FOLIO_HF_TO_GGUF, "' '", dir, "' '", gguf, "' 2>&1"),
+      &status);
+  ASSERT_EQ(status, 0) << out;
+
+  absl::StatusOr<std::unique_ptr<ModelWeights>> folio = LoadModel(dir);
+  ASSERT_TRUE(folio.ok()) << folio.status();
+  EXPECT_EQ((*folio)->config.stored_type, dtype == DType::kF16 ? "F16" : "BF16");
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(gguf, ref::LlamaModelOptions{.n_ctx = 256});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  ASSERT_EQ((*llama)->n_vocab(), (*folio)->config.vocab_size);
+  const float tol = Tolerance(dtype);
+
+  std::vector<int32_t> prompt = {(*folio)->vocab.bos_id};
+  for (int i = 1; i < kPrompt; ++i) prompt.push_back((i * 7919 + 13) % 400);
+  absl::StatusOr<std::vector<int32_t>> cont = (*llama)->Greedy(prompt, kGreedy);
+  ASSERT_TRUE(cont.ok()) << cont.status();
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), cont->begin(), cont->end());
+  absl::StatusOr<std::vector<std::vector<float>>> want = (*llama)->Logits(all);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const testing::FolioRun got = testing::RunFolio(**folio, all);
+
+  float worst = 0;
+  for (int i = 0; i < kPrompt; ++i) {
+    const std::vector<float>& w = (*want)[i];
+    const std::vector<float>& g = got.logits[i];
+    ASSERT_EQ(g.size(), w.size());
+    const float scale = testing::MaxAbs(w);
+    float diff = 0;
+    for (size_t v = 0; v < w.size(); ++v) diff = std::max(diff, std::abs(g[v] - w[v]));
+    worst = std::max(worst, diff / scale);
+    EXPECT_LE(diff, tol * scale) << "position " << i << ": max |logit diff| " << diff
+                                 << ", max |logit| " << scale;
+  }
+  int decisive = 0, agree = 0;
+  for (int i = 0; i < kGreedy; ++i) {
+    const int pos = kPrompt - 1 + i;  // the position whose logits pick (*cont)[i]
+    const std::vector<float>& w = (*want)[pos];
+    if (testing::Top2Margin(w) <= tol * testing::MaxAbs(w)) continue;
+    ++decisive;
+    agree += got.argmax[pos] == (*cont)[i];
+    EXPECT_EQ(got.argmax[pos], (*cont)[i]) << "greedy token " << i;
+  }
+  EXPECT_GE(decisive, 12) << "the model is too flat: only " << decisive << " of " << kGreedy
+                          << " greedy positions are decisive";
+  LOG(INFO) << hf_class << " " << DTypeName(dtype) << " shards " << shards
+            << ": worst |logit diff| / max|logit| = " << worst << " (tolerance " << tol
+            << "), greedy " << agree << "/" << decisive << " decisive positions agree";
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(gguf);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, HfPairTest,
+    ::testing::Combine(::testing::Values("LlamaForCausalLM", "MistralForCausalLM",
+                                         "Qwen2ForCausalLM", "Qwen3ForCausalLM"),
+                       ::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(1, 3)),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return absl::StrCat(std::get<0>(info.param), "_", DTypeName(std::get<1>(info.param)), "_",
+                          std::get<2>(info.param) == 1 ? "single" : "sharded");
+    });
+
+}  // namespace
+}  // namespace folio::worker

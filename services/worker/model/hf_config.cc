@@ -1,0 +1,294 @@
+#include "services/worker/model/hf_config.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+
+namespace folio::worker {
+namespace {
+
+using nlohmann::json;
+
+#define HF_ASSIGN_OR_RETURN_IMPL(var, tmp, expr) \
+  auto tmp = (expr);                             \
+  if (!tmp.ok()) return tmp.status();            \
+  var = *std::move(tmp)
+#define HF_CONCAT_INNER(a, b) a##b
+#define HF_CONCAT(a, b) HF_CONCAT_INNER(a, b)
+#define HF_ASSIGN_OR_RETURN(var, expr) \
+  HF_ASSIGN_OR_RETURN_IMPL(var, HF_CONCAT(hf_status_or_, __LINE__), expr)
+
+std::string Brief(const json& v) {
+  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+// Typed access to one JSON object's keys; errors name the file and the key (with
+// `prefix`, e.g. "rope_scaling.").
+class Keys {
+ public:
+  Keys(const json& obj, absl::string_view file, std::string prefix = "")
+      : obj_(obj), file_(file), prefix_(std::move(prefix)) {}
+
+  absl::Status Error(absl::string_view key, absl::string_view what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, ": key '", prefix_, key, "': ", what));
+  }
+  absl::Status Unsupported(absl::string_view key, absl::string_view what) const {
+    return absl::UnimplementedError(absl::StrCat(file_, ": key '", prefix_, key, "': ", what));
+  }
+
+  // The value, or nullptr when absent or null.
+  const json* Find(absl::string_view key) const {
+    const auto it = obj_.find(std::string(key));
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  // A positive int32; `fallback` when absent (nullptr: required).
+  absl::StatusOr<int32_t> PositiveInt(absl::string_view key, const int32_t* fallback) const {
+    const json* v = Find(key);
+    if (v == nullptr) {
+      if (fallback != nullptr) return *fallback;
+      return Error(key, "missing");
+    }
+    if (!v->is_number_integer()) return Error(key, absl::StrCat(Brief(*v), " is not an integer"));
+    const int64_t n = v->get<int64_t>();
+    if (n <= 0 || n > std::numeric_limits<int32_t>::max()) {
+      return Error(key, absl::StrCat(n, " is not a positive int32"));
+    }
+    return static_cast<int32_t>(n);
+  }
+
+  // A positive finite float; `fallback` when absent (nullptr: required).
+  absl::StatusOr<float> PositiveFloat(absl::string_view key, const float* fallback) const {
+    const json* v = Find(key);
+    if (v == nullptr) {
+      if (fallback != nullptr) return *fallback;
+      return Error(key, "missing");
+    }
+    if (!v->is_number()) return Error(key, absl::StrCat(Brief(*v), " is not a number"));
+    const double d = v->get<double>();
+    if (!(d > 0) || d > std::numeric_limits<float>::max()) {
+      return Error(key, absl::StrCat(d, " is not a positive float"));
+    }
+    return static_cast<float>(d);
+  }
+
+  absl::StatusOr<bool> Bool(absl::string_view key, bool fallback) const {
+    const json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return Error(key, absl::StrCat(Brief(*v), " is not true or false"));
+    return v->get<bool>();
+  }
+
+  absl::StatusOr<std::string> String(absl::string_view key, absl::string_view fallback) const {
+    const json* v = Find(key);
+    if (v == nullptr) return std::string(fallback);
+    if (!v->is_string()) return Error(key, absl::StrCat(Brief(*v), " is not a string"));
+    return v->get<std::string>();
+  }
+
+ private:
+  const json& obj_;
+  const absl::string_view file_;
+  const std::string prefix_;
+};
+
+absl::Status ReadRopeScaling(const Keys& top, absl::string_view file, HfConfig* out) {
+  const json* scaling = top.Find("rope_scaling");
+  if (scaling == nullptr) return absl::OkStatus();
+  if (!scaling->is_object()) {
+    return top.Error("rope_scaling", absl::StrCat(Brief(*scaling), " is not an object"));
+  }
+  ModelConfig& c = out->config;
+  const Keys k(*scaling, file, "rope_scaling.");
+  // rope_type, or its older name type.
+  const char* type_key = k.Find("rope_type") != nullptr ? "rope_type" : "type";
+  HF_ASSIGN_OR_RETURN(std::string type, k.String(type_key, "default"));
+  if (type == "default") return absl::OkStatus();
+  if (type == "linear") {
+    const float none = 0.0f;
+    HF_ASSIGN_OR_RETURN(float factor, k.PositiveFloat("factor", &none));
+    if (factor == 0.0f) return k.Error("factor", "missing (linear scaling needs it)");
+    c.rope_freq_scale = 1.0f / factor;
+    return absl::OkStatus();
+  }
+  if (type == "llama3") {
+    // The converter's defaults.
+    const float d_factor = 8.0f, d_low = 1.0f, d_high = 4.0f, d_original = 8192.0f;
+    HF_ASSIGN_OR_RETURN(float factor, k.PositiveFloat("factor", &d_factor));
+    HF_ASSIGN_OR_RETURN(float low, k.PositiveFloat("low_freq_factor", &d_low));
+    HF_ASSIGN_OR_RETURN(float high, k.PositiveFloat("high_freq_factor", &d_high));
+    HF_ASSIGN_OR_RETURN(float original,
+                        k.PositiveFloat("original_max_position_embeddings", &d_original));
+    if (!(high > low)) {
+      return k.Error("high_freq_factor", absl::StrCat(high, " is not above low_freq_factor ", low));
+    }
+    if (original != std::floor(original) || original > 1e9f) {
+      return k.Error("original_max_position_embeddings",
+                     absl::StrCat(original, " is not a positive integer"));
+    }
+    out->rope_freqs = Llama3RopeFreqFactors(c.head_dim, c.rope_theta, factor, low, high,
+                                            static_cast<int32_t>(original));
+    c.rope_freq_factors = true;
+    return absl::OkStatus();
+  }
+  return k.Unsupported(type_key, absl::StrCat("'", type, "' is not supported (supported: "
+                                              "'default', 'linear', 'llama3')"));
+}
+
+// The sliding window, honoured by capping the context (see the header).
+absl::Status ReadSlidingWindow(const Keys& k, const json& root, absl::string_view file,
+                               HfConfig* out) {
+  ModelConfig& c = out->config;
+  const json* window = k.Find("sliding_window");
+  if (window == nullptr) return absl::OkStatus();
+  if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
+    return k.Error("sliding_window", absl::StrCat(Brief(*window), " is not a positive integer"));
+  }
+  bool active = true;
+  if (root.contains("use_sliding_window")) {  // Qwen2/Qwen3
+    HF_ASSIGN_OR_RETURN(active, k.Bool("use_sliding_window", false));
+    if (active) {
+      const int32_t all = c.num_layers;
+      HF_ASSIGN_OR_RETURN(int32_t first, k.PositiveInt("max_window_layers", &all));
+      active = first < c.num_layers;
+    }
+  }
+  const int64_t w = window->get<int64_t>();
+  if (active && w < c.max_seq_len) {
+    LOG(WARNING) << file << ": sliding_window " << w << " is narrower than "
+                 << "max_position_embeddings " << c.max_seq_len
+                 << "; Folio has no sliding-window attention, so the context is capped at "
+                 << w << " tokens, within which it equals full attention";
+    c.max_seq_len = static_cast<int32_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<float> Llama3RopeFreqFactors(int32_t head_dim, float theta, float factor,
+                                         float low_freq_factor, float high_freq_factor,
+                                         int32_t original_context) {
+  // In float, as the converter's torch.float32 tensors compute it.
+  const float low_wavelen = static_cast<float>(original_context) / low_freq_factor;
+  const float high_wavelen = static_cast<float>(original_context) / high_freq_factor;
+  std::vector<float> out;
+  for (int32_t i = 0; i < head_dim; i += 2) {
+    const float freq = 1.0f / std::pow(theta, static_cast<float>(i) / head_dim);
+    const float wavelen = static_cast<float>(2 * M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(factor);
+    } else {
+      const float smooth = (original_context / wavelen - low_freq_factor) /
+                           (high_freq_factor - low_freq_factor);
+      out.push_back(1.0f / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json_text, absl::string_view name) {
+  const json root = json::parse(json_text.begin(), json_text.end(), nullptr,
+                                /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": not valid JSON"));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", Brief(root), " is not a JSON object"));
+  }
+  const Keys k(root, name);
+  HfConfig out;
+  ModelConfig& c = out.config;
+
+  const json* archs = k.Find("architectures");
+  if (archs == nullptr) return k.Error("architectures", "missing");
+  if (!archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string()) {
+    return k.Error("architectures", absl::StrCat(Brief(*archs), " is not a list of one class name"));
+  }
+  const std::string hf_class = (*archs)[0].get<std::string>();
+  out.arch = FindHfArchitecture(hf_class);
+  if (out.arch == nullptr) {
+    return k.Unsupported("architectures", absl::StrCat("'", hf_class, "' is not supported (supported: ",
+                                                       SupportedHfArchitectures(), ")"));
+  }
+  c.architecture = out.arch->name;
+  c.rope_style = RopeStyleFor(*out.arch, QkLayout::kHuggingFace);
+  HF_ASSIGN_OR_RETURN(c.name, k.String("_name_or_path", ""));
+  if (c.name.empty()) c.name = hf_class;
+
+  HF_ASSIGN_OR_RETURN(c.dim, k.PositiveInt("hidden_size", nullptr));
+  HF_ASSIGN_OR_RETURN(c.hidden_dim, k.PositiveInt("intermediate_size", nullptr));
+  HF_ASSIGN_OR_RETURN(c.num_layers, k.PositiveInt("num_hidden_layers", nullptr));
+  HF_ASSIGN_OR_RETURN(c.num_heads, k.PositiveInt("num_attention_heads", nullptr));
+  HF_ASSIGN_OR_RETURN(c.num_kv_heads, k.PositiveInt("num_key_value_heads", &c.num_heads));
+  HF_ASSIGN_OR_RETURN(c.vocab_size, k.PositiveInt("vocab_size", nullptr));
+  HF_ASSIGN_OR_RETURN(c.max_seq_len, k.PositiveInt("max_position_embeddings", nullptr));
+  if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
+    return k.Error("num_key_value_heads",
+                   absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads ",
+                                c.num_heads));
+  }
+  if (k.Find("head_dim") == nullptr && c.dim % c.num_heads != 0) {
+    return k.Error("head_dim", absl::StrCat("absent, and hidden_size ", c.dim,
+                                            " is not a multiple of num_attention_heads ",
+                                            c.num_heads));
+  }
+  const int32_t default_head_dim = c.dim / c.num_heads;
+  HF_ASSIGN_OR_RETURN(c.head_dim, k.PositiveInt("head_dim", &default_head_dim));
+  if (c.head_dim % 2 != 0) {
+    return k.Error("head_dim", absl::StrCat(c.head_dim, " is odd (RoPE turns pairs)"));
+  }
+  const float default_eps = 1e-6f;  // transformers' LlamaConfig/Qwen2Config default
+  HF_ASSIGN_OR_RETURN(c.rms_norm_eps, k.PositiveFloat("rms_norm_eps", &default_eps));
+  const float default_theta = 10000.0f;
+  HF_ASSIGN_OR_RETURN(c.rope_theta, k.PositiveFloat("rope_theta", &default_theta));
+  HF_ASSIGN_OR_RETURN(c.tied_embeddings, k.Bool("tie_word_embeddings", false));
+
+  HF_ASSIGN_OR_RETURN(std::string act, k.String("hidden_act", "silu"));
+  if (act != "silu") {
+    return k.Unsupported("hidden_act", absl::StrCat("'", act, "' is not supported (only 'silu')"));
+  }
+  HF_ASSIGN_OR_RETURN(bool attention_bias, k.Bool("attention_bias", false));
+  if (attention_bias) {
+    // Llama's attention_bias adds biases to Q, K, V and O; Folio has no O bias.
+    return k.Unsupported("attention_bias", "true is not supported (no output-projection bias)");
+  }
+  HF_ASSIGN_OR_RETURN(bool mlp_bias, k.Bool("mlp_bias", false));
+  if (mlp_bias) return k.Unsupported("mlp_bias", "true is not supported (no MLP biases)");
+  if (const json* p = k.Find("partial_rotary_factor"); p != nullptr) {
+    if (!p->is_number() || p->get<double>() != 1.0) {
+      return k.Unsupported("partial_rotary_factor",
+                           absl::StrCat(Brief(*p), " is not supported (only 1)"));
+    }
+  }
+
+  // torch_dtype, or dtype in newer transformers.
+  const char* dtype_key = k.Find("torch_dtype") != nullptr ? "torch_dtype" : "dtype";
+  HF_ASSIGN_OR_RETURN(std::string dtype, k.String(dtype_key, "bfloat16"));
+  if (dtype == "bfloat16") {
+    out.torch_dtype = DType::kBF16;
+  } else if (dtype == "float16") {
+    out.torch_dtype = DType::kF16;
+  } else if (dtype == "float32") {
+    out.torch_dtype = DType::kF32;
+  } else {
+    return k.Unsupported(dtype_key, absl::StrCat("'", dtype,
+                                                 "' is not supported (bfloat16, float16, float32)"));
+  }
+  if (absl::Status s = ReadRopeScaling(k, name, &out); !s.ok()) return s;
+  if (absl::Status s = ReadSlidingWindow(k, root, name, &out); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace folio::worker

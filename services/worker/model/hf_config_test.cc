@@ -1,0 +1,213 @@
+#include "services/worker/model/hf_config.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_replace.h"
+
+namespace folio::worker {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// meta-llama/Llama-3.1-8B-Instruct's config.json.
+constexpr char kLlama31[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+  "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+// Qwen/Qwen3-0.6B's config.json.
+constexpr char kQwen3[] = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+  "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+// mistralai/Mistral-7B-v0.1's config.json.
+constexpr char kMistral01[] = R"({
+  "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
+  "use_cache": true, "vocab_size": 32000})";
+
+// Qwen/Qwen2.5-0.5B-Instruct's config.json.
+constexpr char kQwen25[] = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+  "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 21,
+  "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+  "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.1", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+TEST(HfConfigTest, Llama31) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kLlama31, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const ModelConfig& c = hf->config;
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.dim, 4096);
+  EXPECT_EQ(c.hidden_dim, 14336);
+  EXPECT_EQ(c.num_layers, 32);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.max_seq_len, 131072);
+  EXPECT_FLOAT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_EQ(hf->torch_dtype, DType::kBF16);
+  // Hugging Face Q/K rows are unpermuted: rotate_half pairs (i, i + d/2), NEOX.
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_TRUE(c.rope_freq_factors);
+  ASSERT_EQ(hf->rope_freqs.size(), 64u);
+  // The converter's factors (numpy float32 run of its formula): 29 ones, 29 eights, and
+  // these six between.
+  const double between[] = {1.2074839660893077, 1.5534145675928248, 2.0263131368975973,
+                            2.694530009284027,  3.684253000084566,  5.257326787751527};
+  for (int i = 0; i < 29; ++i) EXPECT_EQ(hf->rope_freqs[i], 1.0f) << i;
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(hf->rope_freqs[29 + i], between[i], 1e-5) << i;
+  for (int i = 35; i < 64; ++i) EXPECT_EQ(hf->rope_freqs[i], 8.0f) << i;
+}
+
+TEST(HfConfigTest, Qwen3HeadDimTiedAndNoWindow) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kQwen3, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const ModelConfig& c = hf->config;
+  EXPECT_EQ(c.architecture, "qwen3");
+  EXPECT_EQ(c.head_dim, 128);  // not 1024 / 16
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.max_seq_len, 40960);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-6f);
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_FALSE(c.rope_freq_factors);
+}
+
+TEST(HfConfigTest, MistralSlidingWindowCapsTheContext) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kMistral01, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.architecture, "llama");
+  EXPECT_EQ(hf->config.max_seq_len, 4096) << "the window is honoured, not ignored";
+  // Mistral v0.2+: sliding_window null, the full context.
+  hf = ParseHfConfig(absl::StrReplaceAll(kMistral01, {{"\"sliding_window\": 4096", "\"sliding_window\": null"}}),
+                     "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.max_seq_len, 32768);
+}
+
+TEST(HfConfigTest, QwenSlidingWindowOnlyWhenEnabled) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kQwen25, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.architecture, "qwen2");
+  EXPECT_EQ(hf->config.head_dim, 64);
+  EXPECT_EQ(hf->config.max_seq_len, 32768);
+  const std::string on = absl::StrReplaceAll(
+      kQwen25, {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
+                {"\"sliding_window\": 32768", "\"sliding_window\": 4096"}});
+  hf = ParseHfConfig(on, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.max_seq_len, 4096);
+  // Enabled, but max_window_layers covers every layer: no layer slides.
+  hf = ParseHfConfig(absl::StrReplaceAll(on, {{"\"max_window_layers\": 21", "\"max_window_layers\": 24"}}),
+                     "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.max_seq_len, 32768);
+}
+
+TEST(HfConfigTest, LinearRopeScaling) {
+  const std::string linear = absl::StrReplaceAll(
+      kQwen3, {{"\"rope_scaling\": null", R"("rope_scaling": {"type": "linear", "factor": 4.0})"}});
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(linear, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FLOAT_EQ(hf->config.rope_freq_scale, 0.25f);
+  EXPECT_FALSE(hf->config.rope_freq_factors);
+}
+
+TEST(HfConfigTest, TorchDtypeAndItsNewerName) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(
+      absl::StrReplaceAll(kQwen3, {{"\"torch_dtype\": \"bfloat16\"", "\"dtype\": \"float16\""}}),
+      "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->torch_dtype, DType::kF16);
+}
+
+struct Refusal {
+  const char* name;
+  std::string json;
+  absl::StatusCode code;
+  std::vector<std::string> parts;
+};
+
+class HfConfigRefusalTest : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(HfConfigRefusalTest, NamesTheFileAndTheKey) {
+  const Refusal& r = GetParam();
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(r.json, "/m/config.json");
+  ASSERT_FALSE(hf.ok());
+  EXPECT_EQ(hf.status().code(), r.code) << hf.status();
+  EXPECT_THAT(std::string(hf.status().message()), HasSubstr("/m/config.json"));
+  for (const std::string& p : r.parts) EXPECT_THAT(std::string(hf.status().message()), HasSubstr(p));
+}
+
+std::string Qwen3With(const std::string& from, const std::string& to) {
+  return absl::StrReplaceAll(kQwen3, {{from, to}});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, HfConfigRefusalTest,
+    ::testing::Values(
+        Refusal{"UnknownArchitecture", Qwen3With("Qwen3ForCausalLM", "GemmaForCausalLM"),
+                absl::StatusCode::kUnimplemented,
+                {"key 'architectures'", "'GemmaForCausalLM'", "LlamaForCausalLM"}},
+        Refusal{"Yarn",
+                Qwen3With("\"rope_scaling\": null",
+                          R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"),
+                absl::StatusCode::kUnimplemented, {"key 'rope_scaling.rope_type'", "'yarn'"}},
+        Refusal{"Dynamic",
+                Qwen3With("\"rope_scaling\": null",
+                          R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"),
+                absl::StatusCode::kUnimplemented, {"key 'rope_scaling.type'", "'dynamic'"}},
+        Refusal{"LinearWithoutFactor",
+                Qwen3With("\"rope_scaling\": null", R"("rope_scaling": {"rope_type": "linear"})"),
+                absl::StatusCode::kInvalidArgument, {"key 'rope_scaling.factor'"}},
+        Refusal{"Float8", Qwen3With("\"bfloat16\"", "\"float8_e4m3fn\""),
+                absl::StatusCode::kUnimplemented, {"key 'torch_dtype'", "float8_e4m3fn"}},
+        Refusal{"MissingHiddenSize", Qwen3With("\"hidden_size\": 1024,", ""),
+                absl::StatusCode::kInvalidArgument, {"key 'hidden_size'", "missing"}},
+        Refusal{"StringLayers", Qwen3With("\"num_hidden_layers\": 28", "\"num_hidden_layers\": \"28\""),
+                absl::StatusCode::kInvalidArgument, {"key 'num_hidden_layers'", "not an integer"}},
+        Refusal{"KvHeadsDoNotDivide", Qwen3With("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 6"),
+                absl::StatusCode::kInvalidArgument, {"key 'num_key_value_heads'"}},
+        Refusal{"Gelu", Qwen3With("\"silu\"", "\"gelu\""), absl::StatusCode::kUnimplemented,
+                {"key 'hidden_act'"}},
+        Refusal{"AttentionBias", Qwen3With("\"attention_bias\": false", "\"attention_bias\": true"),
+                absl::StatusCode::kUnimplemented, {"key 'attention_bias'"}},
+        Refusal{"NegativeWindow", Qwen3With("\"sliding_window\": null", "\"sliding_window\": -1"),
+                absl::StatusCode::kInvalidArgument, {"key 'sliding_window'"}},
+        Refusal{"NotJson", "{", absl::StatusCode::kInvalidArgument, {"not valid JSON"}},
+        Refusal{"TwoArchitectures",
+                Qwen3With("[\"Qwen3ForCausalLM\"]", "[\"Qwen3ForCausalLM\", \"X\"]"),
+                absl::StatusCode::kInvalidArgument, {"key 'architectures'"}}),
+    [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace folio::worker

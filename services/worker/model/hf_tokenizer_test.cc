@@ -1,0 +1,223 @@
+#include "services/worker/model/hf_tokenizer.h"
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "glog/logging.h"
+#include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "services/worker/model/random_hf_model.h"
+
+namespace folio::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+// A tokenizer over `v`, whose EOS (tokenizer.json names none) is its last token.
+Tokenizer MakeTokenizer(Vocab v) {
+  if (v.eos_id < 0) v.eos_id = v.size() - 1;
+  absl::StatusOr<Tokenizer> t = Tokenizer::Create(v);
+  CHECK(t.ok()) << t.status();
+  return *std::move(t);
+}
+
+TEST(HfTokenizerTest, ByteLevelTokenizerJsonEncodesAndDecodes) {
+  absl::StatusOr<Vocab> v = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "tokenizer.json");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->kind, TokenizerKind::kByteLevelBpe);
+  EXPECT_EQ(v->pre_tokenizer, "llama3");
+  EXPECT_TRUE(v->ignore_merges);
+  EXPECT_TRUE(v->add_bos);
+  EXPECT_EQ(v->pieces[v->bos_id], "<|begin_of_text|>");
+  EXPECT_EQ(v->types[v->bos_id], TokenType::kControl);
+  EXPECT_EQ(v->normalizer, "");
+  const Tokenizer t = MakeTokenizer(*v);
+  absl::StatusOr<std::vector<int32_t>> ids =
+      t.Encode("hello world<|eot_id|>", AddBos::kVocabDefault, ParseSpecial::kYes);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), 4u);  // BOS, "hello", " world", <|eot_id|>
+  EXPECT_EQ(v->pieces[(*ids)[1]], "hello");
+  EXPECT_EQ(v->pieces[(*ids)[2]], "\xc4\xa0world");  // "Ġworld"
+  EXPECT_EQ(v->pieces[(*ids)[3]], "<|eot_id|>");
+  const std::vector<int32_t> words = {(*ids)[1], (*ids)[2]};
+  EXPECT_EQ(*t.Decode(words), "hello world");
+}
+
+// A tokenizer.json edited by `edit`, then parsed.
+absl::StatusOr<Vocab> Edited(const std::function<void(json&)>& edit) {
+  json j = json::parse(MakeByteLevelTokenizerJson());
+  edit(j);
+  return ParseHfTokenizerJson(j.dump(), "/m/tokenizer.json");
+}
+
+TEST(HfTokenizerTest, AddedTokensSpecialUserDefinedLstripRstrip) {
+  absl::StatusOr<Vocab> v = Edited([](json& j) {
+    const int32_t next = j["added_tokens"].back()["id"].get<int32_t>() + 1;
+    j["added_tokens"].push_back({{"id", next}, {"content", "<think>"}, {"special", false},
+                                 {"lstrip", false}, {"rstrip", true}, {"normalized", false},
+                                 {"single_word", false}});
+    j["added_tokens"].push_back({{"id", next + 1}, {"content", "[MASK]"}, {"special", true},
+                                 {"lstrip", true}, {"rstrip", false}, {"normalized", true},
+                                 {"single_word", false}});
+  });
+  ASSERT_TRUE(v.ok()) << v.status();
+  const int32_t think = v->size() - 2, mask = v->size() - 1;
+  EXPECT_EQ(v->types[think], TokenType::kUserDefined);
+  EXPECT_EQ(v->types[mask], TokenType::kControl);
+  EXPECT_EQ(v->rstrip_ids, std::vector<int32_t>{think});
+  EXPECT_EQ(v->lstrip_ids, std::vector<int32_t>{mask});
+  const Tokenizer t = MakeTokenizer(*v);
+  // A user-defined token matches even without parse_special; rstrip eats the spaces after.
+  absl::StatusOr<std::vector<int32_t>> a = t.Encode("<think>   hello", AddBos::kNo, ParseSpecial::kNo);
+  absl::StatusOr<std::vector<int32_t>> b = t.Encode("<think>hello", AddBos::kNo, ParseSpecial::kNo);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(a->front(), think);
+  // lstrip eats the spaces before.
+  absl::StatusOr<std::vector<int32_t>> c = t.Encode("hello   [MASK]", AddBos::kNo, ParseSpecial::kYes);
+  absl::StatusOr<std::vector<int32_t>> d = t.Encode("hello[MASK]", AddBos::kNo, ParseSpecial::kYes);
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ(*c, *d);
+  EXPECT_EQ(c->back(), mask);
+}
+
+TEST(HfTokenizerTest, NfcNormalizerComposesBeforeEncoding) {
+  absl::StatusOr<Vocab> v = Edited([](json& j) { j["normalizer"] = {{"type", "NFC"}}; });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->normalizer, "NFC");
+  const Tokenizer t = MakeTokenizer(*v);
+  absl::StatusOr<std::vector<int32_t>> decomposed = t.Encode("e\u0301", AddBos::kNo, ParseSpecial::kYes);
+  absl::StatusOr<std::vector<int32_t>> composed = t.Encode("\u00e9", AddBos::kNo, ParseSpecial::kYes);
+  ASSERT_TRUE(decomposed.ok() && composed.ok());
+  EXPECT_EQ(*decomposed, *composed);
+  // Without the normalizer the two differ (3 bytes vs 2).
+  absl::StatusOr<Vocab> plain = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "t");
+  const Tokenizer u = MakeTokenizer(*plain);
+  EXPECT_NE(*u.Encode("e\u0301", AddBos::kNo, ParseSpecial::kYes),
+            *u.Encode("\u00e9", AddBos::kNo, ParseSpecial::kYes));
+}
+
+TEST(HfTokenizerTest, ConfigAndGenerationConfig) {
+  absl::StatusOr<Vocab> v = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "tokenizer.json");
+  ASSERT_TRUE(v.ok());
+  const int32_t eot = v->size() - 1, end = v->size() - 2, begin = v->size() - 3;
+  ASSERT_TRUE(ApplyHfTokenizerConfig(
+                  R"({"bos_token": {"content": "<|begin_of_text|>"}, "eos_token": "<|eot_id|>",
+                      "add_bos_token": false,
+                      "chat_template": [{"name": "default", "template": "{{ x }}"},
+                                        {"name": "tool_use", "template": "{{ y }}"}]})",
+                  "tokenizer_config.json", &*v)
+                  .ok());
+  EXPECT_EQ(v->bos_id, begin);
+  EXPECT_EQ(v->eos_id, eot);
+  EXPECT_FALSE(v->add_bos);
+  EXPECT_EQ(v->chat_template, "{{ x }}");
+  ASSERT_EQ(v->named_chat_templates.size(), 1u);
+  EXPECT_EQ(v->named_chat_templates[0].first, "tool_use");
+  ASSERT_TRUE(ApplyHfGenerationConfig(absl::StrCat(R"({"eos_token_id": [)", end, ", ", eot, "]}"),
+                                      "generation_config.json", &*v)
+                  .ok());
+  EXPECT_EQ(v->eog_ids, (std::vector<int32_t>{end, eot}));
+  ASSERT_TRUE(ApplyHfGenerationConfig(absl::StrCat(R"({"eos_token_id": )", begin, "}"),
+                                      "generation_config.json", &*v)
+                  .ok());
+  EXPECT_EQ(v->eog_ids, (std::vector<int32_t>{begin, end, eot}));
+  absl::Status bad = ApplyHfGenerationConfig(R"({"eos_token_id": [999999]})", "/m/generation_config.json", &*v);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("/m/generation_config.json: key 'eos_token_id'"));
+  bad = ApplyHfTokenizerConfig(R"({"eos_token": "<nope>"})", "/m/tokenizer_config.json", &*v);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("key 'eos_token'"));
+}
+
+struct Refusal {
+  const char* name;
+  std::function<void(json&)> edit;
+  absl::StatusCode code;
+  std::string part;
+};
+
+class HfTokenizerRefusalTest : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(HfTokenizerRefusalTest, NamesTheFileAndKey) {
+  absl::StatusOr<Vocab> v = Edited(GetParam().edit);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), GetParam().code) << v.status();
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("/m/tokenizer.json"));
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr(GetParam().part));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, HfTokenizerRefusalTest,
+    ::testing::Values(
+        Refusal{"Unigram", [](json& j) { j["model"]["type"] = "Unigram"; },
+                absl::StatusCode::kUnimplemented, "key 'model.type'"},
+        Refusal{"ByteFallback", [](json& j) { j["model"]["byte_fallback"] = true; },
+                absl::StatusCode::kUnimplemented, "model.byte_fallback"},
+        Refusal{"UnknownSplit",
+                [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+"; },
+                absl::StatusCode::kUnimplemented, "Split expression"},
+        Refusal{"NfkcNormalizer", [](json& j) { j["normalizer"] = {{"type", "NFKC"}}; },
+                absl::StatusCode::kUnimplemented, "key 'normalizer'"},
+        Refusal{"MergeOfUnknownPiece", [](json& j) { j["model"]["merges"].push_back("zz qq"); },
+                absl::StatusCode::kInvalidArgument, "not in model.vocab"},
+        Refusal{"GapInIds", [](json& j) { j["added_tokens"][0]["id"] = 100000; },
+                absl::StatusCode::kInvalidArgument, "key 'added_tokens[0]'"},
+        Refusal{"DuplicateId", [](json& j) { j["model"]["vocab"]["!"] = 1; },
+                absl::StatusCode::kInvalidArgument, "given twice"},
+        Refusal{"NoVocab", [](json& j) { j["model"].erase("vocab"); },
+                absl::StatusCode::kInvalidArgument, "key 'model.vocab'"},
+        Refusal{"WordPieceDecoder", [](json& j) { j["decoder"] = {{"type", "WordPiece"}}; },
+                absl::StatusCode::kUnimplemented, "key 'decoder'"},
+        Refusal{"BadPostProcessorToken",
+                [](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<x>"; },
+                absl::StatusCode::kInvalidArgument, "post_processor.single"},
+        Refusal{"TypeConfusion", [](json& j) { j["model"]["vocab"] = 5; },
+                absl::StatusCode::kInvalidArgument, "key 'model.vocab'"}),
+    [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
+
+TEST(HfTokenizerTest, FolderWithoutBosOrEosTokenTakesGenerationConfigs) {
+  const std::string dir = ::testing::TempDir() + "/hf_tokenizer_no_bos";
+  RandomHfOptions o;
+  absl::StatusOr<Vocab> plain = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "t");
+  ASSERT_TRUE(plain.ok());
+  // No post-processor BOS, no bos_token/eos_token: as Qwen's folders are.
+  json j = json::parse(MakeByteLevelTokenizerJson());
+  j["post_processor"] = nullptr;
+  o.tokenizer_json = j.dump();
+  o.bos_token = o.eos_token = "";
+  o.eos_token_ids = {plain->size() - 1, plain->size() - 2};
+  ASSERT_TRUE(WriteRandomHfCheckpoint(o, dir).ok());
+  absl::StatusOr<Vocab> v = LoadHfVocab(dir);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->eos_id, plain->size() - 2);  // the lowest listed id
+  EXPECT_EQ(v->bos_id, v->eos_id);
+  EXPECT_FALSE(v->add_bos);
+  EXPECT_EQ(v->eog_ids, (std::vector<int32_t>{plain->size() - 2, plain->size() - 1}));
+  // Neither an eos_token nor a generation_config: refused.
+  o.eos_token_ids.clear();
+  ASSERT_TRUE(WriteRandomHfCheckpoint(o, dir).ok());
+  v = LoadHfVocab(dir);
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("no end-of-sequence token"));
+}
+
+TEST(HfTokenizerTest, PadVocab) {
+  absl::StatusOr<Vocab> v = ParseHfTokenizerJson(MakeByteLevelTokenizerJson(), "t");
+  ASSERT_TRUE(v.ok());
+  const int32_t n = v->size();
+  ASSERT_TRUE(PadVocab(n + 5, "t", &*v).ok());
+  EXPECT_EQ(v->size(), n + 5);
+  EXPECT_EQ(v->types.back(), TokenType::kUnused);
+  v->eos_id = n - 1;
+  EXPECT_TRUE(Tokenizer::Create(*v).ok());
+  EXPECT_FALSE(PadVocab(n, "t", &*v).ok());
+}
+
+}  // namespace
+}  // namespace folio::worker

@@ -1,0 +1,292 @@
+#include "services/worker/model/random_hf_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/tokenizer/byte_unicode.h"
+#include "nlohmann/json.hpp"
+#include "services/worker/model/architecture.h"
+#include "services/worker/model/dequant.h"
+#include "services/worker/model/hf_checkpoint.h"
+#include "services/worker/model/hf_tokenizer.h"
+#include "services/worker/model/safetensors.h"
+
+namespace folio::worker {
+namespace {
+
+using nlohmann::ordered_json;
+
+absl::Status WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write"));
+  return absl::OkStatus();
+}
+
+const char* TorchDtype(DType d) {
+  switch (d) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+}  // namespace
+
+std::string MakeByteLevelTokenizerJson() {
+  ordered_json vocab = ordered_json::object();
+  ordered_json merges = ordered_json::array();
+  int32_t next = 0;
+  for (int b = 0; b < 256; ++b) {
+    vocab[std::string(byte_unicode::ByteToUtf8(static_cast<uint8_t>(b)))] = next++;
+  }
+  const char* kWords[] = {"the", "and", "ing", "ion", "tion", "er", "in", "on", "at", "en",
+                          "es", "or", "an", "re", "ed", "is", "it", "to", "of", "he", "th",
+                          "that", "with", "for", "was", "as", "hello", "world", "cat", "dog",
+                          "Once", "upon", "time", "there", "little", "girl", "named", "Lily"};
+  for (const char* word : kWords) {
+    for (const std::string& w : {std::string(word), absl::StrCat(" ", word)}) {
+      std::string mapped;
+      byte_unicode::Encode(w, &mapped);
+      // Pieces by code point (the byte-mapped form is 1-2 UTF-8 bytes per byte).
+      std::vector<std::string> chars;
+      for (size_t i = 0; i < mapped.size();) {
+        const size_t len = (static_cast<unsigned char>(mapped[i]) < 0x80) ? 1 : 2;
+        chars.push_back(mapped.substr(i, len));
+        i += len;
+      }
+      std::string current = chars[0];
+      for (size_t i = 1; i < chars.size(); ++i) {
+        const std::string merged = current + chars[i];
+        if (!vocab.contains(merged)) {
+          vocab[merged] = next++;
+          merges.push_back(absl::StrCat(current, " ", chars[i]));
+        }
+        current = merged;
+      }
+    }
+  }
+  ordered_json added = ordered_json::array();
+  for (const char* special : {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}) {
+    added.push_back({{"id", next++}, {"content", special}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                     {"special", true}});
+  }
+  const int32_t bos = added[0]["id"].get<int32_t>();
+  ordered_json tok = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern",
+            {{"Regex",
+              "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", true},
+           {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", ordered_json::array()},
+        {"special_tokens",
+         {{"<|begin_of_text|>",
+           {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}}}}},
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", true},
+        {"vocab", vocab},
+        {"merges", merges}}},
+  };
+  return tok.dump(2);
+}
+
+absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string& dir) {
+  const Architecture* arch = FindHfArchitecture(o.hf_class);
+  if (arch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("class '", o.hf_class, "' is not one of ",
+                                                   SupportedHfArchitectures()));
+  }
+  if (o.dtype != DType::kBF16 && o.dtype != DType::kF16 && o.dtype != DType::kF32) {
+    return absl::InvalidArgumentError("dtype must be bf16, f16 or f32");
+  }
+  if (o.dim <= 0 || o.hidden_dim <= 0 || o.num_layers <= 0 || o.num_heads <= 0 ||
+      o.num_kv_heads <= 0 || o.num_heads % o.num_kv_heads != 0 || o.num_shards <= 0 ||
+      (o.head_dim == 0 && o.dim % o.num_heads != 0) || o.head_dim < 0) {
+    return absl::InvalidArgumentError("impossible model shape");
+  }
+  const std::string tokenizer_json =
+      o.tokenizer_json.empty() ? MakeByteLevelTokenizerJson() : o.tokenizer_json;
+  absl::StatusOr<Vocab> tok = ParseHfTokenizerJson(tokenizer_json, "tokenizer.json");
+  if (!tok.ok()) return tok.status();
+  const int32_t vocab_size = o.vocab_size > 0 ? o.vocab_size : tok->size();
+  if (vocab_size < tok->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", vocab_size, " < the tokenizer's ",
+                                                   tok->size()));
+  }
+  const int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.num_heads;
+  const int64_t q_dim = o.num_heads * head_dim, kv_dim = o.num_kv_heads * head_dim;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+
+  // The tensors in transformers' order, values drawn in that order.
+  std::mt19937_64 rng(o.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Named {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Named> tensors;
+  auto add = [&](std::string name, std::vector<int64_t> shape, float mean, float std) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> values(static_cast<size_t>(n));
+    for (float& v : values) v = mean + std * normal(rng);
+    Named t{std::move(name), std::move(shape), {}};
+    AppendFromF32(o.dtype, values.data(), n, &t.bytes);
+    tensors.push_back(std::move(t));
+  };
+  const float embedding_std = o.embedding_std > 0 ? o.embedding_std : o.weight_std;
+  add("model.embed_tokens.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
+  for (int32_t l = 0; l < o.num_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    add(p + "input_layernorm.weight", {o.dim}, 1.0f, 0.1f);
+    add(p + "self_attn.q_proj.weight", {q_dim, o.dim}, 0.0f, o.weight_std);
+    add(p + "self_attn.k_proj.weight", {kv_dim, o.dim}, 0.0f, o.weight_std);
+    add(p + "self_attn.v_proj.weight", {kv_dim, o.dim}, 0.0f, o.weight_std);
+    if (arch->qkv_bias == TensorPresence::kRequired) {
+      add(p + "self_attn.q_proj.bias", {q_dim}, 0.0f, o.weight_std);
+      add(p + "self_attn.k_proj.bias", {kv_dim}, 0.0f, o.weight_std);
+      add(p + "self_attn.v_proj.bias", {kv_dim}, 0.0f, o.weight_std);
+    }
+    if (arch->qk_norm == TensorPresence::kRequired) {
+      add(p + "self_attn.q_norm.weight", {head_dim}, 1.0f, 0.1f);
+      add(p + "self_attn.k_norm.weight", {head_dim}, 1.0f, 0.1f);
+    }
+    add(p + "self_attn.o_proj.weight", {o.dim, q_dim}, 0.0f, o.weight_std);
+    add(p + "post_attention_layernorm.weight", {o.dim}, 1.0f, 0.1f);
+    add(p + "mlp.gate_proj.weight", {o.hidden_dim, o.dim}, 0.0f, o.weight_std);
+    add(p + "mlp.up_proj.weight", {o.hidden_dim, o.dim}, 0.0f, o.weight_std);
+    add(p + "mlp.down_proj.weight", {o.dim, o.hidden_dim}, 0.0f, o.weight_std);
+  }
+  add("model.norm.weight", {o.dim}, 1.0f, 0.1f);
+  if (!o.tied_embeddings) add("lm_head.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
+
+  // Shards: consecutive runs of tensors, about equal in count.
+  const size_t shards = std::min<size_t>(o.num_shards, tensors.size());
+  ordered_json weight_map = ordered_json::object();
+  uint64_t total = 0;
+  for (size_t s = 0; s < shards; ++s) {
+    const size_t begin = tensors.size() * s / shards, end = tensors.size() * (s + 1) / shards;
+    std::vector<SafetensorsEntry> entries;
+    const std::string file =
+        shards == 1 ? kHfSingleWeightsFile
+                    : absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards);
+    for (size_t i = begin; i < end; ++i) {
+      entries.push_back({tensors[i].name, o.dtype, tensors[i].shape,
+                         {tensors[i].bytes.data(), tensors[i].bytes.size()}});
+      weight_map[tensors[i].name] = file;
+      total += tensors[i].bytes.size();
+    }
+    absl::StatusOr<std::string> bytes = WriteSafetensors(entries, {{"format", "pt"}});
+    if (!bytes.ok()) return bytes.status();
+    if (absl::Status st = WriteFile(absl::StrCat(dir, "/", file), *bytes); !st.ok()) return st;
+  }
+  std::filesystem::remove(absl::StrCat(dir, "/", shards == 1 ? kHfWeightsIndexFile
+                                                             : kHfSingleWeightsFile), ec);
+  if (shards > 1) {
+    const ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    if (absl::Status st = WriteFile(absl::StrCat(dir, "/", kHfWeightsIndexFile), index.dump(2));
+        !st.ok()) {
+      return st;
+    }
+  }
+
+  ordered_json config = {
+      {"architectures", {o.hf_class}},
+      {"hidden_size", o.dim},
+      {"intermediate_size", o.hidden_dim},
+      {"num_hidden_layers", o.num_layers},
+      {"num_attention_heads", o.num_heads},
+      {"num_key_value_heads", o.num_kv_heads},
+      {"vocab_size", vocab_size},
+      {"max_position_embeddings", o.context_length},
+      // Floats as their shortest decimal ("1e-05", not 9.99999974e-06).
+      {"rms_norm_eps", std::stod(absl::StrCat(o.rms_norm_eps))},
+      {"rope_theta", std::stod(absl::StrCat(o.rope_theta))},
+      {"tie_word_embeddings", o.tied_embeddings},
+      {"hidden_act", "silu"},
+      {"torch_dtype", TorchDtype(o.dtype)},
+  };
+  if (o.head_dim > 0) config["head_dim"] = o.head_dim;
+  if (!o.rope_scaling_json.empty()) {
+    config["rope_scaling"] = ordered_json::parse(o.rope_scaling_json, nullptr, false);
+    if (config["rope_scaling"].is_discarded()) {
+      return absl::InvalidArgumentError("rope_scaling_json is not JSON");
+    }
+  } else {
+    config["rope_scaling"] = nullptr;
+  }
+  if (o.hf_class == "MistralForCausalLM") config["sliding_window"] = nullptr;
+  if (o.hf_class == "Qwen2ForCausalLM" || o.hf_class == "Qwen3ForCausalLM") {
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = o.context_length;
+    config["max_window_layers"] = o.num_layers;
+  }
+  if (absl::Status st = WriteFile(absl::StrCat(dir, "/config.json"), config.dump(2)); !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = WriteFile(absl::StrCat(dir, "/tokenizer.json"), tokenizer_json); !st.ok()) {
+    return st;
+  }
+  ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+  tc["bos_token"] = o.bos_token.empty() ? ordered_json(nullptr) : ordered_json(o.bos_token);
+  tc["eos_token"] = o.eos_token.empty() ? ordered_json(nullptr) : ordered_json(o.eos_token);
+  if (!o.chat_template.empty()) tc["chat_template"] = o.chat_template;
+  if (absl::Status st = WriteFile(absl::StrCat(dir, "/tokenizer_config.json"), tc.dump(2));
+      !st.ok()) {
+    return st;
+  }
+  const std::string gen_path = absl::StrCat(dir, "/generation_config.json");
+  if (o.eos_token_ids.empty()) {
+    std::filesystem::remove(gen_path, ec);
+    return absl::OkStatus();
+  }
+  ordered_json gen = {{"_from_model_config", true}};
+  if (o.eos_token_ids.size() == 1) {
+    gen["eos_token_id"] = o.eos_token_ids[0];
+  } else {
+    gen["eos_token_id"] = o.eos_token_ids;
+  }
+  return WriteFile(gen_path, gen.dump(2));
+}
+
+}  // namespace folio::worker

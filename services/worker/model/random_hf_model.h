@@ -1,0 +1,68 @@
+// A random-weight Hugging Face checkpoint folder (config.json, model.safetensors or
+// shards with model.safetensors.index.json, tokenizer.json, tokenizer_config.json,
+// generation_config.json) of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+// Qwen3ForCausalLM, laid out as transformers saves one: tensor names and [out, in]
+// shapes of transformers, Q/K rows unpermuted, every tensor in the config's dtype.
+//
+// Weights are N(0, std) from a seeded generator (the same seed gives the same folder);
+// norms are 1 + N(0, 0.1) so a test sees them applied; Qwen2's Q/K/V biases N(0, std).
+// The tokenizer is a given tokenizer.json (the vocabulary size is then at least its
+// size), or a small byte-level BPE one of Folio's own (MakeByteLevelTokenizerJson).
+// For folio-make-model --format=hf and the tests. Free functions; safe to call from
+// any thread.
+#ifndef FOLIO_SERVICES_WORKER_MODEL_RANDOM_HF_MODEL_H_
+#define FOLIO_SERVICES_WORKER_MODEL_RANDOM_HF_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+struct RandomHfOptions {
+  std::string hf_class = "LlamaForCausalLM";  // config.json architectures[0]
+  int32_t dim = 64;
+  int32_t hidden_dim = 160;
+  int32_t num_layers = 2;
+  int32_t num_heads = 4;
+  int32_t num_kv_heads = 2;
+  int32_t head_dim = 0;       // 0: dim / heads (and no head_dim key)
+  int32_t vocab_size = 0;     // 0: the tokenizer's size
+  int32_t context_length = 2048;
+  DType dtype = DType::kBF16;  // torch_dtype: kBF16, kF16 or kF32
+  uint64_t seed = 1234;
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-5f;
+  float weight_std = 0.02f;
+  float embedding_std = 0.0f;  // of embed_tokens and lm_head; 0: weight_std
+  bool tied_embeddings = false;
+  // The rope_scaling object as JSON text ("" for null), e.g.
+  // {"rope_type": "llama3", "factor": 8.0, ...}.
+  std::string rope_scaling_json;
+  int32_t num_shards = 1;      // > 1: model-0000i-of-0000N.safetensors + the index
+  std::string tokenizer_json;  // "" -> MakeByteLevelTokenizerJson()
+  std::string chat_template;   // written to tokenizer_config.json when not empty
+  // tokenizer_config.json bos_token and eos_token ("" -> null); the defaults are Folio's
+  // own tokenizer's, so set them for another tokenizer.json.
+  std::string bos_token = "<|begin_of_text|>";
+  std::string eos_token = "<|eot_id|>";
+  std::vector<int32_t> eos_token_ids;  // generation_config.json (empty: no file)
+};
+
+// A small byte-level BPE tokenizer.json: the 256 byte pieces, a few hundred merges of
+// common English letter pairs, the Llama 3 Split pre-tokenizer, and the special tokens
+// <|begin_of_text|> (added as BOS by the post-processor), <|end_of_text|>, <|eot_id|>
+// appended after the merged pieces.
+std::string MakeByteLevelTokenizerJson();
+
+// Writes the folder `dir` (created if absent; files in it are replaced).
+// InvalidArgument for impossible options (unknown class, sizes, a vocabulary smaller
+// than the tokenizer, a block dtype).
+absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& options, const std::string& dir);
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_MODEL_RANDOM_HF_MODEL_H_

@@ -1,0 +1,151 @@
+// A Hugging Face checkpoint folder served end to end (tests/cluster.h starts the binaries
+// as `./folio serve --model DIR` does): a random LlamaForCausalLM in BF16 with Folio's
+// byte-level tokenizer.json, a chat_template in tokenizer_config.json and an
+// eos_token_id list in generation_config.json.
+//   - /v1/chat/completions renders the folder's template: the reply equals a gRPC
+//     completion of the template rendered by hand;
+//   - GetModelInfo reports the architecture, the stored type (BF16) and every
+//     generation_config id among the end-of-generation ids;
+//   - an id listed only in generation_config.json (not the tokenizer's eos_token) stops
+//     generation: the folder is rewritten so that the token greedy decoding produces third
+//     is such an id, and the served reply ends there with finish_reason "stop".
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "folio/v1/folio.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "services/worker/model/hf_tokenizer.h"
+#include "services/worker/model/random_hf_model.h"
+#include "tests/cluster.h"
+
+namespace folio::testing {
+namespace {
+
+namespace v1 = folio::v1;
+using json = nlohmann::json;
+
+constexpr char kTemplate[] =
+    "{% for m in messages %}<|begin_of_text|>{{ m['role'] }}: {{ m['content'] }}<|eot_id|>"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+// The rendering, less its leading <|begin_of_text|>: a completion prompt gets BOS from the
+// tokenizer (add_bos), a chat prompt that starts with BOS does not get a second one.
+constexpr char kRendered[] = "user: Tell me about the cat<|eot_id|>assistant:";
+
+json PostChat(int port, int max_tokens) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(120, 0);
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Tell me about the cat"}}}},
+                     {"max_tokens", max_tokens},
+                     {"temperature", 0}};
+  httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  if (!r) return json{{"error", "no response"}};
+  json parsed = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  parsed["http_status"] = r->status;
+  return parsed;
+}
+
+struct Completion {
+  grpc::Status status;
+  std::string text;
+  std::vector<int32_t> ids;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+};
+
+Completion GrpcComplete(Cluster& cluster, int max_tokens) {
+  v1::GenerateRequest req;
+  req.set_prompt(kRendered);
+  req.mutable_sampling()->set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::CompleteResponse resp;
+  Completion c;
+  c.status = cluster.frontend().Complete(&ctx, req, &resp);
+  c.text = resp.text();
+  for (const v1::TokenInfo& t : resp.tokens()) c.ids.push_back(t.token_id());
+  c.finish = resp.finish_reason();
+  return c;
+}
+
+TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
+                           absl::StrCat("folio-hf-serving-", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(dir);
+  worker::RandomHfOptions o;
+  o.dim = 128;
+  o.hidden_dim = 256;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.embedding_std = 0.5f;
+  o.weight_std = 0.05f;
+  o.bos_token = "<|begin_of_text|>";
+  o.eos_token = "<|end_of_text|>";
+  o.chat_template = kTemplate;
+  absl::StatusOr<Vocab> tok = worker::ParseHfTokenizerJson(worker::MakeByteLevelTokenizerJson(), "t");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int32_t end_of_text = tok->size() - 2, eot = tok->size() - 1;
+  o.eos_token_ids = {end_of_text, eot};
+  ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
+
+  ClusterOptions options;
+  options.model = dir;
+  options.worker_args = {"--kv_cache_bytes=16MiB", "--num_threads=1"};
+  std::vector<int32_t> greedy;
+  {
+    auto cluster = Cluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE((*cluster)->frontend().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    EXPECT_EQ(info.architecture(), "llama");
+    EXPECT_EQ(info.stored_type(), "BF16");
+    EXPECT_EQ(info.tokenizer_kind(), "byte_level_bpe");
+    EXPECT_EQ(info.eos_id(), end_of_text);
+    EXPECT_EQ(std::vector<int32_t>(info.eog_ids().begin(), info.eog_ids().end()),
+              (std::vector<int32_t>{end_of_text, eot}));
+
+    const Completion g = GrpcComplete(**cluster, 8);
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    const json chat = PostChat((*cluster)->frontend_process().http_port(), 8);
+    ASSERT_EQ(chat["http_status"], 200) << chat.dump();
+    EXPECT_EQ(chat["choices"][0]["message"]["content"], g.text) << "the folder's template";
+    greedy = g.ids;
+  }
+  // The first token of the reply not seen before it becomes a generation_config eos id.
+  ASSERT_GE(greedy.size(), 3u);
+  size_t stop_at = 0;
+  for (size_t i = 1; i < greedy.size() && stop_at == 0; ++i) {
+    if (std::find(greedy.begin(), greedy.begin() + i, greedy[i]) == greedy.begin() + i &&
+        greedy[i] != end_of_text && greedy[i] != eot) {
+      stop_at = i;
+    }
+  }
+  ASSERT_GT(stop_at, 0u) << "greedy repeats one token: " << ::testing::PrintToString(greedy);
+  o.eos_token_ids = {eot, greedy[stop_at]};  // eos_token stays <|end_of_text|>
+  ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
+  {
+    auto cluster = Cluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    const Completion g = GrpcComplete(**cluster, 8);
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_EQ(g.finish, v1::FINISH_REASON_STOP);
+    EXPECT_EQ(g.ids, std::vector<int32_t>(greedy.begin(), greedy.begin() + stop_at + 1));
+    const json chat = PostChat((*cluster)->frontend_process().http_port(), 8);
+    ASSERT_EQ(chat["http_status"], 200) << chat.dump();
+    EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(chat["choices"][0]["message"]["content"], g.text);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace folio::testing

@@ -60,7 +60,7 @@ struct GrammarElement {
 };
 
 // A rule: a choice of sequences. Rules the parser generates for groups, repetitions and
-// UTF-8 classes are named "<parent>-<n>".
+// UTF-8 classes are named "<parent>#<n>" (a name no user rule can have).
 struct GrammarRule {
   std::string name;
   std::vector<std::vector<GrammarElement>> alternatives;

@@ -14,16 +14,14 @@
 // output tokens into a fresh matcher (after a preemption, a recompute or a recovery)
 // gives the same state.
 //
-// The mask. A state is a set of stacks of grammar positions whose top is a byte set. For
-// each distinct top position p, the cache holds, computed once per (grammar, p) by a walk
-// of the vocabulary trie from the stack [p] alone:
-//   accepted   tokens whose every byte is matched inside p's rule (or that end exactly
-//              where the rule ends): allowed whatever is below p on the stack;
-//   uncertain  tokens that run past the end of p's rule: they depend on the rest of the
-//              stack and are checked byte by byte against the real stack at mask time;
-//   the rest   rejected whatever the stack.
-// A mask is then the OR of the accepted bitmaps of the state's tops plus the uncertain
-// tokens that pass, plus the end-of-generation ids when the state is complete.
+// The mask. A state is a set of stacks of grammar positions whose top is a byte set. Its
+// mask comes from one walk of the vocabulary trie: each trie edge advances the stacks
+// (held as linked frames in an arena, so a push or a pop is O(1) and a finished subtree's
+// frames are dropped at once) by one byte, and a subtree whose stacks all die is skipped
+// whole. Masks are memoized per state (the canonical stack set) in the CompiledGrammar,
+// shared by every sequence and request using the grammar: the same schema at the same
+// point of its output costs one hash lookup and a copy. The memo is bounded
+// (kMaxMaskMemoBytes per grammar); past that a mask is computed each time.
 //
 // Bitmask layout: bit (id % 32) of word (id / 32) is 1 when token id is allowed;
 // BitmaskWords(vocab_size) words.
@@ -50,6 +48,9 @@ class Tokenizer;
 }
 
 namespace folio::structured {
+
+// Memoized masks per compiled grammar, at most (4096 masks of a 128K vocabulary).
+inline constexpr int64_t kMaxMaskMemoBytes = int64_t{64} << 20;
 
 inline int32_t BitmaskWords(int32_t vocab_size) { return (vocab_size + 31) / 32; }
 inline bool BitmaskTest(absl::Span<const uint32_t> mask, int32_t id) {
@@ -107,13 +108,25 @@ class CompiledGrammar {
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocab() const { return *vocab_; }
   // Per-position caches computed so far (tests, metrics).
-  int32_t num_cached_positions() const;
+  // Masks memoized so far, and lookups that found one (tests, metrics).
+  int64_t num_memoized_masks() const;
+  int64_t num_memo_hits() const;
 
  private:
   friend class GrammarMatcher;
-  struct PositionMasks;  // grammar_matcher.cc
+  struct Walker;  // grammar_matcher.cc
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
-  const PositionMasks& MasksFor(int32_t position) const;
+  using Stacks = std::vector<std::vector<int32_t>>;
+  // The stacks with every top a kBytes element, from `stack` whose top may be any
+  // position (appended to `out`).
+  void Expand(std::vector<int32_t> stack, Stacks* out) const;
+  // The stacks after `byte`, sorted and unique; empty when the byte is not allowed.
+  Stacks Advance(const Stacks& stacks, uint8_t byte) const;
+  Stacks InitialStacks() const;
+  void ComputeMask(const Stacks& stacks, absl::Span<uint32_t> bitmask) const;
+  bool IsEnd(int32_t position) const {
+    return elems_[position].kind == GrammarElement::Kind::kRule && elems_[position].rule < 0;
+  }
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
@@ -122,8 +135,9 @@ class CompiledGrammar {
   std::vector<GrammarElement> elems_;
   std::vector<std::vector<int32_t>> rule_starts_;  // per rule: its alternatives' first positions
   mutable absl::Mutex mu_;
-  mutable absl::flat_hash_map<int32_t, std::unique_ptr<PositionMasks>> masks_
-      ABSL_GUARDED_BY(mu_);
+  mutable absl::flat_hash_map<std::string, std::vector<uint32_t>> memo_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t memo_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable int64_t memo_hits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One sequence's matcher. Thread-compatible; copy to fork.

@@ -22,6 +22,14 @@
 
 namespace folio::structured {
 
+// What the matched text is: the string itself, or the content of a JSON string literal
+// whose decoded value must match (json_schema.h's "pattern": `"`, `\` and control
+// characters then appear in their escaped forms).
+enum class RegexContext { kRaw, kJsonStringContent };
+
+// One GBNF expression (no rule) for `pattern` in `context`.
+absl::StatusOr<std::string> RegexToExpression(std::string_view pattern, RegexContext context);
+
 // GBNF rules defining `rule_name` (and helpers `<rule_name>-...`) for `pattern`.
 absl::StatusOr<std::string> RegexToRules(std::string_view pattern, std::string_view rule_name);
 

@@ -74,7 +74,7 @@ TEST(GrammarMatcherTest, MaskEqualsBruteForceOnRandomWalks) {
   for (const std::string& text : grammars) {
     auto g = CompiledGrammar::Create(text, vocab);
     ASSERT_TRUE(g.ok()) << g.status() << "\n" << text;
-    for (int walk = 0; walk < 20; ++walk) {
+    for (int walk = 0; walk < 8; ++walk) {
       GrammarMatcher m(*g);
       for (int step = 0; step < 60 && !m.IsTerminated(); ++step, ++steps) {
         std::vector<uint32_t> mask(BitmaskWords(vocab->size()));
@@ -92,7 +92,7 @@ TEST(GrammarMatcherTest, MaskEqualsBruteForceOnRandomWalks) {
     }
     EXPECT_GT((*g)->num_memoized_masks(), 0);
   }
-  EXPECT_GT(steps, 500);
+  EXPECT_GT(steps, 200);
 }
 
 TEST(GrammarMatcherTest, CompleteTerminatedAndEos) {

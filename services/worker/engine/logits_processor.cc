@@ -37,11 +37,17 @@ void ApplyTokenMask(const TokenHistory& h, absl::Span<float> logits) {
   if (mask.empty()) return;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const size_t n = logits.size();
+  // Word by word: a full word leaves its 32 logits alone, an empty one (most words in a
+  // structural state) fills them, only mixed words go bit by bit.
   for (size_t w = 0; w < mask.size(); ++w) {
     const uint32_t bits = mask[w];
     if (bits == 0xFFFFFFFFu) continue;
     const size_t base = w * 32;
     const size_t end = std::min(n, base + 32);
+    if (bits == 0) {
+      std::fill(logits.begin() + base, logits.begin() + end, neg_inf);
+      continue;
+    }
     for (size_t id = base; id < end; ++id) {
       if (!((bits >> (id - base)) & 1u)) logits[id] = neg_inf;
     }

@@ -9,7 +9,9 @@
 // \n \r \t \f \v \xHH \uHHHH and escaped punctuation, `^` at the start and `$` at the end
 // (ignored: the match is anchored anyway). Refused (InvalidArgument naming it and its
 // offset): backreferences, lookaround, `^`/`$` elsewhere, \b, named groups, possessive
-// quantifiers, unbalanced parentheses or brackets, bounds above kMaxRepetition.
+// quantifiers, unbalanced parentheses or brackets, bounds above kMaxRepetition. A
+// repetition of a group that can match the empty string (`(|a)*`, `(a?)+`) compiles, but the
+// grammar it gives is refused as left-recursive by Grammar::Parse (ToGrammar's error).
 //
 // Free functions; thread-safe.
 #ifndef FOLIO_COMMON_STRUCTURED_REGEX_H_

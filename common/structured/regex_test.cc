@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/structured/grammar.h"
 #include "common/structured/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,6 +60,22 @@ TEST(RegexTest, RefusalsNameTheProblem) {
   EXPECT_THAT(Err("a++"), HasSubstr("possessive"));
   EXPECT_THAT(Err("[z-a]"), HasSubstr("out of order"));
   EXPECT_THAT(Err("(ab"), HasSubstr("offset"));
+}
+
+}  // namespace
+}  // namespace folio::structured
+
+namespace folio::structured {
+namespace {
+
+// Found by grammar_fuzz: a starred group that can match nothing compiles to a grammar the
+// parser refuses (left recursion), an InvalidArgument rather than a crash.
+TEST(RegexTest, NullableRepetitionIsRefusedByTheGrammar) {
+  absl::StatusOr<std::string> g = RegexToGrammar("(|a)*");
+  ASSERT_TRUE(g.ok());
+  absl::Status parsed = Grammar::Parse(*g).status();
+  EXPECT_EQ(parsed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.message()), HasSubstr("left-recursive"));
 }
 
 }  // namespace

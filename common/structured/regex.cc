@@ -256,6 +256,10 @@ class RegexCompiler {
       if ((d & 0xC0) != 0x80) return Error("invalid UTF-8");
       cp = (cp << 6) | (d & 0x3F);
     }
+    static constexpr uint32_t kMinForLen[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinForLen[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return Error("invalid UTF-8");
+    }
     pos_ += len;
     return cp;
   }

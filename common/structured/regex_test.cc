@@ -60,6 +60,9 @@ TEST(RegexTest, RefusalsNameTheProblem) {
   EXPECT_THAT(Err("a++"), HasSubstr("possessive"));
   EXPECT_THAT(Err("[z-a]"), HasSubstr("out of order"));
   EXPECT_THAT(Err("(ab"), HasSubstr("offset"));
+  // Found by grammar_fuzz: a 4-byte sequence past U+10FFFF was taken as a character.
+  EXPECT_THAT(Err("a\xF7\x82\xBF\xA4"), HasSubstr("invalid UTF-8"));
+  EXPECT_THAT(Err("\xC0\x80"), HasSubstr("invalid UTF-8"));
 }
 
 }  // namespace

@@ -600,5 +600,74 @@ TEST(ToolCallFormatOfTemplateTest, LlamaCppTemplatesByFamily) {
   }
 }
 
+// The round trip of llama.cpp's tool-use templates: the model's call comes back as OpenAI's
+// tool_calls; the client sends it back with the tool's result (as OpenAI clients do, the
+// call's id in tool_call_id) and the next prompt is exactly what Jinja2 renders for that
+// conversation.
+struct RoundTrip {
+  const char* template_file;
+  const char* output;  // the model's call in the template's format
+};
+
+class ToolRoundTripTest : public ToolCallsTest, public ::testing::WithParamInterface<RoundTrip> {};
+
+TEST_P(ToolRoundTripTest, ToolResultRendersAsJinja2Renders) {
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(GetParam().template_file));
+  ASSERT_FALSE(options.chat_template.empty());
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(GetParam().output));
+  const ordered_json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
+  auto [status, r] = Post({{"messages", {user}}, {"tools", Tools()}, {"max_tokens", 200}});
+  ASSERT_EQ(status, 200) << r.dump();
+  const ordered_json& message = r["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << r.dump();
+  const ordered_json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(ordered_json::parse(call["function"]["arguments"].get<std::string>()),
+            ordered_json({{"city", "Paris"}}));
+
+  ordered_json messages = ordered_json::array(
+      {user,
+       {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", message["tool_calls"]}},
+       {{"role", "tool"}, {"tool_call_id", call["id"]}, {"name", "get_weather"},
+        {"content", "{\"temp_c\": 21}"}}});
+  ordered_json conversations = ordered_json::array(
+      {{{"name", "result"},
+        {"context",
+         {{"messages", AsTemplateSeesIt(messages)}, {"tools", Tools()},
+          {"add_generation_prompt", true}}}}});
+  auto jinja2 = Jinja2({GetParam().template_file}, conversations);
+  const std::string want = jinja2[GetParam().template_file]["result"];
+  ASSERT_NE(want.find("temp_c"), std::string::npos) << want;
+  ASSERT_NE(want.find("get_weather"), std::string::npos) << want;
+  const std::vector<int32_t> got =
+      PromptIdsOf({{"messages", messages}, {"tools", Tools()}, {"max_tokens", 4}});
+  EXPECT_EQ(got, Encoded(want)) << "server's prompt: " << Decode(got) << "\njinja2: " << want;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    LlamaCppTemplates, ToolRoundTripTest,
+    ::testing::Values(
+        RoundTrip{kHermesToolUse,
+                  "<tool_call>\n{\"arguments\": {\"city\": \"Paris\"}, \"name\": "
+                  "\"get_weather\"}\n</tool_call>"},
+        RoundTrip{kQwen25,
+                  "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                  "\"Paris\"}}\n</tool_call>"},
+        RoundTrip{"meta-llama-Llama-3.1-8B-Instruct.jinja",
+                  "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+        RoundTrip{"mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                  "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                  "\"Paris\"}, \"id\": \"a1b2c3d4e\"}]"}),
+    [](const ::testing::TestParamInfo<RoundTrip>& info) {
+      std::string name = info.param.template_file;
+      name = name.substr(0, name.find(".jinja"));
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
 }  // namespace
 }  // namespace folio::frontend::testing

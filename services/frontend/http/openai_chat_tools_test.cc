@@ -32,6 +32,7 @@
 #include "services/worker/model/gguf_vocab.h"
 #include "services/worker/service.h"
 #include "tests/reference/llama_ref.h"
+#include "tests/service_process.h"
 
 namespace folio::frontend::testing {
 namespace {
@@ -668,6 +669,64 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name;
     });
+
+// The official openai npm client (tests/openai/check.mjs) against the server: tool calls
+// not streamed, streamed and joined by the client's own stream helper, and sent back with
+// their result.
+TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
+  if (::folio::testing::RunCommand("command -v node && command -v npm").exit_code != 0) {
+    GTEST_SKIP() << "node and npm are needed for the openai client check";
+  }
+  const std::string dir = FOLIO_OPENAI_NODE_DIR;
+  const std::string src = FOLIO_OPENAI_CHECK_DIR;
+  ::folio::testing::CommandResult copy = ::folio::testing::RunCommand(absl::StrCat(
+      "mkdir -p ", dir, " && cp ", src, "/package.json ", src, "/package-lock.json ", src,
+      "/check.mjs ", dir, "/"));
+  ASSERT_EQ(copy.exit_code, 0) << copy.output;
+  if (::folio::testing::RunCommand(absl::StrCat("test -d ", dir, "/node_modules/openai"))
+          .exit_code != 0) {
+    ::folio::testing::CommandResult install = ::folio::testing::RunCommand(
+        absl::StrCat("cd ", dir, " && npm ci --no-audit --no-fund --loglevel=error"));
+    if (install.exit_code != 0) {
+      GTEST_SKIP() << "npm could not install the openai package (is the registry reachable?): "
+                   << install.output;
+    }
+  }
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(kHermesOutput));
+  const ordered_json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+  // What the server answers, as the client should see it.
+  const std::string expected =
+      ordered_json({{"content", SaidBefore(kHermesOutput, "\n<tool_call>")},
+                    {"finish_reason", "tool_calls"},
+                    {"calls", {{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}})
+          .dump();
+  ordered_json spec = {{"baseURL", absl::StrCat("http://127.0.0.1:", http_->port(), "/v1")},
+                       {"apiKey", "none"},
+                       {"model", "stories260K"},
+                       {"cases", ordered_json::array()}};
+  for (const char* kind : {"chat_tools", "chat_tools_stream", "chat_tools_round_trip"}) {
+    spec["cases"].push_back({{"name", kind}, {"kind", kind}, {"messages", messages},
+                             {"tools", Tools()}, {"max_tokens", 200},
+                             {"tool_result", "{\"temp_c\": 21}"}, {"expected", expected}});
+  }
+  const std::string spec_path = absl::StrCat(::testing::TempDir(), "/openai_tools_", getpid(), ".json");
+  std::ofstream(spec_path) << spec.dump();
+  ::folio::testing::CommandResult run =
+      ::folio::testing::RunCommand(absl::StrCat("node ", dir, "/check.mjs ", spec_path));
+  std::remove(spec_path.c_str());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* kind : {"OK   chat_tools:", "OK   chat_tools_stream:", "OK   chat_tools_round_trip:"}) {
+    EXPECT_NE(run.output.find(kind), std::string::npos) << run.output;
+  }
+  // The round trip's second request carried the client's tool result.
+  const auto calls = fake_->calls();
+  ASSERT_FALSE(calls.empty());
+  const auto& last = calls.back().request.prompt_token_ids();
+  EXPECT_NE(Decode(std::vector<int32_t>(last.begin(), last.end())).find("temp_c"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace folio::frontend::testing

@@ -210,6 +210,7 @@ absl::Status ParseLogitBias(const json& body, GenerateInput* in) {
 absl::Status ParseToolChoice(const json& body, Request* r) {
   const json* tools = Field(body, "tools");
   r->has_tools = tools != nullptr && tools->is_array() && !tools->empty();
+  if (tools != nullptr) r->tools = *tools;
   FOLIO_RETURN_IF_ERROR(GetBool(body, "parallel_tool_calls", &r->parallel_tool_calls));
   const json* v = Field(body, "tool_choice");
   if (v == nullptr) return absl::OkStatus();

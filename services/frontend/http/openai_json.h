@@ -51,6 +51,7 @@ struct Request {
   bool add_generation_prompt = true;  // chat only (a vLLM extension)
   // chat only: whether tools were given (a non-empty list), and how they may be called.
   bool has_tools = false;
+  nlohmann::json tools;  // as sent (null when absent)
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
   int32_t n = 1;                      // choices; passed to the scheduler as is

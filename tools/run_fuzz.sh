@@ -6,10 +6,13 @@
 #   openai_request_fuzz  the OpenAI request parser and validator
 #   jinja_fuzz           chat template parsing and rendering (plus llama.cpp's real
 #                        templates as seeds when the reference is installed)
+#   grammar_fuzz         the GBNF grammar parser, the regex compiler and the token matcher
+#   json_schema_fuzz     the JSON Schema -> grammar compiler
 #   tool_call_fuzz       the tool-call output parsers (whole = streamed, no call = the text)
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
-#   (default 30; targets default to all; gguf, bpe, openai, jinja and tools name them too)
+#   (default 30; targets default to all; gguf, bpe, openai, jinja, grammar, json_schema
+#   and tools name them too)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2),
 # FOLIO_REFERENCE_DIR (default <repo>/build/reference).
@@ -41,11 +44,14 @@ for t in "$@"; do
     bpe) targets+=(bpe_fuzz) ;;
     openai) targets+=(openai_request_fuzz) ;;
     jinja) targets+=(jinja_fuzz) ;;
+    grammar) targets+=(grammar_fuzz) ;;
+    json_schema) targets+=(json_schema_fuzz) ;;
     tools) targets+=(tool_call_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz tool_call_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz grammar_fuzz
+  json_schema_fuzz tool_call_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -53,6 +59,8 @@ seed_dir() {
     bpe_fuzz) echo "$repo/common/tokenizer/fuzz_corpus" ;;
     openai_request_fuzz) echo "$repo/services/frontend/http/fuzz_corpus" ;;
     jinja_fuzz) echo "$repo/services/frontend/http/jinja_fuzz_corpus" ;;
+    grammar_fuzz) echo "$repo/common/structured/grammar_fuzz_corpus" ;;
+    json_schema_fuzz) echo "$repo/common/structured/json_schema_fuzz_corpus" ;;
     tool_call_fuzz) echo "$repo/services/frontend/http/tool_call_fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac

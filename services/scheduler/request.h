@@ -14,11 +14,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/structured/grammar_matcher.h"
 #include "services/scheduler/beam_search.h"
 #include "services/worker/engine/step.h"
 
@@ -42,6 +44,8 @@ struct RequestSpec {
   // EOS (unless ignore_eos) and stop_token_ids are not sampled before a choice has this
   // many tokens (token_history.h).
   int32_t min_tokens = 0;
+  // Structured output: GBNF text (common/structured/grammar.h); empty: unconstrained.
+  std::string grammar;
 };
 
 struct GeneratedToken {
@@ -84,6 +88,11 @@ struct Branch {
   // Beam search: the next-token candidates at this beam's end, kept until every live
   // beam has its own and the beam step runs.
   std::vector<worker::TokenLogprob> candidates;
+  // Structured output: the grammar's state after `output` (a function of it alone, so it
+  // stays valid through preemption, recompute and recovery; forks copy it) and the tokens
+  // it allows next, which the next sampling step carries to the workers.
+  std::optional<structured::GrammarMatcher> matcher;
+  std::vector<uint32_t> mask;
 
   int32_t num_tokens(const std::vector<int32_t>& prompt) const {
     return static_cast<int32_t>(prompt.size() + output.size());

@@ -49,6 +49,20 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   request->arrival_time = absl::Now();
   request->max_len = static_cast<int32_t>(total);
   request->branches.emplace_back();
+  if (!request->spec.grammar.empty()) {
+    if (options_.grammars == nullptr) {
+      return absl::InvalidArgumentError(
+          "structured output is not available: the scheduler has no vocabulary");
+    }
+    // Compiled here, on the caller's thread (cached by text); the loop only matches.
+    absl::StatusOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
+        options_.grammars->Get(request->spec.grammar);
+    if (!grammar.ok()) return grammar.status();
+    Branch& root = request->branches[0];
+    root.matcher.emplace(*std::move(grammar));
+    root.mask.assign(structured::BitmaskWords(options_.vocab_size), 0);
+    root.matcher->FillNextTokenBitmask(absl::MakeSpan(root.mask));
+  }
   request->finished_beams.set_capacity(std::max(request->spec.beam_width, 1));
   absl::MutexLock lock(&mu_);
   if (num_queued_ >= options_.max_waiting_requests) {

@@ -490,19 +490,48 @@ TEST_F(ToolCallsTest, BadToolChoiceIs400NamingIt) {
   EXPECT_THAT(r->body, ::testing::HasSubstr("tool_choice is only taken by /v1/chat/completions"));
 }
 
-TEST_F(ToolCallsTest, RequiredAndNamedFunctionNeedTheGrammar) {
+TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
   FrontendOptions options;
   options.chat_template = ReadFile(TemplatePath(kQwen25));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
-  Play(Encode("ok"));
+  Play(Encode(kHermesOutput));
   for (const ordered_json& choice :
        {ordered_json("required"),
         ordered_json({{"type", "function"}, {"function", {{"name", "get_weather"}}}})}) {
     auto [status, r] = Post(Body({{"tool_choice", choice}}));
-    EXPECT_EQ(status, 501) << r.dump();
-    EXPECT_THAT(r["error"]["message"].get<std::string>(),
-                ::testing::HasSubstr("needs the structured-output grammar"));
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+    // The scheduler got the grammar of Hermes' call with get_weather's parameters.
+    const std::string grammar = fake_->calls().back().request.grammar();
+    EXPECT_NE(grammar.find("<tool_call>"), std::string::npos) << grammar;
+    EXPECT_NE(grammar.find("get_weather"), std::string::npos) << grammar;
+    EXPECT_NE(grammar.find("city"), std::string::npos) << grammar;
   }
+  // auto sends no grammar.
+  ASSERT_EQ(Post(Body()).first, 200);
+  EXPECT_EQ(fake_->calls().back().request.grammar(), "");
+  // Both a tool choice and a response format constrain the output: one is enough.
+  auto [s1, both] = Post(Body({{"tool_choice", "required"},
+                               {"response_format", {{"type", "json_object"}}}}));
+  EXPECT_EQ(s1, 400);
+  EXPECT_EQ(both["error"]["param"], "tool_choice") << both.dump();
+  // A parameters schema the grammar compiler does not take is named.
+  ordered_json tools = Tools();
+  tools[0]["function"]["parameters"]["patternProperties"] = ordered_json::object();
+  auto [s2, bad] = Post(Body({{"tool_choice", "required"}, {"tools", tools}}));
+  EXPECT_EQ(s2, 400);
+  EXPECT_THAT(bad["error"]["message"].get<std::string>(),
+              ::testing::StartsWith("tools[0].function.parameters: "));
+  EXPECT_EQ(bad["error"]["param"], "tools") << bad.dump();
+}
+
+TEST_F(ToolCallsTest, RequiredNeedsATemplateWithAFormat) {
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));  // the default template
+  Play(Encode("ok"));
+  auto [status, r] = Post(Body({{"tool_choice", "required"}}));
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_THAT(r["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("--tool_call_parser"));
 }
 
 constexpr char kMistralOutput[] =

@@ -8,6 +8,7 @@
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/frontend/http/tool_call_grammar.h"
 
 namespace folio::frontend {
 
@@ -347,14 +348,24 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
                                                           : (*t)->tool_call_format();
     }
     if (r.tool_choice.mode == Mode::kRequired || r.tool_choice.mode == Mode::kFunction) {
+      // Enforced: the grammar of the format's call with the functions' parameter schemas.
       if (!tool_format.has_value()) {
         return fail(absl::InvalidArgumentError(
             "tool_choice needs a tool-call format, and the model's chat template shows none "
             "(start the frontend with --tool_call_parser)"));
       }
-      return fail(absl::UnimplementedError(
-          "tool_choice \"required\" or a named function needs the structured-output grammar "
-          "that enforces the call, which this build does not have yet; use \"auto\""));
+      if (r.input.structured.kind != structured::StructuredOutput::Kind::kNone) {
+        return fail(absl::InvalidArgumentError(
+            "tool_choice \"required\" or a named function and response_format (or regex, "
+            "grammar) both constrain the output; give one"));
+      }
+      absl::StatusOr<std::string> grammar = ToolCallGrammar(
+          *tool_format, r.tools,
+          r.tool_choice.mode == Mode::kFunction ? r.tool_choice.function : "",
+          r.parallel_tool_calls);
+      if (!grammar.ok()) return fail(grammar.status());
+      r.input.structured.kind = structured::StructuredOutput::Kind::kGrammar;
+      r.input.structured.text = *std::move(grammar);
     }
     absl::StatusOr<std::string> prompt = (*t)->Render(r.chat);
     if (!prompt.ok()) return fail(prompt.status());

@@ -537,7 +537,11 @@ std::string Grammar::DebugString() const {
           if (!e.bytes.test(b)) continue;
           int end = b;
           while (end + 1 < 256 && e.bytes.test(end + 1)) ++end;
-          absl::StrAppendFormat(&out, end == b ? "\\x%02X" : "\\x%02X-\\x%02X", b, end);
+          if (end == b) {
+            absl::StrAppendFormat(&out, "\\x%02X", b);
+          } else {
+            absl::StrAppendFormat(&out, "\\x%02X-\\x%02X", b, end);
+          }
           b = end;
         }
         absl::StrAppend(&out, "]");

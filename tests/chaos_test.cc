@@ -4,8 +4,9 @@
 // container; every stream must then complete with exactly the tokens of an undisturbed
 // run of the same requests, and the pool must be full afterwards. Also: a worker that
 // never returns (streams end UNAVAILABLE at --recovery_timeout_ms; liveness stays SERVING,
-// readiness drops), and a SIGSTOPped worker (the step is cut at its deadline, the replica
-// recovers when it resumes).
+// readiness drops), a SIGSTOPped worker (the step is cut at its deadline, the replica
+// recovers when it resumes), and rank 1 of a tensor-parallel pair killed and restarted (the
+// ranks' group is formed again).
 //
 // Each test prints "recovery: process back -> first token N ms", the figure
 // docs/benchmarks.md reports.
@@ -88,6 +89,10 @@ class ChaosTest : public ::testing::Test {
     options.scheduler_args = std::move(scheduler_args);
     // A small pool (~3,000 blocks of 16): a restarted worker allocates it quickly.
     options.worker_args = {"--kv_cache_bytes=32MiB"};
+    // A surviving rank can sit in a send to the dead one until --tp_timeout_ms (Gloo does
+    // not fail a send that waits for a receive the dead peer never posted; 3 kills of 12
+    // in one run): short, so that the streams still continue within 5 s of the return.
+    if (tp_size > 1) options.worker_args.push_back("--tp_timeout_ms=2000");
     auto cluster = Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -243,6 +248,17 @@ void ChaosTest::NeverReturns(testing::ServiceProcess& process, const std::string
     EXPECT_EQ(SchedulerHealth("liveness"), grpc::health::v1::HealthCheckResponse::SERVING);
     EXPECT_EQ(SchedulerHealth("folio.internal.v1.Scheduler"),
               grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    // A request whose own deadline comes first hears why, not DEADLINE_EXCEEDED.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(600)));
+    auto reader = cluster_->frontend().Generate(&ctx, Requests()[0]);
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+    }
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("the replica is recovering: " + lost));
+    EXPECT_THAT(s.error_message(), HasSubstr("deadline passes"));
   });
   int unavailable = 0;
   for (const Stream& s : got) {
@@ -252,7 +268,7 @@ void ChaosTest::NeverReturns(testing::ServiceProcess& process, const std::string
     EXPECT_THAT(s.status.error_message(), HasSubstr("the replica is recovering: " + lost));
   }
   EXPECT_GT(unavailable, 0);
-  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1500)) << "they waited for it";
+  EXPECT_GE(absl::Now() - killed, absl::Milliseconds(1800)) << "they waited for it";
   // Back at last: the replica serves again, with a full pool.
   ASSERT_TRUE(process.Restart().ok());
   ExpectServedWithin(absl::Seconds(5));
@@ -269,36 +285,37 @@ void ChaosTest::NeverReturns(testing::ServiceProcess& process, const std::string
 }
 
 TEST_F(ChaosTest, AWorkerThatNeverReturnsEndsStreamsWithUnavailable) {
-  StartCluster({"--worker_timeout_ms=5000", "--recovery_timeout_ms=1500"});
+  StartCluster({"--worker_timeout_ms=5000", "--recovery_timeout_ms=2000"});
   NeverReturns(cluster_->worker_process(), "worker lost");
 }
 
 TEST_F(ChaosTest, ACacheManagerThatNeverReturnsEndsStreamsWithUnavailableNotCancelled) {
-  StartCluster({"--cachemgr_timeout_ms=1000", "--recovery_timeout_ms=1500"});
+  StartCluster({"--cachemgr_timeout_ms=1000", "--recovery_timeout_ms=2000"});
   NeverReturns(cluster_->cachemgr_process(), "cachemgr lost");
 }
 
-// Not healed yet (issue 22's remainder): a restarted rank of a tensor-parallel group cannot
-// rejoin, since the survivors' Gloo group is broken and nothing forms it again. What the
-// replica does meanwhile is bounded: the streams end with UNAVAILABLE at
-// --recovery_timeout_ms, never INTERNAL or a hang.
-TEST_F(ChaosTest, ARestartedTensorParallelRankEndsStreamsWithUnavailableForNow) {
-  StartCluster({"--worker_timeout_ms=2000", "--recovery_timeout_ms=2000"}, /*tp_size=*/2);
-  const absl::Time start = absl::Now();
-  const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
-    cluster_->worker_process(1).Signal(SIGKILL);
-    EXPECT_TRUE(cluster_->worker_process(1).Wait(absl::Seconds(10)).ok());
-    EXPECT_TRUE(cluster_->worker_process(1).Restart().ok());
-  });
-  int unavailable = 0;
-  for (const Stream& s : got) {
-    if (s.status.ok()) continue;
-    ++unavailable;
-    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
-    EXPECT_THAT(s.status.error_message(), HasSubstr("the replica is recovering"));
-  }
-  EXPECT_GT(unavailable, 0);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+// Tensor parallelism: rank 1 of two dies mid-stream and comes back as a new process. The
+// scheduler forms the ranks' Gloo group again (JoinGroup under a new generation, since the
+// old group's addresses are stale) and allocates both pools; every stream continues.
+TEST_F(ChaosTest, AKilledTensorParallelRankRejoinsAndNoStreamIsLost) {
+  StartCluster({"--worker_timeout_ms=5000"}, /*tp_size=*/2);
+  const absl::Duration d =
+      KillAndRestart(cluster_->worker_process(1), absl::Milliseconds(1000));
+  std::cout << "recovery: tp=2 rank 1 back -> first token " << absl::ToInt64Milliseconds(d)
+            << " ms" << std::endl;
+  const std::string metrics =
+      testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"worker\"} 1"));
+}
+
+// The same for rank 0, which also hosts the group's rendezvous table: the restarted rank 0
+// starts with an empty one, and rank 1 (whose group broke) joins the new group there.
+TEST_F(ChaosTest, AKilledTensorParallelRankZeroRejoinsAndNoStreamIsLost) {
+  StartCluster({"--worker_timeout_ms=5000"}, /*tp_size=*/2);
+  const absl::Duration d =
+      KillAndRestart(cluster_->worker_process(0), absl::Milliseconds(1000));
+  std::cout << "recovery: tp=2 rank 0 back -> first token " << absl::ToInt64Milliseconds(d)
+            << " ms" << std::endl;
 }
 
 TEST_F(ChaosTest, AStoppedWorkerIsCutAtTheStepDeadlineAndRecoversOnResume) {

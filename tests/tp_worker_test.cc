@@ -3,6 +3,8 @@
 // (every step to both ranks, rank 0 answers). The stories260K golden text over them; the
 // collectives each rank reports per step; each rank's weight bytes against a TP=1 worker;
 // a killed rank and a stopped rank fail the step with an error instead of hanging; a
+// restarted rank (1, then 0), a group broken by a timeout and ranks out of step (a step
+// that reached one rank) are formed again by Restore; a
 // TP degree that does not divide the KV heads is refused at start-up, and so are ranks
 // handed to the scheduler out of order.
 //
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/tokenizer.h"
 #include "folio/internal/v1/worker.grpc.pb.h"
@@ -35,6 +38,8 @@ using testing::ServiceProcess;
 
 constexpr int kBlockSize = 16;
 constexpr int kNumBlocks = 40;
+// Greedy steps after a recovery: their text must begin the 200-step golden text.
+constexpr int kShortSteps = 48;
 
 std::unique_ptr<grpc::ClientContext> Ctx() {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -83,23 +88,19 @@ class TpWorkerTest : public ::testing::Test {
     return std::make_unique<scheduler::GrpcWorkerClient>(channels, timeout);
   }
 
-  // AllocateKvCache on every rank at once (each joins the group first, on its step thread).
+  // As the scheduler's set-up does: every rank joins the group (JoinGroup), then allocates
+  // its KV cache, each at once; the client remembers the ranks' incarnations for Restore.
   void AllocateAll(scheduler::GrpcWorkerClient& client) {
-    std::vector<std::thread> threads;
-    std::vector<grpc::Status> status(ranks_.size());
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      threads.emplace_back([&, r] {
-        pb::AllocateKvCacheRequest req;
-        req.set_num_blocks(kNumBlocks);
-        req.set_block_size(kBlockSize);
-        pb::AllocateKvCacheResponse resp;
-        status[r] = client.stub(static_cast<int>(r)).AllocateKvCache(Ctx().get(), req, &resp);
-      });
+    std::vector<std::string> incarnations;
+    for (int r = 0; r < client.num_ranks(); ++r) incarnations.push_back(Info(client, r).incarnation_id());
+    client.SetAllocation(kNumBlocks, kBlockSize, incarnations);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    if (client.num_ranks() > 1) {
+      absl::Status joined = client.FormGroup(0, deadline);
+      ASSERT_TRUE(joined.ok()) << joined;
     }
-    for (auto& t : threads) t.join();
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].error_message();
-    }
+    absl::Status allocated = client.AllocateEveryRank(deadline);
+    ASSERT_TRUE(allocated.ok()) << allocated;
   }
 
   pb::WorkerInfo Info(scheduler::GrpcWorkerClient& client, int rank) {
@@ -244,9 +245,102 @@ TEST_F(TpWorkerTest, KilledRankFailsTheStepWithAnError) {
   EXPECT_THAT(out.status().code(), AnyOf(absl::StatusCode::kUnavailable,
                                          absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(out.status().message(), HasSubstr("worker rank"));
-  // And so does every later step: the group is broken until the replica restarts.
+  // And so does every later step: the group is broken until it is formed again.
   absl::StatusOr<worker::StepOutput> again = client->Execute(DecodeStep(5, 1), {"r"});
   EXPECT_FALSE(again.ok());
+  // Restore cannot while rank 1 is away.
+  absl::Status restored = client->Restore();
+  EXPECT_EQ(restored.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(restored.message(), HasSubstr("worker rank 1"));
+}
+
+// A rank that died comes back as a new process (its old group's addresses are stale):
+// Restore forms the group again under a new generation, allocates on every rank, and the
+// ranks produce the golden text again. Rank 1 first, then rank 0 (the rendezvous host).
+TEST_F(TpWorkerTest, ARestartedRankRejoinsAFreshGroupThroughRestore) {
+  StartRanks(2);
+  auto client = Client(absl::Seconds(20));
+  AllocateAll(*client);
+  const pb::WorkerInfo info = Info(*client, 0);
+  EXPECT_EQ(info.group().generation(), 1);
+  EXPECT_TRUE(info.group().joined());
+  ASSERT_TRUE(client->Restore().ok()) << "nothing to do: the same processes";
+  EXPECT_EQ(client->group_generation(), 1);
+  for (int victim : {1, 0}) {
+    SCOPED_TRACE(absl::StrCat("rank ", victim, " restarted"));
+    ranks_[victim]->Signal(SIGKILL);
+    ASSERT_TRUE(ranks_[victim]->Wait(absl::Seconds(10)).ok());
+    ASSERT_TRUE(ranks_[victim]->Restart().ok());
+    const int64_t before = client->group_generation();
+    EXPECT_FALSE(client->Execute(DecodeStep(1, 0), {"r"}).ok());
+    absl::Status restored = client->Restore();
+    ASSERT_TRUE(restored.ok()) << restored;
+    EXPECT_GT(client->group_generation(), before);
+    for (int r = 0; r < 2; ++r) {
+      const pb::WorkerInfo now = Info(*client, r);
+      EXPECT_TRUE(now.group().joined()) << "rank " << r << ": " << now.group().error();
+      EXPECT_EQ(now.group().generation(), client->group_generation());
+      EXPECT_EQ(now.num_blocks(), kNumBlocks);
+    }
+    const std::string text = GreedyText(*client, info, kShortSteps);
+    EXPECT_FALSE(text.empty());
+    EXPECT_TRUE(absl::StartsWith(testing::GoldenText(models_dir_), text)) << text;
+  }
+}
+
+// A group broken without any process dying (rank 1 stopped past the collective timeout):
+// the same incarnations, but rank 0 reports its group broken, so Restore forms it again.
+TEST_F(TpWorkerTest, AGroupBrokenByATimeoutFormsAgainThroughRestore) {
+  StartRanks(2, {"--tp_timeout_ms=300"});
+  auto client = Client(absl::Seconds(3));
+  AllocateAll(*client);
+  const pb::WorkerInfo info = Info(*client, 0);
+  ASSERT_TRUE(client->Execute(DecodeStep(1, 0), {"r"}).ok());
+  ranks_[1]->Signal(SIGSTOP);
+  EXPECT_FALSE(client->Execute(DecodeStep(5, 1), {"r"}).ok());
+  ranks_[1]->Signal(SIGCONT);
+  // Rank 0's all-reduce timed out: its group is broken.
+  bool broken = false;
+  for (int i = 0; i < 100 && !broken; ++i) {
+    broken = !Info(*client, 0).group().joined();
+    if (!broken) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(broken);
+  absl::Status restored = client->Restore();
+  ASSERT_TRUE(restored.ok()) << restored;
+  EXPECT_EQ(client->group_generation(), 2);
+  const std::string text = GreedyText(*client, info, kShortSteps);
+  EXPECT_FALSE(text.empty());
+  EXPECT_TRUE(absl::StartsWith(testing::GoldenText(models_dir_), text)) << text;
+}
+
+// A step that reached rank 0 alone (its call to rank 1 failed before delivery): rank 0's
+// all-reduce waits for rank 1 (--tp_timeout_ms, 60 s here). Restore sees the ranks out of
+// step and forms a new group; rank 1 leaving the old one fails rank 0's wait at once.
+TEST_F(TpWorkerTest, AStepThatReachedOneRankIsEndedByANewGroup) {
+  StartRanks(2);
+  auto client = Client(absl::Seconds(20));
+  AllocateAll(*client);
+  const pb::WorkerInfo info = Info(*client, 0);
+  ASSERT_TRUE(client->Execute(DecodeStep(1, 0), {"r"}).ok());
+  pb::ExecuteStepRequest alone = scheduler::ToProto(DecodeStep(5, 1));
+  alone.set_step_id("alone");
+  pb::ExecuteStepResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  EXPECT_EQ(client->stub(0).ExecuteStep(&ctx, alone, &resp).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(Info(*client, 0).group().last_step_id(), "alone");
+  EXPECT_NE(Info(*client, 1).group().last_step_id(), "alone");
+  EXPECT_TRUE(Info(*client, 0).group().joined()) << "nothing has failed yet: it waits";
+  // The join is bounded by 10 s, far below rank 0's 60 s wait: it succeeds only if
+  // rank 0 was let go.
+  absl::Status restored = client->Restore();
+  ASSERT_TRUE(restored.ok()) << restored;
+  EXPECT_EQ(client->group_generation(), 2);
+  const std::string text = GreedyText(*client, info, kShortSteps);
+  EXPECT_FALSE(text.empty());
+  EXPECT_TRUE(absl::StartsWith(testing::GoldenText(models_dir_), text)) << text;
 }
 
 TEST_F(TpWorkerTest, RankThatDoesNotAnswerFailsTheStepAtTheDeadline) {

@@ -14,8 +14,8 @@
 
 namespace folio::scheduler {
 
-// The cache manager of this replica. Implementations are called from the scheduler's
-// loop thread only.
+// The cache manager of this replica. Implementations are called from one thread at a time:
+// the scheduler's loop thread, or recovery's restore thread while no step runs.
 class CacheClient {
  public:
   virtual ~CacheClient() = default;
@@ -28,10 +28,13 @@ class CacheClient {
   // configured again as at start-up; the same process is reset. UNAVAILABLE while it
   // does not answer; called again with backoff until OK.
   virtual absl::Status Restore() = 0;
+  // Makes the Restore in flight (on another thread) return soon, and every later one fail
+  // at once: the scheduler is shutting down. Thread-safe.
+  virtual void CancelRestore() {}
 };
 
 // All worker ranks of this replica, seen as one: a step goes to every rank and rank 0's
-// answer comes back. Called from the loop thread only.
+// answer comes back. Called from one thread at a time, as CacheClient.
 class WorkerClient {
  public:
   virtual ~WorkerClient() = default;
@@ -43,6 +46,8 @@ class WorkerClient {
   // with the block count and size of start-up. UNAVAILABLE while a rank does not answer;
   // called again with backoff until OK.
   virtual absl::Status Restore() = 0;
+  // As CacheClient::CancelRestore. Thread-safe.
+  virtual void CancelRestore() {}
 };
 
 }  // namespace folio::scheduler

@@ -83,16 +83,22 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
         " blocks; give the workers more --kv_cache_bytes or lower --max_model_len"));
   }
 
-  for (int rank = 0; rank < workers.num_ranks(); ++rank) {
-    pb::AllocateKvCacheRequest req;
-    req.set_num_blocks(static_cast<int32_t>(num_blocks));
-    req.set_block_size(options.block_size);
-    pb::AllocateKvCacheResponse resp;
-    absl::Status s = CallWithStartupDeadline(
-        deadline, absl::StrCat("worker rank ", rank, " AllocateKvCache"),
-        [&](auto* ctx) { return workers.stub(rank).AllocateKvCache(ctx, req, &resp); });
-    if (!s.ok()) return s;
+  // What recovery sets up again when a process comes back (recovery.h).
+  std::vector<std::string> incarnations;
+  int64_t newest_group = 0;
+  for (const pb::WorkerInfo& w : infos) {
+    incarnations.push_back(w.incarnation_id());
+    newest_group = std::max(newest_group, w.group().generation());
   }
+  workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
+                        std::move(incarnations));
+  if (workers.num_ranks() > 1) {
+    // The ranks join no group at start-up: a rank that restarts must not read an old
+    // group's addresses, so every group is formed here, with a generation of its own.
+    LOG(INFO) << "forming the tensor-parallel group of " << workers.num_ranks() << " ranks";
+    if (absl::Status s = workers.FormGroup(newest_group, deadline); !s.ok()) return s;
+  }
+  if (absl::Status s = workers.AllocateEveryRank(deadline); !s.ok()) return s;
   // A scheduler that restarted finds the pool its predecessor left: its sequences are
   // nobody's now, so the pool starts again from scratch (Configure refuses live ones).
   pb::CacheStats before;
@@ -125,11 +131,6 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     return cache.stub().GetStats(ctx, pb::GetStatsRequest(), &stats);
   });
   if (!s.ok()) return s;
-  // What recovery sets up again when a process comes back (recovery.h).
-  std::vector<std::string> incarnations;
-  for (const pb::WorkerInfo& w : infos) incarnations.push_back(w.incarnation_id());
-  workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
-                        std::move(incarnations));
   cache.SetConfiguration(configure, stats.incarnation_id());
 
   pb::ClusterInfo info;

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
@@ -98,28 +101,53 @@ void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
   incarnation_id_ = incarnation_id;
 }
 
+template <typename Call>
+grpc::Status GrpcCacheClient::Cancellable(absl::Duration timeout, Call call) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "the scheduler is stopping");
+    in_flight_ = &ctx;
+  }
+  grpc::Status s = call(&ctx);
+  absl::MutexLock lock(&cancel_mu_);
+  in_flight_ = nullptr;
+  return s;
+}
+
+void GrpcCacheClient::CancelRestore() {
+  absl::MutexLock lock(&cancel_mu_);
+  cancelled_ = true;
+  if (in_flight_ != nullptr) in_flight_->TryCancel();
+}
+
 absl::Status GrpcCacheClient::Restore() {
   pb::CacheStats stats;
   {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, std::min(timeout_, kProbeTimeout));
-    grpc::Status s = stub_->GetStats(&ctx, pb::GetStatsRequest(), &stats);
+    grpc::Status s = Cancellable(std::min(timeout_, kProbeTimeout), [&](grpc::ClientContext* ctx) {
+      return stub_->GetStats(ctx, pb::GetStatsRequest(), &stats);
+    });
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrCat("cache manager: ", s.error_message()));
     }
   }
   if (stats.configured() && stats.incarnation_id() == incarnation_id_) {
-    if (absl::Status s = Reset(); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.message()));
+    pb::ResetResponse reset;
+    grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
+      return stub_->Reset(ctx, pb::ResetRequest(), &reset);
+    });
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
     }
     LOG(INFO) << "cache manager answers again (same incarnation " << incarnation_id_
               << "); pool reset";
     return absl::OkStatus();
   }
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout_);
   pb::ConfigureResponse configured;
-  grpc::Status s = stub_->Configure(&ctx, configure_, &configured);
+  grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
+    return stub_->Configure(ctx, configure_, &configured);
+  });
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cache manager Configure: ", s.error_message()));
   }
@@ -207,38 +235,172 @@ void GrpcWorkerClient::SetAllocation(int32_t num_blocks, int32_t block_size,
   incarnation_ids_.resize(stubs_.size());
 }
 
+void GrpcWorkerClient::Track(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&cancel_mu_);
+  in_flight_.push_back(ctx);
+  if (cancelled_) ctx->TryCancel();
+}
+
+void GrpcWorkerClient::Untrack(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&cancel_mu_);
+  in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), ctx), in_flight_.end());
+}
+
+void GrpcWorkerClient::CancelRestore() {
+  absl::MutexLock lock(&cancel_mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
+}
+
+namespace {
+
+// One call to each rank at once, all under one deadline; their statuses by rank.
+// `start(rank, ctx, done)` starts rank's async call with `done` as its callback.
+template <typename Start>
+std::vector<grpc::Status> CallEveryRank(int n, absl::Time deadline,
+                                        const std::function<void(grpc::ClientContext*)>& track,
+                                        const std::function<void(grpc::ClientContext*)>& untrack,
+                                        Start start) {
+  std::vector<grpc::ClientContext> ctxs(n);
+  std::vector<grpc::Status> status(n);
+  absl::BlockingCounter pending(n);
+  for (int rank = 0; rank < n; ++rank) {
+    ctxs[rank].set_deadline(absl::ToChronoTime(deadline));
+    track(&ctxs[rank]);
+    start(rank, &ctxs[rank], [&status, &pending, rank](grpc::Status s) {
+      status[rank] = std::move(s);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+  for (grpc::ClientContext& ctx : ctxs) untrack(&ctx);
+  return status;
+}
+
+// The first failure of `status` as UNAVAILABLE "worker rank R <what>: ...", or OK.
+absl::Status FirstFailure(const std::vector<grpc::Status>& status, absl::string_view what) {
+  for (size_t rank = 0; rank < status.size(); ++rank) {
+    if (!status[rank].ok()) {
+      return absl::UnavailableError(absl::StrCat("worker rank ", rank, " ", what, ": ",
+                                                 status[rank].error_message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A join among processes that all answer is quick; one that fails holds a rank's step
+// thread until its deadline, so it is bounded well below a step's.
+constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
+
+}  // namespace
+
+absl::Status GrpcWorkerClient::FormGroup(int64_t newest, absl::Time deadline) {
+  // Newer than any generation sent before too: a join of a failed attempt may still be
+  // queued on a rank, not yet in its WorkerInfo.
+  const int64_t generation = std::max({newest, group_generation_, last_generation_sent_}) + 1;
+  last_generation_sent_ = generation;
+  pb::JoinGroupRequest req;
+  req.set_generation(generation);
+  std::vector<pb::JoinGroupResponse> resps(num_ranks());
+  const std::vector<grpc::Status> status = CallEveryRank(
+      num_ranks(), deadline, [this](grpc::ClientContext* c) { Track(c); },
+      [this](grpc::ClientContext* c) { Untrack(c); },
+      [&](int rank, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+        stubs_[rank]->async()->JoinGroup(ctx, &req, &resps[rank], std::move(done));
+      });
+  if (absl::Status s = FirstFailure(status, absl::StrCat("JoinGroup(", generation, ")"));
+      !s.ok()) {
+    return s;
+  }
+  group_generation_ = generation;
+  LOG(INFO) << "the " << num_ranks() << " worker ranks formed their tensor-parallel group "
+            << "(generation " << generation << ")";
+  return absl::OkStatus();
+}
+
+absl::Status GrpcWorkerClient::AllocateEveryRank(absl::Time deadline) {
+  pb::AllocateKvCacheRequest req;
+  req.set_num_blocks(num_blocks_);
+  req.set_block_size(block_size_);
+  std::vector<pb::AllocateKvCacheResponse> resps(num_ranks());
+  const std::vector<grpc::Status> status = CallEveryRank(
+      num_ranks(), deadline, [this](grpc::ClientContext* c) { Track(c); },
+      [this](grpc::ClientContext* c) { Untrack(c); },
+      [&](int rank, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
+        stubs_[rank]->async()->AllocateKvCache(ctx, &req, &resps[rank], std::move(done));
+      });
+  return FirstFailure(status, "AllocateKvCache");
+}
+
 absl::Status GrpcWorkerClient::Restore() {
-  for (int rank = 0; rank < num_ranks(); ++rank) {
-    pb::WorkerInfo info;
-    {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx, std::min(timeout_, kProbeTimeout));
-      grpc::Status s = stubs_[rank]->GetWorkerInfo(&ctx, pb::GetWorkerInfoRequest(), &info);
-      if (!s.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("worker rank ", rank, ": ", s.error_message()));
+  const int n = num_ranks();
+  std::vector<pb::WorkerInfo> infos(n);
+  for (int rank = 0; rank < n; ++rank) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::min(timeout_, kProbeTimeout));
+    Track(&ctx);
+    grpc::Status s = stubs_[rank]->GetWorkerInfo(&ctx, pb::GetWorkerInfoRequest(), &infos[rank]);
+    Untrack(&ctx);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("worker rank ", rank, ": ", s.error_message()));
+    }
+  }
+  bool regroup = false;
+  bool regroup_for_new_process = false;
+  bool reallocate = false;
+  int64_t newest = 0;
+  std::string why;
+  for (int rank = 0; rank < n; ++rank) {
+    const pb::WorkerInfo& info = infos[rank];
+    const bool new_process = info.incarnation_id() != incarnation_ids_[rank];
+    reallocate = reallocate || new_process || info.num_blocks() != num_blocks_ ||
+                 info.block_size() != block_size_;
+    if (n == 1) continue;
+    newest = std::max(newest, info.group().generation());
+    const bool group_ok = info.group().joined() && info.group().generation() == group_generation_;
+    // The reason logged: a new process first, else the first rank whose group broke.
+    if (new_process && !regroup_for_new_process) {
+      why = absl::StrCat("rank ", rank, " is a new process (incarnation ", info.incarnation_id(),
+                         ")");
+      regroup_for_new_process = true;
+    } else if (!group_ok && why.empty()) {
+      why = absl::StrCat("rank ", rank, "'s group of generation ", info.group().generation(),
+                         " is not usable: ", info.group().error());
+    }
+    regroup = regroup || new_process || !group_ok;
+  }
+  if (n > 1 && !regroup) {
+    // A step that reached only some ranks leaves the others' collectives waiting for it
+    // (until --tp_timeout_ms): a new group ends that wait, since each rank's join first
+    // closes its old connections, which fails the peers' waiting collectives at once.
+    for (int rank = 1; rank < n && !regroup; ++rank) {
+      if (infos[rank].group().last_step_id() != infos[0].group().last_step_id()) {
+        regroup = true;
+        why = absl::StrCat("the ranks are out of step: rank 0 last started step \"",
+                           infos[0].group().last_step_id(), "\", rank ", rank, " step \"",
+                           infos[rank].group().last_step_id(), "\"");
       }
     }
-    if (info.incarnation_id() == incarnation_ids_[rank] && info.num_blocks() == num_blocks_ &&
-        info.block_size() == block_size_) {
-      continue;  // the same process, its pool in place
-    }
-    pb::AllocateKvCacheRequest req;
-    req.set_num_blocks(num_blocks_);
-    req.set_block_size(block_size_);
-    pb::AllocateKvCacheResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, timeout_);
-    grpc::Status s = stubs_[rank]->AllocateKvCache(&ctx, req, &resp);
-    if (!s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("worker rank ", rank, " AllocateKvCache: ", s.error_message()));
-    }
-    LOG(INFO) << "worker rank " << rank << " is back (incarnation " << info.incarnation_id()
-              << ", was " << incarnation_ids_[rank] << "); KV cache allocated again: "
-              << num_blocks_ << " blocks of " << block_size_ << " tokens";
-    incarnation_ids_[rank] = info.incarnation_id();
   }
+  if (!regroup && !reallocate) return absl::OkStatus();  // the same processes, pools in place
+  if (regroup) {
+    LOG(INFO) << "forming the tensor-parallel group of the " << n << " worker ranks again: "
+              << why;
+    if (absl::Status s = FormGroup(newest, absl::Now() + std::min(timeout_, kJoinTimeout));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = AllocateEveryRank(absl::Now() + timeout_); !s.ok()) return s;
+  for (int rank = 0; rank < n; ++rank) {
+    if (infos[rank].incarnation_id() != incarnation_ids_[rank]) {
+      LOG(INFO) << "worker rank " << rank << " is back (incarnation " << infos[rank].incarnation_id()
+                << ", was " << incarnation_ids_[rank] << ")";
+    }
+    incarnation_ids_[rank] = infos[rank].incarnation_id();
+  }
+  LOG(INFO) << "KV cache allocated again on " << n << " worker rank(s): " << num_blocks_
+            << " blocks of " << block_size_ << " tokens";
   return absl::OkStatus();
 }
 

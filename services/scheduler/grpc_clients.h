@@ -2,7 +2,9 @@
 // services' protobuf messages and the native step types. Every call carries a deadline,
 // so a service that does not answer fails the step with UNAVAILABLE or
 // DEADLINE_EXCEEDED instead of hanging. Restore()'s probes have a short deadline of
-// their own (kProbeTimeout), so a recovery wait polls a stopped process quickly. Thread-compatible (the loop thread calls them).
+// their own (kProbeTimeout), so a recovery wait polls a stopped process quickly.
+// Thread-compatible: one thread at a time calls them (the loop thread, or recovery's restore
+// thread while no step runs); CancelRestore is thread-safe.
 #ifndef FOLIO_SERVICES_SCHEDULER_GRPC_CLIENTS_H_
 #define FOLIO_SERVICES_SCHEDULER_GRPC_CLIENTS_H_
 
@@ -10,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "folio/internal/v1/cachemgr.grpc.pb.h"
@@ -26,6 +30,8 @@ class GrpcCacheClient final : public CacheClient {
   // Probes GetStats; a new incarnation (or an unconfigured pool) is configured again with
   // the start-up request, the same process is reset.
   absl::Status Restore() override;
+  // Cancels the Restore in flight, and every later one (at shutdown). Thread-safe.
+  void CancelRestore() override;
 
   // What start-up configured and the incarnation that answered (cluster_setup.cc).
   void SetConfiguration(const folio::internal::v1::ConfigureRequest& configure,
@@ -39,21 +45,44 @@ class GrpcCacheClient final : public CacheClient {
   uint64_t next_step_ = 1;
   folio::internal::v1::ConfigureRequest configure_;
   std::string incarnation_id_;
+  absl::Mutex cancel_mu_;
+  bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
+  grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
+  // Runs `call(ctx)` as a cancellable call of a Restore.
+  template <typename Call>
+  grpc::Status Cancellable(absl::Duration timeout, Call call);
 };
 
 // Sends each step to every rank at once and answers with rank 0's output.
+//
+// Tensor parallelism (several ranks): the ranks' Gloo group is formed by JoinGroup, at
+// set-up and again in Restore whenever a rank came back as a new process (a new
+// incarnation) or reports its group broken; each time with a newer generation, so the
+// rendezvous never reads an old group's addresses. Every rank then allocates its KV cache
+// again (its runner held the old group). The calls to the ranks run at once: a join
+// returns only when every rank has joined, and a CUDA rank's allocation runs collectives.
 class GrpcWorkerClient final : public WorkerClient {
  public:
   GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> ranks, absl::Duration timeout);
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>& request_ids) override;
-  // Probes every rank's GetWorkerInfo; a rank with a new incarnation (or without a pool)
-  // gets AllocateKvCache with the start-up block count and size.
+  // Probes every rank's GetWorkerInfo. One rank: a new incarnation (or no pool) gets
+  // AllocateKvCache with the start-up block count and size. Several: a new incarnation on
+  // any rank, or a group not joined, forms the group again (JoinGroup) and allocates on
+  // every rank. The join is bounded by min(timeout, kJoinTimeout), each call by `timeout`.
   absl::Status Restore() override;
+  // Cancels the Restore in flight, and every later one (at shutdown). Thread-safe.
+  void CancelRestore() override;
 
-  // What start-up allocated and the incarnation of each rank (cluster_setup.cc).
+  // What start-up allocates and the incarnation of each rank (cluster_setup.cc).
   void SetAllocation(int32_t num_blocks, int32_t block_size,
                      std::vector<std::string> incarnation_ids);
+  // Every rank joins the group of generation `newest` + 1 at once, where `newest` is the
+  // newest generation the ranks reported or this client sent. The first failure, by rank.
+  absl::Status FormGroup(int64_t newest, absl::Time deadline);
+  // AllocateKvCache(SetAllocation's shape) on every rank at once.
+  absl::Status AllocateEveryRank(absl::Time deadline);
+  int64_t group_generation() const { return group_generation_; }
 
   folio::internal::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
   int num_ranks() const { return static_cast<int>(stubs_.size()); }
@@ -65,6 +94,16 @@ class GrpcWorkerClient final : public WorkerClient {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
   std::vector<std::string> incarnation_ids_;  // by rank
+  int64_t group_generation_ = 0;              // the group the ranks last formed
+  int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
+
+  // The calls of a Restore, so that CancelRestore can cancel them from another thread.
+  absl::Mutex cancel_mu_;
+  bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
+  std::vector<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(cancel_mu_);
+  // Registers `ctx` (cancelled at once after CancelRestore); Untrack before it dies.
+  void Track(grpc::ClientContext* ctx);
+  void Untrack(grpc::ClientContext* ctx);
 };
 
 folio::internal::v1::ExecuteStepRequest ToProto(const worker::StepInput& step);

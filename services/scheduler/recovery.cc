@@ -26,8 +26,16 @@ Recovery::Recovery(const RecoveryOptions& options, RequestState* state, CacheCli
           ExponentialBuckets(1e-3, 2, 18))),
       first_token_seconds_(r->AddHistogram(
           "folio_scheduler_recovery_first_token_seconds",
-          "From the processes set up again to the end of the first step after a recovery.",
+          "From the processes set up again to the end of the first step after a recovery "
+          "that sampled a token.",
           ExponentialBuckets(1e-3, 2, 16))) {}
+
+Recovery::~Recovery() {
+  if (!restore_thread_.joinable()) return;
+  cache_->CancelRestore();
+  workers_->CancelRestore();
+  restore_thread_.join();
+}
 
 void Recovery::Begin(absl::Time now) {
   begun_ = true;
@@ -48,19 +56,28 @@ void Recovery::Begin(absl::Time now) {
 }
 
 void Recovery::ExpireWaiting(absl::Time now) {
-  std::vector<Request*> expired;
+  std::vector<std::pair<Request*, std::string>> expired;
   for (Request* r : state_->waiting) {
     auto [it, inserted] = waiting_since_.try_emplace(r->arrival, now);
-    if (now - it->second >= options_.timeout) expired.push_back(r);
+    if (now - it->second >= options_.timeout) {
+      expired.push_back({r, absl::StrCat("gave up after waiting ",
+                                         absl::FormatDuration(options_.timeout),
+                                         " (--recovery_timeout_ms)")});
+    } else if (r->spec.deadline - now <= options_.deadline_margin) {
+      // Its caller's deadline is about to pass: say why now, while the status still
+      // reaches the caller (after the deadline it would only see DEADLINE_EXCEEDED).
+      expired.push_back({r, absl::StrCat("the request's deadline passes in ",
+                                         absl::FormatDuration(absl::Trunc(
+                                             r->spec.deadline - now, absl::Milliseconds(1))),
+                                         ", before the replica is back")});
+    }
   }
-  for (Request* r : expired) {
+  for (auto& [r, why] : expired) {
     waiting_since_.erase(r->arrival);
-    state_->Finish(
-        r, FinishReason::kError,
-        absl::UnavailableError(absl::StrCat(
-            "the replica is recovering: ", LostServiceName(state_->loss->service),
-            " lost (", state_->loss->cause.message(), "); gave up after waiting ",
-            absl::FormatDuration(options_.timeout), " (--recovery_timeout_ms)")));
+    state_->Finish(r, FinishReason::kError,
+                   absl::UnavailableError(absl::StrCat(
+                       "the replica is recovering: ", LostServiceName(state_->loss->service),
+                       " lost (", state_->loss->cause.message(), "); ", why)));
   }
 }
 
@@ -68,19 +85,35 @@ bool Recovery::Poll(absl::Time now) {
   if (!active()) return false;
   if (!begun_) Begin(now);
   ExpireWaiting(now);
+  if (attempt_ != nullptr) {
+    if (!attempt_->done.HasBeenNotified()) return false;
+    restore_thread_.join();
+    const std::unique_ptr<Attempt> attempt = std::move(attempt_);
+    Finished(now, attempt->cache, attempt->workers);
+    return true;
+  }
   if (now < next_attempt_) return false;
   ++attempts_;
   // The cache manager first: once it answers, its pool is empty again (every request
-  // waits, none holds blocks) even while a worker is still away.
-  absl::Status s = cache_restored_ ? absl::OkStatus() : cache_->Restore();
-  cache_restored_ = s.ok();
-  if (s.ok()) s = workers_->Restore();
+  // waits, none holds blocks) even while a worker is still away. The loop does not touch
+  // the clients until the attempt is done.
+  attempt_ = std::make_unique<Attempt>();
+  restore_thread_ = std::thread([this, attempt = attempt_.get(), cache_done = cache_restored_] {
+    attempt->cache = cache_done ? absl::OkStatus() : cache_->Restore();
+    if (attempt->cache.ok()) attempt->workers = workers_->Restore();
+    attempt->done.Notify();
+  });
+  return true;
+}
+
+void Recovery::Finished(absl::Time now, const absl::Status& cache, const absl::Status& workers) {
+  cache_restored_ = cache.ok();
+  const absl::Status& s = cache.ok() ? workers : cache;
   if (!s.ok()) {
     next_attempt_ = now + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
-    LOG_EVERY_N(INFO, 20) << "still recovering after " << attempts_
-                          << " attempts: " << s;
-    return true;
+    LOG_EVERY_N(INFO, 20) << "still recovering after " << attempts_ << " attempts: " << s;
+    return;
   }
   const absl::Time restored = absl::Now();
   LOG(WARNING) << "replica recovered after " << absl::FormatDuration(restored - lost_at_)
@@ -92,14 +125,13 @@ bool Recovery::Poll(absl::Time now) {
   begun_ = false;
   restored_at_ = restored;
   awaiting_first_step_ = true;
-  return true;
 }
 
-void Recovery::OnStep(absl::Time now) {
+void Recovery::OnStep(absl::Time now, bool sampled) {
   waiting_since_.clear();
-  if (!awaiting_first_step_) return;
+  if (!awaiting_first_step_ || !sampled) return;
   awaiting_first_step_ = false;
-  LOG(INFO) << "first step after recovery done "
+  LOG(INFO) << "first token after recovery sampled "
             << absl::FormatDuration(now - restored_at_) << " after the processes were set up";
   first_token_seconds_.Observe(absl::ToDoubleSeconds(now - restored_at_));
 }

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/cachemgr/kv_cache_manager.h"
@@ -20,79 +21,140 @@ namespace {
 using ::testing::HasSubstr;
 
 // A cache manager "process": alive, it serves a KvCacheManager; killed, every call fails
-// with UNAVAILABLE; restarted, it is a new process with a fresh, empty pool.
+// with UNAVAILABLE; restarted, it is a new process with a fresh, empty pool. Thread-safe:
+// recovery calls Restore on its restore thread while the test looks on.
 class RestartableCache final : public CacheClient {
  public:
   explicit RestartableCache(const cachemgr::CacheConfig& config)
       : config_(config), manager_(*cachemgr::KvCacheManager::Create(config)) {}
 
-  void Kill() { alive_ = false; }
+  void Kill() {
+    absl::MutexLock lock(&mu_);
+    alive_ = false;
+  }
   void Restart() {
+    absl::MutexLock lock(&mu_);
     manager_ = *cachemgr::KvCacheManager::Create(config_);
     alive_ = true;
   }
   // Kills the process when the next Step has `steps` calls before it.
-  void KillAfter(int steps) { kill_after_ = steps; }
-  cachemgr::KvCacheManager& manager() { return *manager_; }
-  int restores = 0;
+  void KillAfter(int steps) {
+    absl::MutexLock lock(&mu_);
+    kill_after_ = steps;
+  }
+  absl::Status CheckInvariants() {
+    absl::MutexLock lock(&mu_);
+    return manager_->CheckInvariants();
+  }
+  cachemgr::CacheStats Stats() {
+    absl::MutexLock lock(&mu_);
+    return manager_->Stats();
+  }
+  int restores() {
+    absl::MutexLock lock(&mu_);
+    return restores_;
+  }
 
   absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) override {
-    if (kill_after_ >= 0 && kill_after_-- == 0) Kill();
+    absl::MutexLock lock(&mu_);
+    if (kill_after_ >= 0 && kill_after_-- == 0) alive_ = false;
     if (!alive_) return absl::UnavailableError("cache manager: Socket closed");
     return manager_->Step(request);
   }
   absl::Status Reset() override { return Restore(); }
   absl::Status Restore() override {
+    absl::MutexLock lock(&mu_);
     if (!alive_) return absl::UnavailableError("cache manager: Connection refused");
-    ++restores;
+    ++restores_;
     manager_ = *cachemgr::KvCacheManager::Create(config_);  // reset: empty, no prefixes
     return absl::OkStatus();
   }
 
  private:
   const cachemgr::CacheConfig config_;
-  std::unique_ptr<cachemgr::KvCacheManager> manager_;
-  bool alive_ = true;
-  int kill_after_ = -1;
+  absl::Mutex mu_;
+  std::unique_ptr<cachemgr::KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
+  bool alive_ ABSL_GUARDED_BY(mu_) = true;
+  int kill_after_ ABSL_GUARDED_BY(mu_) = -1;
+  int restores_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A worker "process" over the CPU runner. Restarted, its KV cache is new and empty, so
-// only a real recompute gives the right tokens.
+// only a real recompute gives the right tokens. Thread-safe, as RestartableCache.
 class RestartableWorker final : public WorkerClient {
  public:
   RestartableWorker(const worker::ModelWeights& weights, const worker::CpuModelRunnerOptions& o)
       : weights_(weights), options_(o) {
     Restart();
   }
-  void Kill() { alive_ = false; }
   void Restart() {
-    runner_ = *worker::CpuModelRunner::Create(weights_, options_);
-    alive_ = true;
+    absl::MutexLock lock(&mu_);
+    RestartLocked();
   }
-  void KillAfter(int steps) { kill_after_ = steps; }
+  void KillAfter(int steps) {
+    absl::MutexLock lock(&mu_);
+    kill_after_ = steps;
+  }
   // Comes back (restarted) after this many failed Restore probes.
-  int restart_after_probes = -1;
-  int steps = 0;
+  void RestartAfterProbes(int probes) {
+    absl::MutexLock lock(&mu_);
+    restart_after_probes_ = probes;
+  }
+  // Restore blocks until released (a slow AllocateKvCache), or until CancelRestore.
+  void BlockRestores() {
+    absl::MutexLock lock(&mu_);
+    block_restores_ = true;
+  }
+  void ReleaseRestores() {
+    absl::MutexLock lock(&mu_);
+    block_restores_ = false;
+  }
+  int restore_calls() {
+    absl::MutexLock lock(&mu_);
+    return restore_calls_;
+  }
 
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>&) override {
-    if (kill_after_ >= 0 && kill_after_-- == 0) Kill();
+    absl::MutexLock lock(&mu_);
+    if (kill_after_ >= 0 && kill_after_-- == 0) alive_ = false;
     if (!alive_) return absl::UnavailableError("worker rank 0 of 1: Socket closed");
-    ++steps;
     return runner_->Execute(step);
   }
   absl::Status Restore() override {
-    if (!alive_ && restart_after_probes >= 0 && restart_after_probes-- == 0) Restart();
+    absl::MutexLock lock(&mu_);
+    ++restore_calls_;
+    mu_.Await(absl::Condition(
+        +[](RestartableWorker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
+          return !w->block_restores_ || w->cancelled_;
+        },
+        this));
+    if (cancelled_) return absl::CancelledError("restore cancelled");
+    if (!alive_ && restart_after_probes_ >= 0 && restart_after_probes_-- == 0) RestartLocked();
     if (!alive_) return absl::UnavailableError("worker rank 0: Connection refused");
     return absl::OkStatus();
   }
+  void CancelRestore() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
 
  private:
+  void RestartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    runner_ = *worker::CpuModelRunner::Create(weights_, options_);
+    alive_ = true;
+  }
+
   const worker::ModelWeights& weights_;
   const worker::CpuModelRunnerOptions options_;
-  std::unique_ptr<worker::CpuModelRunner> runner_;
-  bool alive_ = true;
-  int kill_after_ = -1;
+  absl::Mutex mu_;
+  std::unique_ptr<worker::CpuModelRunner> runner_ ABSL_GUARDED_BY(mu_);
+  bool alive_ ABSL_GUARDED_BY(mu_) = true;
+  int kill_after_ ABSL_GUARDED_BY(mu_) = -1;
+  int restart_after_probes_ ABSL_GUARDED_BY(mu_) = -1;
+  bool block_restores_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int restore_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One request's choices, and how it ended.
@@ -197,7 +259,7 @@ class RecoveryTest : public ::testing::Test {
     };
     while (!all_done() && absl::Now() < give_up) {
       if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
-      EXPECT_TRUE(cache_->manager().CheckInvariants().ok());
+      EXPECT_TRUE(cache_->CheckInvariants().ok());
     }
     while (scheduler_->RunOnce()) {
     }  // the last frees
@@ -206,8 +268,8 @@ class RecoveryTest : public ::testing::Test {
   }
 
   void ExpectPoolFull() {
-    EXPECT_EQ(cache_->manager().Stats().num_sequences, 0);
-    EXPECT_EQ(cache_->manager().Stats().pool.num_blocks_free, kNumBlocks);
+    EXPECT_EQ(cache_->Stats().num_sequences, 0);
+    EXPECT_EQ(cache_->Stats().pool.num_blocks_free, kNumBlocks);
   }
 
   double Metric(const std::string& line_prefix) {
@@ -243,14 +305,14 @@ TEST_F(RecoveryTest, AWorkerThatDiesAndRestartsLosesNoStream) {
   const std::vector<Choices> want = Undisturbed();
   Make();
   worker_->KillAfter(12);  // mid-stream: prompts done, samples forked, beams under way
-  worker_->restart_after_probes = 5;
+  worker_->RestartAfterProbes(5);
   const std::vector<Choices> got = Run(Mix());
   ExpectSameStreams(want, got);
   ExpectPoolFull();
   EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
   EXPECT_EQ(Metric("folio_scheduler_recovering"), 0);
   EXPECT_EQ(Metric("folio_scheduler_recovery_first_token_seconds_count"), 1);
-  EXPECT_GE(cache_->restores, 1) << "the pool was rebuilt: its prefix cache named lost KV";
+  EXPECT_GE(cache_->restores(), 1) << "the pool was rebuilt: its prefix cache named lost KV";
 }
 
 TEST_F(RecoveryTest, ACacheManagerThatDiesAndRestartsLosesNoStream) {
@@ -290,7 +352,7 @@ TEST_F(RecoveryTest, AStepThatFailsOnceRecoversAtOnce) {
   const std::vector<Choices> want = Undisturbed();
   Make();
   worker_->KillAfter(3);
-  worker_->restart_after_probes = 0;
+  worker_->RestartAfterProbes(0);
   ExpectSameStreams(want, Run(Mix()));
   ExpectPoolFull();
 }
@@ -340,6 +402,68 @@ TEST_F(RecoveryTest, CancelWorksWhileRecovering) {
   scheduler_->RunOnce();
   EXPECT_TRUE(c.done);
   EXPECT_EQ(c.finish, FinishReason::kCancelled);
+}
+
+// A restore that blocks (an AllocateKvCache converting a large model's weights) runs on
+// the restore thread: the loop still cancels requests, ends one whose deadline nears, and
+// takes new ones; destroying the scheduler cancels the restore instead of waiting for it.
+TEST_F(RecoveryTest, ABlockedRestoreDoesNotHoldTheLoop) {
+  Make();
+  worker_->KillAfter(2);
+  worker_->BlockRestores();
+  Choices cancelled, near_deadline, queued;
+  absl::StatusOr<uint64_t> handle = scheduler_->Submit(Mix()[0], cancelled.Sink());
+  ASSERT_TRUE(handle.ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (worker_->restore_calls() == 0 && absl::Now() < give_up) {
+    if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(worker_->restore_calls(), 1) << "the restore started and blocks";
+  ASSERT_TRUE(scheduler_->Health().recovering);
+
+  scheduler_->Cancel(*handle);
+  RequestSpec soon = Mix()[1];
+  soon.deadline = absl::Now() + absl::Milliseconds(400);
+  ASSERT_TRUE(scheduler_->Submit(soon, near_deadline.Sink()).ok());
+  ASSERT_TRUE(scheduler_->Submit(Mix()[2], queued.Sink()).ok());
+  while (!(cancelled.done && near_deadline.done) && absl::Now() < give_up) {
+    if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(cancelled.finish, FinishReason::kCancelled);
+  EXPECT_EQ(near_deadline.error.code(), absl::StatusCode::kUnavailable) << near_deadline.error;
+  EXPECT_THAT(near_deadline.error.message(), HasSubstr("the replica is recovering: worker lost"));
+  EXPECT_THAT(near_deadline.error.message(), HasSubstr("deadline"));
+  EXPECT_LT(absl::Now(), soon.deadline) << "ended while its caller could still hear why";
+  EXPECT_FALSE(queued.done) << "it waits for the replica";
+  EXPECT_EQ(worker_->restore_calls(), 1) << "still the same restore";
+  scheduler_.reset();  // joins the restore thread: CancelRestore must have unblocked it
+}
+
+// The first-token figure waits for a sampled token: a long prompt's recompute first runs
+// prefill chunks that sample nothing.
+TEST_F(RecoveryTest, FirstTokenAfterRecoveryIsATokenNotAPrefillChunk) {
+  Make();
+  RequestSpec spec = Mix()[0];
+  spec.prompt = Prompt(200, 1);  // four chunks of max_num_batched_tokens = 64
+  Choices c;
+  ASSERT_TRUE(scheduler_->Submit(spec, c.Sink()).ok());
+  worker_->KillAfter(5);  // the prompt and a token, then the worker is lost
+  worker_->RestartAfterProbes(0);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!scheduler_->Health().recovering && absl::Now() < give_up) scheduler_->RunOnce();
+  while (scheduler_->Health().recovering && absl::Now() < give_up) {
+    if (!scheduler_->RunOnce()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_FALSE(scheduler_->Health().recovering);
+  const int64_t before = scheduler_->Stats().num_steps;
+  while (scheduler_->Stats().num_steps < before + 3 && absl::Now() < give_up) {
+    scheduler_->RunOnce();
+  }
+  EXPECT_EQ(Metric("folio_scheduler_recovery_first_token_seconds_count"), 0)
+      << "three prefill chunks of the recompute are not a token";
+  while (!c.done && absl::Now() < give_up) scheduler_->RunOnce();
+  EXPECT_TRUE(c.error.ok()) << c.error;
+  EXPECT_EQ(Metric("folio_scheduler_recovery_first_token_seconds_count"), 1);
 }
 
 }  // namespace

@@ -46,6 +46,10 @@ struct RequestSpec {
   int32_t min_tokens = 0;
   // Structured output: GBNF text (common/structured/grammar.h); empty: unconstrained.
   std::string grammar;
+  // The caller's deadline (its gRPC call's). Past it the call ends with DEADLINE_EXCEEDED
+  // on its own; during a recovery the scheduler ends the request just before it, with
+  // UNAVAILABLE saying the replica is recovering (recovery.h).
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct GeneratedToken {

@@ -169,7 +169,10 @@ void Scheduler::Step() {
                     absl::StrCat("worker step failed: ", output.status().message())));
     return;
   }
-  recovery_.OnStep(absl::Now());
+  const bool sampled = std::any_of(output->seqs.begin(), output->seqs.end(), [](const auto& s) {
+    return !s.samples.empty() || !s.candidates.empty();
+  });
+  recovery_.OnStep(absl::Now(), sampled);
   // Every branch's new KV first, then each request's outputs, request by request.
   const std::vector<Granted>& batch = plan.batch;
   std::vector<std::pair<Request*, BranchOutputs>> per_request;

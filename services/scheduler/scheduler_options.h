@@ -19,6 +19,10 @@ struct RecoveryOptions {
   // Between attempts to restore the processes: doubling from the first to the most.
   absl::Duration first_backoff = absl::Milliseconds(10);
   absl::Duration max_backoff = absl::Milliseconds(200);
+  // A waiting request whose own deadline is this close ends with UNAVAILABLE ("the replica
+  // is recovering") while it still can: past the deadline its caller would only see
+  // DEADLINE_EXCEEDED. Long enough for the status to get through the frontend.
+  absl::Duration deadline_margin = absl::Milliseconds(250);
 };
 
 struct SchedulerOptions {

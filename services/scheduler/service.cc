@@ -75,7 +75,8 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
 // reactor detaches itself in OnDone.
 class GenerateReactor final : public grpc::ServerWriteReactor<pb::ScheduleEvent> {
  public:
-  GenerateReactor(Scheduler* scheduler, const pb::ScheduleRequest& request)
+  GenerateReactor(Scheduler* scheduler, const pb::ScheduleRequest& request,
+                  std::chrono::system_clock::time_point deadline)
       : scheduler_(scheduler), state_(std::make_shared<State>()) {
     state_->reactor = this;
     state_->request_id = request.request_id();
@@ -84,6 +85,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<pb::ScheduleEvent>
       LOG(WARNING) << "request " << request.request_id() << " rejected: " << spec.status();
       Finish(ToGrpcStatus(spec.status()));
       return;
+    }
+    if (deadline != std::chrono::system_clock::time_point::max()) {
+      spec->deadline = absl::FromChrono(deadline);
     }
     std::shared_ptr<State> state = state_;
     absl::StatusOr<uint64_t> handle =
@@ -228,7 +232,7 @@ grpc::ServerWriteReactor<pb::ScheduleEvent>* SchedulerService::Generate(
   if (scheduler == nullptr) {
     return new RejectedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
   }
-  return new GenerateReactor(scheduler, *req);
+  return new GenerateReactor(scheduler, *req, ctx->deadline());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::GetSchedulerStats(

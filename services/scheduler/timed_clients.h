@@ -40,6 +40,7 @@ class TimedCacheClient final : public CacheClient {
   absl::StatusOr<cachemgr::StepResponse> Step(const cachemgr::StepRequest& request) override;
   absl::Status Reset() override;
   absl::Status Restore() override;
+  void CancelRestore() override { inner_->CancelRestore(); }
 
  private:
   CacheClient* const inner_;
@@ -53,6 +54,7 @@ class TimedWorkerClient final : public WorkerClient {
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>& request_ids) override;
   absl::Status Restore() override;
+  void CancelRestore() override { inner_->CancelRestore(); }
 
  private:
   WorkerClient* const inner_;

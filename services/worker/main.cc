@@ -1,6 +1,7 @@
 // folio-worker: one worker rank of a model replica, served over gRPC. Loads the model,
 // answers GetWorkerInfo at once, reports SERVING once the scheduler's AllocateKvCache
 // has built the KV pool, then runs steps.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -52,9 +53,13 @@ ABSL_FLAG(std::string, tp_host, "",
           "connect to; empty = --host (which must then not be a wildcard like 0.0.0.0).");
 ABSL_FLAG(int, tp_timeout_ms, 60000,
           "A collective that a peer rank does not join within this long fails the step and "
-          "breaks the group (the replica must then be restarted).");
+          "breaks the group (the scheduler then forms it again: JoinGroup). It also bounds "
+          "how long a surviving rank may wait on a dead one (a Gloo send that waits for the "
+          "dead peer's receive is failed only by this timeout), so keep the scheduler's "
+          "--recovery_timeout_ms above it.");
 ABSL_FLAG(int, tp_rendezvous_timeout_s, 300,
-          "How long to wait at start-up for every rank of the group to join.");
+          "The longest a JoinGroup waits for every rank of the group to join (the "
+          "scheduler's call deadline may cut it shorter).");
 ABSL_FLAG(std::string, device, "cpu",
           "Backend: cpu, or cuda (the CUDA backend on --cuda_device; needs a build with CUDA).");
 ABSL_FLAG(int, cuda_device, 0, "CUDA device index for --device=cuda.");
@@ -215,6 +220,37 @@ int main(int argc, char** argv) {
       pending_state = state;
     }
   });
+  if (options.tp_size > 1) {
+    folio::worker::GlooCommunicatorOptions comm;
+    comm.rank = options.tp_rank;
+    comm.world_size = options.tp_size;
+    comm.hostname = tp_host;
+    comm.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_tp_timeout_ms));
+    const absl::Duration join_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_rendezvous_timeout_s));
+    const std::string rendezvous_address = absl::GetFlag(FLAGS_tp_rendezvous);
+    // The scheduler's JoinGroup runs this: at set-up, and whenever it forms the group again.
+    service.SetGroupConnector(
+        [comm, join_timeout, rendezvous_address, &rendezvous_table](
+            int64_t generation,
+            absl::Duration timeout) -> absl::StatusOr<std::unique_ptr<folio::worker::Communicator>> {
+          folio::worker::GlooCommunicatorOptions o = comm;
+          o.rendezvous_timeout = std::min(join_timeout, timeout);
+          o.key_prefix = folio::worker::GroupKeyPrefix(generation);
+          absl::StatusOr<std::unique_ptr<folio::worker::GlooCommunicator>> joined;
+          if (o.rank == 0) {
+            rendezvous_table.EraseGroupsBefore(generation);
+            folio::worker::LocalGlooStore store(&rendezvous_table, o.rendezvous_timeout);
+            joined = folio::worker::GlooCommunicator::Create(o, store);
+          } else {
+            folio::worker::GrpcRendezvousStore store(
+                folio::MakeChannel(rendezvous_address, folio::TlsConfigFromFlagsOrExit()).value(),
+                o.rendezvous_timeout);
+            joined = folio::worker::GlooCommunicator::Create(o, store);
+          }
+          if (!joined.ok()) return joined.status();
+          return std::unique_ptr<folio::worker::Communicator>(*std::move(joined));
+        });
+  }
   // Rank 0 of a group serves the rendezvous table on its own gRPC port.
   folio::worker::RendezvousService rendezvous(&rendezvous_table);
   std::vector<grpc::Service*> services = {&service};
@@ -223,31 +259,6 @@ int main(int argc, char** argv) {
   if (!runner.ok()) {
     LOG(ERROR) << runner.status();
     return 1;
-  }
-  if (options.tp_size > 1) {
-    folio::worker::GlooCommunicatorOptions comm;
-    comm.rank = options.tp_rank;
-    comm.world_size = options.tp_size;
-    comm.hostname = tp_host;
-    comm.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_tp_timeout_ms));
-    comm.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_tp_rendezvous_timeout_s));
-    const std::string rendezvous_address = absl::GetFlag(FLAGS_tp_rendezvous);
-    service.ConnectTensorParallel(
-        [comm, rendezvous_address, &rendezvous_table]()
-            -> absl::StatusOr<std::unique_ptr<folio::worker::Communicator>> {
-          absl::StatusOr<std::unique_ptr<folio::worker::GlooCommunicator>> joined;
-          if (comm.rank == 0) {
-            folio::worker::LocalGlooStore store(&rendezvous_table, comm.rendezvous_timeout);
-            joined = folio::worker::GlooCommunicator::Create(comm, store);
-          } else {
-            folio::worker::GrpcRendezvousStore store(
-                folio::MakeChannel(rendezvous_address, folio::TlsConfigFromFlagsOrExit()).value(),
-                comm.rendezvous_timeout);
-            joined = folio::worker::GlooCommunicator::Create(comm, store);
-          }
-          if (!joined.ok()) return joined.status();
-          return std::unique_ptr<folio::worker::Communicator>(*std::move(joined));
-        });
   }
   {
     absl::MutexLock lock(&serving_mu);

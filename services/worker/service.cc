@@ -360,7 +360,8 @@ WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
       metrics_(registry),
       communicator_status_(options.tp_size > 1
                                ? absl::FailedPreconditionError(
-                                     "this tensor-parallel rank has not joined its group")
+                                     "this tensor-parallel rank has not joined a group yet "
+                                     "(the scheduler sends JoinGroup at set-up)")
                                : absl::OkStatus()) {
   LOG(INFO) << "worker rank " << options_.tp_rank << " incarnation "
             << static_info_.incarnation_id();
@@ -368,22 +369,94 @@ WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
 
 WorkerService::~WorkerService() = default;
 
-void WorkerService::ConnectTensorParallel(ConnectFn connect) {
-  step_thread_.Post([this, connect = std::move(connect)]() mutable {
-    LOG(INFO) << "tensor-parallel rank " << options_.tp_rank << " of " << options_.tp_size
-              << ": joining the group";
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = connect();
-    if (!comm.ok()) {
-      communicator_status_ = comm.status();
-      LOG(ERROR) << "tensor-parallel rank " << options_.tp_rank << " could not join: "
-                 << comm.status();
-      return;
-    }
-    communicator_ = *std::move(comm);
-    communicator_status_ = absl::OkStatus();
-    LOG(INFO) << "tensor-parallel rank " << options_.tp_rank << " of " << options_.tp_size
-              << " joined its group";
+void WorkerService::SetGroupConnector(ConnectFn connect) { connect_ = std::move(connect); }
+
+void WorkerService::SetGroupInfo(int64_t generation, const absl::Status& status) {
+  absl::MutexLock lock(&info_mu_);
+  if (generation != group_.generation()) group_.clear_last_step_id();
+  group_.set_generation(generation);
+  group_.set_joined(status.ok());
+  group_.set_error(std::string(status.message()));
+}
+
+void WorkerService::DropRunner() {
+  const bool had_pool = runner_ != nullptr;
+  runner_.reset();
+  {
+    absl::MutexLock lock(&info_mu_);
+    num_blocks_ = 0;
+    block_size_ = 0;
+    weight_bytes_ = 0;
+    layer_weight_bytes_ = 0;
+  }
+  metrics_.kv_cache_bytes.Set(0);
+  metrics_.kv_cache_blocks.Set(0);
+  metrics_.kv_block_size.Set(0);
+  if (had_pool && serving_callback_) serving_callback_(ServingState::kNotServing);
+}
+
+absl::Status WorkerService::Join(int64_t generation, absl::Time deadline) {
+  if (generation <= group_generation_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("JoinGroup: generation ", generation, " is not newer than generation ",
+                     group_generation_, ", which this rank took already"));
+  }
+  if (!connect_) {
+    return absl::FailedPreconditionError("JoinGroup: this worker has no group connector");
+  }
+  group_generation_ = generation;
+  // The runner uses the communicator: it goes first.
+  DropRunner();
+  communicator_.reset();
+  reported_counts_ = {};
+  communicator_status_ = absl::FailedPreconditionError(
+      absl::StrCat("joining the group of generation ", generation));
+  SetGroupInfo(generation, communicator_status_);
+  const absl::Duration timeout = deadline - absl::Now();
+  if (timeout <= absl::ZeroDuration()) {
+    communicator_status_ = absl::DeadlineExceededError(absl::StrCat(
+        "JoinGroup (generation ", generation, "): the call's deadline passed before it ran"));
+    SetGroupInfo(generation, communicator_status_);
+    return communicator_status_;
+  }
+  LOG(INFO) << "tensor-parallel rank " << options_.tp_rank << " of " << options_.tp_size
+            << ": joining the group of generation " << generation;
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = connect_(generation, timeout);
+  if (!comm.ok()) {
+    communicator_status_ = comm.status();
+    SetGroupInfo(generation, communicator_status_);
+    LOG(ERROR) << "tensor-parallel rank " << options_.tp_rank << " could not join generation "
+               << generation << ": " << comm.status();
+    return comm.status();
+  }
+  communicator_ = *std::move(comm);
+  communicator_status_ = absl::OkStatus();
+  SetGroupInfo(generation, absl::OkStatus());
+  LOG(INFO) << "tensor-parallel rank " << options_.tp_rank << " of " << options_.tp_size
+            << " joined the group of generation " << generation;
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* WorkerService::JoinGroup(grpc::CallbackServerContext* ctx,
+                                                   const pb::JoinGroupRequest* request,
+                                                   pb::JoinGroupResponse* response) {
+  if (options_.tp_size <= 1) {
+    return Finish(ctx, absl::FailedPreconditionError(
+                           "JoinGroup: this worker is not a tensor-parallel rank (--tp_size=1)"));
+  }
+  const int64_t generation = request->generation();
+  if (generation <= 0) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "JoinGroup: generation must be positive, got ", generation)));
+  }
+  const absl::Time deadline = ctx->deadline() == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(ctx->deadline());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  step_thread_.Post([this, reactor, generation, deadline] {
+    reactor->Finish(ToGrpcStatus(Join(generation, deadline)));
   });
+  return reactor;
 }
 
 void WorkerService::SetServingCallback(std::function<void(ServingState)> callback) {
@@ -399,6 +472,7 @@ grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerConte
   response->set_block_size(block_size_);
   response->set_weight_bytes(weight_bytes_);
   response->set_layer_weight_bytes(layer_weight_bytes_);
+  if (options_.tp_size > 1) *response->mutable_group() = group_;
   return Finish(ctx, absl::OkStatus());
 }
 
@@ -428,10 +502,8 @@ absl::Status WorkerService::CheckAllocation(int32_t num_blocks, int32_t block_si
 
 absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t block_size) {
   // Release the old pool first: the budget is sized for one pool, not two.
-  const bool had_pool = runner_ != nullptr;
-  runner_.reset();
+  DropRunner();
   if (options_.tp_size > 1 && communicator_ == nullptr) {
-    if (had_pool && serving_callback_) serving_callback_(ServingState::kNotServing);
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot build tensor-parallel rank ", options_.tp_rank, " of ", options_.tp_size,
         " without its group: ", communicator_status_.message()));
@@ -448,20 +520,7 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   absl::StatusOr<RunnerResources> runner = options_.make_runner
                                                ? options_.make_runner(*weights_, request)
                                                : MakeCpuRunner(*weights_, request);
-  if (!runner.ok()) {
-    {
-      absl::MutexLock lock(&info_mu_);
-      num_blocks_ = 0;
-      block_size_ = 0;
-      weight_bytes_ = 0;
-      layer_weight_bytes_ = 0;
-    }
-    metrics_.kv_cache_bytes.Set(0);
-    metrics_.kv_cache_blocks.Set(0);
-    metrics_.kv_block_size.Set(0);
-    if (had_pool && serving_callback_) serving_callback_(ServingState::kNotServing);
-    return runner.status();
-  }
+  if (!runner.ok()) return runner.status();
   CHECK_EQ(runner->runner->num_blocks(), num_blocks) << "the pool is sized to the request";
   const int64_t bytes = runner->kv_cache_bytes;
   const int64_t weight_bytes = runner->weight_bytes;
@@ -543,6 +602,9 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
     metrics_.collectives.WithLabels({"gather"})
         .Increment(static_cast<double>(counts.gathers - reported_counts_.gathers));
     reported_counts_ = counts;
+    if (absl::Status broken = communicator_->broken(); !broken.ok()) {
+      SetGroupInfo(group_generation_, broken);
+    }
   }
   if (!output.ok()) return output.status();
   StepToProto(*output, *step, response);
@@ -571,6 +633,10 @@ grpc::ServerUnaryReactor* WorkerService::ExecuteStep(grpc::CallbackServerContext
     // the scheduler (which sees CANCELLED or DEADLINE_EXCEEDED) owns the retry. A rank of
     // a tensor-parallel group runs it anyway: its peers may have, and skipping it would
     // pair their next collectives with this rank's next step.
+    if (options_.tp_size > 1 && communicator_ != nullptr) {
+      absl::MutexLock lock(&info_mu_);
+      group_.set_last_step_id(request->step_id());
+    }
     absl::Status status = ctx->IsCancelled() && options_.tp_size == 1
                               ? absl::CancelledError("the step was cancelled before it ran")
                               : RunStep(*request, response);

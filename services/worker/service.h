@@ -12,11 +12,15 @@
 //      re-allocation leaves no pool and reports NOT_SERVING).
 //   3. ExecuteStep runs one batch on the runner.
 //
-// Tensor parallelism (tp_size > 1): the rank joins its group through the factory given to
-// ConnectTensorParallel, on the step thread, before any allocation queued after it; the
-// runner it builds holds only this rank's shard and KV heads. Every rank must run the
-// same steps in the same order, so a rank of a group runs a step even when its caller
-// has given up (a single rank skips it): the scheduler sends each step to every rank.
+// Tensor parallelism (tp_size > 1): a rank joins no group at start-up. JoinGroup(g), which
+// the scheduler sends to every rank at once (at set-up, and again when a rank came back as
+// a new process or the group broke), drops the rank's runner and old communicator on the
+// step thread and joins the group of generation g through the connector given to
+// SetGroupConnector; AllocateKvCache then builds a runner over it, holding only this rank's
+// shard and KV heads. GetWorkerInfo reports the group (generation, joined or why not) and
+// answers while a join blocks. Every rank must run the same steps in the same order, so a
+// rank of a group runs a step even when its caller has given up (a single rank skips it):
+// the scheduler sends each step to every rank.
 //
 // Threading: the model runner is owned by one step thread, which runs allocations and
 // steps in arrival order and finishes their reactors; gRPC callback threads only parse,
@@ -96,11 +100,12 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   // K and V bytes one token takes in every layer on this rank, for options.kv_dtype.
   int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
 
-  // tp_size > 1 only: joins the tensor-parallel group by running `connect` on the step
-  // thread (it may block until every rank has started). Allocations queued later wait for
-  // it; if it fails, they fail with its error. Call once, before the scheduler allocates.
-  using ConnectFn = absl::AnyInvocable<absl::StatusOr<std::unique_ptr<Communicator>>()>;
-  void ConnectTensorParallel(ConnectFn connect);
+  // tp_size > 1 only: how this rank joins the group of `generation` (rendezvous keys of
+  // that generation only), blocking at most `timeout` until every rank has joined. Run on
+  // the step thread by JoinGroup. Set it before the server starts.
+  using ConnectFn = absl::AnyInvocable<absl::StatusOr<std::unique_ptr<Communicator>>(
+      int64_t generation, absl::Duration timeout)>;
+  void SetGroupConnector(ConnectFn connect);
 
   grpc::ServerUnaryReactor* GetWorkerInfo(
       grpc::CallbackServerContext* ctx, const folio::internal::v1::GetWorkerInfoRequest* request,
@@ -112,6 +117,12 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   grpc::ServerUnaryReactor* ExecuteStep(grpc::CallbackServerContext* ctx,
                                         const folio::internal::v1::ExecuteStepRequest* request,
                                         folio::internal::v1::ExecuteStepResponse* response) override;
+  // tp_size > 1: forms the group again (see above). The join is bounded by the call's
+  // deadline. FailedPrecondition on a single rank or for a generation not newer than the
+  // last one taken; the connector's error when the join fails (the rank then has no group).
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* ctx,
+                                      const folio::internal::v1::JoinGroupRequest* request,
+                                      folio::internal::v1::JoinGroupResponse* response) override;
 
  private:
   struct Metrics {
@@ -155,6 +166,10 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   absl::StatusOr<int64_t> Allocate(int32_t num_blocks, int32_t block_size);
   absl::Status RunStep(const folio::internal::v1::ExecuteStepRequest& request,
                        folio::internal::v1::ExecuteStepResponse* response);
+  absl::Status Join(int64_t generation, absl::Time deadline);
+  // Drops the runner: no pool, NOT_SERVING if there was one.
+  void DropRunner();
+  void SetGroupInfo(int64_t generation, const absl::Status& status);
 
   // Checks an AllocateKvCache request against the model and the budget.
   absl::Status CheckAllocation(int32_t num_blocks, int32_t block_size) const;
@@ -172,8 +187,11 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   int32_t block_size_ ABSL_GUARDED_BY(info_mu_) = 0;
   int64_t weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
   int64_t layer_weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
+  folio::internal::v1::TensorParallelGroup group_ ABSL_GUARDED_BY(info_mu_);
 
   // Owned by the step thread: created, used and destroyed only by its tasks.
+  ConnectFn connect_;                           // tp_size > 1; set before serving
+  int64_t group_generation_ = 0;                // the last JoinGroup taken
   std::unique_ptr<Communicator> communicator_;  // tp_size > 1, once joined
   absl::Status communicator_status_;            // why there is none (tp_size > 1)
   CollectiveCounts reported_counts_;            // already added to the metrics

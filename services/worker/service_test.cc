@@ -259,9 +259,10 @@ TEST_F(WorkerServiceTest, ReportsWeightBytesOnceAllocated) {
   EXPECT_GT(info.weight_bytes(), info.layer_weight_bytes());
 }
 
-// A rank of a tensor-parallel group cannot build its runner until it has joined the
-// group; a failed join is the allocation's error. Its KV heads are its share.
-TEST(WorkerServiceTpTest, AllocationWaitsForTheGroupAndReportsAFailedJoin) {
+// A rank of a tensor-parallel group joins no group until JoinGroup, and cannot build its
+// runner without one; a failed join is the allocation's error and shows in GetWorkerInfo.
+// Generations only grow. Its KV heads are its share.
+TEST(WorkerServiceTpTest, JoinGroupIsNeededBeforeAllocationAndReportsAFailedJoin) {
   MetricsRegistry registry;
   WorkerServiceOptions options;
   options.kv_cache_budget_bytes = 1 << 20;
@@ -269,7 +270,12 @@ TEST(WorkerServiceTpTest, AllocationWaitsForTheGroupAndReportsAFailedJoin) {
   options.tp_size = 2;
   options.tp_rank = 1;
   WorkerService service(testing::RandomModelOrDie(5), options, &registry);
-  service.ConnectTensorParallel([]() -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  std::vector<int64_t> joins;
+  absl::Duration last_timeout;
+  service.SetGroupConnector([&](int64_t generation, absl::Duration timeout)
+                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    joins.push_back(generation);
+    last_timeout = timeout;
     return absl::UnavailableError("rank 0 never answered");
   });
   ServerOptions server;
@@ -283,14 +289,56 @@ TEST(WorkerServiceTpTest, AllocationWaitsForTheGroupAndReportsAFailedJoin) {
   ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
   EXPECT_EQ(info.num_kv_heads(), 1);  // the random model's 2 KV heads over 2 ranks
   EXPECT_EQ(info.tp_rank(), 1);
+  EXPECT_EQ(info.group().generation(), 0);
+  EXPECT_FALSE(info.group().joined());
+  EXPECT_TRUE(joins.empty()) << "no group is joined at start-up";
+
   pb::AllocateKvCacheRequest req;
   req.set_num_blocks(8);
   req.set_block_size(4);
   pb::AllocateKvCacheResponse resp;
   grpc::Status s = stub->AllocateKvCache(Ctx().get(), req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("has not joined a group yet"));
+
+  pb::JoinGroupRequest join;
+  pb::JoinGroupResponse joined;
+  join.set_generation(3);
+  s = stub->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(s.error_message(), HasSubstr("rank 0 never answered"));
+  ASSERT_EQ(joins, std::vector<int64_t>{3});
+  EXPECT_GT(last_timeout, absl::Seconds(20)) << "bounded by the call's 30 s deadline";
+  EXPECT_LE(last_timeout, absl::Seconds(31));  // the server counts from when it heard
+  ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.group().generation(), 3);
+  EXPECT_FALSE(info.group().joined());
+  EXPECT_THAT(info.group().error(), HasSubstr("rank 0 never answered"));
+  s = stub->AllocateKvCache(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("rank 0 never answered"));
+
+  // Not newer than 3: refused without calling the connector.
+  s = stub->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("not newer than generation 3"));
+  join.set_generation(0);
+  s = stub->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(joins.size(), 1u);
   (*runner)->Shutdown();
+}
+
+TEST_F(WorkerServiceTest, JoinGroupIsRefusedByASingleRank) {
+  pb::JoinGroupRequest join;
+  join.set_generation(1);
+  pb::JoinGroupResponse joined;
+  grpc::Status s = stub_->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("--tp_size=1"));
+  pb::WorkerInfo info;
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_FALSE(info.has_group());
 }
 
 }  // namespace

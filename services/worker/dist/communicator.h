@@ -9,8 +9,8 @@
 //
 // A failed collective (a peer that died or did not answer within the backend's timeout)
 // returns an error and leaves the group broken: every later call fails at once with
-// FailedPrecondition naming the first failure. A replica that lost a rank is restarted as
-// a whole.
+// FailedPrecondition naming the first failure. The worker then forms a new group
+// (WorkerService::JoinGroup) when the scheduler recovers the replica.
 //
 // Thread-compatible: one thread (the rank's step thread) issues the collectives; counts()
 // may be read from any thread.
@@ -49,6 +49,9 @@ class Communicator {
                                     CommDType dtype) = 0;
   // What this rank has issued so far (for tests and metrics).
   virtual CollectiveCounts counts() const = 0;
+  // OK while the group works; else the failure that broke it. Read on the thread that
+  // issues the collectives.
+  virtual absl::Status broken() const { return absl::OkStatus(); }
 };
 
 }  // namespace folio::worker

@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                      ? options.rendezvous_timeout
                                      : options.timeout));
     // Keys of this group live under one prefix of the store.
-    gloo::rendezvous::PrefixStore prefixed("folio-tp", store);
+    gloo::rendezvous::PrefixStore prefixed(options.key_prefix, store);
     context->connectFullMesh(prefixed, device);
     context->setTimeout(ToMillis(options.timeout));
     return std::unique_ptr<GlooCommunicator>(
@@ -65,7 +65,7 @@ absl::Status GlooCommunicator::CheckUsable(const char* op, int64_t count) const 
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the tensor-parallel group is broken since an earlier failure (", broken_.message(),
-        "); restart every rank of the replica"));
+        "); the replica forms its group again when the scheduler recovers it"));
   }
   if (count < 0) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": negative element count ", count));

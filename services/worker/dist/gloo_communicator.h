@@ -32,6 +32,8 @@ struct GlooCommunicatorOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Bounds joining the group (every rank must have started by then); 0 = `timeout`.
   absl::Duration rendezvous_timeout = absl::ZeroDuration();
+  // The group's keys in the store live under this prefix (kv_store.h: GroupKeyPrefix).
+  std::string key_prefix = "folio-tp";
 };
 
 class GlooCommunicator final : public Communicator {
@@ -47,6 +49,7 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllReduceSum(void* data, int64_t count, CommDType dtype) override;
   absl::Status GatherToRoot(const void* send, void* recv, int64_t count, CommDType dtype) override;
   CollectiveCounts counts() const override;
+  absl::Status broken() const override { return broken_; }
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int world_size)

@@ -1,6 +1,7 @@
 // GlooCommunicator over loopback TCP with ranks on threads: sums and gathers in every
 // element type, the collective counts, the rendezvous through rank 0's gRPC service, a
-// rendezvous that times out, and a peer that leaves mid-way breaking the group.
+// rendezvous that times out, a peer that leaves mid-way breaking the group, and a broken
+// group formed again under a new generation's keys.
 #include "services/worker/dist/gloo_communicator.h"
 
 #include <functional>
@@ -21,10 +22,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Joins `n` ranks through one in-process store; each gets its communicator or error.
-std::vector<absl::StatusOr<std::unique_ptr<GlooCommunicator>>> JoinGroup(
-    int n, absl::Duration timeout = absl::Seconds(20)) {
-  KvStore store;
+// Joins `n` ranks through `store` under `key_prefix`; each gets its communicator or error.
+std::vector<absl::StatusOr<std::unique_ptr<GlooCommunicator>>> JoinGroupIn(
+    KvStore& store, const std::string& key_prefix, int n, absl::Duration timeout) {
   std::vector<absl::StatusOr<std::unique_ptr<GlooCommunicator>>> out(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -34,11 +34,19 @@ std::vector<absl::StatusOr<std::unique_ptr<GlooCommunicator>>> JoinGroup(
       o.rank = r;
       o.world_size = n;
       o.timeout = timeout;
+      o.key_prefix = key_prefix;
       out[r] = GlooCommunicator::Create(o, gloo_store);
     });
   }
   for (auto& t : threads) t.join();
   return out;
+}
+
+// Joins `n` ranks through a store of their own.
+std::vector<absl::StatusOr<std::unique_ptr<GlooCommunicator>>> JoinGroup(
+    int n, absl::Duration timeout = absl::Seconds(20)) {
+  KvStore store;
+  return JoinGroupIn(store, "folio-tp", n, timeout);
 }
 
 // Runs fn(rank) on a thread per rank.
@@ -153,6 +161,29 @@ TEST(GlooCommunicatorTest, PeerThatLeavesBreaksTheGroup) {
   EXPECT_EQ((*comms[0])->counts().all_reduces, 2);
 }
 
+// A broken group formed again in the same store (rank 0's table outlives its groups):
+// under the next generation's keys the ranks meet; rank 0's old keys are dropped.
+TEST(GlooCommunicatorTest, ABrokenGroupFormsAgainUnderTheNextGenerationsKeys) {
+  KvStore store;
+  auto first = JoinGroupIn(store, GroupKeyPrefix(1), 2, absl::Seconds(5));
+  for (auto& c : first) ASSERT_TRUE(c.ok()) << c.status();
+  first[1]->reset();  // rank 1 dies
+  std::vector<float> v(8, 1.0f);
+  ASSERT_FALSE((*first[0])->AllReduceSum(v.data(), 8, CommDType::kF32).ok());
+  EXPECT_FALSE((*first[0])->broken().ok());
+  first.clear();
+  EXPECT_GT(store.EraseGroupsBefore(2), 0);
+  auto second = JoinGroupIn(store, GroupKeyPrefix(2), 2, absl::Seconds(5));
+  for (auto& c : second) ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*second[0])->broken().ok());
+  std::vector<std::vector<float>> x = {{1, 2}, {10, 20}};
+  OnEveryRank(2, [&](int r) {
+    EXPECT_TRUE((*second[r])->AllReduceSum(x[r].data(), 2, CommDType::kF32).ok());
+  });
+  EXPECT_THAT(x[0], ::testing::ElementsAre(11, 22));
+  EXPECT_THAT(x[1], ::testing::ElementsAre(11, 22));
+}
+
 TEST(GlooCommunicatorTest, RendezvousOverRankZerosGrpcService) {
   KvStore store;
   RendezvousService service(&store);
@@ -203,6 +234,20 @@ TEST(KvStoreTest, LimitsAndWait) {
   ASSERT_TRUE(store.Set("a", "1").ok());
   EXPECT_TRUE(store.Wait({"a"}, absl::Milliseconds(10)).ok());
   EXPECT_EQ(store.Get("a"), "1");
+}
+
+TEST(KvStoreTest, EraseGroupsBeforeDropsOnlyOlderGenerations) {
+  KvStore store;
+  EXPECT_EQ(GroupKeyPrefix(7), "folio-tp/g7");
+  ASSERT_TRUE(store.Set(GroupKeyPrefix(2) + "/0", "a").ok());
+  ASSERT_TRUE(store.Set(GroupKeyPrefix(9) + "/0", "b").ok());
+  ASSERT_TRUE(store.Set(GroupKeyPrefix(10) + "/1", "c").ok());
+  ASSERT_TRUE(store.Set("other", "d").ok());
+  EXPECT_EQ(store.EraseGroupsBefore(10), 2);
+  EXPECT_FALSE(store.Get(GroupKeyPrefix(2) + "/0").has_value());
+  EXPECT_FALSE(store.Get(GroupKeyPrefix(9) + "/0").has_value());
+  EXPECT_EQ(store.Get(GroupKeyPrefix(10) + "/1"), "c");  // 10 is not before 10, nor "1" < "10"
+  EXPECT_EQ(store.Get("other"), "d");
 }
 
 }  // namespace

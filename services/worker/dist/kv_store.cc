@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 
 namespace folio::worker {
@@ -50,6 +52,30 @@ absl::Status KvStore::Wait(const std::vector<std::string>& keys, absl::Duration 
   return absl::DeadlineExceededError(
       absl::StrCat("rendezvous: keys [", absl::StrJoin(missing, ", "), "] not published within ",
                    absl::FormatDuration(timeout), " (has every rank started?)"));
+}
+
+namespace {
+constexpr absl::string_view kGroupKeyStart = "folio-tp/g";
+}  // namespace
+
+std::string GroupKeyPrefix(int64_t generation) { return absl::StrCat(kGroupKeyStart, generation); }
+
+int KvStore::EraseGroupsBefore(int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  int erased = 0;
+  for (auto it = values_.begin(); it != values_.end();) {
+    absl::string_view key = it->first;
+    int64_t g = 0;
+    const bool older = absl::ConsumePrefix(&key, kGroupKeyStart) &&
+                       absl::SimpleAtoi(key.substr(0, key.find('/')), &g) && g < generation;
+    if (older) {
+      values_.erase(it++);
+      ++erased;
+    } else {
+      ++it;
+    }
+  }
+  return erased;
 }
 
 void LocalGlooStore::set(const std::string& key, const std::vector<char>& data) {

@@ -5,6 +5,10 @@
 // LocalGlooStore adapts it to Gloo's rendezvous interface for the rank that holds it (rank
 // 0, or every rank when all run in one process).
 //
+// Each generation of the group (WorkerService::JoinGroup) publishes under keys of its own,
+// GroupKeyPrefix(generation), so a group formed again never reads the addresses of an
+// older one; rank 0 drops the older generations' keys when it joins a new one.
+//
 // KvStore is thread-safe; LocalGlooStore is as thread-safe as its KvStore.
 #ifndef FOLIO_SERVICES_WORKER_DIST_KV_STORE_H_
 #define FOLIO_SERVICES_WORKER_DIST_KV_STORE_H_
@@ -37,11 +41,17 @@ class KvStore {
   std::optional<std::string> Get(const std::string& key) const;
   // Waits until every key is present; DeadlineExceeded naming the missing ones otherwise.
   absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) const;
+  // Drops the keys of the groups older than `generation` (those under GroupKeyPrefix(g)
+  // with g < generation); returns how many.
+  int EraseGroupsBefore(int64_t generation);
 
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
+
+// "folio-tp/g<generation>": the prefix of the rendezvous keys of one group generation.
+std::string GroupKeyPrefix(int64_t generation);
 
 // Gloo's rendezvous store over a KvStore (not owned). Gloo's interface reports errors by
 // exception: a wait that times out throws std::runtime_error.

@@ -11,10 +11,11 @@
 #                        config.json readers, and the tokenizer a tokenizer.json builds
 #   grammar_fuzz         the GBNF grammar parser, the regex compiler and the token matcher
 #   json_schema_fuzz     the JSON Schema -> grammar compiler
+#   tool_call_fuzz       the tool-call output parsers (whole = streamed, no call = the text)
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
 #   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors,
-#   hf_tokenizer, grammar and json_schema name them too)
+#   hf_tokenizer, grammar, json_schema and tools name them too)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2),
 # FOLIO_REFERENCE_DIR (default <repo>/build/reference).
@@ -50,11 +51,12 @@ for t in "$@"; do
     hf_tokenizer) targets+=(hf_tokenizer_fuzz) ;;
     grammar) targets+=(grammar_fuzz) ;;
     json_schema) targets+=(json_schema_fuzz) ;;
+    tools) targets+=(tool_call_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
-                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz)
+                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -66,6 +68,7 @@ seed_dir() {
     hf_tokenizer_fuzz) echo "$repo/services/worker/model/hf_tokenizer_fuzz_corpus" ;;
     grammar_fuzz) echo "$repo/common/structured/grammar_fuzz_corpus" ;;
     json_schema_fuzz) echo "$repo/common/structured/json_schema_fuzz_corpus" ;;
+    tool_call_fuzz) echo "$repo/services/frontend/http/tool_call_fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }

@@ -152,6 +152,9 @@ def main():
     p.add_argument("--chat_template",
                    help="a Jinja chat template file for /v1/chat/completions, in place of the "
                         "model's own")
+    p.add_argument("--tool_call_parser", choices=["llama3_json", "hermes", "mistral"],
+                   help="how tool calls are read out of the model's output (default: by the "
+                        "chat template's family)")
     p.add_argument("--block_size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--kv_cache_bytes", default="256MiB", help="KV cache budget of the worker")
     p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
@@ -265,6 +268,8 @@ def main():
                          f"--port={args.port}", f"--http_port={args.http_port}"]
         if args.chat_template:
             frontend_argv.append(f"--chat_template={os.path.abspath(args.chat_template)}")
+        if args.tool_call_parser:
+            frontend_argv.append(f"--tool_call_parser={args.tool_call_parser}")
         frontend = Service("frontend", frontend_argv + tls + args.frontend_flag, run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)

@@ -1,5 +1,6 @@
 #include "services/frontend/completion_text.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +9,11 @@
 namespace folio::frontend {
 
 CompletionText::CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops,
-                               std::span<const int32_t> prompt)
-    : tokenizer_(tokenizer), decoder_(tokenizer), matcher_(std::move(stops)) {
+                               std::span<const int32_t> prompt, std::vector<int32_t> preserved)
+    : tokenizer_(tokenizer),
+      decoder_(tokenizer),
+      matcher_(std::move(stops)),
+      preserved_(std::move(preserved)) {
   if (!prompt.empty() && prompt.back() == tokenizer.bos_id()) {
     // BOS decodes to nothing; it only arms the decoder's leading-space rule.
     (void)decoder_.Add(prompt.back());
@@ -30,7 +34,15 @@ absl::StatusOr<CompletionText::Delta> CompletionText::AddTokens(std::span<const 
     }
   }
   for (int32_t id : ids) {
-    absl::StatusOr<std::string> text = decoder_.Add(id);
+    absl::StatusOr<std::string> text;
+    if (std::find(preserved_.begin(), preserved_.end(), id) != preserved_.end()) {
+      // Its piece, after what the decoder held (as any control token ends a byte run).
+      std::string t = decoder_.Flush();
+      t.append(*tokenizer_.TokenToPiece(id));
+      text = std::move(t);
+    } else {
+      text = decoder_.Add(id);
+    }
     if (!text.ok()) return text.status();  // unreachable: ids were checked above
     ++delta.num_tokens_used;
     ++num_tokens_;

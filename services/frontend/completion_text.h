@@ -24,8 +24,12 @@ class CompletionText {
   // `prompt` is the prompt the completion follows: when it ends with BOS, the
   // completion's first leading space is dropped, as decoding BOS plus the completion would
   // drop it (SentencePiece's rule), so "" + "Once upon" reads "Once upon".
+  //
+  // `preserved` are control tokens that decode to their piece text here rather than to
+  // nothing (the markers a tool-call parser reads, such as "<|python_tag|>"), as
+  // llama.cpp's server keeps its chat format's preserved tokens.
   CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops,
-                 std::span<const int32_t> prompt = {});
+                 std::span<const int32_t> prompt = {}, std::vector<int32_t> preserved = {});
 
   struct Delta {
     std::string text;             // new text to emit (possibly empty)
@@ -52,6 +56,7 @@ class CompletionText {
   const Tokenizer& tokenizer_;
   IncrementalDecoder decoder_;
   StopMatcher matcher_;
+  std::vector<int32_t> preserved_;  // few: a linear search
   int32_t num_tokens_ = 0;
 };
 

@@ -71,6 +71,10 @@ ABSL_FLAG(std::vector<std::string>, api_key, {},
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file that /v1/chat/completions renders with instead of the "
           "model's own (GGUF tokenizer.chat_template); checked at startup.");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "How /v1/chat/completions reads tool calls out of the model's output: llama3_json, "
+          "hermes (also Qwen2.5/Qwen3) or mistral. Empty: the one the chat template's family "
+          "uses (none when it shows no tool-call format).");
 ABSL_FLAG(std::string, api_key_file, "",
           "File of API keys, one per line ('#' starts a comment line).");
 
@@ -181,6 +185,16 @@ int main(int argc, char** argv) {
       return kExitBadFlags;
     }
   }
+  std::optional<folio::frontend::ToolCallFormat> tool_call_parser;
+  if (const std::string name = absl::GetFlag(FLAGS_tool_call_parser); !name.empty()) {
+    absl::StatusOr<folio::frontend::ToolCallFormat> f =
+        folio::frontend::ToolCallFormatByName(name);
+    if (!f.ok()) {
+      LOG(ERROR) << "--tool_call_parser: " << f.status().message();
+      return kExitBadFlags;
+    }
+    tool_call_parser = *f;
+  }
   folio::ExitIfCheckingFlags();
   // A client that drops its HTTP connection must not take the process with it: writes to
   // it fail with EPIPE instead.
@@ -223,6 +237,7 @@ int main(int argc, char** argv) {
     http_options.api_keys = *api_keys;
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
     http_options.resume = options.resume;
+    http_options.tool_call_parser = tool_call_parser;
     auto started = folio::frontend::OpenAiServer::Start(
         http_options, [&service] { return service.model(); }, channel, service.metrics());
     if (!started.ok()) {

@@ -6,7 +6,11 @@
 // CASES.json: {"baseURL", "apiKey", "model", "cases": [{"name", "kind", "prompt" |
 // "messages", "max_tokens", "extra", "expected"}]}, kind one of completion,
 // completion_stream, chat_stream, chat, or completion_error (a call the server must refuse
-// with 400; "expected" is then the error's param). "extra" holds more request fields
+// with 400; "expected" is then the error's param). With "tools": chat_tools (not
+// streamed), chat_tools_stream (the client's own stream helper joins the tool_calls
+// deltas: beta.chat.completions.stream + finalChatCompletion) and chat_tools_round_trip
+// (the call sent back with its result as the next request); their text is
+// JSON {content, finish_reason, calls: [{name, arguments}]} of the (last) reply. "extra" holds more request fields
 // (presence_penalty, logit_bias, seed, ...) passed as the client passes them. Prints one
 // line per case; exits 1 when any text differs or a call fails.
 import { readFileSync } from "node:fs";
@@ -58,6 +62,33 @@ async function run(c) {
     const r = await client.chat.completions.create({ ...common, messages: c.messages });
     if (r.object !== "chat.completion") throw new Error(`object is ${r.object}`);
     return r.choices[0].message.content;
+  }
+  if (c.kind.startsWith("chat_tools")) {
+    const summary = (r) => {
+      const m = r.choices[0].message;
+      for (const call of m.tool_calls ?? []) {
+        if (call.type !== "function" || !call.id) throw new Error(`bad call ${JSON.stringify(call)}`);
+        JSON.parse(call.function.arguments);  // must be JSON
+      }
+      return JSON.stringify({
+        content: m.content ?? null, finish_reason: r.choices[0].finish_reason,
+        calls: (m.tool_calls ?? []).map((t) => ({ name: t.function.name, arguments: t.function.arguments })),
+      });
+    };
+    const req = { ...common, messages: c.messages, tools: c.tools };
+    if (c.kind === "chat_tools") return summary(await client.chat.completions.create(req));
+    if (c.kind === "chat_tools_stream") {
+      const stream = client.beta.chat.completions.stream(req);
+      return summary(await stream.finalChatCompletion());
+    }
+    if (c.kind === "chat_tools_round_trip") {
+      const first = await client.chat.completions.create(req);
+      const m = first.choices[0].message;
+      if (!m.tool_calls?.length) throw new Error("no tool call to answer");
+      const messages = [...c.messages, m,
+        ...m.tool_calls.map((t) => ({ role: "tool", tool_call_id: t.id, content: c.tool_result }))];
+      return summary(await client.chat.completions.create({ ...req, messages }));
+    }
   }
   if (c.kind === "completion_error") {
     try {

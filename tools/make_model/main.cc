@@ -73,6 +73,10 @@ ABSL_FLAG(uint64_t, seed, 1234, "Random seed; the same seed gives the same file.
 ABSL_FLAG(float, rope_theta, 10000.0f, "llama.rope.freq_base.");
 ABSL_FLAG(float, rms_eps, 1e-5f, "llama.attention.layer_norm_rms_epsilon.");
 ABSL_FLAG(bool, tied, false, "Omit output.weight (classifier tied to token_embd).");
+ABSL_FLAG(std::string, vocab_from, "",
+          "If set, a GGUF file (e.g. llama.cpp's models/ggml-vocab-llama-bpe.gguf) whose "
+          "tokenizer.* keys are copied instead of the SentencePiece vocabulary; --vocab is "
+          "then its token count.");
 ABSL_FLAG(std::string, chat_template_file, "",
           "If set, the file's text is written as tokenizer.chat_template (a Jinja chat template).");
 
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
   o.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   o.rms_norm_eps = absl::GetFlag(FLAGS_rms_eps);
   o.tied_embeddings = absl::GetFlag(FLAGS_tied);
+  o.vocab_from = absl::GetFlag(FLAGS_vocab_from);
   if (const std::string path = absl::GetFlag(FLAGS_chat_template_file); !path.empty()) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;

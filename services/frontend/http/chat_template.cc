@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/frontend/http/tool_call_parser.h"
 
 namespace folio::frontend {
 
@@ -13,7 +14,9 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view source, std::
   absl::StatusOr<jinja::Template> t =
       jinja::Template::Parse(is_default ? std::string_view(kDefaultChatTemplate) : source);
   if (!t.ok()) return t.status();
-  return ChatTemplate(*std::move(t), std::move(bos_token), std::move(eos_token), is_default);
+  ChatTemplate out(*std::move(t), std::move(bos_token), std::move(eos_token), is_default);
+  out.tool_call_format_ = ToolCallFormatOfTemplate(source);
+  return out;
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,

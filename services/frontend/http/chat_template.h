@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "common/tokenizer/tokenizer.h"
 #include "services/frontend/http/jinja.h"
+#include "services/frontend/http/tool_call_parser.h"
 
 namespace folio::frontend {
 
@@ -81,6 +83,9 @@ class ChatTemplate {
 
   bool is_default() const { return is_default_; }
 
+  // The tool-call format the template teaches (ToolCallFormatOfTemplate), if any.
+  std::optional<ToolCallFormat> tool_call_format() const { return tool_call_format_; }
+
  private:
   ChatTemplate(jinja::Template t, std::string bos, std::string eos, bool is_default)
       : template_(std::move(t)), bos_(std::move(bos)), eos_(std::move(eos)),
@@ -90,6 +95,7 @@ class ChatTemplate {
   std::string bos_;
   std::string eos_;
   bool is_default_;
+  std::optional<ToolCallFormat> tool_call_format_;
 };
 
 // The template a model's chat requests render with, chosen as llama.cpp's server and

@@ -29,14 +29,16 @@ absl::Status FromScheduler(const grpc::Status& status) {
 }  // namespace
 
 Generation::Generation(std::shared_ptr<const ModelContext> model,
-                       const ValidatedRequest& request, int32_t n, Listener listener)
+                       const ValidatedRequest& request, int32_t n, Listener listener,
+                       const std::vector<int32_t>& preserved_tokens)
     : model_(std::move(model)),
       want_logprobs_(request.logprobs.has_value()),
       max_top_logprobs_(request.logprobs.value_or(0)),
       listener_(std::move(listener)),
       choices_(static_cast<size_t>(std::max(n, 1))) {
   for (Choice& c : choices_) {
-    c.text.emplace(model_->tokenizer(), request.stop, request.prompt_token_ids);
+    c.text.emplace(model_->tokenizer(), request.stop, request.prompt_token_ids,
+                   preserved_tokens);
   }
   num_prompt_tokens_ = static_cast<int32_t>(request.prompt_token_ids.size());
   request_ = ToScheduleRequest(request);
@@ -46,9 +48,10 @@ Generation::Generation(std::shared_ptr<const ModelContext> model,
 std::shared_ptr<Generation> Generation::Start(std::shared_ptr<const ModelContext> model,
                                               ipb::Scheduler::Stub* scheduler,
                                               const ValidatedRequest& request, int32_t n,
-                                              ResumeOptions resume, Listener listener) {
-  std::shared_ptr<Generation> g(
-      new Generation(std::move(model), request, n, std::move(listener)));
+                                              ResumeOptions resume, Listener listener,
+                                              std::vector<int32_t> preserved_tokens) {
+  std::shared_ptr<Generation> g(new Generation(std::move(model), request, n,
+                                               std::move(listener), preserved_tokens));
   g->self_ = g;
   g->stream_ = ResumableStream::Start(scheduler, g->request_, absl::InfiniteFuture(), resume,
                                       g.get());

@@ -47,11 +47,13 @@ class Generation final : public ResumableStream::Listener {
   using Listener = std::function<void(Update)>;
 
   // Starts the scheduler call for `request` with `n` choices. `scheduler` must outlive the
-  // call (the server waits for every generation to end before it goes).
+  // call (the server waits for every generation to end before it goes). `preserved_tokens`
+  // are control tokens decoded to their text (CompletionText), for a tool-call parser.
   static std::shared_ptr<Generation> Start(std::shared_ptr<const ModelContext> model,
                                            folio::internal::v1::Scheduler::Stub* scheduler,
                                            const ValidatedRequest& request, int32_t n,
-                                           ResumeOptions resume, Listener listener);
+                                           ResumeOptions resume, Listener listener,
+                                           std::vector<int32_t> preserved_tokens = {});
   ~Generation() override = default;
 
   Generation(const Generation&) = delete;
@@ -69,7 +71,7 @@ class Generation final : public ResumableStream::Listener {
 
  private:
   Generation(std::shared_ptr<const ModelContext> model, const ValidatedRequest& request,
-             int32_t n, Listener listener);
+             int32_t n, Listener listener, const std::vector<int32_t>& preserved_tokens);
   struct Choice {
     std::optional<CompletionText> text;
     bool finished = false;

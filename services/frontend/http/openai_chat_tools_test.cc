@@ -5,6 +5,11 @@
 // same template from llama.cpp's models/templates/. Covers --chat_template (which replaces
 // the model's named templates too), the GGUF tool_use named template chosen when tools are
 // given, and chat_template_kwargs reaching the template.
+//
+// Then the other way: the scheduler plays a model's tool-call output and the client gets
+// OpenAI's tool_calls, streamed and not, for each template family's format (the Llama 3
+// one on llama.cpp's llama-bpe vocabulary, whose <|python_tag|> is a control token), with
+// tool_choice and parallel_tool_calls validated and honoured.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +20,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/create_channel.h"
 #include "httplib.h"
@@ -22,7 +29,10 @@
 #include "services/frontend/frontend_test_env.h"
 #include "services/frontend/http/chat_template.h"
 #include "services/frontend/http/openai_server.h"
+#include "services/worker/model/gguf_vocab.h"
+#include "services/worker/service.h"
 #include "tests/reference/llama_ref.h"
+#include "tests/service_process.h"
 
 namespace folio::frontend::testing {
 namespace {
@@ -102,11 +112,10 @@ class ChatToolsTest : public FrontendTestEnv {
   }
 
   // A FrontendService with `options` over the fixture's fake scheduler, and its HTTP server.
-  void StartFrontend(FrontendOptions options) {
+  void StartFrontend(FrontendOptions options, OpenAiServerOptions http_options = {}) {
     frontend_ = std::make_unique<FrontendService>(
         std::move(options), MakeSchedulerChannel(fake_->address()), &frontend_registry_);
     ASSERT_TRUE(frontend_->SetClusterInfo(info_).ok());
-    OpenAiServerOptions http_options;
     http_options.port = 0;
     auto server = OpenAiServer::Start(
         http_options, [this] { return frontend_->model(); },
@@ -265,6 +274,487 @@ TEST_F(ChatToolsTest, ToolsOnCompletionsAreRefused) {
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("tools are only taken by /v1/chat/completions"), std::string::npos)
       << r->body;
+}
+
+// --- Tool calls in the output ---
+
+constexpr char kHermesOutput[] =
+    "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+    "\"Paris\"}}\n</tool_call>";
+constexpr char kTwoCalls[] =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+    "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+    "\"Rome\"}}\n</tool_call>";
+
+class ToolCallsTest : public ChatToolsTest {
+ protected:
+  // The scheduler answers every request with `tokens`, one per event, then STOP.
+  void Play(const std::vector<int32_t>& tokens) {
+    fake_->SetScript(TokensScript(tokens, ipb::FINISH_REASON_STOP, 7));
+  }
+  // The text the scheduler's tokens for `text` decode to (SentencePiece adds a space first).
+  std::string Said(const std::string& text) { return Decode(Encode(text)); }
+  // That text's content before its first call.
+  std::string SaidBefore(const std::string& text, const std::string& marker) {
+    const std::string said = Said(text);
+    return said.substr(0, said.find(marker));
+  }
+  ordered_json Body(const ordered_json& extra = ordered_json::object()) {
+    ordered_json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                         {"tools", Tools()},
+                         {"max_tokens", 200}};
+    for (const auto& [k, v] : extra.items()) body[k] = v;
+    return body;
+  }
+  // POST /v1/chat/completions; the parsed body and the HTTP status.
+  std::pair<int, ordered_json> Post(const ordered_json& body) {
+    httplib::Client client("127.0.0.1", http_->port());
+    httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return {0, nullptr};
+    return {r->status, ordered_json::parse(r->body, nullptr, false)};
+  }
+  // The stream's chunks (without [DONE], which must close it).
+  std::vector<ordered_json> Stream(ordered_json body) {
+    body["stream"] = true;
+    httplib::Client client("127.0.0.1", http_->port());
+    httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return {};
+    EXPECT_EQ(r->status, 200) << r->body;
+    std::vector<ordered_json> out;
+    bool done = false;
+    for (absl::string_view event : absl::StrSplit(r->body, "\n\n", absl::SkipEmpty())) {
+      EXPECT_TRUE(absl::StartsWith(event, "data: ")) << event;
+      const std::string data(event.substr(6));
+      if (data == "[DONE]") {
+        done = true;
+        continue;
+      }
+      out.push_back(ordered_json::parse(data));
+    }
+    EXPECT_TRUE(done);
+    return out;
+  }
+};
+
+// A stream's chunks joined as OpenAI's client libraries join them, checking OpenAI's shape
+// on the way: a call's first delta has index, id, type "function" and function.name (and
+// arguments ""); later ones only index and function.arguments.
+struct Joined {
+  std::string content;
+  ordered_json calls = ordered_json::array();  // [{"id", "name", "arguments"}]
+  std::string finish_reason;
+};
+Joined Join(const std::vector<ordered_json>& chunks) {
+  Joined j;
+  for (const ordered_json& chunk : chunks) {
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    for (const ordered_json& choice : chunk["choices"]) {
+      const ordered_json& delta = choice["delta"];
+      if (delta.contains("content") && delta["content"].is_string()) {
+        j.content += delta["content"].get<std::string>();
+      }
+      if (choice["finish_reason"].is_string()) j.finish_reason = choice["finish_reason"];
+      if (!delta.contains("tool_calls")) continue;
+      for (const ordered_json& c : delta["tool_calls"]) {
+        const size_t index = c["index"].get<size_t>();
+        if (c.contains("id")) {
+          EXPECT_EQ(index, j.calls.size()) << c.dump();
+          EXPECT_EQ(c["type"], "function") << c.dump();
+          EXPECT_TRUE(c["function"]["name"].is_string()) << c.dump();
+          j.calls.push_back({{"id", c["id"]},
+                             {"name", c["function"]["name"]},
+                             {"arguments", c["function"].value("arguments", "")}});
+        } else {
+          EXPECT_FALSE(c.contains("type")) << c.dump();
+          EXPECT_FALSE(c["function"].contains("name")) << c.dump();
+          EXPECT_LT(index, j.calls.size()) << c.dump();
+          if (index >= j.calls.size()) continue;
+          j.calls[index]["arguments"] =
+              j.calls[index]["arguments"].get<std::string>() +
+              c["function"]["arguments"].get<std::string>();
+        }
+      }
+    }
+  }
+  return j;
+}
+
+TEST_F(ToolCallsTest, HermesFormatBecomesToolCallsStreamedAndNot) {
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(kHermesOutput));
+
+  auto [status, r] = Post(Body());
+  ASSERT_EQ(status, 200) << r.dump();
+  const ordered_json& choice = r["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], SaidBefore(kHermesOutput, "\n<tool_call>"));
+  EXPECT_EQ(SaidBefore(kHermesOutput, "\n<tool_call>"), " I'll check.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.dump();
+  const ordered_json& call = choice["message"]["tool_calls"][0];
+  EXPECT_THAT(call["id"].get<std::string>(), ::testing::StartsWith("call_"));
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(ordered_json::parse(call["function"]["arguments"].get<std::string>()),
+            ordered_json({{"city", "Paris"}}));
+
+  const std::vector<ordered_json> chunks = Stream(Body());
+  const Joined j = Join(chunks);
+  EXPECT_EQ(j.content, " I'll check.");
+  EXPECT_EQ(j.finish_reason, "tool_calls");
+  ASSERT_EQ(j.calls.size(), 1u);
+  EXPECT_EQ(j.calls[0]["name"], "get_weather");
+  EXPECT_EQ(j.calls[0]["arguments"], call["function"]["arguments"]);
+  // The arguments arrive in pieces as the tokens do, not all at the end.
+  int argument_chunks = 0;
+  for (const ordered_json& c : chunks) {
+    for (const ordered_json& choice : c["choices"]) {
+      if (choice["delta"].contains("tool_calls") &&
+          !choice["delta"]["tool_calls"][0].contains("id")) {
+        ++argument_chunks;
+      }
+    }
+  }
+  EXPECT_GT(argument_chunks, 5);
+}
+
+TEST_F(ToolCallsTest, ToolChoiceNoneNoToolsAndParallelToolCalls) {
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(kHermesOutput));
+  // tool_choice none: no parsing, the text as the model wrote it.
+  auto [s1, none] = Post(Body({{"tool_choice", "none"}}));
+  ASSERT_EQ(s1, 200);
+  EXPECT_EQ(none["choices"][0]["message"]["content"], Said(kHermesOutput));
+  EXPECT_FALSE(none["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(none["choices"][0]["finish_reason"], "stop");
+  // No tools: no parsing either.
+  ordered_json no_tools = Body();
+  no_tools.erase("tools");
+  auto [s2, plain] = Post(no_tools);
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(plain["choices"][0]["message"]["content"], Said(kHermesOutput));
+
+  Play(Encode(kTwoCalls));
+  auto [s3, two] = Post(Body({{"tool_choice", "auto"}}));
+  ASSERT_EQ(s3, 200);
+  ASSERT_EQ(two["choices"][0]["message"]["tool_calls"].size(), 2u) << two.dump();
+  EXPECT_TRUE(two["choices"][0]["message"]["content"].is_null());
+  EXPECT_NE(two["choices"][0]["message"]["tool_calls"][0]["id"],
+            two["choices"][0]["message"]["tool_calls"][1]["id"]);
+  auto [s4, one] = Post(Body({{"parallel_tool_calls", false}}));
+  ASSERT_EQ(s4, 200);
+  ASSERT_EQ(one["choices"][0]["message"]["tool_calls"].size(), 1u) << one.dump();
+  EXPECT_EQ(Join(Stream(Body({{"parallel_tool_calls", false}}))).calls.size(), 1u);
+}
+
+TEST_F(ToolCallsTest, BadToolChoiceIs400NamingIt) {
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));
+  Play(Encode("ok"));
+  struct Case {
+    ordered_json extra;
+    bool drop_tools;
+    const char* message;
+    const char* param;
+  };
+  const Case cases[] = {
+      {{{"tool_choice", "sometimes"}}, false,
+       "tool_choice must be \"auto\", \"none\", \"required\" or", "tool_choice"},
+      {{{"tool_choice", {{"type", "function"}}}}, false, "tool_choice must be", "tool_choice"},
+      {{{"tool_choice", 3}}, false, "tool_choice must be", "tool_choice"},
+      {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}, false,
+       "tool_choice names the function 'get_time', which is not in tools", "tool_choice"},
+      {{{"tool_choice", "required"}}, true, "tool_choice \"required\" needs tools", "tool_choice"},
+      {{{"parallel_tool_calls", "yes"}}, false, "parallel_tool_calls must be true or false",
+       "parallel_tool_calls"},
+  };
+  for (const Case& c : cases) {
+    ordered_json body = Body(c.extra);
+    if (c.drop_tools) body.erase("tools");
+    auto [status, r] = Post(body);
+    EXPECT_EQ(status, 400) << c.extra.dump() << " " << r.dump();
+    EXPECT_THAT(r["error"]["message"].get<std::string>(), ::testing::HasSubstr(c.message))
+        << c.extra.dump();
+    EXPECT_EQ(r["error"]["param"], c.param) << r.dump();
+  }
+  httplib::Client client("127.0.0.1", http_->port());
+  httplib::Result r = client.Post(
+      "/v1/completions", ordered_json({{"prompt", "x"}, {"tool_choice", "auto"}}).dump(),
+      "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, ::testing::HasSubstr("tool_choice is only taken by /v1/chat/completions"));
+}
+
+TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(kHermesOutput));
+  for (const ordered_json& choice :
+       {ordered_json("required"),
+        ordered_json({{"type", "function"}, {"function", {{"name", "get_weather"}}}})}) {
+    auto [status, r] = Post(Body({{"tool_choice", choice}}));
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+    // The scheduler got the grammar of Hermes' call with get_weather's parameters.
+    const std::string grammar = fake_->calls().back().request.grammar();
+    EXPECT_NE(grammar.find("<tool_call>"), std::string::npos) << grammar;
+    EXPECT_NE(grammar.find("get_weather"), std::string::npos) << grammar;
+    EXPECT_NE(grammar.find("city"), std::string::npos) << grammar;
+  }
+  // auto sends no grammar.
+  ASSERT_EQ(Post(Body()).first, 200);
+  EXPECT_EQ(fake_->calls().back().request.grammar(), "");
+  // Both a tool choice and a response format constrain the output: one is enough.
+  auto [s1, both] = Post(Body({{"tool_choice", "required"},
+                               {"response_format", {{"type", "json_object"}}}}));
+  EXPECT_EQ(s1, 400);
+  EXPECT_EQ(both["error"]["param"], "tool_choice") << both.dump();
+  // A parameters schema the grammar compiler does not take is named.
+  ordered_json tools = Tools();
+  tools[0]["function"]["parameters"]["patternProperties"] = ordered_json::object();
+  auto [s2, bad] = Post(Body({{"tool_choice", "required"}, {"tools", tools}}));
+  EXPECT_EQ(s2, 400);
+  EXPECT_THAT(bad["error"]["message"].get<std::string>(),
+              ::testing::StartsWith("tools[0].function.parameters: "));
+  EXPECT_EQ(bad["error"]["param"], "tools") << bad.dump();
+}
+
+TEST_F(ToolCallsTest, RequiredNeedsATemplateWithAFormat) {
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));  // the default template
+  Play(Encode("ok"));
+  auto [status, r] = Post(Body({{"tool_choice", "required"}}));
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_THAT(r["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("--tool_call_parser"));
+}
+
+constexpr char kMistralOutput[] =
+    "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
+    "\"id\": \"abcdefghi\"}]";
+
+TEST_F(ToolCallsTest, TemplateWithoutAFormatLeavesTheOutputContent) {
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));  // the default template
+  Play(Encode(kMistralOutput));
+  auto [status, r] = Post(Body());
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], Said(kMistralOutput));
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+}
+
+TEST_F(ToolCallsTest, ToolCallParserOptionForcesAFormat) {
+  OpenAiServerOptions http_options;
+  http_options.tool_call_parser = ToolCallFormat::kMistral;
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}, http_options));
+  Play(Encode(kMistralOutput));
+  auto [status, r] = Post(Body());
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  const ordered_json& call = r["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["id"].get<std::string>().size(), 9u);  // Mistral's templates want 9
+}
+
+// Llama 3.1 on llama.cpp's llama-bpe vocabulary: <|python_tag|> is a control token, which
+// decodes to nothing, except here, where the parser must see it.
+TEST_F(ToolCallsTest, Llama3PythonTagControlTokenIsSeenByTheParser) {
+  absl::StatusOr<Vocab> vocab =
+      worker::LoadGgufVocab(reference::LlamaCppSourceDir() + "/models/ggml-vocab-llama-bpe.gguf");
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  // That file is Llama 3.0's vocabulary; Llama 3.1's is the same with two reserved control
+  // tokens named.
+  ASSERT_EQ(vocab->pieces[128008], "<|reserved_special_token_4|>");
+  ASSERT_EQ(vocab->pieces[128010], "<|reserved_special_token_5|>");
+  vocab->pieces[128008] = "<|eom_id|>";
+  vocab->pieces[128010] = "<|python_tag|>";
+  absl::StatusOr<Tokenizer> tok = Tokenizer::Create(*vocab);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  *info_.mutable_tokenizer() = worker::TokenizerSpecFromVocab(*vocab);
+  info_.mutable_model()->set_vocab_size(vocab->size());
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath("meta-llama-Llama-3.1-8B-Instruct.jinja"));
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+
+  const std::string text =
+      "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eom_id|>";
+  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(text, AddBos::kNo, ParseSpecial::kYes);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  absl::StatusOr<TokenSurface> tag = tok->Surface(ids->front());
+  ASSERT_TRUE(tag.ok());
+  ASSERT_EQ(tag->kind, TokenSurface::Kind::kControl) << "<|python_tag|> is not one control token";
+  fake_->SetScript(TokensScript(*ids, ipb::FINISH_REASON_STOP, 7));
+
+  auto [status, r] = Post(Body());
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\": \"Paris\"}");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  const Joined j = Join(Stream(Body()));
+  ASSERT_EQ(j.calls.size(), 1u);
+  EXPECT_EQ(j.calls[0]["name"], "get_weather");
+  EXPECT_EQ(j.content, "");
+  // Without tools the control tokens decode to nothing, as always.
+  ordered_json no_tools = Body();
+  no_tools.erase("tools");
+  auto [s2, plain] = Post(no_tools);
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(plain["choices"][0]["message"]["content"],
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
+}
+
+TEST(ToolCallFormatOfTemplateTest, LlamaCppTemplatesByFamily) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  const std::pair<const char*, std::optional<ToolCallFormat>> cases[] = {
+      {kHermesToolUse, ToolCallFormat::kHermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ToolCallFormat::kHermes},
+      {kQwen25, ToolCallFormat::kHermes},
+      {kQwen3, ToolCallFormat::kHermes},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolCallFormat::kLlama3Json},
+      {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolCallFormat::kLlama3Json},
+      {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolCallFormat::kLlama3Json},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::kMistral},
+      {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", ToolCallFormat::kMistral},
+      {"google-gemma-2-2b-it.jinja", std::nullopt},
+      {"microsoft-Phi-3.5-mini-instruct.jinja", std::nullopt},
+  };
+  for (const auto& [name, want] : cases) {
+    const std::string source = ReadFile(TemplatePath(name));
+    ASSERT_FALSE(source.empty()) << name;
+    EXPECT_EQ(ToolCallFormatOfTemplate(source), want) << name;
+  }
+}
+
+// The round trip of llama.cpp's tool-use templates: the model's call comes back as OpenAI's
+// tool_calls; the client sends it back with the tool's result (as OpenAI clients do, the
+// call's id in tool_call_id) and the next prompt is exactly what Jinja2 renders for that
+// conversation.
+struct RoundTrip {
+  const char* template_file;
+  const char* output;  // the model's call in the template's format
+};
+
+class ToolRoundTripTest : public ToolCallsTest, public ::testing::WithParamInterface<RoundTrip> {};
+
+TEST_P(ToolRoundTripTest, ToolResultRendersAsJinja2Renders) {
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(GetParam().template_file));
+  ASSERT_FALSE(options.chat_template.empty());
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(GetParam().output));
+  const ordered_json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
+  auto [status, r] = Post({{"messages", {user}}, {"tools", Tools()}, {"max_tokens", 200}});
+  ASSERT_EQ(status, 200) << r.dump();
+  const ordered_json& message = r["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << r.dump();
+  const ordered_json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(ordered_json::parse(call["function"]["arguments"].get<std::string>()),
+            ordered_json({{"city", "Paris"}}));
+
+  ordered_json messages = ordered_json::array(
+      {user,
+       {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", message["tool_calls"]}},
+       {{"role", "tool"}, {"tool_call_id", call["id"]}, {"name", "get_weather"},
+        {"content", "{\"temp_c\": 21}"}}});
+  ordered_json conversations = ordered_json::array(
+      {{{"name", "result"},
+        {"context",
+         {{"messages", AsTemplateSeesIt(messages)}, {"tools", Tools()},
+          {"add_generation_prompt", true}}}}});
+  auto jinja2 = Jinja2({GetParam().template_file}, conversations);
+  const std::string want = jinja2[GetParam().template_file]["result"];
+  ASSERT_NE(want.find("temp_c"), std::string::npos) << want;
+  ASSERT_NE(want.find("get_weather"), std::string::npos) << want;
+  const std::vector<int32_t> got =
+      PromptIdsOf({{"messages", messages}, {"tools", Tools()}, {"max_tokens", 4}});
+  EXPECT_EQ(got, Encoded(want)) << "server's prompt: " << Decode(got) << "\njinja2: " << want;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    LlamaCppTemplates, ToolRoundTripTest,
+    ::testing::Values(
+        RoundTrip{kHermesToolUse,
+                  "<tool_call>\n{\"arguments\": {\"city\": \"Paris\"}, \"name\": "
+                  "\"get_weather\"}\n</tool_call>"},
+        RoundTrip{kQwen25,
+                  "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                  "\"Paris\"}}\n</tool_call>"},
+        RoundTrip{"meta-llama-Llama-3.1-8B-Instruct.jinja",
+                  "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+        RoundTrip{"mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                  "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                  "\"Paris\"}, \"id\": \"a1b2c3d4e\"}]"}),
+    [](const ::testing::TestParamInfo<RoundTrip>& info) {
+      std::string name = info.param.template_file;
+      name = name.substr(0, name.find(".jinja"));
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+// The official openai npm client (tests/openai/check.mjs) against the server: tool calls
+// not streamed, streamed and joined by the client's own stream helper, and sent back with
+// their result.
+TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
+  if (::folio::testing::RunCommand("command -v node && command -v npm").exit_code != 0) {
+    GTEST_SKIP() << "node and npm are needed for the openai client check";
+  }
+  const std::string dir = FOLIO_OPENAI_NODE_DIR;
+  const std::string src = FOLIO_OPENAI_CHECK_DIR;
+  ::folio::testing::CommandResult copy = ::folio::testing::RunCommand(absl::StrCat(
+      "mkdir -p ", dir, " && cp ", src, "/package.json ", src, "/package-lock.json ", src,
+      "/check.mjs ", dir, "/"));
+  ASSERT_EQ(copy.exit_code, 0) << copy.output;
+  if (::folio::testing::RunCommand(absl::StrCat("test -d ", dir, "/node_modules/openai"))
+          .exit_code != 0) {
+    ::folio::testing::CommandResult install = ::folio::testing::RunCommand(
+        absl::StrCat("cd ", dir, " && npm ci --no-audit --no-fund --loglevel=error"));
+    if (install.exit_code != 0) {
+      GTEST_SKIP() << "npm could not install the openai package (is the registry reachable?): "
+                   << install.output;
+    }
+  }
+  FrontendOptions options;
+  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+  Play(Encode(kHermesOutput));
+  const ordered_json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+  // What the server answers, as the client should see it.
+  const std::string expected =
+      ordered_json({{"content", SaidBefore(kHermesOutput, "\n<tool_call>")},
+                    {"finish_reason", "tool_calls"},
+                    {"calls", {{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}})
+          .dump();
+  ordered_json spec = {{"baseURL", absl::StrCat("http://127.0.0.1:", http_->port(), "/v1")},
+                       {"apiKey", "none"},
+                       {"model", "stories260K"},
+                       {"cases", ordered_json::array()}};
+  for (const char* kind : {"chat_tools", "chat_tools_stream", "chat_tools_round_trip"}) {
+    spec["cases"].push_back({{"name", kind}, {"kind", kind}, {"messages", messages},
+                             {"tools", Tools()}, {"max_tokens", 200},
+                             {"tool_result", "{\"temp_c\": 21}"}, {"expected", expected}});
+  }
+  const std::string spec_path = absl::StrCat(::testing::TempDir(), "/openai_tools_", getpid(), ".json");
+  std::ofstream(spec_path) << spec.dump();
+  ::folio::testing::CommandResult run =
+      ::folio::testing::RunCommand(absl::StrCat("node ", dir, "/check.mjs ", spec_path));
+  std::remove(spec_path.c_str());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* kind : {"OK   chat_tools:", "OK   chat_tools_stream:", "OK   chat_tools_round_trip:"}) {
+    EXPECT_NE(run.output.find(kind), std::string::npos) << run.output;
+  }
+  // The round trip's second request carried the client's tool result.
+  const auto calls = fake_->calls();
+  ASSERT_FALSE(calls.empty());
+  const auto& last = calls.back().request.prompt_token_ids();
+  EXPECT_NE(Decode(std::vector<int32_t>(last.begin(), last.end())).find("temp_c"), std::string::npos);
 }
 
 }  // namespace

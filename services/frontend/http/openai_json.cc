@@ -202,6 +202,71 @@ absl::Status ParseLogitBias(const json& body, GenerateInput* in) {
   return absl::OkStatus();
 }
 
+#define FOLIO_RETURN_IF_ERROR(expr)            \
+  do {                                         \
+    if (absl::Status _s = (expr); !_s.ok()) return _s; \
+  } while (0)
+
+// tool_choice and parallel_tool_calls (chat), checked against the tools given.
+absl::Status ParseToolChoice(const json& body, Request* r) {
+  const json* tools = Field(body, "tools");
+  r->has_tools = tools != nullptr && tools->is_array() && !tools->empty();
+  if (tools != nullptr) r->tools = *tools;
+  FOLIO_RETURN_IF_ERROR(GetBool(body, "parallel_tool_calls", &r->parallel_tool_calls));
+  const json* v = Field(body, "tool_choice");
+  if (v == nullptr) return absl::OkStatus();
+  constexpr char kForms[] =
+      "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+      "\"function\": {\"name\": ...}}";
+  ToolChoice& c = r->tool_choice;
+  if (v->is_string()) {
+    const std::string s = v->get<std::string>();
+    if (s == "auto") {
+      c.mode = ToolChoice::Mode::kAuto;
+    } else if (s == "none") {
+      c.mode = ToolChoice::Mode::kNone;
+    } else if (s == "required") {
+      c.mode = ToolChoice::Mode::kRequired;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kForms, ", not \"", s.substr(0, 64), "\""));
+    }
+  } else if (v->is_object()) {
+    const json* type = Field(*v, "type");
+    const json* function = Field(*v, "function");
+    const json* name = function != nullptr && function->is_object() ? Field(*function, "name")
+                                                                     : nullptr;
+    if (type == nullptr || *type != "function" || name == nullptr || !name->is_string()) {
+      return absl::InvalidArgumentError(kForms);
+    }
+    c.mode = ToolChoice::Mode::kFunction;
+    c.function = name->get<std::string>();
+  } else {
+    return absl::InvalidArgumentError(kForms);
+  }
+  if (c.mode == ToolChoice::Mode::kRequired || c.mode == ToolChoice::Mode::kFunction) {
+    if (!r->has_tools) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool_choice ", c.mode == ToolChoice::Mode::kRequired ? "\"required\"" : "naming a function",
+          " needs tools; the request has none"));
+    }
+  }
+  if (c.mode == ToolChoice::Mode::kFunction) {
+    bool found = false;
+    for (const json& t : *tools) {
+      const json* f = t.is_object() ? Field(t, "function") : nullptr;
+      const json* n = f != nullptr && f->is_object() ? Field(*f, "name") : nullptr;
+      found = found || (n != nullptr && *n == c.function);
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool_choice names the function '", c.function.substr(0, 128),
+          "', which is not in tools"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Fields whose only supported value is their default.
 absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
   if (const json* v = Field(body, "suffix"); v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
@@ -211,6 +276,12 @@ absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
   if (const json* v = Field(body, "tools");
       endpoint != Endpoint::kChatCompletions && v != nullptr && !v->is_null() && !v->empty()) {
     return absl::InvalidArgumentError("tools are only taken by /v1/chat/completions");
+  }
+  for (const char* key : {"tool_choice", "parallel_tool_calls"}) {
+    if (endpoint != Endpoint::kChatCompletions && Field(body, key) != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " is only taken by /v1/chat/completions"));
+    }
   }
   return absl::OkStatus();
 }
@@ -286,10 +357,6 @@ absl::Status ParseStructured(const json& body, GenerateInput* in) {
   return absl::OkStatus();
 }
 
-#define FOLIO_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    if (absl::Status _s = (expr); !_s.ok()) return _s; \
-  } while (0)
 
 json LogprobsJson(const ResponseHeader& h, const std::vector<TokenOut>& tokens) {
   if (!h.logprobs) return nullptr;
@@ -376,6 +443,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
     if (!chat.ok()) return chat.status();
     r.chat = *std::move(chat);
     for (size_t i = 0; i < r.messages.size(); ++i) r.messages[i].message = r.chat.messages.list()[i];
+    FOLIO_RETURN_IF_ERROR(ParseToolChoice(body, &r));
     bool logprobs = false;
     FOLIO_RETURN_IF_ERROR(GetBool(body, "logprobs", &logprobs));
     std::optional<int32_t> top_logprobs;
@@ -439,6 +507,17 @@ json BuildResponse(const ResponseHeader& h, const std::vector<ChoiceDelta>& choi
     json choice = {{"index", c.index}};
     if (h.endpoint == Endpoint::kChatCompletions) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        // As OpenAI: no text beside the calls is null content.
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        json calls = json::array();
+        for (const ToolCallDelta& t : c.tool_calls) {
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
     } else {
       choice["text"] = c.text;
     }
@@ -458,8 +537,25 @@ json BuildChunk(const ResponseHeader& h, const std::vector<ChoiceDelta>& deltas,
   for (const ChoiceDelta& d : deltas) {
     json choice = {{"index", d.index}};
     if (h.endpoint == Endpoint::kChatCompletions) {
-      choice["delta"] = d.text.empty() && !d.finish_reason.empty() ? json::object()
-                                                                   : json{{"content", d.text}};
+      const bool no_text = d.text.empty() && (!d.finish_reason.empty() || !d.tool_calls.empty());
+      choice["delta"] = no_text ? json::object() : json{{"content", d.text}};
+      if (!d.tool_calls.empty()) {
+        // OpenAI's shape: a call's first delta has its id, type and name (and arguments
+        // ""); the next ones only arguments fragments.
+        json calls = json::array();
+        for (const ToolCallDelta& t : d.tool_calls) {
+          json call = {{"index", t.index}};
+          if (!t.name.empty()) {
+            call["id"] = t.id;
+            call["type"] = "function";
+            call["function"] = {{"name", t.name}, {"arguments", t.arguments}};
+          } else {
+            call["function"] = {{"arguments", t.arguments}};
+          }
+          calls.push_back(std::move(call));
+        }
+        choice["delta"]["tool_calls"] = std::move(calls);
+      }
     } else {
       choice["text"] = d.text;
     }
@@ -552,7 +648,8 @@ HttpError ErrorFromStatus(const absl::Status& status) {
         "suffix", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
         "min_tokens", "tools", "response_format", "regex", "grammar", "guided_json",
         "guided_regex", "guided_grammar",
-        "max_completion_tokens", "add_generation_prompt", "chat_template_kwargs"};
+        "max_completion_tokens", "add_generation_prompt", "chat_template_kwargs", "tool_choice",
+        "parallel_tool_calls"};
     for (const char* f : kFields) {
       if (field == f && n < m.size() && (m[n] == ' ' || m[n] == '[' || m[n] == '.')) {
         e.body["error"]["param"] = field == "prompt_token_ids" ? "prompt" : std::string(f);

@@ -21,11 +21,20 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "services/frontend/http/chat_template.h"
+#include "services/frontend/http/tool_call_parser.h"
 #include "services/frontend/request_validator.h"
 
 namespace folio::frontend::openai {
 
 enum class Endpoint { kCompletions, kChatCompletions };
+
+// tool_choice: "auto" (the default), "none", "required", or one named function
+// ({"type": "function", "function": {"name": ...}}).
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kFunction };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction: the name
+};
 
 // One parsed request of either endpoint.
 struct Request {
@@ -40,6 +49,11 @@ struct Request {
   // chat.messages[i].
   ChatInput chat;
   bool add_generation_prompt = true;  // chat only (a vLLM extension)
+  // chat only: whether tools were given (a non-empty list), and how they may be called.
+  bool has_tools = false;
+  nlohmann::json tools;  // as sent (null when absent)
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
   int32_t n = 1;                      // choices; passed to the scheduler as is
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
@@ -48,7 +62,9 @@ struct Request {
 
 // Parses a request body. InvalidArgument naming the field for malformed JSON, a wrong
 // type, an unsupported feature (several prompts, suffix, best_of > n) or a missing
-// prompt / messages. presence_penalty, frequency_penalty, logit_bias ({"token id": bias})
+// prompt / messages; for a tool_choice that is not one of its forms, that needs tools when
+// none are given, or names a function that is not in tools; for tool_choice or
+// parallel_tool_calls on /v1/completions. presence_penalty, frequency_penalty, logit_bias ({"token id": bias})
 // and the vLLM extensions repetition_penalty and min_tokens go to GenerateInput.
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body);
 
@@ -65,7 +81,11 @@ struct ChoiceDelta {
   int32_t index = 0;
   std::string text;
   std::vector<TokenOut> tokens;
-  std::string finish_reason;  // "stop" / "length" on the choice's last delta, else empty
+  // "stop" / "length" / "tool_calls" on the choice's last delta, else empty.
+  std::string finish_reason;
+  // Chat with tool-call parsing: the calls' deltas (streamed as OpenAI's delta.tool_calls);
+  // in the non-streamed response each entry is a whole call (id, name, all arguments).
+  std::vector<ToolCallDelta> tool_calls;
 };
 
 struct Usage {

@@ -1,6 +1,8 @@
 // libFuzzer target: an OpenAI request body (either endpoint, the first byte picks which)
 // parsed and then validated against a small vocabulary must give a request or an
 // InvalidArgument, never crash or hang; logit_bias's map form and the penalties included.
+// Chat requests with tool_choice "required" or a named function also get the tool-call
+// grammar built from their tools (tool_call_grammar.h) in each format, and validated.
 // Built only with -DFOLIO_FUZZ=ON (clang); see tools/run_fuzz.sh.
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +10,7 @@
 
 #include "glog/logging.h"
 #include "services/frontend/http/openai_json.h"
+#include "services/frontend/http/tool_call_grammar.h"
 #include "services/frontend/request_validator.h"
 #include "services/frontend/test_tokenizer.h"
 
@@ -36,6 +39,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (endpoint == openai::Endpoint::kCompletions) {
     absl::StatusOr<ValidatedRequest> v = validator->Validate(r->input);
     if (!v.ok()) CHECK(v.status().code() == absl::StatusCode::kInvalidArgument) << v.status();
+  }
+  using Mode = openai::ToolChoice::Mode;
+  if (r->tool_choice.mode == Mode::kRequired || r->tool_choice.mode == Mode::kFunction) {
+    for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                             ToolCallFormat::kMistral}) {
+      absl::StatusOr<std::string> g = ToolCallGrammar(
+          f, r->tools, r->tool_choice.mode == Mode::kFunction ? r->tool_choice.function : "",
+          r->parallel_tool_calls);
+      if (!g.ok()) {
+        CHECK(g.status().code() == absl::StatusCode::kInvalidArgument) << g.status();
+        continue;
+      }
+      GenerateInput in = r->input;
+      if (in.prompt.empty() && in.prompt_token_ids.empty()) in.prompt = "hi";
+      in.structured.kind = structured::StructuredOutput::Kind::kGrammar;
+      in.structured.text = *g;
+      absl::StatusOr<ValidatedRequest> v = validator->Validate(in);
+      if (!v.ok()) CHECK(v.status().code() == absl::StatusCode::kInvalidArgument) << v.status();
+    }
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/frontend/http/tool_call_grammar.h"
 
 namespace folio::frontend {
 
@@ -31,6 +32,43 @@ HttpResponse ErrorResponse(const openai::HttpError& e) {
   return r;
 }
 
+// The control tokens among `format`'s markers, which the decoder must render for the parser
+// to see them ("<|python_tag|>" and "[TOOL_CALLS]" are control tokens; "<tool_call>" is
+// usually a user-defined token, text already).
+std::vector<int32_t> MarkerTokens(const Tokenizer& tokenizer, ToolCallFormat format) {
+  std::vector<int32_t> ids;
+  for (const std::string& marker : ToolCallMarkers(format)) {
+    absl::StatusOr<std::vector<int32_t>> encoded =
+        tokenizer.Encode(marker, AddBos::kNo, ParseSpecial::kYes);
+    if (!encoded.ok() || encoded->size() != 1) continue;
+    absl::StatusOr<TokenSurface> surface = tokenizer.Surface(encoded->front());
+    if (surface.ok() && surface->kind == TokenSurface::Kind::kControl) {
+      ids.push_back(encoded->front());
+    }
+  }
+  return ids;
+}
+
+// Runs `d` through its choice's tool-call parser: its text becomes the content and the
+// calls' deltas; a choice that called a tool and stopped finishes with "tool_calls".
+void ParseToolCalls(ToolCallParser& parser, openai::ChoiceDelta& d) {
+  ToolParseDelta p = parser.Feed(d.text);
+  if (!d.finish_reason.empty()) {
+    ToolParseDelta rest = parser.Finish();
+    p.content += rest.content;
+    for (ToolCallDelta& c : rest.calls) {
+      if (!p.calls.empty() && p.calls.back().index == c.index && c.name.empty()) {
+        p.calls.back().arguments += c.arguments;
+      } else {
+        p.calls.push_back(std::move(c));
+      }
+    }
+    if (d.finish_reason == "stop" && parser.num_calls() > 0) d.finish_reason = "tool_calls";
+  }
+  d.text = std::move(p.content);
+  d.tool_calls = std::move(p.calls);
+}
+
 const char* MethodName(Endpoint e) {
   return e == Endpoint::kChatCompletions ? "http_chat_completions" : "http_completions";
 }
@@ -48,6 +86,8 @@ struct OpenAiServer::Call {
   bool stream = false;
   bool include_usage = false;
   std::string echo;                          // completions: the prompt, sent first
+  // Chat with tools: one tool-call parser per choice (none: the text is all content).
+  std::vector<ToolCallParser> parsers;
   std::vector<openai::ChoiceDelta> choices;  // not streamed: the whole answer so far
   bool started = false;                      // streamed: the response head is out
   absl::Mutex mu;
@@ -295,12 +335,38 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   if (std::optional<std::string_view> id = req.header("x-request-id")) {
     r.input.request_id = std::string(*id);
   }
+  std::optional<ToolCallFormat> tool_format;
   if (endpoint == Endpoint::kChatCompletions) {
-    // Tools are rendered into the prompt by the template; the model's tool calls are not
-    // parsed out of its output yet (docs/http-api.md).
-    const bool has_tools = r.chat.tools.is_list() && !r.chat.tools.list().empty();
+    // Tools are rendered into the prompt by the template; the model's calls are parsed out
+    // of its output in the template family's format (or --tool_call_parser's).
+    const bool has_tools = r.has_tools;
     absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = TemplateFor(model, has_tools);
     if (!t.ok()) return fail(t.status());
+    using Mode = openai::ToolChoice::Mode;
+    if (has_tools && r.tool_choice.mode != Mode::kNone) {
+      tool_format = options_.tool_call_parser.has_value() ? options_.tool_call_parser
+                                                          : (*t)->tool_call_format();
+    }
+    if (r.tool_choice.mode == Mode::kRequired || r.tool_choice.mode == Mode::kFunction) {
+      // Enforced: the grammar of the format's call with the functions' parameter schemas.
+      if (!tool_format.has_value()) {
+        return fail(absl::InvalidArgumentError(
+            "tool_choice needs a tool-call format, and the model's chat template shows none "
+            "(start the frontend with --tool_call_parser)"));
+      }
+      if (r.input.structured.kind != structured::StructuredOutput::Kind::kNone) {
+        return fail(absl::InvalidArgumentError(
+            "tool_choice \"required\" or a named function and response_format (or regex, "
+            "grammar) both constrain the output; give one"));
+      }
+      absl::StatusOr<std::string> grammar = ToolCallGrammar(
+          *tool_format, r.tools,
+          r.tool_choice.mode == Mode::kFunction ? r.tool_choice.function : "",
+          r.parallel_tool_calls);
+      if (!grammar.ok()) return fail(grammar.status());
+      r.input.structured.kind = structured::StructuredOutput::Kind::kGrammar;
+      r.input.structured.text = *std::move(grammar);
+    }
     absl::StatusOr<std::string> prompt = (*t)->Render(r.chat);
     if (!prompt.ok()) return fail(prompt.status());
     absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(model->tokenizer(), *prompt);
@@ -324,6 +390,15 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   call->header.logprobs = validated->logprobs.has_value();
   call->n = r.n;
   call->stream = r.stream;
+  std::vector<int32_t> preserved;
+  if (tool_format.has_value()) {
+    preserved = MarkerTokens(model->tokenizer(), *tool_format);
+    ToolCallParserOptions po;
+    po.format = *tool_format;
+    if (!r.parallel_tool_calls) po.max_calls = 1;
+    call->parsers.reserve(static_cast<size_t>(r.n));
+    for (int32_t i = 0; i < r.n; ++i) call->parsers.emplace_back(po);
+  }
   call->include_usage = r.include_usage;
   if (r.echo) {
     if (!r.input.prompt.empty() || r.input.prompt_token_ids.empty()) {
@@ -346,7 +421,8 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
           << validated->prompt_token_ids.size() << " prompt tokens";
   std::shared_ptr<Generation> gen = Generation::Start(
       model, scheduler_.get(), *validated, r.n, options_.resume,
-      [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); });
+      [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); },
+      std::move(preserved));
   {
     absl::MutexLock lock(&call->mu);
     call->generation = gen;
@@ -375,10 +451,20 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
     call->exchange.reset();
     Unregister(call);
   };
+  if (!call->parsers.empty()) {
+    for (openai::ChoiceDelta& d : u.deltas) ParseToolCalls(call->parsers[d.index], d);
+  }
   if (!call->stream) {
     for (openai::ChoiceDelta& d : u.deltas) {
       openai::ChoiceDelta& c = call->choices[d.index];
       c.text += d.text;
+      for (ToolCallDelta& t : d.tool_calls) {
+        if (!t.name.empty()) {
+          c.tool_calls.push_back(std::move(t));
+        } else if (!c.tool_calls.empty()) {
+          c.tool_calls.back().arguments += t.arguments;
+        }
+      }
       for (openai::TokenOut& t : d.tokens) c.tokens.push_back(std::move(t));
       if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
     }
@@ -394,7 +480,12 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
   // Streaming. The response starts with the first update, so that errors the scheduler
   // reports at once (queue full, no replica) get their own HTTP status rather than an
   // error event in a 200 stream.
-  auto write_deltas = [&](const std::vector<openai::ChoiceDelta>& deltas) {
+  auto write_deltas = [&](std::vector<openai::ChoiceDelta> deltas) {
+    // A tool-call parser may hold a delta's whole text back: nothing to send for it.
+    std::erase_if(deltas, [](const openai::ChoiceDelta& d) {
+      return d.text.empty() && d.tokens.empty() && d.finish_reason.empty() &&
+             d.tool_calls.empty();
+    });
     if (deltas.empty()) return;
     x.Write(openai::SseEvent(openai::BuildChunk(call->header, deltas, call->include_usage)));
   };
@@ -422,10 +513,10 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
         echo[i].index = i;
         echo[i].text = call->echo;
       }
-      write_deltas(echo);
+      write_deltas(std::move(echo));
     }
   }
-  write_deltas(u.deltas);
+  write_deltas(std::move(u.deltas));
   if (!u.done) return;
   if (!u.status.ok()) {
     // The response has started: the error travels as an event, as OpenAI's does.

@@ -1,7 +1,9 @@
 // OpenAiServer: the OpenAI-compatible HTTP API of the frontend (docs/http-api.md).
 //
 //   POST /v1/completions       text or token-id prompt, streamed (SSE) or not
-//   POST /v1/chat/completions  messages through the model's chat template (chat_template.h)
+//   POST /v1/chat/completions  messages through the model's chat template (chat_template.h);
+//                              with tools, the model's calls parsed out of its output
+//                              (tool_call_parser.h) as OpenAI's tool_calls
 //   GET  /v1/models            the served model
 //   GET  /health               200 only when the model is known and the scheduler serves
 //
@@ -56,6 +58,9 @@ struct OpenAiServerOptions {
   ApiKeys api_keys;                      // none: no authentication
   absl::Duration drain_timeout = absl::Seconds(10);  // Stop() waits this long for requests
   ResumeOptions resume;  // a stream whose scheduler is lost (resumable_stream.h)
+  // The tool-call parser of chat requests with tools; unset: the one the chat template's
+  // family uses (ToolCallFormatOfTemplate), none when it shows no format.
+  std::optional<ToolCallFormat> tool_call_parser;
 };
 
 class OpenAiServer {

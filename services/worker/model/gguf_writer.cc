@@ -97,6 +97,76 @@ void GgufWriter::AddInt32Array(absl::string_view key, absl::Span<const int32_t> 
   for (int32_t v : values) Put(&kvs_, v);
 }
 
+void GgufWriter::PutScalar(std::string* out, GgufType type, int64_t i, double d) const {
+  switch (type) {
+    case GgufType::kUint8: Put<uint8_t>(out, static_cast<uint8_t>(i)); return;
+    case GgufType::kInt8: Put<int8_t>(out, static_cast<int8_t>(i)); return;
+    case GgufType::kUint16: Put<uint16_t>(out, static_cast<uint16_t>(i)); return;
+    case GgufType::kInt16: Put<int16_t>(out, static_cast<int16_t>(i)); return;
+    case GgufType::kUint32: Put<uint32_t>(out, static_cast<uint32_t>(i)); return;
+    case GgufType::kInt32: Put<int32_t>(out, static_cast<int32_t>(i)); return;
+    case GgufType::kUint64: Put<uint64_t>(out, static_cast<uint64_t>(i)); return;
+    case GgufType::kInt64: Put<int64_t>(out, i); return;
+    case GgufType::kBool: Put<uint8_t>(out, i != 0 ? 1 : 0); return;
+    case GgufType::kFloat32: Put<float>(out, static_cast<float>(d)); return;
+    case GgufType::kFloat64: Put<double>(out, d); return;
+    case GgufType::kString:
+    case GgufType::kArray: break;
+  }
+  LOG(FATAL) << "not a scalar GGUF type: " << GgufTypeName(type);
+}
+
+absl::Status GgufWriter::AddValue(absl::string_view key, const GgufValue& value) {
+  auto is_float = [](GgufType t) { return t == GgufType::kFloat32 || t == GgufType::kFloat64; };
+  // One element of `type` from `get_int` / `get_double` into `out`.
+  auto put = [&](std::string* out, GgufType type, const absl::StatusOr<int64_t>& i,
+                 const absl::StatusOr<double>& d) -> absl::Status {
+    if (is_float(type)) {
+      if (!d.ok()) return d.status();
+      PutScalar(out, type, 0, *d);
+    } else {
+      if (!i.ok()) return i.status();
+      PutScalar(out, type, *i, 0);
+    }
+    return absl::OkStatus();
+  };
+  std::string encoded;
+  absl::Status st;
+  switch (value.type()) {
+    case GgufType::kString:
+      PutString(&encoded, value.AsString().value());
+      break;
+    case GgufType::kBool:
+      Put<uint8_t>(&encoded, value.AsBool().value() ? 1 : 0);
+      break;
+    case GgufType::kArray: {
+      const GgufType t = value.array_type();
+      Put<uint32_t>(&encoded, static_cast<uint32_t>(t));
+      Put<uint64_t>(&encoded, value.array_size());
+      for (uint64_t i = 0; st.ok() && i < value.array_size(); ++i) {
+        if (t == GgufType::kString) {
+          PutString(&encoded, value.ArrayString(i).value());
+        } else {
+          st = put(&encoded, t, is_float(t) ? absl::StatusOr<int64_t>(0) : value.ArrayInt64(i),
+                   is_float(t) ? value.ArrayDouble(i) : absl::StatusOr<double>(0.0));
+        }
+      }
+      break;
+    }
+    default:
+      st = put(&encoded, value.type(),
+               is_float(value.type()) ? absl::StatusOr<int64_t>(0) : value.AsInt64(),
+               is_float(value.type()) ? value.AsDouble() : absl::StatusOr<double>(0.0));
+  }
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF key ", key, " cannot be copied: ", st.message()));
+  }
+  BeginKv(key, value.type());
+  kvs_ += encoded;
+  return absl::OkStatus();
+}
+
 void GgufWriter::AddTensorF32(absl::string_view name, DType dtype,
                               const std::vector<int64_t>& shape,
                               absl::Span<const float> values) {

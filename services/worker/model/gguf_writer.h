@@ -38,6 +38,11 @@ class GgufWriter {
   void AddStringArray(absl::string_view key, absl::Span<const std::string> values);
   void AddFloat32Array(absl::string_view key, absl::Span<const float> values);
   void AddInt32Array(absl::string_view key, absl::Span<const int32_t> values);
+  // Copies a value read by the parser (any type, arrays element by element in their own
+  // element type), e.g. a vocabulary's tokenizer.* keys from another GGUF file.
+  // InvalidArgument naming the key for a value it cannot re-encode (an array of bools, a
+  // uint64 past the int64 range); nothing is added then.
+  absl::Status AddValue(absl::string_view key, const GgufValue& value);
 
   // Adds a tensor of `shape` (math order) whose data is `values` converted to `dtype`
   // (see AppendFromF32). values.size() must equal the product of `shape`.
@@ -64,6 +69,8 @@ class GgufWriter {
   };
 
   void BeginKv(absl::string_view key, GgufType type);
+  // One scalar of `type`, taken from an integer or a number (by the type's kind).
+  void PutScalar(std::string* out, GgufType type, int64_t i, double d) const;
   void PutString(std::string* out, absl::string_view s) const;
   template <typename T>
   void Put(std::string* out, T v) const {

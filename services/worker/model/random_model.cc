@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "services/worker/model/gguf.h"
 #include "services/worker/model/gguf_writer.h"
+#include "services/worker/model/mapped_file.h"
 #include "services/worker/model/weight_format.h"
 
 namespace folio::worker {
@@ -91,7 +96,7 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
   if (o.num_kv_heads > o.num_heads || o.num_heads % o.num_kv_heads != 0) {
     return bad("heads must be a multiple of kv_heads");
   }
-  if (o.vocab_size < kMinRandomVocab) {
+  if (o.vocab_from.empty() && o.vocab_size < kMinRandomVocab) {
     return bad(absl::StrCat("vocab must be at least ", kMinRandomVocab,
                             " (3 control + 256 byte tokens)"));
   }
@@ -132,8 +137,28 @@ Vocab MakeRandomModelVocab(int32_t vocab_size) {
   return v;
 }
 
-absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& o) {
-  if (absl::Status s = ValidateRandomModelOptions(o); !s.ok()) return s;
+absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& options) {
+  if (absl::Status s = ValidateRandomModelOptions(options); !s.ok()) return s;
+  RandomModelOptions o = options;
+  // The vocabulary file's tokenizer.* keys, and its size.
+  std::unique_ptr<MappedFile> vocab_file;
+  std::optional<GgufFile> vocab_gguf;
+  if (!o.vocab_from.empty()) {
+    absl::StatusOr<std::unique_ptr<MappedFile>> f = MappedFile::Open(o.vocab_from);
+    if (!f.ok()) return f.status();
+    vocab_file = *std::move(f);
+    absl::StatusOr<GgufFile> g = GgufFile::Parse(
+        absl::MakeConstSpan(vocab_file->data(), vocab_file->size()), o.vocab_from);
+    if (!g.ok()) return g.status();
+    vocab_gguf = *std::move(g);
+    const GgufValue* tokens = vocab_gguf->FindValue("tokenizer.ggml.tokens");
+    if (tokens == nullptr || !tokens->is_array() || tokens->array_size() == 0 ||
+        tokens->array_size() > (1u << 24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          o.vocab_from, ": no usable tokenizer.ggml.tokens array (not a vocabulary file?)"));
+    }
+    o.vocab_size = static_cast<int32_t>(tokens->array_size());
+  }
   GgufWriter w;
   const std::string k = o.architecture + ".";
   const int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.num_heads;
@@ -160,18 +185,28 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& o) {
     w.AddFloat32(k + "rope.scaling.factor", o.rope_scaling_factor);
   }
 
-  const Vocab vocab = MakeRandomModelVocab(o.vocab_size);
+  if (vocab_gguf.has_value()) {
+    for (const auto& [key, value] : vocab_gguf->metadata()) {
+      if (!absl::StartsWith(key, "tokenizer.")) continue;
+      const bool templates_given = !o.chat_template.empty() || !o.named_chat_templates.empty();
+      if (templates_given && absl::StartsWith(key, "tokenizer.chat_template")) continue;
+      if (absl::Status s = w.AddValue(key, value); !s.ok()) return s;
+    }
+  }
+  const Vocab vocab = MakeRandomModelVocab(vocab_gguf.has_value() ? kMinRandomVocab : o.vocab_size);
   std::vector<int32_t> types;
   for (TokenType t : vocab.types) types.push_back(static_cast<int32_t>(t));
-  w.AddString("tokenizer.ggml.model", "llama");
-  w.AddStringArray("tokenizer.ggml.tokens", vocab.pieces);
-  w.AddFloat32Array("tokenizer.ggml.scores", vocab.scores);
-  w.AddInt32Array("tokenizer.ggml.token_type", types);
-  w.AddUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
-  w.AddUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos_id));
-  w.AddUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk_id));
-  w.AddBool("tokenizer.ggml.add_bos_token", vocab.add_bos);
-  w.AddBool("tokenizer.ggml.add_eos_token", false);
+  if (!vocab_gguf.has_value()) {
+    w.AddString("tokenizer.ggml.model", "llama");
+    w.AddStringArray("tokenizer.ggml.tokens", vocab.pieces);
+    w.AddFloat32Array("tokenizer.ggml.scores", vocab.scores);
+    w.AddInt32Array("tokenizer.ggml.token_type", types);
+    w.AddUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
+    w.AddUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos_id));
+    w.AddUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk_id));
+    w.AddBool("tokenizer.ggml.add_bos_token", vocab.add_bos);
+    w.AddBool("tokenizer.ggml.add_eos_token", false);
+  }
   if (!o.chat_template.empty()) w.AddString("tokenizer.chat_template", o.chat_template);
   for (const auto& [name, source] : o.named_chat_templates) {
     w.AddString("tokenizer.chat_template." + name, source);

@@ -46,6 +46,11 @@ struct RandomModelOptions {
   std::string chat_template;       // written as tokenizer.chat_template when not empty
   // Written as tokenizer.chat_template.<name>.
   std::vector<std::pair<std::string, std::string>> named_chat_templates;
+  // A GGUF file (e.g. llama.cpp's models/ggml-vocab-llama-bpe.gguf) whose tokenizer.* keys
+  // are copied as they are instead of the SentencePiece vocabulary; vocab_size is then its
+  // token count (the option's value is ignored). chat_template and named_chat_templates,
+  // when set, replace the file's.
+  std::string vocab_from;
 };
 
 // 3 control tokens + 256 byte tokens.
@@ -60,7 +65,8 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& options);
 // The SentencePiece-style vocabulary described above, `vocab_size` pieces.
 Vocab MakeRandomModelVocab(int32_t vocab_size);
 
-// The GGUF file's bytes.
+// The GGUF file's bytes. With vocab_from, NotFound / InvalidArgument naming the file when
+// it cannot be read or has no tokenizer.ggml.tokens.
 absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& options);
 
 // Writes the GGUF file to `path`.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/tokenizer/tokenizer.h"
+#include "services/worker/model/gguf_vocab.h"
 #include "services/worker/model/random_model.h"
 #include "tests/reference/llama_ref.h"
 
@@ -62,6 +63,47 @@ TEST_P(RandomModelReferenceTest, LlamaCppLoadsAndTokenizesLikeFolio) {
     hi = std::max(hi, v);
   }
   EXPECT_GT(hi - lo, 0.01f);
+}
+
+// vocab_from: llama.cpp's llama-bpe vocabulary copied into a random model is the same
+// vocabulary (Folio's loader and llama.cpp read it so), and llama.cpp runs the model.
+TEST(RandomModelVocabFromTest, CopiesTheTokenizerKeysOfAVocabularyFile) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  const std::string vocab_file = ref::LlamaCppSourceDir() + "/models/ggml-vocab-llama-bpe.gguf";
+  RandomModelOptions o;
+  o.vocab_from = vocab_file;
+  o.vocab_size = 7;  // ignored
+  o.dim = 32;
+  o.hidden_dim = 64;
+  o.num_layers = 1;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.context_length = 64;
+  o.dtype = DType::kF16;
+  o.tied_embeddings = true;
+  const std::string path = ::testing::TempDir() + "/random_vocab_from.gguf";
+  ASSERT_TRUE(WriteRandomModel(o, path).ok());
+  absl::StatusOr<Vocab> want = LoadGgufVocab(vocab_file);
+  absl::StatusOr<Vocab> got = LoadGgufVocab(path);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  EXPECT_EQ(got->pieces, want->pieces);
+  EXPECT_EQ(got->types, want->types);
+  EXPECT_EQ(got->merges, want->merges);
+  EXPECT_EQ(got->pre_tokenizer, want->pre_tokenizer);
+  EXPECT_EQ(got->bos_id, want->bos_id);
+  EXPECT_EQ(got->eos_id, want->eos_id);
+  EXPECT_EQ(got->eog_ids, want->eog_ids);
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> m =
+      ref::LlamaModel::Load(path, ref::LlamaModelOptions{.n_ctx = 32});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->n_vocab(), 128256);
+  absl::StatusOr<std::vector<std::vector<float>>> logits = (*m)->Logits({128000, 9906, 1917});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_EQ(logits->back().size(), 128256u);
+
+  o.vocab_from = ::testing::TempDir() + "/no_such_vocab.gguf";
+  EXPECT_FALSE(MakeRandomModelGguf(o).ok());
+  std::remove(path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(VocabSizes, RandomModelReferenceTest,

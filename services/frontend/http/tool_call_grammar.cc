@@ -1,0 +1,66 @@
+#include "services/frontend/http/tool_call_grammar.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/structured/grammar.h"
+#include "common/structured/json_schema.h"
+
+namespace folio::frontend {
+
+using json = nlohmann::json;
+
+absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const json& tools,
+                                            std::string_view function, bool parallel) {
+  using structured::GbnfLiteral;
+  if (!tools.is_array()) return absl::InvalidArgumentError("tools must be an array");
+  // The call's text around its arguments.
+  const char* args_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
+  const std::string open = format == ToolCallFormat::kHermes ? "<tool_call>\n" : "";
+  const std::string close = format == ToolCallFormat::kHermes ? "}\n</tool_call>" : "}";
+  std::vector<std::string> alternatives;
+  std::string rules;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& tool = tools[i];
+    const std::string field = absl::StrCat("tools[", i, "].function");
+    const json* f = tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
+    if (f == nullptr || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name must be a string"));
+    }
+    const std::string name = (*f)["name"].get<std::string>();
+    if (!function.empty() && name != function) continue;
+    const json schema = f->contains("parameters") && !(*f)["parameters"].is_null()
+                            ? (*f)["parameters"]
+                            : json{{"type", "object"}};
+    const std::string rule = absl::StrCat("tool", i, "-args");
+    absl::StatusOr<std::string> args = structured::JsonSchemaToRules(schema.dump(), rule, {});
+    if (!args.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".parameters: ", args.status().message()));
+    }
+    absl::StrAppend(&rules, *args, "\n");
+    const std::string head =
+        absl::StrCat(open, "{\"name\": ", json(name).dump(), ", \"", args_key, "\": ");
+    alternatives.push_back(absl::StrCat(GbnfLiteral(head), " ", rule, " ", GbnfLiteral(close)));
+  }
+  if (alternatives.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tool_choice names the function '", std::string(function).substr(0, 128),
+        "', which is not in tools"));
+  }
+  const std::string separator = format == ToolCallFormat::kHermes       ? "\n"
+                                : format == ToolCallFormat::kLlama3Json ? "; "
+                                                                        : ", ";
+  std::string more = parallel ? absl::StrCat(" (", GbnfLiteral(separator), " call){0,",
+                                             kMaxParallelToolCalls - 1, "}")
+                              : "";
+  std::string root = absl::StrCat("call", more);
+  if (format == ToolCallFormat::kMistral) {
+    root = absl::StrCat(GbnfLiteral("[TOOL_CALLS]["), " ", root, " ", GbnfLiteral("]"));
+  }
+  return absl::StrCat("root ::= ", root, "\ncall ::= ", absl::StrJoin(alternatives, " | "),
+                      "\n", rules);
+}
+
+}  // namespace folio::frontend

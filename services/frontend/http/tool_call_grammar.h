@@ -1,0 +1,37 @@
+// ToolCallGrammar: the structured-output grammar (common/structured/grammar.h text) that
+// makes the model write a tool call, for tool_choice "required" (any of the tools) or a
+// named function (that one): the call's wrapper in the template family's format with the
+// function's name as a literal and its "parameters" JSON Schema as the arguments
+// (structured::JsonSchemaToRules, which refuses what it does not support by name):
+//
+//   hermes       <tool_call>\n{"name": "f", "arguments": ARGS}\n</tool_call>  (\n between calls)
+//   llama3_json  {"name": "f", "parameters": ARGS}                            ("; " between calls)
+//   mistral      [TOOL_CALLS][{"name": "f", "arguments": ARGS}, ...]
+//
+// With parallel calls allowed, up to kMaxParallelToolCalls calls; otherwise exactly one.
+// The output still goes through ToolCallParser, which reads what the grammar lets through.
+//
+// Free functions; thread-safe.
+#ifndef FOLIO_SERVICES_FRONTEND_HTTP_TOOL_CALL_GRAMMAR_H_
+#define FOLIO_SERVICES_FRONTEND_HTTP_TOOL_CALL_GRAMMAR_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "services/frontend/http/tool_call_parser.h"
+
+namespace folio::frontend {
+
+inline constexpr int kMaxParallelToolCalls = 16;
+
+// `tools` is the request's tools array (OpenAI's shape); `function` the named function, or
+// empty for any. InvalidArgument naming the tool ("tools[1].function.parameters: ...") for a
+// schema the grammar compiler does not take, or when `function` is not among the tools.
+absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const nlohmann::json& tools,
+                                            std::string_view function, bool parallel);
+
+}  // namespace folio::frontend
+
+#endif  // FOLIO_SERVICES_FRONTEND_HTTP_TOOL_CALL_GRAMMAR_H_

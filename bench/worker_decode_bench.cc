@@ -51,6 +51,8 @@ const ModelWeights* Weights() {
 std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading) {
   CpuModelRunnerOptions o;
   o.gemm_threading = threading;
+  // FOLIO_BENCH_F16_PANELS=0: f16 read in place by the typed kernel instead of panels.
+  if (const char* p = std::getenv("FOLIO_BENCH_F16_PANELS")) o.f16_panels = std::string(p) != "0";
   o.block_size = kBlockSize;
   o.num_threads = kThreads;
   o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * 8192 + (64 << 20);

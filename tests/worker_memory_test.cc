@@ -1,6 +1,6 @@
-// folio-worker's resident memory with weights kept as stored: serving an F16 and a
-// Q4_K_M model (random weights, Llama 3-shaped, ~300 MB in f16; the Q4_K_M quantized by
-// llama.cpp), the worker's VmRSS stays within model file + KV pool + max(10% of the file,
+// folio-worker's resident memory with weights kept as stored: serving an F16, a BF16, a
+// Q8_0 and a Q4_K_M model (random weights, Llama 3-shaped, ~300 MB in f16; the others
+// converted by llama.cpp's quantizer), the worker's VmRSS stays within model file + KV pool + max(10% of the file,
 // 256 MiB), read from /proc/<pid>/status after a prefill and a few decode steps, and its
 // folio_worker_resident_bytes / _limit_bytes metrics say the same. Widening the weights
 // to f32 (2x the f16 file, 7x the Q4_K_M one) or keeping repacked panels beside the
@@ -195,18 +195,37 @@ TEST(WorkerMemoryTest, HfBf16FolderStaysWithinFilesPlusKvPlusAllowance) {
   ExpectWithinBound(HfFolder());
 }
 
-TEST(WorkerMemoryTest, Q4KMModelStaysWithinFilePlusKvPlusAllowance) {
-  FOLIO_SKIP_WITHOUT_REFERENCE();
+// The F16 model quantized by llama.cpp to `ftype` (kept beside it).
+std::string QuantizedModel(const std::string& ftype) {
   const std::string f16 = F16Model();
-  ASSERT_FALSE(f16.empty());
-  const std::string path = ModelDir() + "/llama3-300m-v1-Q4_K_M.gguf";
+  if (f16.empty()) return "";
+  const std::string path = ModelDir() + "/llama3-300m-v1-" + ftype + ".gguf";
   if (!std::filesystem::exists(path)) {
     const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-    absl::Status s = reference::Quantize(f16, tmp, "Q4_K_M", 2);
-    ASSERT_TRUE(s.ok()) << s;
+    absl::Status s = reference::Quantize(f16, tmp, ftype, 2);
+    if (!s.ok()) {
+      ADD_FAILURE() << s;
+      return "";
+    }
     std::filesystem::rename(tmp, path);
   }
-  ExpectWithinBound(path);
+  return path;
+}
+
+TEST(WorkerMemoryTest, Q4KMModelStaysWithinFilePlusKvPlusAllowance) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  ExpectWithinBound(QuantizedModel("Q4_K_M"));
+}
+
+// Q8_0 and BF16 run their own kernels on the mapped bytes (no f32 widening, no panels).
+TEST(WorkerMemoryTest, Q8_0ModelStaysWithinFilePlusKvPlusAllowance) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  ExpectWithinBound(QuantizedModel("Q8_0"));
+}
+
+TEST(WorkerMemoryTest, BF16ModelStaysWithinFilePlusKvPlusAllowance) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  ExpectWithinBound(QuantizedModel("BF16"));
 }
 
 }  // namespace

@@ -9,10 +9,12 @@
 #   safetensors_fuzz     the safetensors header parser (Hugging Face weights)
 #   hf_tokenizer_fuzz    the tokenizer.json / tokenizer_config / generation_config and
 #                        config.json readers, and the tokenizer a tokenizer.json builds
+#   grammar_fuzz         the GBNF grammar parser, the regex compiler and the token matcher
+#   json_schema_fuzz     the JSON Schema -> grammar compiler
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
-#   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors and
-#   hf_tokenizer name them too)
+#   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors,
+#   hf_tokenizer, grammar and json_schema name them too)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2),
 # FOLIO_REFERENCE_DIR (default <repo>/build/reference).
@@ -46,11 +48,13 @@ for t in "$@"; do
     jinja) targets+=(jinja_fuzz) ;;
     safetensors) targets+=(safetensors_fuzz) ;;
     hf_tokenizer) targets+=(hf_tokenizer_fuzz) ;;
+    grammar) targets+=(grammar_fuzz) ;;
+    json_schema) targets+=(json_schema_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
-                                     hf_tokenizer_fuzz)
+                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -60,6 +64,8 @@ seed_dir() {
     jinja_fuzz) echo "$repo/services/frontend/http/jinja_fuzz_corpus" ;;
     safetensors_fuzz) echo "$repo/services/worker/model/safetensors_fuzz_corpus" ;;
     hf_tokenizer_fuzz) echo "$repo/services/worker/model/hf_tokenizer_fuzz_corpus" ;;
+    grammar_fuzz) echo "$repo/common/structured/grammar_fuzz_corpus" ;;
+    json_schema_fuzz) echo "$repo/common/structured/json_schema_fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
+#include "common/tokenizer_spec.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 #include "folio/internal/v1/scheduler.grpc.pb.h"
@@ -46,9 +47,7 @@ class ModelContext {
   const RequestValidator validator_;
 };
 
-// The Vocab a TokenizerSpec describes. InvalidArgument when pieces, scores and types
-// differ in length or a type is outside 1..6.
-absl::StatusOr<Vocab> VocabFromSpec(const folio::internal::v1::TokenizerSpec& spec);
+using ::folio::VocabFromSpec;  // common/tokenizer_spec.h
 
 // A channel to the scheduler at `target` (HOST:PORT) whose reconnect backoff is capped at
 // `max_reconnect_backoff`, so a frontend that started first finds a scheduler that comes

@@ -50,6 +50,23 @@ GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
   if (s.has_repetition_penalty()) in.repetition_penalty = s.repetition_penalty();
   in.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   if (s.has_min_tokens()) in.min_tokens = s.min_tokens();
+  using Kind = structured::StructuredOutput::Kind;
+  switch (s.structured().kind_case()) {
+    case pb::StructuredOutput::kJsonSchema:
+      in.structured = {Kind::kJsonSchema, s.structured().json_schema()};
+      break;
+    case pb::StructuredOutput::kJsonObject:
+      if (s.structured().json_object()) in.structured = {Kind::kJsonObject, ""};
+      break;
+    case pb::StructuredOutput::kRegex:
+      in.structured = {Kind::kRegex, s.structured().regex()};
+      break;
+    case pb::StructuredOutput::kGrammar:
+      in.structured = {Kind::kGrammar, s.structured().grammar()};
+      break;
+    case pb::StructuredOutput::KIND_NOT_SET:
+      break;
+  }
   return in;
 }
 
@@ -72,6 +89,7 @@ ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
     b->set_bias(bias);
   }
   out.set_min_tokens(r.min_tokens);
+  out.set_grammar(r.grammar);
   out.set_max_tokens(r.max_tokens);
   out.mutable_stop_token_ids()->Assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
   out.set_ignore_eos(r.ignore_eos == IgnoreEos::kYes);

@@ -57,6 +57,19 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(const GenerateInput&
   if (absl::Status s = ValidateSampling(input, &out); !s.ok()) return s;
   if (absl::Status s = ValidateStops(input, &out); !s.ok()) return s;
   if (absl::Status s = ValidateLogits(input, &out); !s.ok()) return s;
+  if (input.structured.kind != structured::StructuredOutput::Kind::kNone) {
+    absl::StatusOr<std::string> grammar = structured::ToGrammar(input.structured);
+    if (!grammar.ok()) {
+      const char* field = input.structured.kind == structured::StructuredOutput::Kind::kRegex
+                              ? "regex"
+                          : input.structured.kind == structured::StructuredOutput::Kind::kGrammar
+                              ? "grammar"
+                              : "response_format";
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is invalid: ", grammar.status().message()));
+    }
+    out.grammar = *std::move(grammar);
+  }
   return out;
 }
 

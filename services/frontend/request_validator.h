@@ -25,6 +25,7 @@
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/structured/structured_output.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace folio::frontend {
@@ -52,6 +53,8 @@ struct GenerateInput {
   std::optional<float> repetition_penalty;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias
   std::optional<int32_t> min_tokens;
+  // Structured output (common/structured/structured_output.h); kind kNone: free text.
+  structured::StructuredOutput structured;
   // Whether special tokens written in the prompt are read as tokens; unset: yes.
   std::optional<bool> parse_special;
 };
@@ -83,6 +86,8 @@ struct ValidatedRequest {
   float repetition_penalty = 1.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // ascending token ids
   int32_t min_tokens = 0;
+  // Structured output compiled to GBNF text (checked: it parses); empty: free text.
+  std::string grammar;
 };
 
 struct ValidatorOptions {
@@ -122,7 +127,10 @@ class RequestValidator {
   //   - presence_penalty or frequency_penalty outside [-2, 2], repetition_penalty not > 0,
   //     logit_bias with more than 300 entries, a key outside [0, vocab_size) or a bias
   //     outside [-100, 100]; min_tokens outside [0, max_tokens]; any of these with beam
-  //     search.
+  //     search;
+  //   - a structured-output constraint that does not compile (a JSON schema that is not
+  //     JSON or uses an unsupported keyword, a regex or grammar that does not parse): the
+  //     message opens with "response_format", "regex" or "grammar" and names the problem.
   absl::StatusOr<ValidatedRequest> Validate(const GenerateInput& input) const;
 
   int32_t max_model_len() const { return options_.max_model_len; }

@@ -251,6 +251,40 @@ TEST_F(FrontendServiceTest, PenaltiesLogitBiasAndMinTokensReachTheScheduler) {
   EXPECT_EQ(fake_->calls().size(), 1u);
 }
 
+TEST_F(FrontendServiceTest, StructuredOutputReachesTheSchedulerAsGrammarText) {
+  ipb::ScheduleEvent e;
+  e.add_tokens()->set_token_id(Encode("cat")[0]);
+  e.set_finish_reason(ipb::FINISH_REASON_STOP);
+  fake_->SetScript(Script{.events = {e}});
+  pb::GenerateRequest request = Request("Once upon a time", 4);
+  request.mutable_sampling()->mutable_structured()->set_json_schema(R"({"type": "boolean"})");
+  pb::CompleteResponse complete;
+  ASSERT_TRUE(Complete(request, &complete).ok());
+  ASSERT_TRUE(fake_->WaitForDoneCalls(1, absl::Seconds(10)));
+  const std::string grammar = fake_->calls()[0].request.grammar();
+  EXPECT_THAT(grammar, HasSubstr("root ::="));
+  EXPECT_THAT(grammar, HasSubstr("\"true\""));
+  request.mutable_sampling()->mutable_structured()->set_regex("ab+");
+  ASSERT_TRUE(Complete(request, &complete).ok());
+  ASSERT_TRUE(fake_->WaitForDoneCalls(2, absl::Seconds(10)));
+  EXPECT_THAT(fake_->calls()[1].request.grammar(), HasSubstr("root ::="));
+
+  // Constraints that do not compile: INVALID_ARGUMENT naming the problem, nothing sent.
+  request.mutable_sampling()->mutable_structured()->set_json_schema(R"({"type": "object", "not": {}})");
+  StreamResult bad = Generate(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("unsupported JSON Schema keyword \"not\""));
+  request.mutable_sampling()->mutable_structured()->set_regex("a(");
+  bad = Generate(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("regex is invalid: regex: unbalanced"));
+  request.mutable_sampling()->mutable_structured()->set_grammar("root ::= undefined_rule");
+  bad = Generate(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("undefined rule \"undefined_rule\""));
+  EXPECT_EQ(fake_->calls().size(), 2u);
+}
+
 TEST_F(FrontendServiceTest, BeamSearchRequestsReachTheScheduler) {
   ipb::ScheduleEvent e;
   e.add_tokens()->set_token_id(Encode("cat")[0]);

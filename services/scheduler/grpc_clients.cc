@@ -197,13 +197,15 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     }
     const worker::TokenHistory& h = s.history;
     if (!h.prompt_token_ids.empty() || !h.output_token_ids.empty() ||
-        !h.suppressed_token_ids.empty()) {
+        !h.suppressed_token_ids.empty() || !h.allowed_token_bitmask.empty()) {
       pb::TokenHistory* out_h = out->mutable_history();
       out_h->mutable_prompt_token_ids()->Add(h.prompt_token_ids.begin(), h.prompt_token_ids.end());
       out_h->mutable_output_token_ids()->Add(h.output_token_ids.begin(), h.output_token_ids.end());
       out_h->mutable_output_counts()->Add(h.output_counts.begin(), h.output_counts.end());
       out_h->mutable_suppressed_token_ids()->Add(h.suppressed_token_ids.begin(),
                                                  h.suppressed_token_ids.end());
+      out_h->mutable_allowed_token_bitmask()->Add(h.allowed_token_bitmask.begin(),
+                                                  h.allowed_token_bitmask.end());
     }
     out->set_num_samples(s.num_samples);
     out->set_num_logprobs(s.num_logprobs);

@@ -7,7 +7,10 @@
 #include "common/process.h"
 #include "common/server_flags.h"
 #include "common/service_runner.h"
+#include "common/structured/grammar_matcher.h"
 #include "common/tls.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer_spec.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
 #include "services/scheduler/cluster_setup.h"
@@ -50,6 +53,10 @@ ABSL_FLAG(int, stall_timeout_s, 180,
           "Liveness (the grpc.health.v1 name \"liveness\") turns NOT_SERVING when the step "
           "loop has work but finishes no iteration for this long; keep it above "
           "--worker_timeout_ms. Waiting in a recovery is not a stall.");
+
+ABSL_FLAG(int, grammar_cache_size, 64,
+          "Structured output: compiled grammars (one per distinct schema, regex or grammar "
+          "text) kept for reuse, most recently used first.");
 
 int main(int argc, char** argv) {
   folio::BlockTerminationSignals();
@@ -147,6 +154,21 @@ int main(int argc, char** argv) {
   options.eos_id = info->tokenizer().eos_id();
   options.eog_ids.assign(info->tokenizer().eog_ids().begin(), info->tokenizer().eog_ids().end());
   options.num_blocks = info->num_blocks();
+  {
+    // Structured output matches the bytes each token decodes to: the workers' vocabulary.
+    absl::StatusOr<folio::Vocab> vocab = folio::VocabFromSpec(info->tokenizer());
+    absl::StatusOr<folio::Tokenizer> tokenizer =
+        vocab.ok() ? folio::Tokenizer::Create(*std::move(vocab))
+                   : absl::StatusOr<folio::Tokenizer>(vocab.status());
+    if (!tokenizer.ok()) {
+      LOG(ERROR) << "the workers' tokenizer is invalid: " << tokenizer.status();
+      (*runner)->Shutdown();
+      return 1;
+    }
+    options.grammars = std::make_shared<folio::structured::GrammarCache>(
+        folio::structured::TokenVocabulary::FromTokenizer(*tokenizer),
+        absl::GetFlag(FLAGS_grammar_cache_size));
+  }
   options.reserve_max_model_len = absl::GetFlag(FLAGS_reserve_max_model_len);
   if (options.reserve_max_model_len && options.num_blocks > 0 &&
       static_cast<int64_t>(options.num_blocks) * options.block_size < options.max_model_len) {

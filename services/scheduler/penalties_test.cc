@@ -9,51 +9,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/cachemgr/kv_cache_manager.h"
-#include "services/scheduler/local_clients.h"
-#include "services/scheduler/scheduler.h"
+#include "services/scheduler/stories_fixture.h"
 #include "services/scheduler/token_history.h"
-#include "services/worker/dist/in_process_tp_runner.h"
-#include "services/worker/engine/cpu_model_runner.h"
-#include "services/worker/engine/test_models.h"
 
 namespace folio::scheduler {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct Choices {
-  std::map<int32_t, std::vector<int32_t>> tokens;
-  std::map<int32_t, FinishReason> finish;
-  bool done = false;
-  int32_t cached_prompt_tokens = 0;
-  EventSink Sink() {
-    return [this](const RequestEvent& e) {
-      for (const GeneratedToken& t : e.tokens) tokens[e.index].push_back(t.token_id);
-      if (e.finish != FinishReason::kNone) finish[e.index] = e.finish;
-      if (!e.tokens.empty()) cached_prompt_tokens = e.num_cached_prompt_tokens;
-      done |= e.request_done;
-    };
-  }
-};
-
-// Passes steps to a runner and keeps every sequence step that sampled.
-class RecordingWorker final : public WorkerClient {
- public:
-  explicit RecordingWorker(worker::ModelRunner* runner) : runner_(runner) {}
-  absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
-                                             const std::vector<std::string>&) override {
-    for (const worker::SequenceStep& s : step.seqs) {
-      if (s.num_samples > 0) sampled.push_back(s);
-    }
-    return runner_->Execute(step);
-  }
-  absl::Status Restore() override { return absl::OkStatus(); }  // an in-process runner stays
-  std::vector<worker::SequenceStep> sampled;
-
- private:
-  worker::ModelRunner* runner_;
-};
+using stories::Choices;
+using stories::RecordingWorker;
 
 int32_t MaxRepeat(const std::vector<int32_t>& tokens) {
   std::map<int32_t, int32_t> counts;
@@ -62,79 +26,7 @@ int32_t MaxRepeat(const std::vector<int32_t>& tokens) {
   return most;
 }
 
-class PenaltiesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = worker::testing::ModelsDir();
-    if (!dir_) GTEST_SKIP() << worker::testing::kModelsDirHelp;
-    weights_ = worker::testing::LoadOrDie(*dir_ + "/stories260K/stories260K.gguf");
-  }
-
-  // A fresh scheduler, cache manager and runner (tp_size > 1: ranks on threads).
-  void Make(int32_t num_blocks, int32_t tp_size = 1, SchedulerOptions options = {}) {
-    scheduler_.reset();
-    worker::CpuModelRunnerOptions ro;
-    ro.block_size = 16;
-    ro.kv_cache_bytes = int64_t{64} << 20;
-    ro.max_num_blocks = num_blocks;
-    ro.num_threads = tp_size > 1 ? 1 : 2;
-    if (tp_size > 1) {
-      runner_ = *worker::InProcessTpRunner::Create(
-          *weights_, worker::InProcessTpOptions{.tp_size = tp_size, .runner = ro});
-    } else {
-      runner_ = *worker::CpuModelRunner::Create(*weights_, ro);
-    }
-    ASSERT_EQ(runner_->num_blocks(), num_blocks);
-    manager_ = *cachemgr::KvCacheManager::Create(
-        cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = 16});
-    cache_client_ = std::make_unique<LocalCacheClient>(manager_.get());
-    worker_ = std::make_unique<RecordingWorker>(runner_.get());
-    options.block_size = 16;
-    options.max_model_len = weights_->config.max_seq_len;
-    options.vocab_size = weights_->config.vocab_size;
-    options.eos_id = weights_->vocab.eos_id;
-    scheduler_ = std::make_unique<Scheduler>(options, cache_client_.get(), worker_.get(), nullptr);
-  }
-
-  std::vector<int32_t> Prompt(int32_t n) {
-    std::vector<int32_t> p = {weights_->vocab.bos_id};
-    for (int32_t i = 1; i < n; ++i) p.push_back(3 + (i * 37) % 400);
-    return p;
-  }
-
-  RequestSpec Spec(std::vector<int32_t> prompt, int32_t max_tokens, float temperature = 0.8f) {
-    RequestSpec spec;
-    spec.request_id = "p" + std::to_string(++next_id_);
-    spec.prompt = std::move(prompt);
-    spec.sampling.temperature = temperature;
-    spec.sampling.seed = 42;
-    spec.max_tokens = max_tokens;
-    return spec;
-  }
-
-  Choices Run(const RequestSpec& spec) {
-    Choices c;
-    EXPECT_TRUE(scheduler_->Submit(spec, c.Sink()).ok());
-    RunUntilIdle();
-    EXPECT_TRUE(c.done);
-    return c;
-  }
-
-  void RunUntilIdle() {
-    for (int i = 0; i < 100000 && scheduler_->RunOnce(); ++i) {
-      ASSERT_TRUE(manager_->CheckInvariants().ok()) << manager_->CheckInvariants();
-    }
-  }
-
-  std::optional<std::string> dir_;
-  std::unique_ptr<worker::ModelWeights> weights_;
-  std::unique_ptr<worker::ModelRunner> runner_;
-  std::unique_ptr<cachemgr::KvCacheManager> manager_;
-  std::unique_ptr<LocalCacheClient> cache_client_;
-  std::unique_ptr<RecordingWorker> worker_;
-  std::unique_ptr<Scheduler> scheduler_;
-  int next_id_ = 0;
-};
+class PenaltiesTest : public stories::StoriesSchedulerTest {};
 
 TEST_F(PenaltiesTest, FrequencyPenaltyChangesARepetitiveContinuation) {
   Make(64);

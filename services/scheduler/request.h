@@ -14,11 +14,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/structured/grammar_matcher.h"
 #include "services/scheduler/beam_search.h"
 #include "services/worker/engine/step.h"
 
@@ -51,6 +53,8 @@ struct RequestSpec {
     std::vector<int32_t> tokens;
   };
   std::vector<ContinuedChoice> continuation;
+  // Structured output: GBNF text (common/structured/grammar.h); empty: unconstrained.
+  std::string grammar;
   // The caller's deadline (its gRPC call's). Past it the call ends with DEADLINE_EXCEEDED
   // on its own; during a recovery the scheduler ends the request just before it, with
   // UNAVAILABLE saying the replica is recovering (recovery.h).
@@ -97,6 +101,11 @@ struct Branch {
   // Beam search: the next-token candidates at this beam's end, kept until every live
   // beam has its own and the beam step runs.
   std::vector<worker::TokenLogprob> candidates;
+  // Structured output: the grammar's state after `output` (a function of it alone, so it
+  // stays valid through preemption, recompute and recovery; forks copy it) and the tokens
+  // it allows next, which the next sampling step carries to the workers.
+  std::optional<structured::GrammarMatcher> matcher;
+  std::vector<uint32_t> mask;
 
   int32_t num_tokens(const std::vector<int32_t>& prompt) const {
     return static_cast<int32_t>(prompt.size() + output.size());

@@ -86,6 +86,30 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
   request->arrival_time = absl::Now();
   request->max_len = static_cast<int32_t>(total);
   StartBranches(request.get());
+  if (!request->spec.grammar.empty()) {
+    if (options_.grammars == nullptr) {
+      return absl::InvalidArgumentError(
+          "structured output is not available: the scheduler has no vocabulary");
+    }
+    // Compiled here, on the caller's thread (cached by text); the loop only matches.
+    absl::StatusOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
+        options_.grammars->Get(request->spec.grammar);
+    if (!grammar.ok()) return grammar.status();
+    // Every branch starts at the grammar's start; a continued choice's matcher then
+    // accepts the tokens the client already has, so it resumes where its stream broke.
+    for (Branch& b : request->branches) {
+      b.matcher.emplace(*grammar);
+      for (size_t t = 0; t < b.output.size(); ++t) {
+        if (!b.matcher->AcceptToken(b.output[t])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "continuation: token ", t, " (id ", b.output[t], ") of choice ", b.index,
+              " is not allowed by the request's grammar"));
+        }
+      }
+      b.mask.assign(structured::BitmaskWords(options_.vocab_size), 0);
+      b.matcher->FillNextTokenBitmask(absl::MakeSpan(b.mask));
+    }
+  }
   request->finished_beams.set_capacity(std::max(request->spec.beam_width, 1));
   absl::MutexLock lock(&mu_);
   if (health_.fenced) {

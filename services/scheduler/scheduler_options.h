@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "common/structured/grammar_matcher.h"
 
 #include "absl/time/time.h"
 
@@ -41,6 +44,9 @@ struct SchedulerOptions {
   // reserve (the article's Orca (Max) baseline, with the contiguous policy).
   bool reserve_max_model_len = false;
   RecoveryOptions recovery;
+  // Structured output: grammars compiled against the model's vocabulary, once per text.
+  // Null: requests with a grammar are refused.
+  std::shared_ptr<structured::GrammarCache> grammars;
 
   // Whether `token` ends generation (unless the request ignores EOS): eos_id or an eog_id.
   bool IsEndOfGeneration(int32_t token) const {

@@ -60,6 +60,7 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
     spec.sampling.logit_bias.push_back(worker::LogitBias{.token_id = b.token_id(), .bias = b.bias()});
   }
   spec.min_tokens = req.min_tokens();
+  spec.grammar = req.grammar();
   spec.max_tokens = req.max_tokens();
   spec.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   spec.ignore_eos = req.ignore_eos();

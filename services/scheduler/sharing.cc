@@ -40,7 +40,12 @@ void Sharing::AdvanceSamples(
       CHECK_EQ(i, 0);
       CHECK_EQ(static_cast<int32_t>(out->samples.size()), r->spec.n);
       if (r->spec.continuation.empty()) {
-        for (int32_t k = 1; k < r->spec.n; ++k) r->branches.emplace_back().index = k;
+        for (int32_t k = 1; k < r->spec.n; ++k) {
+          Branch& child = r->branches.emplace_back();
+          child.index = k;
+          child.matcher = r->branches[0].matcher;  // before the root takes its own token
+          child.mask = r->branches[0].mask;
+        }
       }
       const Branch& root = r->branches[0];
       for (size_t j = 1; j < r->branches.size(); ++j) {
@@ -81,9 +86,13 @@ void Sharing::AdvanceSamples(
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
-    if ((!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
+    const GrammarVerdict grammar = AdvanceGrammar(&b, sample->token_id, r->spec.request_id);
+    if (grammar == GrammarVerdict::kClosed ||
+        (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
         std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
       event.finish = FinishReason::kStop;
+    } else if (grammar == GrammarVerdict::kDeadEnd) {
+      event.finish = FinishReason::kLength;
     } else if (static_cast<int32_t>(b.output.size()) >= r->spec.max_tokens ||
                b.num_tokens(r->spec.prompt) >= r->max_len) {
       event.finish = FinishReason::kLength;
@@ -163,6 +172,20 @@ void Sharing::AdvanceBeams(
   const bool at_limit = new_len >= r->spec.max_tokens || r->prompt_len() + new_len >= r->max_len;
   for (const Expansion& e : survivors) {
     const Branch& parent = r->branches[e.parent];
+    // Structured output: the survivor's grammar state; a closed structure ends the beam.
+    std::optional<structured::GrammarMatcher> matcher = parent.matcher;
+    std::vector<uint32_t> mask;
+    if (matcher.has_value()) {
+      Branch probe;
+      probe.matcher = std::move(matcher);
+      const GrammarVerdict verdict = AdvanceGrammar(&probe, e.token_id, r->spec.request_id);
+      if (verdict != GrammarVerdict::kOpen) {
+        r->finished_beams.Add(hypothesis(parent, e, verdict == GrammarVerdict::kClosed));
+        continue;
+      }
+      matcher = std::move(probe.matcher);
+      mask = std::move(probe.mask);
+    }
     if (at_limit) {
       r->finished_beams.Add(hypothesis(parent, e, /*stopped=*/false));
       continue;
@@ -183,6 +206,8 @@ void Sharing::AdvanceBeams(
     b.logprobs.push_back(e.logprob);
     b.cum_logprob = e.cum_logprob;
     b.candidates.clear();
+    b.matcher = std::move(matcher);
+    b.mask = std::move(mask);
     next.push_back(std::move(b));
   }
   r->num_generated += static_cast<int64_t>(survivors.size() + ended.size());
@@ -221,6 +246,27 @@ void Sharing::AdvanceBeams(
     if (r->sink) r->sink(events[e]);
   }
   state_->Finish(r, std::move(events.back()));
+}
+
+Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
+                                                const std::string& request_id) {
+  if (!b->matcher.has_value()) return GrammarVerdict::kNone;
+  if (!b->matcher->AcceptToken(token)) {
+    // The workers apply the mask, so this is a broken invariant; end the choice rather
+    // than stream text outside the structure.
+    LOG(ERROR) << "request " << request_id << ": token " << token
+               << " is outside the grammar's mask; ending the choice";
+    return GrammarVerdict::kDeadEnd;
+  }
+  if (b->matcher->IsTerminated()) return GrammarVerdict::kClosed;
+  b->mask.assign(structured::BitmaskWords(b->matcher->grammar().vocab().size()), 0);
+  b->matcher->FillNextTokenBitmask(absl::MakeSpan(b->mask));
+  for (uint32_t w : b->mask) {
+    if (w != 0) return GrammarVerdict::kOpen;
+  }
+  LOG(WARNING) << "request " << request_id
+               << ": no token of the vocabulary continues the grammar here; ending the choice";
+  return GrammarVerdict::kDeadEnd;
 }
 
 void Sharing::QueueFork(Request* r, uint64_t parent, uint64_t child) {

@@ -46,6 +46,14 @@ class Sharing {
   void ForkFromRoot(Request* r);
   // Queues a fork of `child` (a new sequence id) from `parent` for ApplyForks().
   void QueueFork(Request* r, uint64_t parent, uint64_t child);
+  // Structured output: advances b's matcher by `token` and refreshes b's mask.
+  enum class GrammarVerdict {
+    kNone,     // no grammar
+    kOpen,     // the structure goes on
+    kClosed,   // complete and nothing can follow: the choice ends with "stop"
+    kDeadEnd,  // the token was outside the mask, or no token continues: ends it
+  };
+  GrammarVerdict AdvanceGrammar(Branch* b, int32_t token, const std::string& request_id);
 
   RequestState* const state_;
 };

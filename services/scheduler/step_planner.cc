@@ -253,6 +253,8 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
   if (UsesTokenHistory(r.spec)) {
     s.history = MakeTokenHistory(r.spec, r.prompt_token_set, b.output, state_->options().eos_id);
   }
+  // Structured output: the mask the branch's matcher left after its last token.
+  if (b.matcher.has_value()) s.history.allowed_token_bitmask = b.mask;
   return s;
 }
 

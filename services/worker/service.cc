@@ -226,6 +226,8 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
       seq.history.output_counts.assign(h.output_counts().begin(), h.output_counts().end());
       seq.history.suppressed_token_ids.assign(h.suppressed_token_ids().begin(),
                                               h.suppressed_token_ids().end());
+      seq.history.allowed_token_bitmask.assign(h.allowed_token_bitmask().begin(),
+                                               h.allowed_token_bitmask().end());
     }
     seq.num_samples = in.num_samples();
     seq.num_logprobs = in.num_logprobs();

@@ -3,6 +3,7 @@
 #include "tests/reference/llama_ref.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -171,6 +172,47 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::Greedy(const std::vector<int32_
         static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     out.push_back(next);
     seq.push_back(next);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> LlamaModel::GreedyIncremental(
+    const std::vector<int32_t>& prompt, int n, double* generate_seconds) {
+  if (ctx_ == nullptr) return absl::FailedPreconditionError("vocab-only model has no logits");
+  if (prompt.empty() || static_cast<int>(prompt.size()) + n > options_.n_ctx) {
+    return absl::InvalidArgumentError(absl::StrCat(prompt.size(), " + ", n,
+                                                   " tokens: need 1..n_ctx (", options_.n_ctx, ")"));
+  }
+  llama_memory_clear(llama_get_memory(ctx_), true);
+  const int32_t nv = n_vocab();
+  auto decode = [&](const std::vector<int32_t>& tokens, int32_t pos0) -> absl::StatusOr<int32_t> {
+    llama_batch batch = llama_batch_init(static_cast<int32_t>(tokens.size()), 0, 1);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      batch.token[i] = tokens[i];
+      batch.pos[i] = pos0 + static_cast<llama_pos>(i);
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      batch.logits[i] = i + 1 == tokens.size();
+    }
+    batch.n_tokens = static_cast<int32_t>(tokens.size());
+    const int32_t rc = llama_decode(ctx_, batch);
+    llama_batch_free(batch);
+    if (rc != 0) return absl::InternalError(absl::StrCat("llama_decode returned ", rc));
+    const float* l = llama_get_logits_ith(ctx_, -1);
+    if (l == nullptr) return absl::InternalError("llama_get_logits_ith returned null");
+    return static_cast<int32_t>(std::max_element(l, l + nv) - l);
+  };
+  absl::StatusOr<int32_t> next = decode(prompt, 0);
+  if (!next.ok()) return next.status();
+  std::vector<int32_t> out = {*next};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i < n; ++i) {
+    next = decode({out.back()}, static_cast<int32_t>(prompt.size()) + i - 1);
+    if (!next.ok()) return next.status();
+    out.push_back(*next);
+  }
+  if (generate_seconds != nullptr) {
+    *generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return out;
 }

@@ -85,6 +85,12 @@ class LlamaModel {
   // Greedy continuation: `n` tokens after `prompt` (argmax of the logits, ties
   // to the lower id); it does not stop at end-of-generation tokens.
   absl::StatusOr<std::vector<int32_t>> Greedy(const std::vector<int32_t>& prompt, int n);
+  // The same continuation decoded the way a server does: the prompt once (its last
+  // logits give the first token), then n - 1 single-token llama_decode calls on the KV
+  // cache (needs prompt + n <= n_ctx). `generate_seconds`, when set, receives the wall
+  // time of those n - 1 decodes (argmax included), for benchmarks.
+  absl::StatusOr<std::vector<int32_t>> GreedyIncremental(const std::vector<int32_t>& prompt,
+                                                         int n, double* generate_seconds);
 
  private:
   LlamaModel() = default;

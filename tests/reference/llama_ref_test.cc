@@ -76,6 +76,13 @@ TEST(LlamaRefTest, DecodesAndQuantizesARealModel) {
   // llama2.c's run.c strips the space of the first piece after BOS.
   const std::string opening = text[0] == ' ' ? text.substr(1) : text;
   EXPECT_EQ(golden.substr(0, opening.size()), opening);
+  // Decoded token by token on the KV cache: the same tokens.
+  double seconds = -1;
+  absl::StatusOr<std::vector<int32_t>> incremental = (*f32)->GreedyIncremental({1}, 20, &seconds);
+  ASSERT_TRUE(incremental.ok()) << incremental.status();
+  EXPECT_EQ(*incremental, *greedy);
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_FALSE((*f32)->GreedyIncremental({1}, 600, nullptr).ok()) << "past n_ctx";
 
   const std::string q8 = testing::TempDir() + "/stories260K-q8_0.gguf";
   ASSERT_TRUE(Quantize(model, q8, "Q8_0", 2).ok());

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -211,11 +212,76 @@ absl::Status RejectUnsupported(const json& body, Endpoint endpoint) {
       endpoint != Endpoint::kChatCompletions && v != nullptr && !v->is_null() && !v->empty()) {
     return absl::InvalidArgumentError("tools are only taken by /v1/chat/completions");
   }
-  if (const json* v = Field(body, "response_format"); v != nullptr) {
-    const json* type = v->is_object() ? Field(*v, "type") : nullptr;
-    if (type == nullptr || *type != "text") {
-      return absl::InvalidArgumentError("response_format other than {\"type\": \"text\"} is not supported");
+  return absl::OkStatus();
+}
+
+// Structured output: OpenAI's response_format (json_object, json_schema), and Folio's
+// `regex` and `grammar` (vLLM's guided_json, guided_regex and guided_grammar are read as
+// the same). At most one of them.
+absl::Status ParseStructured(const json& body, GenerateInput* in) {
+  using Kind = structured::StructuredOutput::Kind;
+  std::vector<std::string> given;
+  auto set = [&](std::string field, Kind kind, std::string text) {
+    given.push_back(std::move(field));
+    in->structured.kind = kind;
+    in->structured.text = std::move(text);
+  };
+  if (const json* v = Field(body, "response_format"); v != nullptr && !v->is_null()) {
+    if (!v->is_object()) return TypeError("response_format", "an object");
+    const json* type = Field(*v, "type");
+    if (type == nullptr || !type->is_string()) {
+      return absl::InvalidArgumentError(
+          "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
     }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      set("response_format", Kind::kJsonObject, "");
+    } else if (t == "json_schema") {
+      const json* js = Field(*v, "json_schema");
+      if (js == nullptr || !js->is_object()) {
+        return absl::InvalidArgumentError(
+            "response_format.json_schema must be an object with \"name\" and \"schema\"");
+      }
+      if (const json* name = Field(*js, "name"); name != nullptr && !name->is_string()) {
+        return TypeError("response_format.json_schema.name", "a string");
+      }
+      if (const json* strict = Field(*js, "strict");
+          strict != nullptr && !strict->is_boolean() && !strict->is_null()) {
+        return TypeError("response_format.json_schema.strict", "true or false");
+      }
+      const json* schema = Field(*js, "schema");
+      if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
+        return absl::InvalidArgumentError(
+            "response_format.json_schema.schema must be a JSON Schema (an object)");
+      }
+      set("response_format", Kind::kJsonSchema, schema->dump());
+    } else if (t != "text") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "response_format.type \"", t.substr(0, 32),
+          "\" is not supported (\"text\", \"json_object\" or \"json_schema\")"));
+    }
+  }
+  if (const json* v = Field(body, "guided_json"); v != nullptr && !v->is_null()) {
+    if (v->is_string()) {
+      set("guided_json", Kind::kJsonSchema, v->get<std::string>());
+    } else if (v->is_object() || v->is_boolean()) {
+      set("guided_json", Kind::kJsonSchema, v->dump());
+    } else {
+      return TypeError("guided_json", "a JSON Schema");
+    }
+  }
+  for (const auto& [field, kind] : {std::pair<const char*, Kind>{"regex", Kind::kRegex},
+                                    {"guided_regex", Kind::kRegex},
+                                    {"grammar", Kind::kGrammar},
+                                    {"guided_grammar", Kind::kGrammar}}) {
+    const json* v = Field(body, field);
+    if (v == nullptr || v->is_null()) continue;
+    if (!v->is_string()) return TypeError(field, "a string");
+    set(field, kind, v->get<std::string>());
+  }
+  if (given.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        given[0], " and ", given[1], " both constrain the output; give at most one"));
   }
   return absl::OkStatus();
 }
@@ -361,6 +427,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
     FOLIO_RETURN_IF_ERROR(GetBool(*so, "include_usage", &r.include_usage));
   }
   FOLIO_RETURN_IF_ERROR(RejectUnsupported(body, endpoint));
+  FOLIO_RETURN_IF_ERROR(ParseStructured(body, &in));
   return r;
 }
 
@@ -483,7 +550,8 @@ HttpError ErrorFromStatus(const absl::Status& status) {
         "top_k", "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n",
         "echo", "stream", "stream_options", "ignore_eos", "parse_special", "model", "best_of",
         "suffix", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
-        "min_tokens", "tools", "response_format",
+        "min_tokens", "tools", "response_format", "regex", "grammar", "guided_json",
+        "guided_regex", "guided_grammar",
         "max_completion_tokens", "add_generation_prompt", "chat_template_kwargs"};
     for (const char* f : kFields) {
       if (field == f && n < m.size() && (m[n] == ' ' || m[n] == '[' || m[n] == '.')) {

@@ -155,6 +155,52 @@ TEST(OpenAiJsonTest, ParsesPenaltiesLogitBiasAndMinTokens) {
             "repetition_penalty");
 }
 
+TEST(OpenAiJsonTest, ParsesStructuredOutput) {
+  using Kind = structured::StructuredOutput::Kind;
+  for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChatCompletions}) {
+    const std::string head = R"({"prompt": "x", "messages": [{"role": "user", "content": "x"}], )";
+    absl::StatusOr<Request> r = ParseRequest(e, head + R"("response_format": {"type": "json_schema",
+        "json_schema": {"name": "p", "strict": true, "schema": {"type": "integer"}}}})");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->input.structured.kind, Kind::kJsonSchema);
+    EXPECT_EQ(json::parse(r->input.structured.text), json::parse(R"({"type": "integer"})"));
+    r = ParseRequest(e, head + R"("response_format": {"type": "json_object"}})");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->input.structured.kind, Kind::kJsonObject);
+    r = ParseRequest(e, head + R"("response_format": {"type": "text"}})");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->input.structured.kind, Kind::kNone);
+    r = ParseRequest(e, head + R"("regex": "a+"})");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->input.structured.kind, Kind::kRegex);
+    EXPECT_EQ(r->input.structured.text, "a+");
+    r = ParseRequest(e, head + R"("grammar": "root ::= \"a\""})");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->input.structured.kind, Kind::kGrammar);
+    r = ParseRequest(e, head + R"("guided_json": {"type": "null"}})");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->input.structured.kind, Kind::kJsonSchema);
+  }
+  auto err = [](const std::string& body) {
+    return ErrorFromStatus(ParseError(Endpoint::kCompletions, body)).body["error"];
+  };
+  EXPECT_EQ(err(R"({"response_format": {"type": "xml"}})")["param"], "response_format");
+  EXPECT_THAT(err(R"({"response_format": {"type": "xml"}})")["message"].get<std::string>(),
+              HasSubstr("\"xml\" is not supported"));
+  EXPECT_THAT(err(R"({"response_format": {"type": "json_schema"}})")["message"].get<std::string>(),
+              HasSubstr("json_schema must be an object"));
+  EXPECT_THAT(err(R"({"response_format": {"type": "json_schema", "json_schema": {"schema": 3}}})")
+                  ["message"].get<std::string>(),
+              HasSubstr("schema must be a JSON Schema"));
+  EXPECT_EQ(err(R"({"regex": 5})")["param"], "regex");
+  EXPECT_THAT(err(R"({"regex": "a", "grammar": "root ::= \"a\""})")["message"].get<std::string>(),
+              HasSubstr("at most one"));
+  // The validator's compile errors name the field too.
+  EXPECT_EQ(ErrorFromStatus(absl::InvalidArgumentError("grammar is invalid: grammar: line 1"))
+                .body["error"]["param"],
+            "grammar");
+}
+
 TEST(OpenAiJsonTest, ErrorsMapToHttpStatusesAndOpenAiObjects) {
   HttpError e = ErrorFromStatus(absl::InvalidArgumentError("temperature is 3; it must be in [0, 2]"));
   EXPECT_EQ(e.http_status, 400);

@@ -78,18 +78,18 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
     for (int64_t o = 0; o < l.out; ++o) row(o, l.f32.data() + o * l.in);
     return l;
   }
-  // Panels in the stored precision take the bytes the file did: f32 always, f16 where
-  // the AVX2 kernel widens it in hardware.
-  const bool f32 = m.all_of(DType::kF32);
-  const bool f16 = isa_ == k::CpuIsa::kAvx2 && m.all_of(DType::kF16);
-  if (!f32 && !f16) {
+  // f32 and (with f16_panels, on AVX2) f16 projections are packed into panels of the
+  // same precision (the bytes the file held; its pages are released). Every other type
+  // is read in place: bf16 and q8_0 (f16 without panels) by their own kernels, the rest
+  // through their dequantizers (kernels/typed_gemm.h).
+  const bool f16 = f16_panels_ && isa_ == k::CpuIsa::kAvx2 && m.all_of(DType::kF16);
+  if (!m.all_of(DType::kF32) && !f16) {
     l.kind = Linear::Kind::kTyped;
     return l;
   }
   l.kind = Linear::Kind::kPacked;
-  l.packed = k::PackedMatrix(l.out, l.in,
-                             f16 ? k::PackedMatrix::Precision::kF16 : k::PackedMatrix::Precision::kF32,
-                             row);
+  l.packed = k::PackedMatrix(
+      l.out, l.in, f16 ? k::PackedMatrix::Precision::kF16 : k::PackedMatrix::Precision::kF32, row);
   return l;
 }
 
@@ -100,6 +100,9 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
       kv_(std::move(kv)),
       pool_(num_threads),
       isa_(options.isa),
+      features_(options.isa == k::CpuIsa::kPortable ? k::NoCpuFeatures()
+                                                    : k::EnabledCpuFeatures()),
+      f16_panels_(options.f16_panels),
       gemm_threading_(options.gemm_threading),
       comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
@@ -169,7 +172,7 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linea
       k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
       break;
     case Linear::Kind::kTyped:
-      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_);
+      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
       break;
     case Linear::Kind::kF32:
       if (gemm_threading_ == GemmThreading::kKernelPool) {

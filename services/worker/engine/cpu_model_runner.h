@@ -14,12 +14,15 @@
 //
 // Weights stay as stored (weight_shard.h: typed views into the memory-mapped file). Under
 // GemmThreading::kPacked (the default) each projection runs one of two ways:
-//   - packed: the f32 and (on AVX2) f16 projections are repacked once, at creation, into
-//     the panels of Folio's own GEMM kernel (packed_gemm.h) in the same precision, so the
-//     panels take the bytes the file did; the file pages they came from are then released
-//     (ModelWeights::ReleasePages), so resident memory does not hold both;
-//   - typed: every other type (bf16, q8_0, q4_0 ... q6_K, and f16 without AVX2) is read in
-//     place from the mapping by kernels/typed_gemm.h (a few rows dequantized at a time).
+//   - packed: f32 and (on AVX2, unless options.f16_panels is off) f16 projections are
+//     repacked once, at creation, into the panels of Folio's own GEMM kernel
+//     (packed_gemm.h) in the same precision, so the panels take the bytes the file did;
+//     the file pages they came from are then released (ModelWeights::ReleasePages), so
+//     resident memory does not hold both;
+//   - typed: every other type is read in place from the mapping by kernels/typed_gemm.h:
+//     bf16, q8_0 (and f16 without panels) by their own SIMD kernels (the best path CPUID
+//     offers: AVX2, AVX-512, VNNI, BF16; portable when options.isa is kPortable), q4_0 ...
+//     q6_K a few rows dequantized at a time. No second copy of these weights exists.
 // Nothing is widened to f32 beyond the norms, biases and small per-thread buffers.
 // kKernelPool and kOpenBlas run OpenBLAS sgemm on f32 copies of the projections (widened
 // at creation: 4 bytes a weight, against the memory rule) and are kept to measure against.
@@ -71,6 +74,12 @@ struct CpuModelRunnerOptions {
   int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
   kernels::CpuIsa isa = kernels::BestCpuIsa();          // kernels' path (tests force one)
   GemmThreading gemm_threading = GemmThreading::kPacked;
+  // kPacked with AVX2: repack f16 projections into f16 panels of the packed GEMM (the
+  // same bytes; the file pages are released) instead of reading them in place with the
+  // typed f16 kernel. Either way one copy of the weights is resident. On by default: the
+  // panels measured faster (bench-28m prefill and batched decode ~1.6x less CPU, 1.1B
+  // single-stream decode ~1.3x; docs/benchmarks.md, issue 20).
+  bool f16_panels = true;
   // The tensor-parallel group this runner is one rank of (not owned; must outlive the
   // runner). Null: the whole model on this runner.
   Communicator* communicator = nullptr;
@@ -141,6 +150,8 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<KvCache> kv_;
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
+  const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)
+  const bool f16_panels_;
   const GemmThreading gemm_threading_;
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism

@@ -21,6 +21,12 @@
 // second test runs llama.cpp on an f32 copy of the same dequantized weights (f32
 // products, no activation rounding): there the two agree within 2e-3 of max|logit|
 // (typically 1e-4; both round K/V to f16 in their caches).
+//
+// Q8_0 is the exception since issue 20: Folio's q8_0 kernel quantizes activations to
+// q8_0 blocks exactly as llama.cpp does (kernels/typed_dot.h) and takes integer block
+// dot products, so against llama.cpp on the Q8_0 file the gap fell (worst 4.5e-3, was
+// 7.8e-3; limit 7e-3), and against llama.cpp's f32 products it is now the activation
+// rounding (worst 7.7e-3, limit Q8_0's earlier 1.2e-2).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -105,7 +111,7 @@ std::vector<Arch> Archs() {
 float Tolerance(const std::string& type) {
   if (const char* t = std::getenv("FOLIO_LOGITS_TOL"); t != nullptr) return std::atof(t);
   if (type == "F16") return 1e-3f;
-  if (type == "Q8_0") return 1.2e-2f;
+  if (type == "Q8_0") return 7e-3f;
   if (type == "Q4_0") return 1.5e-2f;
   return 2e-2f;  // K-quants: q8_K activations
 }
@@ -303,8 +309,10 @@ TEST_P(LlamaLogitsTest, LogitsMatchLlamaCppOnTheDequantizedWeightsInF32) {
     }
     worst = std::max(worst, diff / scale);
     // Summation order and the f16 KV caches' roundings (both keep K/V in f16): measured
-    // worst 7.7e-4 of max|logit| (llama3 q6_K), typically 1e-4.
-    EXPECT_LE(diff, 2e-3f * scale) << arch.name << " " << type << " position " << i;
+    // worst 7.7e-4 of max|logit| (llama3 q6_K), typically 1e-4. Q8_0: Folio rounds the
+    // activations to q8_0 blocks, llama.cpp's f32 copy does not (header comment).
+    const float tol = type == "Q8_0" ? 1.2e-2f : 2e-3f;
+    EXPECT_LE(diff, tol * scale) << arch.name << " " << type << " position " << i;
   }
   LOG(INFO) << arch.name << " " << type << " vs llama.cpp on its f32 dequantization: worst "
             << worst;

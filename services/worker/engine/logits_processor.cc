@@ -1,5 +1,6 @@
 #include "services/worker/engine/logits_processor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -31,8 +32,31 @@ float RepetitionPenalized(float logit, float r) { return logit > 0 ? logit / r :
 
 }  // namespace
 
+void ApplyTokenMask(const TokenHistory& h, absl::Span<float> logits) {
+  const auto& mask = h.allowed_token_bitmask;
+  if (mask.empty()) return;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const size_t n = logits.size();
+  // Word by word: a full word leaves its 32 logits alone, an empty one (most words in a
+  // structural state) fills them, only mixed words go bit by bit.
+  for (size_t w = 0; w < mask.size(); ++w) {
+    const uint32_t bits = mask[w];
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t base = w * 32;
+    const size_t end = std::min(n, base + 32);
+    if (bits == 0) {
+      std::fill(logits.begin() + base, logits.begin() + end, neg_inf);
+      continue;
+    }
+    for (size_t id = base; id < end; ++id) {
+      if (!((bits >> (id - base)) & 1u)) logits[id] = neg_inf;
+    }
+  }
+}
+
 bool NeedsLogitsTransform(const SamplingParams& p, const TokenHistory& h) {
-  return !h.suppressed_token_ids.empty() || !p.logit_bias.empty() ||
+  return !h.suppressed_token_ids.empty() || !h.allowed_token_bitmask.empty() ||
+         !p.logit_bias.empty() ||
          p.repetition_penalty != 1.0f ||
          ((p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) &&
           !h.output_token_ids.empty());
@@ -89,6 +113,23 @@ absl::Status ValidateTokenHistory(const TokenHistory& h, int32_t vocab_size) {
       !s.ok()) {
     return s;
   }
+  if (!h.allowed_token_bitmask.empty()) {
+    const size_t words = (static_cast<size_t>(vocab_size) + 31) / 32;
+    if (h.allowed_token_bitmask.size() != words) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "history.allowed_token_bitmask has ", h.allowed_token_bitmask.size(),
+          " words; the vocabulary of ", vocab_size, " tokens needs ", words));
+    }
+    bool any = false;
+    for (size_t w = 0; w < words; ++w) {
+      uint32_t bits = h.allowed_token_bitmask[w];
+      if (w + 1 == words && vocab_size % 32 != 0) bits &= (1u << (vocab_size % 32)) - 1;
+      any = any || bits != 0;
+    }
+    if (!any) {
+      return absl::InvalidArgumentError("history.allowed_token_bitmask allows no token");
+    }
+  }
   if (h.output_counts.size() != h.output_token_ids.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "history has ", h.output_token_ids.size(), " output token ids but ",
@@ -105,6 +146,7 @@ absl::Status ValidateTokenHistory(const TokenHistory& h, int32_t vocab_size) {
 
 void ApplyLogitsTransform(const SamplingParams& p, const TokenHistory& h,
                           absl::Span<float> logits) {
+  ApplyTokenMask(h, logits);
   for (int32_t id : h.suppressed_token_ids) {
     logits[id] = -std::numeric_limits<float>::infinity();
   }

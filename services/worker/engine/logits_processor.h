@@ -1,7 +1,8 @@
 // The logits transform: what changes a sequence's next-token distribution before the
-// sampler draws from it. Structured output (a grammar's token mask) is meant to join here.
+// sampler draws from it. Structured output joins as a token mask (step 0).
 //
 // For a logits row l over the vocabulary, in this order (vLLM V1's):
+//   0. structured output: tokens the grammar's mask leaves out: l[t] = -inf
 //   1. suppressed tokens (min_tokens not reached):        l[t] = -inf
 //   2. logit_bias:                                         l[t] += bias[t]
 //   3. repetition_penalty r, over every token t in prompt or output (Hugging Face's
@@ -39,6 +40,10 @@ absl::Status ValidateLogitsParams(const SamplingParams& params, int32_t vocab_si
 // InvalidArgument unless every id of `history` is in [0, vocab_size), the id lists are
 // strictly ascending, output_counts matches output_token_ids with counts >= 1.
 absl::Status ValidateTokenHistory(const TokenHistory& history, int32_t vocab_size);
+
+// Sets every token the history's allowed_token_bitmask leaves out to -inf (nothing when
+// the mask is empty). The first step of ApplyLogitsTransform; beam candidates use it alone.
+void ApplyTokenMask(const TokenHistory& history, absl::Span<float> logits);
 
 // Applies the transform above to `logits` ([vocab_size]) in place. The ids must have
 // passed the checks above.

@@ -174,6 +174,16 @@ void Sampler::Process(absl::Span<const float> logits, double lse, const Sequence
     out->samples.push_back(std::move(t));
   }
   out->candidates.assign(top.begin(), top.begin() + std::min<size_t>(top.size(), seq.num_candidates));
+  if (seq.num_candidates > 0 && !seq.history.allowed_token_bitmask.empty()) {
+    // Beam search under a grammar: the candidates are the most likely allowed tokens,
+    // with the raw row's log-probs.
+    masked_.assign(logits.begin(), logits.end());
+    ApplyTokenMask(seq.history, absl::MakeSpan(masked_));
+    out->candidates = TopLogprobs(masked_, lse, seq.num_candidates);
+    while (!out->candidates.empty() && std::isinf(out->candidates.back().logprob)) {
+      out->candidates.pop_back();
+    }
+  }
   if (seq.return_logits) out->logits.assign(logits.begin(), logits.end());
 }
 

@@ -67,6 +67,7 @@ class Sampler {
   std::vector<int32_t> ids_;
   std::vector<double> weights_;
   std::vector<float> transformed_;  // the row after the logits transform
+  std::vector<float> masked_;       // beam search: the raw row under the grammar mask
 };
 
 }  // namespace folio::worker

@@ -52,6 +52,10 @@ struct TokenHistory {
   // Tokens that must not be sampled this step (min_tokens not reached yet: EOS and the
   // stop token ids).
   std::vector<int32_t> suppressed_token_ids;
+  // Structured output: the tokens the sequence's grammar allows next (the scheduler runs
+  // the matcher, common/structured/grammar_matcher.h), bit (id % 32) of word (id / 32);
+  // ceil(vocab_size / 32) words, or empty when unconstrained. Every other token is -inf.
+  std::vector<uint32_t> allowed_token_bitmask;
 };
 
 // Block ids are indices into the worker's KV pool, [0, num_blocks), exactly as the

@@ -71,6 +71,10 @@ kernels::TypedMatrix ShardMatrix::typed() const {
     r.block_values = f.block_values;
     r.dequantize = f.dequantize;
     r.type_name = f.name;
+    r.kind = p.tensor.dtype == DType::kF16    ? kernels::StoredKind::kF16
+             : p.tensor.dtype == DType::kBF16 ? kernels::StoredKind::kBF16
+             : p.tensor.dtype == DType::kQ8_0 ? kernels::StoredKind::kQ8_0
+                                              : kernels::StoredKind::kOther;
     m.Append(r);
   }
   return m;

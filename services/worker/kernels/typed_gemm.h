@@ -5,10 +5,19 @@
 // A TypedMatrix is W [out, in] as a list of row segments, each a run of rows of one
 // stored tensor (so Q, K and V, or gate and up, form one matrix without a copy), each
 // row a run of whole blocks starting at the segment's first column (a row-parallel
-// shard starts mid-row, on a block boundary). TypedLinear dequantizes a few rows of W at
-// a time into a buffer (the segment's `dequantize`, one per stored type) and takes dot
-// products with every token row: simple, and bounded in memory. Faster per-type kernels
-// (issue 20) replace the dequantize-then-dot step for their type behind the same call.
+// shard starts mid-row, on a block boundary).
+//
+// Segments of f16, bf16 and q8_0 (TypedRows::kind) run their own kernels, reading the
+// stored bytes in place (typed_dot.h): f16/bf16 widened in registers and multiplied into
+// f32 sums (AVX2/AVX-512 FMA; vdpbf16ps on bf16-rounded activations with avx512_bf16),
+// q8_0 against activations quantized to q8_0 blocks once per call, by integer block dot
+// products (AVX2 maddubs, AVX-VNNI / AVX-512 VNNI vpdpbusd) scaled in f32, as llama.cpp
+// does. The path is the best the CPU has (cpu_isa.h's EnabledCpuFeatures); tests force
+// each with TypedLinearOnPath. Every other type dequantizes a few rows of W at a time
+// into a per-thread buffer (the segment's `dequantize`) and takes f32 dot products.
+//
+// Threading: output features are cut into one contiguous range per pool thread (a
+// static split by rows; the caller takes part; idle threads block, never spin).
 //
 // Each output element is one ordered sum over k, whatever the batch size, so results do
 // not depend on how many rows a step has. Immutable after construction; TypedLinear is
@@ -19,12 +28,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/thread_pool.h"
 
 namespace folio::worker::kernels {
 
 // Dequantizes num_blocks consecutive blocks at src into out[0, num_blocks * block_values).
 using BlockDequantizeFn = void (*)(const uint8_t* src, int64_t num_blocks, float* out);
+
+// Stored types with their own matmul kernels; kOther reads through `dequantize`.
+//   kF16: IEEE binary16, 2 bytes a value; kBF16: bfloat16, 2 bytes; kQ8_0: ggml's q8_0,
+//   blocks of 32 values: f16 scale d then 32 int8 (34 bytes), value = d * q.
+enum class StoredKind { kOther, kF16, kBF16, kQ8_0 };
+const char* StoredKindName(StoredKind kind);
 
 struct TypedRows {
   const uint8_t* data = nullptr;  // row 0 of the segment, at its first column
@@ -33,6 +49,7 @@ struct TypedRows {
   int32_t block_values = 1;       // values per stored block; `in` is a multiple of it
   BlockDequantizeFn dequantize = nullptr;
   const char* type_name = "";     // for logs and benchmarks
+  StoredKind kind = StoredKind::kOther;  // picks a kernel reading `data` as that type
 };
 
 class TypedMatrix {
@@ -63,6 +80,19 @@ class TypedMatrix {
 // caller alone).
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool);
+// The same with the kernels' paths picked from `features` (NoCpuFeatures(): portable).
+void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
+                 float* y, int64_t ldy, ThreadPool* pool, const CpuFeatures& features);
+// Test hook: segments whose kind has a kernel on `path` use it, the others their portable
+// kernel (or `dequantize`). CHECK-fails when this CPU cannot run `path`.
+void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
+                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path);
+
+// The paths with a kernel for `kind`, portable first (just portable for kOther).
+std::vector<SimdPath> TypedPathsOf(StoredKind kind);
+// The path TypedLinear runs `kind` on under `features`: the last of TypedPathsOf(kind)
+// that `features` can run.
+SimdPath TypedPathFor(StoredKind kind, const CpuFeatures& features);
 
 }  // namespace folio::worker::kernels
 

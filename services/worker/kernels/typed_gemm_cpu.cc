@@ -2,14 +2,18 @@
 #include <vector>
 
 #include "glog/logging.h"
+#include "services/worker/kernels/typed_dot.h"
 #include "services/worker/kernels/typed_gemm.h"
 
 namespace folio::worker::kernels {
 namespace {
 
-// Output features dequantized per batch: with in = 4096 that is 64 KiB per feature,
-// 512 KiB a thread, about what L2 holds.
+// Output features dequantized per batch on the generic path: with in = 4096 that is
+// 64 KiB per feature, 512 KiB a thread, about what L2 holds.
 constexpr int64_t kRowsPerChunk = 8;
+// Weight rows a typed kernel runs over before the next group of token rows: 16 rows of
+// 4096 f16 values are 128 KiB, so a prefill re-reads them from L2, not memory.
+constexpr int64_t kKernelRowsPerChunk = 16;
 
 // Dot product with 8 independent partial sums (vectorisable), added in a fixed order.
 float Dot(const float* a, const float* b, int64_t n) {
@@ -22,13 +26,144 @@ float Dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+inline void Store(float d, float beta, float* y) { *y = beta == 0.0f ? d : d + beta * *y; }
+
+// Rows [0, n) of a segment (starting at w) through `kernel`, into y's columns [0, n).
+void RunKernel(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, int64_t n,
+               const typed::Activations& x, int64_t rows, float beta, float* y, int64_t ldy) {
+  float d[typed::kMaxDotRows];
+  for (int64_t j0 = 0; j0 < n; j0 += kKernelRowsPerChunk) {
+    const int64_t jn = std::min(kKernelRowsPerChunk, n - j0);
+    for (int64_t r0 = 0; r0 < rows; r0 += typed::kMaxDotRows) {
+      const int64_t nr = std::min<int64_t>(typed::kMaxDotRows, rows - r0);
+      const typed::DotFn dot = kernel.dot[nr - 1];
+      for (int64_t j = j0; j < j0 + jn; ++j) {
+        dot(w + j * stride, x, r0, d);
+        for (int64_t i = 0; i < nr; ++i) Store(d[i], beta, y + (r0 + i) * ldy + j);
+      }
+    }
+  }
+}
+
+// Rows [lo, hi) of segment `seg` (whose row 0 is output feature `first`) through the
+// dequantize-then-dot path.
+void RunDequantized(const TypedMatrix& w, int64_t lo, int64_t hi, const float* x, int64_t ldx,
+                    int64_t rows, float beta, float* y, int64_t ldy) {
+  const int64_t in = w.in();
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < kRowsPerChunk * in) buf.resize(kRowsPerChunk * in);
+  for (int64_t o0 = lo; o0 < hi; o0 += kRowsPerChunk) {
+    const int64_t n = std::min(kRowsPerChunk, hi - o0);
+    for (int64_t j = 0; j < n; ++j) w.RowToF32(o0 + j, buf.data() + j * in);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * ldx;
+      float* yr = y + r * ldy + o0;
+      for (int64_t j = 0; j < n; ++j) Store(Dot(xr, buf.data() + j * in, in), beta, yr + j);
+    }
+  }
+}
+
+// TypedLinear with segment s running kernels[s] (!ok(): the dequantize path).
+void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta, float* y,
+         int64_t ldy, ThreadPool* pool, const std::vector<typed::DotKernel>& kernels) {
+  const int64_t in = w.in();
+  const int64_t out = w.out();
+  if (rows <= 0 || out <= 0) return;
+  typed::Activations acts;
+  acts.in = in;
+  acts.f32 = x;
+  acts.ldx = ldx;
+  bool bf16 = false, q8 = false;
+  for (const typed::DotKernel& k : kernels) {
+    bf16 |= k.ok() && k.needs_bf16;
+    q8 |= k.ok() && k.needs_q8;
+  }
+  // The caller's (the step thread's) buffers, read by every thread of this call.
+  thread_local std::vector<uint16_t> x_bf16;
+  thread_local std::vector<int8_t> x_q8;
+  thread_local std::vector<float> x_q8_d;
+  if (bf16) {
+    if (static_cast<int64_t>(x_bf16.size()) < rows * in) x_bf16.resize(rows * in);
+    for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, x_bf16.data() + r * in);
+    acts.bf16 = x_bf16.data();
+  }
+  if (q8) {
+    CHECK_EQ(in % typed::kQ8Block, 0);
+    if (static_cast<int64_t>(x_q8.size()) < rows * in) x_q8.resize(rows * in);
+    const int64_t blocks = in / typed::kQ8Block;
+    if (static_cast<int64_t>(x_q8_d.size()) < rows * blocks) x_q8_d.resize(rows * blocks);
+    for (int64_t r = 0; r < rows; ++r) {
+      typed::QuantizeQ8_0(x + r * ldx, in, x_q8.data() + r * in, x_q8_d.data() + r * blocks);
+    }
+    acts.q8 = x_q8.data();
+    acts.q8_d = x_q8_d.data();
+  }
+  // One contiguous range of output features per thread (fewer for a small matrix).
+  const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
+  const std::vector<TypedRows>& segs = w.segments();
+  ParallelFor(pool, pieces, 1, [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t lo = out * p / pieces, hi = out * (p + 1) / pieces;
+      int64_t first = 0;
+      for (size_t s = 0; s < segs.size(); first += segs[s].rows, ++s) {
+        const int64_t a = std::max(lo, first), b = std::min(hi, first + segs[s].rows);
+        if (a >= b) continue;
+        if (kernels[s].ok()) {
+          RunKernel(kernels[s], segs[s].data + (a - first) * segs[s].row_stride_bytes,
+                    segs[s].row_stride_bytes, b - a, acts, rows, beta, y + a, ldy);
+        } else {
+          RunDequantized(w, a, b, x, ldx, rows, beta, y, ldy);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
+
+const char* StoredKindName(StoredKind kind) {
+  switch (kind) {
+    case StoredKind::kOther:
+      return "other";
+    case StoredKind::kF16:
+      return "f16";
+    case StoredKind::kBF16:
+      return "bf16";
+    case StoredKind::kQ8_0:
+      return "q8_0";
+  }
+  return "unknown";
+}
+
+std::vector<SimdPath> TypedPathsOf(StoredKind kind) {
+  switch (kind) {
+    case StoredKind::kOther:
+      return {SimdPath::kPortable};
+    case StoredKind::kF16:
+      return {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvx512};
+    case StoredKind::kBF16:
+      return {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvx512, SimdPath::kAvx512Bf16};
+    case StoredKind::kQ8_0:
+      return {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvxVnni, SimdPath::kAvx512Vnni};
+  }
+  return {SimdPath::kPortable};
+}
+
+SimdPath TypedPathFor(StoredKind kind, const CpuFeatures& features) {
+  SimdPath best = SimdPath::kPortable;
+  for (SimdPath p : TypedPathsOf(kind)) {
+    if (MissingFeature(p, features) == nullptr) best = p;
+  }
+  return best;
+}
 
 void TypedMatrix::Append(const TypedRows& rows) {
   CHECK(rows.dequantize != nullptr);
   CHECK_GT(rows.block_values, 0);
   CHECK_EQ(in_ % rows.block_values, 0) << "a " << rows.type_name << " row of " << in_
                                         << " values is not whole blocks";
+  if (rows.kind == StoredKind::kQ8_0) CHECK_EQ(rows.block_values, typed::kQ8Block);
   first_row_.push_back(out_);
   segments_.push_back(rows);
   out_ += rows.rows;
@@ -45,28 +180,35 @@ void TypedMatrix::RowToF32(int64_t row, float* out) const {
 }
 
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
+                 float* y, int64_t ldy, ThreadPool* pool, const CpuFeatures& features) {
+  std::vector<typed::DotKernel> kernels;
+  for (const TypedRows& s : w.segments()) {
+    kernels.push_back(s.kind == StoredKind::kOther
+                          ? typed::DotKernel{}
+                          : typed::KernelFor(s.kind, TypedPathFor(s.kind, features)));
+  }
+  Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);
+}
+
+void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool) {
-  const int64_t in = w.in();
-  const int64_t out = w.out();
-  if (rows <= 0 || out <= 0) return;
-  const int64_t num_chunks = (out + kRowsPerChunk - 1) / kRowsPerChunk;
-  ParallelFor(pool, num_chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    thread_local std::vector<float> buf;
-    if (static_cast<int64_t>(buf.size()) < kRowsPerChunk * in) buf.resize(kRowsPerChunk * in);
-    for (int64_t c = chunk_begin; c < chunk_end; ++c) {
-      const int64_t o0 = c * kRowsPerChunk;
-      const int64_t n = std::min(kRowsPerChunk, out - o0);
-      for (int64_t j = 0; j < n; ++j) w.RowToF32(o0 + j, buf.data() + j * in);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * ldx;
-        float* yr = y + r * ldy + o0;
-        for (int64_t j = 0; j < n; ++j) {
-          const float d = Dot(xr, buf.data() + j * in, in);
-          yr[j] = beta == 0.0f ? d : d + beta * yr[j];
-        }
-      }
+  TypedLinear(x, ldx, rows, w, beta, y, ldy, pool, EnabledCpuFeatures());
+}
+
+void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
+                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path) {
+  const char* missing = MissingFeature(path, DetectedCpuFeatures());
+  CHECK(missing == nullptr) << "path " << SimdPathName(path) << " needs " << missing;
+  std::vector<typed::DotKernel> kernels;
+  for (const TypedRows& s : w.segments()) {
+    if (s.kind == StoredKind::kOther) {
+      kernels.emplace_back();
+      continue;
     }
-  });
+    typed::DotKernel k = typed::KernelFor(s.kind, path);
+    kernels.push_back(k.ok() ? k : typed::PortableKernel(s.kind));
+  }
+  Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);
 }
 
 }  // namespace folio::worker::kernels

@@ -1,0 +1,199 @@
+// Effective memory bandwidth of a decode step's matmuls on weights kept as stored (f16,
+// bf16, q8_0), against a memcpy of the same weight bytes in the same run.
+//
+// The matrices are two layers of the 1.1B Llama shape (dim 2048, 32/8 heads of 64,
+// ffn 8192): fused QKV [2560, 2048], wo [2048, 2048], fused gate/up [16384, 2048], down
+// [2048, 8192], random contents, each its own allocation, so one decode step (one token
+// row) streams every weight byte from memory once: 240 MB in f16/bf16, 128 MB in q8_0,
+// well past any cache. BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD
+// path the CPU has (portable too) on a 2-thread pool; BM_Memcpy copies the same bytes
+// (the weights themselves, into a scratch buffer) on the same pool, split the same way.
+// bytes_per_second is the weight bytes over the wall time: compare a type's matmul line
+// with its memcpy line of the same run (a memcpy also writes what it reads, so its rate
+// is a conservative ceiling for a read-only stream); BM_Read is a plain read-only pass
+// over the same bytes on the same pool, the tighter ceiling.
+//
+//   build/bin/typed_matmul_bench [--benchmark_min_time=0.5]
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/thread_pool.h"
+#include "services/worker/kernels/typed_gemm.h"
+#include "services/worker/model/weight_format.h"
+
+namespace folio::worker {
+namespace {
+
+namespace k = ::folio::worker::kernels;
+
+constexpr int kThreads = 2;
+constexpr int kLayers = 2;
+
+struct Step {
+  std::vector<std::unique_ptr<uint8_t[]>> storage;
+  std::vector<k::TypedMatrix> matrices;
+  int64_t bytes = 0;
+  int64_t widest = 0;
+};
+
+const WeightFormat& FormatOfKind(k::StoredKind kind) {
+  return kind == k::StoredKind::kF16    ? kF16Format
+         : kind == k::StoredKind::kBF16 ? kBF16Format
+                                        : kQ8_0Format;
+}
+
+const Step& StepOf(k::StoredKind kind) {
+  static auto* steps = new std::map<k::StoredKind, Step>();
+  auto it = steps->find(kind);
+  if (it != steps->end()) return it->second;
+  Step& s = (*steps)[kind];
+  const WeightFormat& f = FormatOfKind(kind);
+  const int64_t shapes[4][2] = {{2560, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}};
+  uint64_t seed = 1;
+  for (int l = 0; l < kLayers; ++l) {
+    for (const auto& shape : shapes) {
+      const int64_t out = shape[0], in = shape[1], row_bytes = f.BytesFor(in);
+      s.storage.emplace_back(new uint8_t[out * row_bytes]);
+      FillRandomBlocks(f, out * in / f.block_values, 0.02f, seed++, s.storage.back().get());
+      k::TypedMatrix m(in);
+      k::TypedRows r;
+      r.data = s.storage.back().get();
+      r.row_stride_bytes = row_bytes;
+      r.rows = out;
+      r.block_values = f.block_values;
+      r.dequantize = f.dequantize;
+      r.type_name = f.name;
+      r.kind = kind;
+      m.Append(r);
+      s.matrices.push_back(std::move(m));
+      s.bytes += out * row_bytes;
+      s.widest = std::max({s.widest, out, in});
+    }
+  }
+  return s;
+}
+
+k::ThreadPool& Pool() {
+  static auto* pool = new k::ThreadPool(kThreads);
+  return *pool;
+}
+
+void BM_StepMatmuls(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const auto path = static_cast<k::SimdPath>(state.range(1));
+  if (const char* missing = k::MissingFeature(path, k::DetectedCpuFeatures())) {
+    state.SkipWithError((std::string("this CPU lacks ") + missing).c_str());
+    return;
+  }
+  const Step& s = StepOf(kind);
+  std::vector<float> x(s.widest, 0.5f), y(s.widest);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+  for (auto _ : state) {
+    for (const k::TypedMatrix& m : s.matrices) {
+      k::TypedLinearOnPath(x.data(), m.in(), 1, m, 0.0f, y.data(), m.out(), &Pool(), path);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * s.bytes);
+  state.SetLabel(std::string(k::StoredKindName(kind)) + " " + k::SimdPathName(path) + ", " +
+                 std::to_string(s.bytes >> 20) + " MiB of weights");
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const Step& s = StepOf(kind);
+  int64_t largest = 0;
+  const WeightFormat& f = FormatOfKind(kind);
+  for (const k::TypedMatrix& m : s.matrices) largest = std::max(largest, f.BytesFor(m.in()) * m.out());
+  static auto* scratch = new std::vector<uint8_t>();
+  if (static_cast<int64_t>(scratch->size()) < s.bytes) scratch->resize(s.bytes);
+  for (auto _ : state) {
+    int64_t offset = 0;
+    for (size_t i = 0; i < s.matrices.size(); ++i) {
+      const int64_t n = f.BytesFor(s.matrices[i].in()) * s.matrices[i].out();
+      const uint8_t* src = s.storage[i].get();
+      uint8_t* dst = scratch->data() + offset;
+      k::ParallelFor(&Pool(), kThreads, 1, [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          const int64_t lo = n * p / kThreads, hi = n * (p + 1) / kThreads;
+          std::memcpy(dst + lo, src + lo, hi - lo);
+        }
+      });
+      offset += n;
+    }
+    benchmark::DoNotOptimize(scratch->data());
+  }
+  state.SetBytesProcessed(state.iterations() * s.bytes);
+  state.SetLabel(std::string("memcpy of the ") + k::StoredKindName(kind) + " step's " +
+                 std::to_string(s.bytes >> 20) + " MiB");
+}
+
+// A read-only pass over the same bytes (8 independent 64-bit sums per thread): the
+// ceiling of a stream that only reads, as a matmul does.
+void BM_Read(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const Step& s = StepOf(kind);
+  const WeightFormat& f = FormatOfKind(kind);
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < s.matrices.size(); ++i) {
+      const int64_t words = f.BytesFor(s.matrices[i].in()) * s.matrices[i].out() / 8;
+      const uint8_t* src = s.storage[i].get();
+      uint64_t part[kThreads] = {};
+      k::ParallelFor(&Pool(), kThreads, 1, [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          uint64_t acc[8] = {};
+          for (int64_t w = words * p / kThreads; w + 8 <= words * (p + 1) / kThreads; w += 8) {
+            uint64_t v[8];
+            std::memcpy(v, src + 8 * w, sizeof(v));
+            for (int j = 0; j < 8; ++j) acc[j] += v[j];
+          }
+          for (int j = 0; j < 8; ++j) part[p] += acc[j];
+        }
+      });
+      for (uint64_t v : part) sink += v;
+    }
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * s.bytes);
+  state.SetLabel(std::string("read-only pass over the ") + k::StoredKindName(kind) + " step's " +
+                 std::to_string(s.bytes >> 20) + " MiB");
+}
+
+void Register() {
+  for (k::StoredKind kind : {k::StoredKind::kF16, k::StoredKind::kBF16, k::StoredKind::kQ8_0}) {
+    const std::string name = k::StoredKindName(kind);
+    for (k::SimdPath path : k::TypedPathsOf(kind)) {
+      benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path)).c_str(),
+                                   BM_StepMatmuls)
+          ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path)})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+    benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy)
+        ->Args({static_cast<int64_t>(kind)})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_Read/" + name).c_str(), BM_Read)
+        ->Args({static_cast<int64_t>(kind)})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+}  // namespace folio::worker
+
+int main(int argc, char** argv) {
+  folio::worker::Register();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

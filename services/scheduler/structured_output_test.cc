@@ -1,0 +1,157 @@
+// Structured output through the scheduler, the real cache manager and the real CPU model
+// (stories260K), in process: every choice's tokens are accepted by the grammar and close it
+// ("stop"), the workers get the mask with every sampling step, n > 1 and beam branches
+// follow their own state, preemption (recompute) and tensor parallelism leave the streams
+// unchanged, max_tokens inside the structure ends with "length".
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/structured/grammar_matcher.h"
+#include "common/structured/json_schema.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/scheduler/stories_fixture.h"
+
+namespace folio::scheduler {
+namespace {
+
+using ::testing::HasSubstr;
+using stories::Choices;
+
+const char kSchema[] = R"({"type": "object", "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 8},
+    "age": {"type": "integer", "minimum": 0, "maximum": 99},
+    "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+    "required": ["name", "age"]})";
+
+class StructuredOutputTest : public stories::StoriesSchedulerTest {
+ protected:
+  void SetUp() override {
+    StoriesSchedulerTest::SetUp();
+    if (IsSkipped()) return;
+    absl::StatusOr<Tokenizer> t = Tokenizer::Create(weights_->vocab);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = std::make_unique<Tokenizer>(*std::move(t));
+    grammars_ = std::make_shared<structured::GrammarCache>(
+        structured::TokenVocabulary::FromTokenizer(*tokenizer_), 8);
+    grammar_ = *structured::JsonSchemaToGrammar(kSchema, {});
+  }
+
+  void MakeStructured(int32_t num_blocks, int32_t tp_size = 1) {
+    SchedulerOptions options;
+    options.grammars = grammars_;
+    Make(num_blocks, tp_size, options);
+  }
+
+  RequestSpec Structured(int32_t n, float temperature, int32_t max_tokens = 200) {
+    RequestSpec spec = Spec(Prompt(6), max_tokens, temperature);
+    spec.n = n;
+    spec.grammar = grammar_;
+    return spec;
+  }
+
+  // Every choice: its tokens replay through the grammar to a closed structure, end with
+  // "stop" and decode to JSON that has the required fields.
+  void ExpectValid(const Choices& c, int32_t n) {
+    ASSERT_EQ(static_cast<int32_t>(c.tokens.size()), n);
+    auto compiled = *grammars_->Get(grammar_);
+    for (const auto& [index, tokens] : c.tokens) {
+      structured::GrammarMatcher m(compiled);
+      for (int32_t t : tokens) ASSERT_TRUE(m.AcceptToken(t)) << "choice " << index;
+      EXPECT_TRUE(m.IsTerminated()) << "choice " << index;
+      EXPECT_EQ(c.finish.at(index), FinishReason::kStop);
+      const std::string text = *tokenizer_->Decode(tokens);
+      nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(j.is_object()) << text;
+      EXPECT_TRUE(j.contains("name") && j["name"].is_string()) << text;
+      EXPECT_TRUE(j.contains("age") && j["age"].is_number_integer()) << text;
+      EXPECT_LE(j["name"].get<std::string>().size(), 8u * 4) << text;
+    }
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<structured::GrammarCache> grammars_;
+  std::string grammar_;
+};
+
+TEST_F(StructuredOutputTest, GreedyAndSampledChoicesCloseTheStructure) {
+  MakeStructured(64);
+  ExpectValid(Run(Structured(1, 0.0f)), 1);
+  const Choices sampled = Run(Structured(4, 1.0f));
+  ExpectValid(sampled, 4);
+  // The branches follow their own state: the sampled texts are not all one text.
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& [i, t] : sampled.tokens) distinct.insert(t);
+  EXPECT_GT(distinct.size(), 1u);
+  // Every sampling step carried a mask of the whole vocabulary.
+  ASSERT_FALSE(worker_->sampled.empty());
+  for (const worker::SequenceStep& s : worker_->sampled) {
+    EXPECT_EQ(static_cast<int32_t>(s.history.allowed_token_bitmask.size()),
+              structured::BitmaskWords(weights_->config.vocab_size));
+  }
+  EXPECT_EQ(grammars_->misses(), 1);  // compiled once for every request
+}
+
+TEST_F(StructuredOutputTest, PreemptionAndRecomputeKeepTheStreams) {
+  MakeStructured(64);
+  const Choices roomy = Run(Structured(3, 1.0f));
+  ExpectValid(roomy, 3);
+  // A pool too small for the group next to an earlier request: the group is preempted
+  // and recomputed from its prompt and streamed tokens (the matchers stay as they were).
+  MakeStructured(30);
+  RequestSpec other = Spec(Prompt(200), 150, 1.0f);
+  other.ignore_eos = true;
+  Choices first, tight;
+  ASSERT_TRUE(scheduler_->Submit(other, first.Sink()).ok());
+  ASSERT_TRUE(scheduler_->Submit(Structured(3, 1.0f), tight.Sink()).ok());
+  RunUntilIdle();
+  EXPECT_GT(scheduler_->Stats().num_preemptions, 0);
+  ASSERT_TRUE(tight.done);
+  EXPECT_EQ(tight.tokens, roomy.tokens);
+  EXPECT_EQ(tight.finish, roomy.finish);
+}
+
+TEST_F(StructuredOutputTest, TensorParallelGivesTheSameStreams) {
+  MakeStructured(64);
+  const Choices one = Run(Structured(2, 0.9f));
+  MakeStructured(64, /*tp_size=*/2);
+  const Choices two = Run(Structured(2, 0.9f));
+  EXPECT_EQ(one.tokens, two.tokens);
+}
+
+TEST_F(StructuredOutputTest, BeamSearchKeepsEveryBeamInTheGrammar) {
+  MakeStructured(128);
+  RequestSpec spec = Structured(2, 0.0f);
+  spec.beam_width = 3;
+  ExpectValid(Run(spec), 2);
+}
+
+TEST_F(StructuredOutputTest, MaxTokensInsideTheStructureEndsWithLength) {
+  MakeStructured(64);
+  const Choices c = Run(Structured(1, 0.0f, /*max_tokens=*/3));
+  ASSERT_EQ(c.tokens.at(0).size(), 3u);
+  EXPECT_EQ(c.finish.at(0), FinishReason::kLength);
+}
+
+TEST_F(StructuredOutputTest, BadGrammarsAreRefusedAtSubmit) {
+  MakeStructured(64);
+  RequestSpec spec = Structured(1, 0.0f);
+  spec.grammar = "root ::= (";
+  Choices c;
+  absl::StatusOr<uint64_t> handle = scheduler_->Submit(spec, c.Sink());
+  ASSERT_FALSE(handle.ok());
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(handle.status().message(), HasSubstr("grammar: line 1"));
+  // Without a vocabulary the scheduler refuses any grammar.
+  Make(64);
+  handle = scheduler_->Submit(Structured(1, 0.0f), c.Sink());
+  ASSERT_FALSE(handle.ok());
+  EXPECT_THAT(handle.status().message(), HasSubstr("no vocabulary"));
+}
+
+}  // namespace
+}  // namespace folio::scheduler

@@ -1,0 +1,72 @@
+// Internal to the kernels library: the per-type, per-path row kernels behind
+// TypedLinear (typed_gemm.h), and the activations they read.
+//
+// A DotKernel computes, for one weight row stored as its type (f16, bf16, q8_0) and R
+// = 1..4 consecutive activation rows, the R dot products. Every R gives each output the
+// same operations in the same order (the R rows share only the weight loads), so results
+// do not depend on how many token rows a step has. The portable kernels are the
+// reference; the vector kernels (typed_dot_avx2.cc, typed_dot_avx512.cc) carry target
+// attributes and may only run where MissingFeature(path) is null.
+//
+// Q8_0 activations are quantized the way llama.cpp's quantize_row_q8_0 (and gguf-py's
+// Q8_0 quantizer) does: per block of 32, d = max|x| / 127, q = round(x / d) (half away
+// from zero), d kept as f16; the dot then multiplies integer block sums by d_w * d_x.
+// BF16 on the avx512_bf16 path rounds activations to bf16 (nearest even), as llama.cpp
+// does for bf16 weights, for vdpbf16ps; every other path keeps them f32.
+// Stateless; thread-safe.
+#ifndef FOLIO_SERVICES_WORKER_KERNELS_TYPED_DOT_H_
+#define FOLIO_SERVICES_WORKER_KERNELS_TYPED_DOT_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/typed_gemm.h"
+
+namespace folio::worker::kernels::typed {
+
+constexpr int kMaxDotRows = 4;
+constexpr int kQ8Block = 32;        // values per q8_0 block
+constexpr int kQ8BlockBytes = 34;   // f16 d + 32 int8
+
+// The activations x [rows, in] in every form a kernel of this call reads.
+struct Activations {
+  int64_t in = 0;
+  const float* f32 = nullptr;  // row r at f32 + r * ldx
+  int64_t ldx = 0;
+  const uint16_t* bf16 = nullptr;  // [rows][in] rounded to bf16 (avx512_bf16 path)
+  const int8_t* q8 = nullptr;      // [rows][in] q8_0 quants
+  const float* q8_d = nullptr;     // [rows][in / 32] q8_0 scales (f16 values, as f32)
+};
+
+// out[i] = dot(weight row w, activation row r0 + i) for i < R.
+using DotFn = void (*)(const uint8_t* w, const Activations& x, int64_t r0, float* out);
+
+struct DotKernel {
+  DotFn dot[kMaxDotRows] = {nullptr, nullptr, nullptr, nullptr};  // dot[R - 1]
+  bool needs_bf16 = false;  // reads x.bf16
+  bool needs_q8 = false;    // reads x.q8 / x.q8_d
+  bool ok() const { return dot[0] != nullptr; }
+};
+
+// The kernel of `kind` on `path`; !ok() when that path has none for the type.
+DotKernel PortableKernel(StoredKind kind);
+DotKernel Avx2Kernel(StoredKind kind, SimdPath path);    // kAvx2, kAvxVnni
+DotKernel Avx512Kernel(StoredKind kind, SimdPath path);  // kAvx512, kAvx512Vnni, kAvx512Bf16
+DotKernel KernelFor(StoredKind kind, SimdPath path);
+
+// Quantizes n values (a multiple of 32) of x into q8_0 quants and scales.
+void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d);
+// Rounds n values to bf16 bit patterns (nearest even; NaN stays NaN).
+void RoundToBf16(const float* x, int64_t n, uint16_t* out);
+
+inline float Bf16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+}  // namespace folio::worker::kernels::typed
+
+#endif  // FOLIO_SERVICES_WORKER_KERNELS_TYPED_DOT_H_

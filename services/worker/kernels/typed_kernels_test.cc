@@ -1,0 +1,264 @@
+// The typed-weight kernels (typed_dot.h) on every SIMD path this CPU has, against the
+// portable kernels, and the portable kernels against a double-precision product of the
+// dequantized weights (weight_format.h's dequantizers, bit-exact with gguf-py's).
+// Paths the CPU lacks are skipped naming the missing feature.
+#include <cmath>
+#include <iostream>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/kernel_test_util.h"
+#include "services/worker/kernels/typed_dot.h"
+#include "services/worker/kernels/typed_gemm.h"
+#include "services/worker/model/dequant.h"
+#include "services/worker/model/weight_format.h"
+
+namespace folio::worker::kernels {
+namespace {
+
+using testing::RandomNormal;
+
+const WeightFormat& FormatOfKind(StoredKind kind) {
+  switch (kind) {
+    case StoredKind::kF16:
+      return kF16Format;
+    case StoredKind::kBF16:
+      return kBF16Format;
+    default:
+      return kQ8_0Format;
+  }
+}
+
+// A stored matrix [out, stored_in] of `kind` with random values, read from column
+// `col0` (a block boundary) for `in` columns.
+struct StoredMatrix {
+  StoredKind kind;
+  int64_t out, in, col0, stored_in;
+  std::vector<uint8_t> bytes;
+  TypedMatrix view;
+  std::vector<float> dense;  // [out, in] dequantized
+
+  StoredMatrix(StoredKind k, int64_t out_, int64_t in_, int64_t col0_, uint64_t seed)
+      : kind(k), out(out_), in(in_), col0(col0_), stored_in(in_ + col0_ + 2 * (col0_ > 0)) {
+    const WeightFormat& f = FormatOfKind(kind);
+    if (f.block_values > 1) stored_in = (stored_in + f.block_values - 1) / f.block_values * f.block_values;
+    const int64_t row_bytes = f.BytesFor(stored_in);
+    bytes.resize(out * row_bytes + 64);
+    FillRandomBlocks(f, out * stored_in / f.block_values, 0.5f, seed, bytes.data());
+    view = TypedMatrix(in);
+    TypedRows r;
+    r.data = bytes.data() + f.BytesFor(col0);
+    r.row_stride_bytes = row_bytes;
+    r.rows = out;
+    r.block_values = f.block_values;
+    r.dequantize = f.dequantize;
+    r.type_name = f.name;
+    r.kind = kind;
+    view.Append(r);
+    dense.resize(out * in);
+    for (int64_t o = 0; o < out; ++o) view.RowToF32(o, dense.data() + o * in);
+  }
+};
+
+// The tolerance of one output: a few ulps of the sum of |terms| (summation order).
+double Tolerance(const float* x, const float* w, int64_t in, double rel) {
+  double s = 0;
+  for (int64_t k = 0; k < in; ++k) s += std::abs(double(x[k]) * w[k]);
+  return rel * s + 1e-30;
+}
+
+struct Shape {
+  int64_t out, in, rows, col0;
+};
+
+std::vector<Shape> ShapesFor(StoredKind kind) {
+  if (kind == StoredKind::kQ8_0) {  // in: whole blocks, odd and even block counts
+    return {{1, 32, 1, 0},   {5, 64, 3, 32},    {17, 96, 5, 0},  {33, 160, 4, 64},
+            {7, 224, 9, 32}, {40, 2080, 2, 0},  {3, 288, 7, 96}, {64, 4096, 1, 0}};
+  }
+  return {{1, 1, 1, 0},    {5, 7, 3, 1},      {17, 15, 5, 0},  {33, 16, 4, 3},
+          {7, 17, 9, 0},   {9, 31, 2, 5},     {3, 33, 7, 0},   {11, 100, 4, 2},
+          {13, 257, 6, 1}, {40, 1000, 1, 0},  {21, 2048, 3, 0}, {8, 4099, 2, 1}};
+}
+
+using Param = std::tuple<StoredKind, SimdPath>;
+
+class TypedKernelTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    const auto [kind, path] = GetParam();
+    if (const char* missing = MissingFeature(path, DetectedCpuFeatures())) {
+      GTEST_SKIP() << SimdPathName(path) << " needs " << missing << ", which this CPU lacks ("
+                   << CpuFeaturesString(DetectedCpuFeatures()) << ")";
+    }
+    if (!typed::KernelFor(kind, path).ok()) {
+      GTEST_SKIP() << StoredKindName(kind) << " has no " << SimdPathName(path) << " kernel";
+    }
+  }
+};
+
+// Every path against the portable kernel: same shapes, ragged tails, a column offset,
+// odd row counts, 1..9 token rows; beta 0 and 1; with a pool.
+TEST_P(TypedKernelTest, MatchesPortable) {
+  const auto [kind, path] = GetParam();
+  // The vdpbf16ps path multiplies bf16-rounded activations: its reference is the portable
+  // kernel on those. Only the summation order differs then (q8_0: the integer block sums
+  // are exact on every path; the f32 scaling and summation order differ).
+  const bool bf16_x = path == SimdPath::kAvx512Bf16;
+  const double rel = kind == StoredKind::kQ8_0 ? 1e-5 : 4e-6;
+  ThreadPool pool(2);
+  int seed = 1;
+  for (const Shape& s : ShapesFor(kind)) {
+    SCOPED_TRACE("out " + std::to_string(s.out) + " in " + std::to_string(s.in) + " rows " +
+                 std::to_string(s.rows) + " col0 " + std::to_string(s.col0));
+    StoredMatrix m(kind, s.out, s.in, s.col0, ++seed);
+    const int64_t ldx = s.in + 3, ldy = s.out + 2;
+    const std::vector<float> x = RandomNormal(s.rows * ldx, ++seed);
+    std::vector<float> x_ref = x;
+    if (bf16_x) {
+      std::vector<uint16_t> h(x.size());
+      typed::RoundToBf16(x.data(), x.size(), h.data());
+      for (size_t i = 0; i < x.size(); ++i) x_ref[i] = typed::Bf16ToFloat(h[i]);
+    }
+    std::vector<float> want(s.rows * ldy, 0.25f), got = want, got_beta = want;
+    TypedLinearOnPath(x_ref.data(), ldx, s.rows, m.view, 0.0f, want.data(), ldy, nullptr,
+                      SimdPath::kPortable);
+    TypedLinearOnPath(x.data(), ldx, s.rows, m.view, 0.0f, got.data(), ldy, &pool, path);
+    TypedLinearOnPath(x.data(), ldx, s.rows, m.view, 1.0f, got_beta.data(), ldy, nullptr, path);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t o = 0; o < s.out; ++o) {
+        const double tol = Tolerance(x.data() + r * ldx, m.dense.data() + o * s.in, s.in, rel);
+        EXPECT_NEAR(got[r * ldy + o], want[r * ldy + o], tol) << r << " " << o;
+        EXPECT_FLOAT_EQ(got_beta[r * ldy + o], got[r * ldy + o] + 0.25f) << r << " " << o;
+      }
+      EXPECT_EQ(got[r * ldy + s.out], 0.25f) << "wrote past out()";
+    }
+  }
+}
+
+// One token row at a time gives exactly what a batch gives (each output is one ordered
+// sum whatever R), and a pool changes nothing.
+TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
+  const auto [kind, path] = GetParam();
+  ThreadPool pool(3);
+  const int64_t out = 37, in = kind == StoredKind::kQ8_0 ? 352 : 345, rows = 7;
+  StoredMatrix m(kind, out, in, 0, 11);
+  const std::vector<float> x = RandomNormal(rows * in, 12);
+  std::vector<float> batch(rows * out), single(rows * out);
+  TypedLinearOnPath(x.data(), in, rows, m.view, 0.0f, batch.data(), out, &pool, path);
+  for (int64_t r = 0; r < rows; ++r) {
+    TypedLinearOnPath(x.data() + r * in, in, 1, m.view, 0.0f, single.data() + r * out, out,
+                      nullptr, path);
+  }
+  EXPECT_EQ(batch, single);
+}
+
+std::vector<Param> AllParams() {
+  std::vector<Param> p;
+  for (StoredKind k : {StoredKind::kF16, StoredKind::kBF16, StoredKind::kQ8_0}) {
+    for (SimdPath s : TypedPathsOf(k)) p.emplace_back(k, s);
+  }
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, TypedKernelTest, ::testing::ValuesIn(AllParams()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(StoredKindName(std::get<0>(info.param))) + "_" +
+                                  SimdPathName(std::get<1>(info.param));
+                         });
+
+// The portable kernels against double-precision products of the dequantized weights
+// (and, for q8_0, of the dequantized q8_0 activations, which llama.cpp's format defines).
+TEST(TypedKernelReferenceTest, PortableMatchesDequantizedProduct) {
+  for (StoredKind kind : {StoredKind::kF16, StoredKind::kBF16, StoredKind::kQ8_0}) {
+    SCOPED_TRACE(StoredKindName(kind));
+    const int64_t out = 19, in = kind == StoredKind::kQ8_0 ? 320 : 301, rows = 3;
+    StoredMatrix m(kind, out, in, kind == StoredKind::kQ8_0 ? 32 : 3, 21);
+    const std::vector<float> x = RandomNormal(rows * in, 22);
+    std::vector<float> xq = x;  // the activations the q8_0 kernel multiplies
+    if (kind == StoredKind::kQ8_0) {
+      std::vector<int8_t> q(in);
+      std::vector<float> d(in / 32);
+      for (int64_t r = 0; r < rows; ++r) {
+        typed::QuantizeQ8_0(x.data() + r * in, in, q.data(), d.data());
+        for (int64_t k = 0; k < in; ++k) xq[r * in + k] = d[k / 32] * q[k];
+        // The quantization itself: within half a step of x, plus the f16 rounding of d
+        // (q is computed with the f32 scale, as llama.cpp does): |q| <= 127, 2^-11 of d.
+        for (int64_t k = 0; k < in; ++k) {
+          EXPECT_LE(std::abs(xq[r * in + k] - x[r * in + k]), (0.5 + 127.0 / 2048) * d[k / 32]);
+        }
+      }
+    }
+    std::vector<float> y(rows * out);
+    TypedLinearOnPath(x.data(), in, rows, m.view, 0.0f, y.data(), out, nullptr,
+                      SimdPath::kPortable);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double want = 0;
+        for (int64_t k = 0; k < in; ++k) want += double(xq[r * in + k]) * m.dense[o * in + k];
+        EXPECT_NEAR(y[r * out + o], want, Tolerance(xq.data() + r * in, m.dense.data() + o * in, in, 1e-5))
+            << r << " " << o;
+      }
+    }
+  }
+}
+
+TEST(TypedKernelReferenceTest, Q8_0ActivationsAreLlamaCppsBlocks) {
+  // q8_0 activation blocks as ggml's quantize_row_q8_0_ref writes them: d = amax / 127
+  // rounded to f16, q = round(x / d) half away from zero; an all-zero block has d = 0.
+  std::vector<float> x(64, 0.0f);
+  for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.25f;  // amax 4 at j = 0
+  std::vector<int8_t> q(64);
+  std::vector<float> d(2);
+  typed::QuantizeQ8_0(x.data(), 64, q.data(), d.data());
+  EXPECT_EQ(d[0], F16ToF32(F32ToF16(4.0f / 127.0f)));
+  EXPECT_EQ(q[0], -127);
+  EXPECT_EQ(q[16], 0);
+  EXPECT_EQ(q[24], static_cast<int8_t>(std::round(2.0f * (127.0f / 4.0f))));
+  EXPECT_EQ(d[1], 0.0f);
+  for (int j = 32; j < 64; ++j) EXPECT_EQ(q[j], 0);
+}
+
+TEST(CpuIsaTest, FeaturesNarrowAndNameWhatIsMissing) {
+  CpuFeatures all;
+  all.avx2 = all.avx512 = all.avx512_vnni = all.avx512_bf16 = all.avx_vnni = true;
+  EXPECT_EQ(NarrowCpuFeatures(all, "none"), NoCpuFeatures());
+  EXPECT_EQ(NarrowCpuFeatures(all, "portable"), NoCpuFeatures());
+  const CpuFeatures avx2 = NarrowCpuFeatures(all, "avx2");
+  EXPECT_TRUE(avx2.avx2);
+  EXPECT_FALSE(avx2.avx512);
+  // avx512 without avx2 allowed is off: every AVX-512 path also uses AVX2/FMA/F16C.
+  EXPECT_FALSE(NarrowCpuFeatures(all, "avx512").avx512);
+  EXPECT_EQ(NarrowCpuFeatures(all, "avx2,avx512,avx512_vnni,avx512_bf16,avx_vnni"), all);
+  CpuFeatures none_detected;
+  EXPECT_EQ(NarrowCpuFeatures(none_detected, "avx2,avx512"), NoCpuFeatures());
+
+  EXPECT_EQ(MissingFeature(SimdPath::kPortable, NoCpuFeatures()), nullptr);
+  EXPECT_STREQ(MissingFeature(SimdPath::kAvx512Vnni, avx2), "avx512");
+  CpuFeatures z4 = all;
+  z4.avx_vnni = false;  // an AMD Zen 4
+  EXPECT_STREQ(MissingFeature(SimdPath::kAvxVnni, z4), "avx_vnni");
+  EXPECT_EQ(MissingFeature(SimdPath::kAvx512Bf16, z4), nullptr);
+  EXPECT_EQ(TypedPathFor(StoredKind::kQ8_0, z4), SimdPath::kAvx512Vnni);
+  EXPECT_EQ(TypedPathFor(StoredKind::kBF16, z4), SimdPath::kAvx512Bf16);
+  EXPECT_EQ(TypedPathFor(StoredKind::kF16, z4), SimdPath::kAvx512);
+  EXPECT_EQ(TypedPathFor(StoredKind::kQ8_0, avx2), SimdPath::kAvx2);
+  EXPECT_EQ(TypedPathFor(StoredKind::kF16, NoCpuFeatures()), SimdPath::kPortable);
+
+  // What the CPU reports is self-consistent, and the f32 kernels' path follows it.
+  const CpuFeatures d = DetectedCpuFeatures();
+  EXPECT_TRUE(!d.avx512 || d.avx2);
+  EXPECT_TRUE(!(d.avx512_vnni || d.avx512_bf16) || d.avx512);
+  EXPECT_TRUE(!d.avx_vnni || d.avx2);
+  EXPECT_EQ(BestCpuIsa() == CpuIsa::kAvx2, EnabledCpuFeatures().avx2);
+  std::cout << "this CPU: " << CpuFeaturesString(d) << "; kernels use "
+            << CpuFeaturesString(EnabledCpuFeatures()) << "\n";
+}
+
+}  // namespace
+}  // namespace folio::worker::kernels

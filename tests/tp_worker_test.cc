@@ -318,7 +318,7 @@ TEST_F(TpWorkerTest, AGroupBrokenByATimeoutFormsAgainThroughRestore) {
 // all-reduce waits for rank 1 (--tp_timeout_ms, 60 s here). Restore sees the ranks out of
 // step and forms a new group; rank 1 leaving the old one fails rank 0's wait at once.
 TEST_F(TpWorkerTest, AStepThatReachedOneRankIsEndedByANewGroup) {
-  StartRanks(2);
+  StartRanks(2, {"--tp_timeout_ms=60000"});  // not the default: far above the 10 s join
   auto client = Client(absl::Seconds(20));
   AllocateAll(*client);
   const pb::WorkerInfo info = Info(*client, 0);

@@ -316,6 +316,7 @@ absl::Status GrpcWorkerClient::FormGroup(int64_t newest, absl::Time deadline) {
   last_generation_sent_ = generation;
   pb::JoinGroupRequest req;
   req.set_generation(generation);
+  req.set_scheduler_epoch(epoch_);
   std::vector<pb::JoinGroupResponse> resps(num_ranks());
   const std::vector<grpc::Status> status = CallEveryRank(
       num_ranks(), deadline, [this](grpc::ClientContext* c) { Track(c); },

@@ -92,7 +92,7 @@ class GrpcWorkerClient final : public WorkerClient {
   folio::internal::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
   int num_ranks() const { return static_cast<int>(stubs_.size()); }
 
-  // This scheduler's epoch, sent with AllocateKvCache and ExecuteStep.
+  // This scheduler's epoch, sent with JoinGroup, AllocateKvCache and ExecuteStep.
   void set_epoch(uint64_t epoch) { epoch_ = epoch; }
   uint64_t epoch() const { return epoch_; }
 

@@ -46,7 +46,9 @@ ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");
 ABSL_FLAG(int, startup_timeout_s, 300, "How long to wait for the workers and the cache manager.");
 ABSL_FLAG(int, recovery_timeout_ms, 60000,
           "When a worker or the cache manager is lost, requests wait this long for it to be "
-          "back (then they are recomputed and continue); past it they end with UNAVAILABLE.");
+          "back (then they are recomputed and continue); past it they end with UNAVAILABLE. "
+          "At TP > 1 keep it well above the workers' --tp_timeout_ms (default 20 s): a rank "
+          "whose peer died mid-collective may rejoin only after that timeout.");
 ABSL_FLAG(int, stall_timeout_s, 180,
           "Liveness (the grpc.health.v1 name \"liveness\") turns NOT_SERVING when the step "
           "loop has work but finishes no iteration for this long; keep it above "

@@ -52,12 +52,13 @@ ABSL_FLAG(std::string, tp_rendezvous, "",
 ABSL_FLAG(std::string, tp_host, "",
           "Address this rank's collective (Gloo TCP) endpoint listens on and the other ranks "
           "connect to; empty = --host (which must then not be a wildcard like 0.0.0.0).");
-ABSL_FLAG(int, tp_timeout_ms, 60000,
+ABSL_FLAG(int, tp_timeout_ms, 20000,
           "A collective that a peer rank does not join within this long fails the step and "
           "breaks the group (the scheduler then forms it again: JoinGroup). It also bounds "
           "how long a surviving rank may wait on a dead one (a Gloo send that waits for the "
           "dead peer's receive is failed only by this timeout), so keep the scheduler's "
-          "--recovery_timeout_ms above it.");
+          "--recovery_timeout_ms (default 60 s) well above it. Ranks join, allocate and "
+          "step together, so a healthy peer is late only by a step's imbalance.");
 ABSL_FLAG(int, tp_rendezvous_timeout_s, 300,
           "The longest a JoinGroup waits for every rank of the group to join (the "
           "scheduler's call deadline may cut it shorter).");

@@ -455,8 +455,16 @@ grpc::ServerUnaryReactor* WorkerService::JoinGroup(grpc::CallbackServerContext* 
   const absl::Time deadline = ctx->deadline() == std::chrono::system_clock::time_point::max()
                                   ? absl::InfiniteFuture()
                                   : absl::FromChrono(ctx->deadline());
+  const uint64_t epoch = request->scheduler_epoch();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  step_thread_.Post([this, reactor, generation, deadline] {
+  // Fenced on the step thread, in order with AllocateKvCache and steps; a refused call
+  // leaves the group (and the runner) as they were.
+  step_thread_.Post([this, reactor, generation, deadline, epoch] {
+    if (absl::Status fenced = fence_.Admit(epoch, "JoinGroup"); !fenced.ok()) {
+      LOG(WARNING) << fenced;
+      reactor->Finish(ToGrpcStatus(fenced));
+      return;
+    }
     reactor->Finish(ToGrpcStatus(Join(generation, deadline)));
   });
   return reactor;

@@ -341,5 +341,94 @@ TEST_F(WorkerServiceTest, JoinGroupIsRefusedByASingleRank) {
   EXPECT_FALSE(info.has_group());
 }
 
+// A group member that issues nothing: JoinGroup's bookkeeping is what is tested here.
+class IdleCommunicator : public Communicator {
+ public:
+  IdleCommunicator(int rank, int world_size) : rank_(rank), world_size_(world_size) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  absl::Status AllReduceSum(void*, int64_t, CommDType) override {
+    return absl::UnimplementedError("IdleCommunicator issues no collectives");
+  }
+  absl::Status GatherToRoot(const void*, void*, int64_t, CommDType) override {
+    return absl::UnimplementedError("IdleCommunicator issues no collectives");
+  }
+  CollectiveCounts counts() const override { return {}; }
+
+ private:
+  const int rank_;
+  const int world_size_;
+};
+
+// JoinGroup is fenced like AllocateKvCache: a stale scheduler's join (older epoch) is
+// refused with "fenced" before the rank leaves its group, so the newer scheduler's group
+// and pool stay as they were. Epoch 0 is unchecked; a newer epoch takes over.
+TEST(WorkerServiceTpTest, JoinGroupFromAnOlderSchedulerEpochIsFencedAndLeavesTheGroup) {
+  MetricsRegistry registry;
+  WorkerServiceOptions options;
+  options.kv_cache_budget_bytes = 1 << 20;
+  options.num_threads = 1;
+  options.tp_size = 2;
+  options.tp_rank = 1;
+  WorkerService service(testing::RandomModelOrDie(5), options, &registry);
+  std::vector<int64_t> joins;
+  service.SetGroupConnector([&](int64_t generation, absl::Duration)
+                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    joins.push_back(generation);
+    return std::make_unique<IdleCommunicator>(1, 2);
+  });
+  ServerOptions server;
+  server.service_name = "folio.internal.v1.Worker";
+  server.metrics_port = -1;
+  auto runner = ServiceRunner::Start(server, {&service}, nullptr);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto stub = pb::Worker::NewStub(
+      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+
+  // The newer scheduler (epoch 200) forms generation 1 and allocates.
+  pb::JoinGroupRequest join;
+  pb::JoinGroupResponse joined;
+  join.set_generation(1);
+  join.set_scheduler_epoch(200);
+  grpc::Status s = stub->JoinGroup(Ctx().get(), join, &joined);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  pb::AllocateKvCacheRequest alloc;
+  alloc.set_num_blocks(8);
+  alloc.set_block_size(4);
+  alloc.set_scheduler_epoch(200);
+  pb::AllocateKvCacheResponse allocated;
+  s = stub->AllocateKvCache(Ctx().get(), alloc, &allocated);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  // The stale one (epoch 100) tries to form generation 2: refused, nothing changes.
+  join.set_generation(2);
+  join.set_scheduler_epoch(100);
+  s = stub->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("fenced: JoinGroup from scheduler epoch 100"));
+  EXPECT_THAT(s.error_message(), HasSubstr("epoch 200"));
+  EXPECT_EQ(joins, std::vector<int64_t>{1}) << "the stale join reached the connector";
+  pb::WorkerInfo info;
+  ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.group().generation(), 1);
+  EXPECT_TRUE(info.group().joined());
+  EXPECT_EQ(info.num_blocks(), 8) << "the pool was dropped by a fenced join";
+  EXPECT_EQ(info.scheduler_epoch(), 200u);
+
+  // Epoch 0 (tools, tests) is not checked; a newer scheduler (300) is admitted.
+  join.set_scheduler_epoch(0);
+  s = stub->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  join.set_generation(3);
+  join.set_scheduler_epoch(300);
+  s = stub->JoinGroup(Ctx().get(), join, &joined);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(joins, (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.scheduler_epoch(), 300u);
+  EXPECT_EQ(info.group().generation(), 3);
+  (*runner)->Shutdown();
+}
+
 }  // namespace
 }  // namespace folio::worker

@@ -45,6 +45,10 @@ absl::StatusOr<std::vector<std::vector<float>>> LlamaModel::Logits(const std::ve
 absl::StatusOr<std::vector<int32_t>> LlamaModel::Greedy(const std::vector<int32_t>&, int) {
   return Missing();
 }
+absl::StatusOr<std::vector<int32_t>> LlamaModel::GreedyIncremental(const std::vector<int32_t>&,
+                                                                   int, double*) {
+  return Missing();
+}
 absl::Status Quantize(const std::string&, const std::string&, std::string_view, int) {
   return Missing();
 }

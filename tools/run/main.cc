@@ -30,7 +30,8 @@
 #include "services/worker/model/load_model.h"
 
 ABSL_FLAG(std::string, model, "",
-          "Model file: a GGUF file, or a llama2.c checkpoint with its tokenizer (tok<N>.bin or "
+          "Model: a GGUF file, a Hugging Face checkpoint folder (config.json, safetensors, "
+          "tokenizer.json), or a llama2.c checkpoint with its tokenizer (tok<N>.bin or "
           "tokenizer.bin) beside it. Default: $FOLIO_MODEL, else "
           "$FOLIO_MODELS_DIR/stories260K/, else the embedded stories260K beside the binary.");
 ABSL_FLAG(std::string, prompt, "", "Prompt text; empty starts from BOS alone.");

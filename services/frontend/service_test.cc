@@ -377,19 +377,43 @@ TEST_F(FrontendServiceTest, ChatTemplateOptionReplacesTheModels) {
   EXPECT_EQ(overridden.model()->info().tokenizer().chat_template(), "{{ 'flag' }}");
 }
 
-TEST_F(FrontendServiceTest, ABrokenStreamIsContinuedOnTheNextScheduler) {
-  MetricsRegistry registry;  // the fixture's already holds the frontend metric names
+// A frontend of its own, for tests whose resume options or scheduler differ from the
+// fixture's: its own metrics registry (the fixture's holds the frontend metric names).
+struct OwnFrontend {
+  MetricsRegistry registry;
+  std::unique_ptr<FrontendService> service;
+  std::unique_ptr<ServiceRunner> runner;
+  std::unique_ptr<pb::TextGeneration::Stub> stub;
+  ~OwnFrontend() {
+    if (runner != nullptr) runner->Shutdown();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<OwnFrontend>> StartOwnFrontend(
+    const folio::internal::v1::ClusterInfo& info, const std::string& scheduler,
+    absl::Duration recovery_timeout) {
+  auto f = std::make_unique<OwnFrontend>();
   FrontendOptions options;
-  options.resume.recovery_timeout = absl::Seconds(10);
-  FrontendService service(options, MakeSchedulerChannel(fake_->address()), &registry);
-  ASSERT_TRUE(service.SetClusterInfo(info_).ok());
-  auto runner = ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
-                                      .metrics_port = -1,
-                                      .shutdown_grace = absl::ZeroDuration()},
-                                     {&service}, nullptr);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  auto stub = pb::TextGeneration::NewStub(
-      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  options.resume.recovery_timeout = recovery_timeout;
+  f->service = std::make_unique<FrontendService>(options, MakeSchedulerChannel(scheduler),
+                                                 &f->registry);
+  if (absl::Status s = f->service->SetClusterInfo(info); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<ServiceRunner>> runner =
+      ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
+                            .metrics_port = -1,
+                            .shutdown_grace = absl::ZeroDuration()},
+                           {f->service.get()}, nullptr);
+  if (!runner.ok()) return runner.status();
+  f->runner = *std::move(runner);
+  f->stub = pb::TextGeneration::NewStub(
+      grpc::CreateChannel(f->runner->address(), grpc::InsecureChannelCredentials()));
+  return f;
+}
+
+TEST_F(FrontendServiceTest, ABrokenStreamIsContinuedOnTheNextScheduler) {
+  auto frontend = StartOwnFrontend(info_, fake_->address(), absl::Seconds(10));
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  pb::TextGeneration::Stub* stub = (*frontend)->stub.get();
 
   const std::vector<int32_t> tokens = Encode("one two three four five");
   ASSERT_GE(tokens.size(), 5u);
@@ -434,22 +458,13 @@ TEST_F(FrontendServiceTest, ABrokenStreamIsContinuedOnTheNextScheduler) {
         << "the same sampling keys";
     EXPECT_EQ(call.request.max_tokens(), calls[0].request.max_tokens());
   }
-  (*runner)->Shutdown();
+  (*frontend)->runner->Shutdown();
 }
 
 TEST_F(FrontendServiceTest, AStreamNobodyContinuesEndsAtTheRecoveryTimeout) {
-  MetricsRegistry registry;
-  FrontendOptions options;
-  options.resume.recovery_timeout = absl::Milliseconds(400);
-  FrontendService service(options, MakeSchedulerChannel(fake_->address()), &registry);
-  ASSERT_TRUE(service.SetClusterInfo(info_).ok());
-  auto runner = ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
-                                      .metrics_port = -1,
-                                      .shutdown_grace = absl::ZeroDuration()},
-                                     {&service}, nullptr);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  auto stub = pb::TextGeneration::NewStub(
-      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  auto frontend = StartOwnFrontend(info_, fake_->address(), absl::Milliseconds(400));
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  pb::TextGeneration::Stub* stub = (*frontend)->stub.get();
   Script gone;
   gone.final_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Connection refused");
   fake_->SetScript(gone);
@@ -463,31 +478,22 @@ TEST_F(FrontendServiceTest, AStreamNobodyContinuesEndsAtTheRecoveryTimeout) {
   EXPECT_THAT(status.error_message(), HasSubstr("Connection refused"));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(400));
   EXPECT_GE(fake_->calls().size(), 3u) << "it kept trying with backoff";
-  (*runner)->Shutdown();
+  (*frontend)->runner->Shutdown();
 }
 
 TEST_F(FrontendServiceTest, UnreachableSchedulerIsUnavailable) {
   // A second frontend whose scheduler address has nobody listening; it waits 300 ms for
   // one to answer (--recovery_timeout_ms), then gives up.
-  MetricsRegistry registry;  // the fixture's already holds the frontend metric names
-  FrontendOptions options;
-  options.resume.recovery_timeout = absl::Milliseconds(300);
-  FrontendService service(options, MakeSchedulerChannel("127.0.0.1:1"), &registry);
-  ASSERT_TRUE(service.SetClusterInfo(info_).ok());
-  auto runner = ServiceRunner::Start({.service_name = "folio.v1.TextGeneration",
-                                      .metrics_port = -1,
-                                      .shutdown_grace = absl::ZeroDuration()},
-                                     {&service}, nullptr);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  auto stub = pb::TextGeneration::NewStub(
-      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  auto frontend = StartOwnFrontend(info_, "127.0.0.1:1", absl::Milliseconds(300));
+  ASSERT_TRUE(frontend.ok()) << frontend.status();
+  pb::TextGeneration::Stub* stub = (*frontend)->stub.get();
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
   pb::CompleteResponse response;
   grpc::Status status = stub->Complete(&ctx, Request("Hi"), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("scheduler unavailable"));
-  (*runner)->Shutdown();
+  (*frontend)->runner->Shutdown();
 }
 
 TEST_F(FrontendServiceTest, BadRequestsAreInvalidArgumentAndServingContinues) {

@@ -1,5 +1,5 @@
-"""Shared by the benchmark drivers in tools/bench (paper.py, sharing.py, prefix.py): a local
-cluster (tools/serve.py) for the length of a `with` block, and folio-bench runs against it.
+"""Shared by the benchmark drivers in tools/bench (paper.py, sharing.py, prefix.py, peer.py):
+a local cluster (tools/serve.py) for the length of a `with` block, and folio-bench runs against it.
 Server metrics over a run come from folio-bench's own scraping (--metrics_url, the JSON's
 "server_metrics"); `counters` reads a few counters once, before and after a run.
 Not a benchmark itself (hence the underscore)."""
@@ -157,21 +157,32 @@ class Cluster:
         return self.info["cachemgr"]["metrics"]
 
     def bench(self, args, result_json, echo=True):
-        """folio-bench against this cluster; returns its result JSON. Raises RuntimeError
-        (with folio-bench's output and the cluster log's tail) if it fails. With echo, its
-        report goes to stderr."""
-        argv = [os.path.join(self.bin_dir, "folio-bench"), f"--server={self.server}",
-                "--progress=false", f"--result_json={result_json}"] + list(args)
-        self.commands.append(quote(argv))
-        log("running: " + quote(argv[1:]))
-        r = subprocess.run(argv, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"folio-bench exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
-                               f"\ncluster log tail ({self.log_path}):\n{self.tail()}")
-        if echo:
-            print(r.stdout, file=sys.stderr, flush=True)
-        with open(result_json) as f:
-            return json.load(f)
+        """folio-bench against this cluster's gRPC API (run_bench); returns its result JSON
+        and records the command in `commands`. A failure's message carries the cluster
+        log's tail too."""
+        try:
+            result, command = run_bench(self.bin_dir, [f"--server={self.server}"] + list(args),
+                                        result_json, echo)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\ncluster log tail ({self.log_path}):\n{self.tail()}")
+        self.commands.append(command)
+        return result
+
+
+def run_bench(bin_dir, args, result_json, echo=True):
+    """folio-bench with `args` (any target: a cluster, or another OpenAI-style server);
+    returns (its result JSON, the command). Raises RuntimeError (with folio-bench's output)
+    if it fails. With echo, its report goes to stderr."""
+    argv = [os.path.join(bin_dir, "folio-bench"), "--progress=false",
+            f"--result_json={result_json}"] + list(args)
+    log("running: " + quote(argv[1:]))
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"folio-bench exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    if echo:
+        print(r.stdout, file=sys.stderr, flush=True)
+    with open(result_json) as f:
+        return json.load(f), quote(argv)
 
 
 def metrics_args(url, interval_ms, gauges=None):

@@ -7,45 +7,31 @@ three sequences at once, while paged holds more of the short sharegpt-like reque
 Reads $FOLIO_MODELS_DIR's stories260K, else the embedded one.
 Usage: paper_smoke_test.py --bin_dir BUILD/bin
 """
-import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import _smoke
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--bin_dir", required=True)
-    args = p.parse_args()
-    # $FOLIO_MODELS_DIR's stories260K, else the one embedded in the repository.
-    models = os.environ.get("FOLIO_MODELS_DIR") or os.path.join(HERE, "..", "..", "models")
-    model = os.path.join(models, "stories260K", "stories260K.gguf")
-    if not os.path.exists(model):
-        print(f"no model at {model}")
+    args = _smoke.parse_args(__doc__)
+    model = _smoke.stories_model()
+    if model is None:
         return 1
     with tempfile.TemporaryDirectory(prefix="paper-smoke-") as out:
-        argv = [sys.executable, os.path.join(HERE, "paper.py"), f"--bin_dir={args.bin_dir}",
-                f"--model={model}", "--kv_cache_bytes=1MiB", "--max_model_len=512",
-                "--rates=4", "--num_requests=4", "--metrics_interval_ms=50", f"--out={out}"]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        sys.stderr.write(r.stderr)
-        if r.returncode != 0:
-            print(f"FAIL: paper.py exited {r.returncode}")
+        rc, _ = _smoke.run_driver("paper.py", [
+            f"--bin_dir={args.bin_dir}", f"--model={model}", "--kv_cache_bytes=1MiB",
+            "--max_model_len=512", "--rates=4", "--num_requests=4",
+            "--metrics_interval_ms=50", f"--out={out}"], timeout_s=600)
+        if rc != 0:
             return 1
         with open(os.path.join(out, "results.json")) as f:
             results = json.load(f)
         with open(os.path.join(out, "table.md")) as f:
             table = f.read()
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
-
+    check = _smoke.Checks()
     runs, summary = results["runs"], results["summary"]
     check(sorted(runs) == ["contiguous", "paged"], f"policies run: {sorted(runs)}")
     for policy in ("paged", "contiguous"):
@@ -67,11 +53,7 @@ def main():
           f"slot utilization contiguous {c.get('slot_utilization_mean')} not below paged "
           f"{pg.get('slot_utilization_mean')}")
     check("| most requests held at once |" in table, "table.md lacks the summary")
-    for f in failures:
-        print(f"FAIL: {f}")
-    if not failures:
-        print("OK: " + table.splitlines()[2])
-    return 1 if failures else 0
+    return check.finish(table.splitlines()[2] if len(table.splitlines()) > 2 else table)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,10 @@ def parse_args(argv):
                         "(any llama.cpp build) instead of the cache")
     p.add_argument("--build_llama", action="store_true",
                    help="build the llama.cpp tools if not cached, then go on (the default "
-                        "outside --smoke and CI); with --parts=none: build only")
+                        "outside --smoke and CI)")
+    p.add_argument("--prepare", action="store_true",
+                   help="only build the llama.cpp tools and write the test models (niced), "
+                        "so that a later run at a quiet moment measures at once")
     p.add_argument("--no_build", action="store_true",
                    help="never build llama.cpp: without cached tools, measure Folio alone")
     p.add_argument("--no_repack", action="store_true",
@@ -322,7 +325,8 @@ def make_models(run):
     os.makedirs(a.models_dir, exist_ok=True)
     f16 = os.path.join(a.models_dir, f"peer-{s['name']}-f16.gguf")
     if not os.path.exists(f16):
-        argv = [os.path.join(a.bin_dir, "folio-make-model"), f"--out={f16}.tmp",
+        argv = ["nice", "-n", "19", os.path.join(a.bin_dir, "folio-make-model"),
+                f"--out={f16}.tmp",
                 f"--dim={s['dim']}", f"--layers={s['layers']}", f"--heads={s['heads']}",
                 f"--kv_heads={s['kv_heads']}", f"--hidden_dim={s['hidden_dim']}",
                 f"--vocab={s['vocab']}", f"--context={s['context']}", "--dtype=f16",
@@ -338,7 +342,8 @@ def make_models(run):
             continue
         q = os.path.join(a.models_dir, f"peer-{s['name']}-{t.lower()}.gguf")
         if not os.path.exists(q):
-            argv = [run.llama["llama-quantize"], f16, q + ".tmp", t, str(a.threads)]
+            argv = ["nice", "-n", "19", run.llama["llama-quantize"], f16, q + ".tmp", t,
+                    str(a.threads)]
             log(f"quantizing to {t} with llama-quantize: {q}")
             rc, out, err, _ = run_tool(argv, run.path("logs", f"quantize-{t}.log"), 1800)
             if rc != 0:
@@ -582,8 +587,6 @@ def main(argv):
             llama, why = _llama_tools.build(args.llama_dir, args.reference_dir), None
         except (RuntimeError, subprocess.CalledProcessError) as e:
             why = str(e)
-    if not args.parts and args.build_llama:
-        return 0 if llama else 1
     default_types = ["F16", "Q8_0", "Q4_K_M"]
     if args.smoke:
         default_types = ["F16", "Q8_0"] if llama else ["F16"]
@@ -598,6 +601,9 @@ def main(argv):
     if llama is None:
         run.note(f"llama.cpp not measured: {why}; measuring Folio alone")
     models = make_models(run)
+    if args.prepare:
+        log(f"prepared: llama.cpp tools {'in ' + os.path.dirname(llama['llama-bench']) if llama else 'missing: ' + str(why)}; models {models}")
+        return 0 if llama else 1
     measure(run, models)
     results = run.save()
     text = table_text(results)

@@ -544,33 +544,33 @@ def measure(run, models):
 
 
 def table_text(results):
-    """table.md: what ran, where, and the one table."""
-    r = results
-    head = [f"Measured {r['started'][:16].replace('T', ' ')} UTC, Folio {r['folio_commit']}, "
-            f"llama.cpp {r['llama_cpp']['release']} ({'tools: ' + os.path.dirname(next(iter(r['llama_cpp']['tools'].values()))) if r['llama_cpp']['tools'] else 'not run: ' + str(r['llama_cpp']['not_used_because'])}); "
-            f"{r['machine']['cpu']}, {r['machine']['cpus']} CPUs, {r['threads']} threads each.",
-            f"uptime before: `{r['uptime_before']}`; after: `{r['uptime_now']}`.", "",
-            "```", r["command"], "```", "", pa.format_table(r["summary"])]
-    mem = [m for m in r["measurements"] if m["kind"] == "memory"]
-    for m in mem:
-        head.append(f"- Folio worker peak RSS on {m['type']}: {m['peak_rss_mib']:.0f} MiB "
-                    f"(file {m['file_mib']:.0f} MiB, bound "
-                    f"{m['bound_mib']:.0f} MiB)" if m["bound_mib"] and m["peak_rss_mib"] else
-                    f"- Folio worker peak RSS on {m['type']}: {m['peak_rss_mib']} MiB")
-    for n in r["notes"]:
-        head.append(f"- {n}")
-    return "\n".join(head) + "\n"
+    """table.md: when, where and how it ran, the one table, then the memory and the notes."""
+    r, ll = results, results["llama_cpp"]
+    if ll["tools"]:
+        llama = f"tools in {os.path.dirname(ll['tools']['llama-bench'])}"
+    else:
+        llama = f"not run: {ll['not_used_because']}"
+    m = r["machine"]
+    lines = [f"Measured {r['started'][:16].replace('T', ' ')} UTC, Folio {r['folio_commit']}, "
+             f"llama.cpp {ll['release']} ({llama}); {m['cpu']}, {m['cpus']} CPUs, "
+             f"{r['threads']} threads each.",
+             f"uptime before: `{r['uptime_before']}`; after: `{r['uptime_now']}`.", "",
+             "```", r["command"], "```", "", pa.format_table(r["summary"]).rstrip(), ""]
+    for x in r["measurements"]:
+        if x["kind"] == "memory" and x["peak_rss_mib"] and x["bound_mib"]:
+            lines.append(f"- Folio worker peak RSS on {x['type']}: {x['peak_rss_mib']:.0f} MiB "
+                         f"(file {x['file_mib']:.0f} MiB; bound {x['bound_mib']:.0f} MiB: "
+                         f"{'within' if x['peak_rss_mib'] <= x['bound_mib'] else 'OVER'})")
+    lines += [f"- {n}" for n in r["notes"]]
+    return "\n".join(lines) + "\n"
 
 
 def write_docs(text):
     path = os.path.join(ROOT, "docs", "benchmarks.md")
     with open(path) as f:
-        doc = f.read()
-    i, j = doc.find(MARK_BEGIN), doc.find(MARK_END)
-    if i < 0 or j < i:
-        raise RuntimeError(f"{path} lacks the markers {MARK_BEGIN} ... {MARK_END}")
+        doc = pa.replace_between(f.read(), MARK_BEGIN, MARK_END, text)
     with open(path, "w") as f:
-        f.write(doc[:i + len(MARK_BEGIN)] + "\n" + text + doc[j:])
+        f.write(doc)
     log(f"wrote the table into {path}")
 
 

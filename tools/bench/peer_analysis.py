@@ -209,3 +209,12 @@ def format_table(rows):
                    f"{_fmt(r['llama'])} | {ratio_text} | {r['aim']} | {r['verdict']} | "
                    f"{r['note']} |")
     return "\n".join(out) + "\n"
+
+
+def replace_between(doc, begin, end, text):
+    """doc with what lies between the marker lines `begin` and `end` replaced by text.
+    ValueError when the markers are missing or out of order."""
+    i, j = doc.find(begin), doc.find(end)
+    if i < 0 or j < i:
+        raise ValueError(f"the document lacks the markers {begin} ... {end}")
+    return doc[:i + len(begin)] + "\n" + text.rstrip("\n") + "\n" + doc[j:]

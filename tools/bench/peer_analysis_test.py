@@ -180,5 +180,20 @@ class SummaryTest(unittest.TestCase):
         self.assertIn("| 12.35 | 10.00 | 1.23x | >= 1.2x | met |", lines[2])
 
 
+class ReplaceBetweenTest(unittest.TestCase):
+    def test_replaces_only_between_the_markers(self):
+        doc = "intro\n<!-- b -->\nold table\nmore\n<!-- e -->\nafter\n"
+        out = pa.replace_between(doc, "<!-- b -->", "<!-- e -->", "new table\n\n")
+        self.assertEqual(out, "intro\n<!-- b -->\nnew table\n<!-- e -->\nafter\n")
+        # Idempotent: a second run leaves the same document.
+        self.assertEqual(pa.replace_between(out, "<!-- b -->", "<!-- e -->", "new table"), out)
+
+    def test_missing_markers(self):
+        with self.assertRaises(ValueError):
+            pa.replace_between("no markers", "<!-- b -->", "<!-- e -->", "x")
+        with self.assertRaises(ValueError):
+            pa.replace_between("<!-- e --> <!-- b -->", "<!-- b -->", "<!-- e -->", "x")
+
+
 if __name__ == "__main__":
     unittest.main()

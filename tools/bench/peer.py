@@ -114,6 +114,9 @@ def parse_args(argv):
                    help="always pass llama.cpp --no-repack (default: only after a crash)")
     p.add_argument("--write_docs", action="store_true",
                    help="replace the table between the peer markers in docs/benchmarks.md")
+    p.add_argument("--table_from", metavar="DIR", default=None,
+                   help="only write DIR/table.md again from DIR/results.json (e.g. of an "
+                        "interrupted run) and print it")
     p.add_argument("--startup_timeout_s", type=int, default=600,
                    help="how long a Folio cluster or llama-server may take to come up")
     args = p.parse_args(argv)
@@ -149,16 +152,22 @@ def run_tool(argv, log_path, timeout_s):
         err.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=err)
         deadline = time.time() + timeout_s
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.time() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.1)
-        proc.returncode = 0  # reaped by wait4: Popen must not wait for it again
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.time() > deadline:
+                    proc.kill()
+                    pid, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(0.1)
+        except BaseException:  # SIGTERM (SystemExit) or ^C: the tool must not outlive us
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            raise
+        finally:
+            proc.returncode = 0  # reaped by wait4: Popen must not wait for it again
     rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     with open(log_path) as f, open(err_path) as e:
         return rc, f.read(), e.read(), usage.ru_maxrss / 1024
@@ -577,6 +586,10 @@ def write_docs(text):
 def main(argv):
     args = parse_args(argv)
     args.argv = argv
+    if args.table_from:
+        with open(os.path.join(args.table_from, "results.json")) as f:
+            text = table_text(json.load(f))
+        return finish(args, args.table_from, text)
     if args.out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         args.out = os.path.join(ROOT, "bench-results", f"peer-{'smoke-' if args.smoke else ''}{stamp}")
@@ -604,15 +617,23 @@ def main(argv):
     if args.prepare:
         log(f"prepared: llama.cpp tools {'in ' + os.path.dirname(llama['llama-bench']) if llama else 'missing: ' + str(why)}; models {models}")
         return 0 if llama else 1
-    measure(run, models)
-    results = run.save()
-    text = table_text(results)
-    with open(run.path("table.md"), "w") as f:
+    rc = 0
+    try:
+        measure(run, models)
+    except (KeyboardInterrupt, SystemExit) as e:
+        rc = e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 130
+        run.note("interrupted before the end: the table holds what was measured until then")
+    return finish(args, args.out, table_text(run.save())) or rc
+
+
+def finish(args, out, text):
+    """Writes OUT/table.md (and the docs with --write_docs) and prints the table."""
+    with open(os.path.join(out, "table.md"), "w") as f:
         f.write(text)
-    print(text)
+    print(text, flush=True)
     if args.write_docs:
         write_docs(text)
-    log(f"results in {args.out}")
+    log(f"results in {out}")
     return 0
 
 

@@ -112,6 +112,14 @@ class Cluster:
         log("serving: " + quote(self.argv[2:]))
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.argv, stdout=self.log_file, stderr=subprocess.STDOUT)
+        try:
+            self._wait_until_up()
+        except BaseException:  # also SIGTERM (SystemExit) or ^C while it starts
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_up(self):
         deadline = time.time() + self.timeout_s
         while not os.path.exists(self.info_file):
             if self.proc.poll() is not None:
@@ -125,7 +133,6 @@ class Cluster:
             time.sleep(0.2)
         with open(self.info_file) as f:
             self.info = json.load(f)
-        return self
 
     def __exit__(self, *_):
         self.stop()

@@ -195,20 +195,26 @@ class LlamaServer:
         log("serving: " + quote(self.argv))
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_until_healthy()
+        except BaseException:  # also SIGTERM (SystemExit) or ^C while it loads
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_until_healthy(self):
         deadline = time.time() + self.timeout_s
         while True:
             if self.proc.poll() is not None:
-                self.__exit__()
                 raise RuntimeError(f"llama-server exited {self.proc.returncode}; see "
                                    f"{self.log_path}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
                     if r.status == 200:
-                        return self
+                        return
             except OSError:
                 pass
             if time.time() > deadline:
-                self.__exit__()
                 raise RuntimeError(f"llama-server not healthy in {self.timeout_s} s")
             time.sleep(0.5)
 
@@ -217,7 +223,7 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def __exit__(self, *_):
-        if self.proc.poll() is None:
+        if self.proc.poll() is None:  # stopped once only: a second call finds it gone
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)

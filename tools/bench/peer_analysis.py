@@ -51,9 +51,12 @@ def parse_batched_bench(text):
     rows = []
     for line in text.splitlines():
         line = line.strip()
-        if line.startswith("{") and '"speed_tg"' in line:
-            d = json.loads(line)
-            rows.append({k: d[k] for k in BATCHED_FIELDS})
+        if line.startswith("{"):
+            try:
+                d = json.loads(line)
+                rows.append({k: d[k] for k in BATCHED_FIELDS})
+            except (ValueError, KeyError, TypeError):
+                pass  # a log line that only looks like JSON
             continue
         if not line.startswith("|"):
             continue

@@ -8,6 +8,11 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_analysis as pa  # noqa: E402
 
+try:  # python3-hypothesis (TEST_PACKAGES): the parsers on arbitrary text
+    from hypothesis import given, settings, strategies as st
+except ImportError:
+    given = None
+
 # llama-bench -p 0 -n 8 -o json (fields trimmed), with a stray log line before it.
 LLAMA_BENCH_JSON = """load_backend: loaded CPU backend from ./libggml-cpu-zen4.so [x]
 [
@@ -88,6 +93,7 @@ class LlamaOutputTest(unittest.TestCase):
 
     def test_batched_nothing(self):
         self.assertEqual(pa.parse_batched_bench("| a | b |\nno table here\n"), [])
+        self.assertEqual(pa.parse_batched_bench('{"speed_tg": 1, broken\n{"pp": 1}\n[1]\n'), [])
 
 
 class FolioFiguresTest(unittest.TestCase):
@@ -193,6 +199,36 @@ class ReplaceBetweenTest(unittest.TestCase):
             pa.replace_between("no markers", "<!-- b -->", "<!-- e -->", "x")
         with self.assertRaises(ValueError):
             pa.replace_between("<!-- e --> <!-- b -->", "<!-- b -->", "<!-- e -->", "x")
+
+
+@unittest.skipIf(given is None, "python3-hypothesis is not installed")
+class ParserPropertyTest(unittest.TestCase):
+    if given is not None:
+        @settings(max_examples=300, derandomize=True, deadline=None)
+        @given(st.text(alphabet=st.sampled_from("|[]{}\":,. -0123456789abn_\n"), max_size=300))
+        def test_arbitrary_text_never_breaks_the_parsers(self, text):
+            self.assertIsInstance(pa.parse_batched_bench(text), list)
+            try:
+                records = pa.parse_llama_bench_json(text)
+                self.assertTrue(all(isinstance(r, dict) for r in records))
+            except ValueError:
+                pass  # the one error the driver expects
+
+        @settings(max_examples=100, derandomize=True, deadline=None)
+        @given(st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 512),
+                                  st.integers(1, 64), st.floats(0.001, 9999.0)),
+                        min_size=1, max_size=6))
+        def test_printed_rows_parse_back(self, rows):
+            # Rows as llama-batched-bench prints them (its LOG format string).
+            text = "\n".join(
+                "|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |"
+                % (pp, tg, pl, pl * (pp + tg), t, 1.0, t, 2.0, 2 * t, 3.0)
+                for pp, tg, pl, t in rows)
+            parsed = pa.parse_batched_bench("header\n" + text)
+            self.assertEqual([(r["pp"], r["tg"], r["pl"]) for r in parsed],
+                             [(pp, tg, pl) for pp, tg, pl, _ in rows])
+            for r, (_, _, _, t) in zip(parsed, rows):
+                self.assertAlmostEqual(r["t"], float("%8.3f" % (2 * t)))
 
 
 if __name__ == "__main__":

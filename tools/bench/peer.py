@@ -380,7 +380,7 @@ def llama_decode(run, t, model, rnd):
     a, w = run.args, run.args.work
     load = load_average()
     if t not in run.no_repack and not a.no_repack:
-        argv = [run.llama["llama-bench"], "-m", model, "-t", str(a.threads), "-fa", "1",
+        argv = [run.llama["llama-bench"], "-m", model, "-t", str(a.threads), "-fa", "on",
                 "-p", "0", "-n", str(w["decode_tokens"]), "-r", "1", "-o", "json"]
         rc, out, _, rss = run_tool(argv, run.path("logs", f"llama-bench-{t}-{rnd}.log"), 1800)
         if rc == 0:

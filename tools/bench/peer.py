@@ -392,41 +392,56 @@ def llama_decode(run, t, model, rnd):
         run.no_repack.add(t)
         run.note(f"llama-bench exited {rc} on {t} (repacking on); {t} reruns with "
                  "--no-repack (decode through llama-batched-bench -npl 1)")
-    argv = [run.llama["llama-batched-bench"], "-m", model, *llama_common(run, t),
-            "-tb", str(a.threads), "-c", str(w["decode_tokens"] + 16), "-npp", "1",
-            "-ntg", str(w["decode_tokens"]), "-npl", "1"]
-    rc, out, err, rss = run_tool(argv, run.path("logs", f"llama-decode-{t}-{rnd}.log"), 1800)
-    if rc != 0:
-        run.note(f"llama-batched-bench (decode) exited {rc} on {t}; no figure")
-        return
-    row = pa.batched_row(pa.parse_batched_bench(out + err), 1, w["decode_tokens"], 1)
-    run.add({"kind": "decode", "type": t, "engine": "llama.cpp", "round": rnd,
-             "tokens_per_s": row["speed_tg"], "tool": "llama-batched-bench --no-repack",
-             "peak_rss_mib": rss, "load_before": load}, quote(argv))
+    got = batched_bench(run, t, model, 1, w["decode_tokens"], 1, f"llama-decode-{t}-{rnd}")
+    if got:
+        row, argv, rss, load = got
+        run.add({"kind": "decode", "type": t, "engine": "llama.cpp", "round": rnd,
+                 "tokens_per_s": row["speed_tg"], "tool": "llama-batched-bench --no-repack",
+                 "peak_rss_mib": rss, "load_before": load}, quote(argv))
 
 
-def llama_batched(run, t, model):
-    a, w = run.args, run.args.work
-    for attempt in (0, 1):
+def batched_bench(run, t, model, pp, tg, pl, name):
+    """llama-batched-bench's row for pl sequences of pp + tg: (row, argv, peak RSS, load
+    before), or None (said in the notes). A crash with repacking on reruns with
+    --no-repack. Its rows go through llama.cpp's asynchronous log, which can drop the
+    last lines when the process exits (seen here under load: exit 0, no row), so a cheap
+    1-sequence run follows the wanted one (`-npl pl,1`: the wanted row is long written
+    by then), and a missing row is rerun once."""
+    a = run.args
+    missing = 0
+    for attempt in range(3):
         load = load_average()
         argv = [run.llama["llama-batched-bench"], "-m", model, *llama_common(run, t),
-                "-tb", str(a.threads), "-c", str(w["batch"] * (w["prompt"] + w["gen"])),
-                "-npp", str(w["prompt"]), "-ntg", str(w["gen"]), "-npl", str(w["batch"])]
-        rc, out, err, rss = run_tool(argv, run.path("logs", f"llama-batched-{t}-{attempt}.log"),
-                                     3600)
+                "-tb", str(a.threads), "-c", str(pl * (pp + tg)), "-npp", str(pp),
+                "-ntg", str(tg), "-npl", f"{pl},1"]
+        rc, out, err, rss = run_tool(argv, run.path("logs", f"{name}-{attempt}.log"), 3600)
         if rc == 0:
-            row = pa.batched_row(pa.parse_batched_bench(out + err), w["prompt"], w["gen"],
-                                 w["batch"])
-            tool = "llama-batched-bench" + (" --no-repack" if "--no-repack" in argv else "")
-            run.add({"kind": "batched", "type": t, "engine": "llama.cpp", "wall_s": row["t"],
-                     "tool": tool, "peak_rss_mib": rss, "load_before": load}, quote(argv))
-            return
+            try:
+                return pa.batched_row(pa.parse_batched_bench(out + err), pp, tg, pl), argv, \
+                    rss, load
+            except ValueError as e:
+                missing += 1
+                run.note(f"{name}: {e} (exit 0){'; rerun' if missing < 2 else ''}")
+                if missing >= 2:
+                    return None
+                continue
         if "--no-repack" in argv:
-            break
+            run.note(f"{name}: llama-batched-bench exited {rc} with --no-repack; no figure")
+            return None
         run.no_repack.add(t)
         run.note(f"llama-batched-bench exited {rc} on {t} (repacking on); rerun with "
                  "--no-repack")
-    run.note(f"llama-batched-bench failed on {t}; no figure")
+    return None
+
+
+def llama_batched(run, t, model):
+    w = run.args.work
+    got = batched_bench(run, t, model, w["prompt"], w["gen"], w["batch"], f"llama-batched-{t}")
+    if got:
+        row, argv, rss, load = got
+        tool = "llama-batched-bench" + (" --no-repack" if "--no-repack" in argv else "")
+        run.add({"kind": "batched", "type": t, "engine": "llama.cpp", "wall_s": row["t"],
+                 "tool": tool, "peak_rss_mib": rss, "load_before": load}, quote(argv))
 
 
 def folio_decode(run, cluster, t, model, rnd):

@@ -87,6 +87,13 @@ def parse_args(argv):
     p.add_argument("--serving_type", default=None,
                    help="the type the serving workload runs on (default Q4_K_M; smoke: the "
                         "first type; 'none' skips serving)")
+    p.add_argument("--serving_model", default=None, metavar="GGUF",
+                   help="run the serving workload on this file instead (e.g. "
+                        "../shared/models/bench-28m-f16.gguf, the peer section's model), in a "
+                        "cluster of its own; its shape is read with the reference's gguf-py")
+    p.add_argument("--serving_np", default=None,
+                   help="llama-server -np values, comma-separated (default 8,32; smoke 2); "
+                        "Folio's KV is the largest one's -c (np x 1,024 tokens)")
     p.add_argument("--threads", type=int, default=2,
                    help="CPU threads of both engines (Folio --threads, llama.cpp -t/-tb)")
     p.add_argument("--rounds", type=int, default=None,
@@ -128,6 +135,15 @@ def parse_args(argv):
     args.work = dict(SMOKE_WORK if args.smoke else FULL_WORK)
     if args.rounds:
         args.work["rounds"] = args.rounds
+    if args.serving_np:
+        try:
+            args.work["np"] = [int(x) for x in args.serving_np.split(",")]
+        except ValueError:
+            p.error(f"--serving_np: not a list of integers: {args.serving_np}")
+        if not args.work["np"] or min(args.work["np"]) < 1:
+            p.error(f"--serving_np: need values >= 1: {args.serving_np}")
+    if args.serving_model and not os.path.exists(args.serving_model):
+        p.error(f"--serving_model: no file {args.serving_model}")
     args.parts = [x for x in args.parts.split(",") if x and x != "none"]
     bad = set(args.parts) - {"decode", "batched", "serving"}
     if bad:
@@ -277,8 +293,8 @@ class Run:
             "shape": a.shape, "workload": a.work, "types": a.types,
             "serving_type": a.serving_type, "threads": a.threads, "notes": self.notes,
             "measurements": self.measurements, "commands": self.commands,
-            "summary": pa.summarize(self.measurements, a.types, a.serving_type,
-                                    labels(a.work)),
+            "summary": [r for r in pa.summarize(self.measurements, a.types, a.serving_type,
+                                                labels(a.work)) if r["kind"] in a.parts],
         }
         tmp = self.path("results.json.tmp")
         with open(tmp, "w") as f:
@@ -330,7 +346,25 @@ def git_commit():
 
 def kv_bytes_per_token(shape):
     """f16 K and V of every layer: 2 x layers x kv_heads x head_dim x 2 bytes."""
-    return 2 * shape["layers"] * shape["kv_heads"] * (shape["dim"] // shape["heads"]) * 2
+    head_dim = shape.get("head_dim") or shape["dim"] // shape["heads"]
+    return 2 * shape["layers"] * shape["kv_heads"] * head_dim * 2
+
+
+def shape_of(path, reference_dir):
+    """The shape keys of a Llama-family GGUF file, read with the reference's gguf-py."""
+    sys.path.insert(0, os.path.join(reference_dir, "llama.cpp", "gguf-py"))
+    import gguf  # noqa: E402 (the reference's copy)
+    fields = gguf.GGUFReader(path).fields
+    arch = fields["general.architecture"].contents()
+
+    def get(key, default=None):
+        f = fields.get(f"{arch}.{key}")
+        return f.contents() if f is not None else default
+
+    return {"dim": get("embedding_length"), "layers": get("block_count"),
+            "heads": get("attention.head_count"), "kv_heads": get("attention.head_count_kv"),
+            "head_dim": get("attention.key_length"), "context": get("context_length"),
+            "name": os.path.basename(path)}
 
 
 def make_models(run):
@@ -546,6 +580,10 @@ def measure(run, models):
     kv = kv_bytes_per_token(a.shape) * max(max(w["np"]) * (w["max_input"] + w["max_output"]),
                                            w["batch"] * (w["prompt"] + w["gen"]),
                                            a.shape["context"])
+    if "serving" in a.parts and a.serving_type in a.types:
+        run.note(f"serving on {a.serving_type}: Folio KV {kv / 2**20:.1f} MiB "
+                 f"({kv // kv_bytes_per_token(a.shape)} tokens of "
+                 f"{kv_bytes_per_token(a.shape)} B)")
     for t in a.types:
         serve = ["--model=" + models[t], f"--threads={a.threads}", f"--kv_cache_bytes={kv}",
                  "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"]
@@ -563,14 +601,31 @@ def measure(run, models):
                             llama_decode(run, t, models[t], rnd)
             if "batched" in a.parts:
                 folio_batched(run, cluster, t)
-            if "serving" in a.parts and t == a.serving_type:
+            if "batched" in a.parts and run.llama:
+                llama_batched(run, t, models[t])
+            if "serving" in a.parts and t == a.serving_type and not a.serving_model:
                 folio_serving(run, cluster, t, models[t])
             folio_memory(run, cluster, t, models[t])
-        if "batched" in a.parts and run.llama:
-            llama_batched(run, t, models[t])
-        if "serving" in a.parts and t == a.serving_type and run.llama:
+        if "serving" in a.parts and t == a.serving_type and not a.serving_model and run.llama:
             for np_slots in a.work["np"]:
                 llama_serving(run, t, models[t], np_slots)
+    if "serving" in a.parts and a.serving_model:
+        shape = shape_of(a.serving_model, a.reference_dir)
+        kv = kv_bytes_per_token(shape) * max(max(w["np"]) * (w["max_input"] + w["max_output"]),
+                                             shape["context"])
+        t, model = a.serving_type, os.path.abspath(a.serving_model)
+        serve = ["--model=" + model, f"--threads={a.threads}", f"--kv_cache_bytes={kv}",
+                 "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"]
+        run.note(f"serving on {t}: Folio KV {kv / 2**20:.1f} MiB "
+                 f"({kv // kv_bytes_per_token(shape)} tokens of {kv_bytes_per_token(shape)} B)")
+        with _cluster.Cluster(a.bin_dir, serve, run.path("logs"), name="folio-serving",
+                              startup_timeout_s=a.startup_timeout_s) as cluster:
+            run.commands.append(cluster.commands[0])
+            folio_serving(run, cluster, t, model)
+            folio_memory(run, cluster, t, model)
+        if run.llama:
+            for np_slots in a.work["np"]:
+                llama_serving(run, t, model, np_slots)
 
 
 def table_text(results):
@@ -630,6 +685,8 @@ def main(argv):
         args.types = ["F16"]
     st = args.serving_type or (args.types[0] if args.smoke else "Q4_K_M")
     args.serving_type = None if st == "none" or st not in args.types else st
+    if args.serving_model:
+        args.serving_type = os.path.basename(args.serving_model)
     _cluster.check_bench(args.bin_dir)
     run = Run(args, llama, why)
     if llama is None:

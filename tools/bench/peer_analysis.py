@@ -132,7 +132,7 @@ def summarize(measurements, types, serving_type, labels=None):
     measurements: dicts with kind ("decode" | "batched" | "serving"), type, engine
     ("folio" | "llama.cpp"), and the figure: tokens_per_s (decode), wall_s (batched), or
     serving figures (serving_figures(), with "config" naming llama-server's -np).
-    Returns [{measure, type, folio, llama, ratio, aim, verdict, note}]; decode compares
+    Returns [{kind, measure, type, folio, llama, ratio, aim, verdict, note}]; decode compares
     medians over rounds; serving compares Folio with llama-server's configuration of the
     highest output tokens/s. labels: the measurements' names (DEFAULT_LABELS)."""
     name = labels or DEFAULT_LABELS
@@ -147,7 +147,7 @@ def summarize(measurements, types, serving_type, labels=None):
         lv = median(m.get("tokens_per_s") for m in ll)
         r = ratio(f, lv)
         tools = sorted({m.get("tool", "") for m in ll} - {""})
-        rows.append({"measure": name["decode"], "type": t, "folio": f,
+        rows.append({"kind": "decode", "measure": name["decode"], "type": t, "folio": f,
                      "llama": lv, "ratio": r, "aim": f">= {DECODE_AIM}x",
                      "verdict": verdict(r, DECODE_AIM, True),
                      "note": ", ".join(tools)})
@@ -157,7 +157,7 @@ def summarize(measurements, types, serving_type, labels=None):
         lv = median(m.get("wall_s") for m in ll)
         r = ratio(f, lv)
         tools = sorted({m.get("tool", "") for m in ll} - {""})
-        rows.append({"measure": name["batched"], "type": t, "folio": f,
+        rows.append({"kind": "batched", "measure": name["batched"], "type": t, "folio": f,
                      "llama": lv, "ratio": r, "aim": f"<= {BATCHED_AIM}x",
                      "verdict": verdict(r, BATCHED_AIM, False), "note": ", ".join(tools)})
     if serving_type:
@@ -176,17 +176,18 @@ def summarize(measurements, types, serving_type, labels=None):
         v = verdict(r, SERVING_AIM, True)
         if v == "met" and not clean:
             v = "not met"
-        rows.append({"measure": name["serving"] + ": output tokens/s", "type": serving_type,
+        rows.append({"kind": "serving", "measure": name["serving"] + ": output tokens/s", "type": serving_type,
                      "folio": f and f["output_tok_s"], "llama": best and best["output_tok_s"],
                      "ratio": r, "aim": f">= {SERVING_AIM}x, nothing failed or truncated",
                      "verdict": v, "note": "; ".join(note)})
         rt = ratio(f and f["ttft_p50_ms"], best and best["ttft_p50_ms"])
-        rows.append({"measure": name["serving"] + ": TTFT p50 (ms)", "type": serving_type,
+        rows.append({"kind": "serving", "measure": name["serving"] + ": TTFT p50 (ms)", "type": serving_type,
                      "folio": f and f["ttft_p50_ms"], "llama": best and best["ttft_p50_ms"],
                      "ratio": rt, "aim": f"<= {SERVING_TTFT_AIM}x",
                      "verdict": verdict(rt, SERVING_TTFT_AIM, False), "note": ""})
         for m in llama:
-            rows.append({"measure": name["serving"] + ": llama-server output tokens/s",
+            rows.append({"kind": "serving",
+                         "measure": name["serving"] + ": llama-server output tokens/s",
                          "type": serving_type, "folio": None,
                          "llama": m["output_tok_s"], "ratio": None, "aim": "",
                          "verdict": "",

@@ -121,6 +121,11 @@ def parse_args(argv):
                    help="always pass llama.cpp --no-repack (default: only after a crash)")
     p.add_argument("--write_docs", action="store_true",
                    help="replace the table between the peer markers in docs/benchmarks.md")
+    p.add_argument("--tool_timeout_s", type=int, default=1800,
+                   help="a llama.cpp tool run still going after this long is stopped and "
+                        "reported as such (no figure; its time is then above this bound); a "
+                        "serving run (either engine) stops sending and cuts off its requests "
+                        "then (folio-bench --duration_s: they count as failed)")
     p.add_argument("--table_from", metavar="DIR", default=None,
                    help="only write DIR/table.md again from DIR/results.json (e.g. of an "
                         "interrupted run) and print it")
@@ -158,10 +163,13 @@ def load_average():
         return " ".join(f.read().split()[:3])
 
 
+TIMED_OUT = "timed out"
+
+
 def run_tool(argv, log_path, timeout_s):
     """Runs argv, its stdout to log_path and its stderr to log_path's .err.log; returns
     (exit code or -signal, stdout, stderr, peak RSS in MiB). Past timeout_s it is killed
-    (-9)."""
+    and the code is TIMED_OUT."""
     err_path = log_path[:-len(".log")] + ".err.log"
     with open(log_path, "w") as out, open(err_path, "w") as err:
         err.write("$ " + quote(argv) + "\n")
@@ -175,7 +183,8 @@ def run_tool(argv, log_path, timeout_s):
                     break
                 if time.time() > deadline:
                     proc.kill()
-                    pid, status, usage = os.wait4(proc.pid, 0)
+                    _, _, usage = os.wait4(proc.pid, 0)
+                    status = None
                     break
                 time.sleep(0.1)
         except BaseException:  # SIGTERM (SystemExit) or ^C: the tool must not outlive us
@@ -184,7 +193,10 @@ def run_tool(argv, log_path, timeout_s):
             raise
         finally:
             proc.returncode = 0  # reaped by wait4: Popen must not wait for it again
-    rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    if status is None:
+        rc = TIMED_OUT
+    else:
+        rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     with open(log_path) as f, open(err_path) as e:
         return rc, f.read(), e.read(), usage.ru_maxrss / 1024
 
@@ -416,7 +428,12 @@ def llama_decode(run, t, model, rnd):
     if t not in run.no_repack and not a.no_repack:
         argv = [run.llama["llama-bench"], "-m", model, "-t", str(a.threads), "-fa", "on",
                 "-p", "0", "-n", str(w["decode_tokens"]), "-r", "1", "-o", "json"]
-        rc, out, _, rss = run_tool(argv, run.path("logs", f"llama-bench-{t}-{rnd}.log"), 1800)
+        rc, out, _, rss = run_tool(argv, run.path("logs", f"llama-bench-{t}-{rnd}.log"),
+                                   a.tool_timeout_s)
+        if rc == TIMED_OUT:
+            run.note(f"llama-bench on {t} (round {rnd}) still running after "
+                     f"{a.tool_timeout_s} s: stopped, no figure")
+            return
         if rc == 0:
             tps = pa.llama_bench_decode_rate(pa.parse_llama_bench_json(out))
             run.add({"kind": "decode", "type": t, "engine": "llama.cpp", "round": rnd,
@@ -448,7 +465,12 @@ def batched_bench(run, t, model, pp, tg, pl, name):
         argv = [run.llama["llama-batched-bench"], "-m", model, *llama_common(run, t),
                 "-tb", str(a.threads), "-c", str(pl * (pp + tg)), "-npp", str(pp),
                 "-ntg", str(tg), "-npl", f"{pl},1"]
-        rc, out, err, rss = run_tool(argv, run.path("logs", f"{name}-{attempt}.log"), 3600)
+        rc, out, err, rss = run_tool(argv, run.path("logs", f"{name}-{attempt}.log"),
+                                     a.tool_timeout_s)
+        if rc == TIMED_OUT:
+            run.note(f"{name}: llama-batched-bench still running after {a.tool_timeout_s} s: "
+                     "stopped, no figure (its wall time is above that)")
+            return None
         if rc == 0:
             try:
                 return pa.batched_row(pa.parse_batched_bench(out + err), pp, tg, pl), argv, \
@@ -508,7 +530,8 @@ def serving_args(run, base_url, model):
     return ["--backend=openai", f"--base_url={base_url}", f"--model_file={model}",
             "--workload=sharegpt-like", f"--num_requests={w['requests']}",
             f"--max_concurrency={w['clients']}", f"--max_input_len={w['max_input']}",
-            f"--max_output_len={w['max_output']}", "--seed=0"]
+            f"--max_output_len={w['max_output']}", "--seed=0",
+            f"--duration_s={run.args.tool_timeout_s}"]
 
 
 def folio_serving(run, cluster, t, model):
@@ -585,6 +608,9 @@ def measure(run, models):
                  f"({kv // kv_bytes_per_token(a.shape)} tokens of "
                  f"{kv_bytes_per_token(a.shape)} B)")
     for t in a.types:
+        if not ({"decode", "batched"} & set(a.parts)) and (a.serving_model
+                                                           or t != a.serving_type):
+            continue  # nothing to measure on this file
         serve = ["--model=" + models[t], f"--threads={a.threads}", f"--kv_cache_bytes={kv}",
                  "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"]
         with _cluster.Cluster(a.bin_dir, serve, run.path("logs"), name=f"folio-{t}",

@@ -275,6 +275,7 @@ class Run:
         self.no_repack = set()  # types on which llama.cpp crashed with repacking on
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.uptime_before = uptime()
+        self.commit = git_commit()  # at the start: the checkout may move during a sitting
 
     def path(self, *parts):
         return os.path.join(self.args.out, *parts)
@@ -299,7 +300,7 @@ class Run:
         results = {
             "started": self.started.isoformat(), "uptime_before": self.uptime_before,
             "uptime_now": uptime(), "command": shown_command(a.argv),
-            "machine": machine(), "folio_commit": git_commit(),
+            "machine": machine(), "folio_commit": self.commit,
             "llama_cpp": {"tools": self.llama, "not_used_because": self.llama_why,
                           "release": _llama_tools.release_tag(a.reference_dir),
                           "no_repack_types": sorted(self.no_repack)},

@@ -39,7 +39,10 @@ using BlockDequantizeFn = void (*)(const uint8_t* src, int64_t num_blocks, float
 // Stored types with their own matmul kernels; kOther reads through `dequantize`.
 //   kF16: IEEE binary16, 2 bytes a value; kBF16: bfloat16, 2 bytes; kQ8_0: ggml's q8_0,
 //   blocks of 32 values: f16 scale d then 32 int8 (34 bytes), value = d * q.
-enum class StoredKind { kOther, kF16, kBF16, kQ8_0 };
+//   kQ4_0 .. kQ6_K: ggml's 4/5/6-bit blocks (weight_format.h's formats/ spell out the
+//   layouts), read against 8-bit activation blocks: q8_0 for the 32-value types, q8_K
+//   (256 values, f32 scale, per-16 sums) for the K-quants.
+enum class StoredKind { kOther, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 const char* StoredKindName(StoredKind kind);
 
 struct TypedRows {

@@ -1,8 +1,8 @@
 // Folio's CPU forward pass judged by llama.cpp (folio_llama_ref): random-weight models of
 // each architecture (Llama 3 with rope_freqs and tied embeddings, Qwen2 with biases,
 // Qwen3 with Q/K norms and key_length != dim / heads, Mistral-shaped GQA), written in
-// F16 by folio-make-model and quantized to Q8_0, Q4_0, Q4_K_M, Q5_K_M and Q6_K by
-// llama.cpp's own quantizer, so the quantized bytes are llama.cpp's.
+// F16 by folio-make-model and quantized to Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M
+// and Q6_K by llama.cpp's own quantizer, so the quantized bytes are llama.cpp's.
 //
 // Logits: for a fixed 64-token prompt, Folio's logits at every position are within
 // kTolerance(type) * max|logit| of llama.cpp's. Greedy: llama.cpp's 32-token greedy
@@ -120,7 +120,7 @@ float Tolerance(const std::string& type) {
   if (const char* t = std::getenv("FOLIO_LOGITS_TOL"); t != nullptr) return std::atof(t);
   if (type == "F16") return 1e-3f;
   if (type == "Q8_0") return 7e-3f;
-  if (type == "Q4_0") return 1.5e-2f;
+  if (type == "Q4_0" || type == "Q4_1" || type == "Q5_0" || type == "Q5_1") return 1.5e-2f;
   return 1.2e-2f;  // K-quants: q8_K activations
 }
 
@@ -330,7 +330,8 @@ TEST_P(LlamaLogitsTest, LogitsMatchLlamaCppOnTheDequantizedWeightsInF32) {
 INSTANTIATE_TEST_SUITE_P(
     ArchsAndTypes, LlamaLogitsTest,
     ::testing::Combine(::testing::Values(0, 1, 2, 3),
-                       ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")),
+                       ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                         "Q4_K_M", "Q5_K_M", "Q6_K")),
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(Archs()[std::get<0>(info.param)].name, "_", std::get<1>(info.param));
     });

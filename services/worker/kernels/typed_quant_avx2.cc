@@ -116,14 +116,18 @@ FOLIO_T_AVX2 void DotLegacy(const uint8_t* w, const Activations& x, int64_t r0, 
 
 // ---- the K-quants ---------------------------------------------------------------------
 
-// q4_K / q5_K: the 8 six-bit scales and mins of a super-block.
-inline void ScalesMins(const uint8_t* s, int16_t sc[8], int16_t m[8]) {
-  for (int g = 0; g < 4; ++g) {
-    sc[g] = s[g] & 0x3F;
-    m[g] = s[g + 4] & 0x3F;
-    sc[g + 4] = static_cast<int16_t>((s[g + 8] & 0x0F) | ((s[g] >> 2) & 0x30));
-    m[g + 4] = static_cast<int16_t>((s[g + 8] >> 4) | ((s[g + 4] >> 2) & 0x30));
-  }
+// q4_K / q5_K: the 8 six-bit scales (16-bit lanes 0..7) and mins (lanes 8..15) of the
+// super-block whose 12 packed bytes are at s.
+FOLIO_T_AVX2 inline __m256i ScalesMins(const uint8_t* s) {
+  uint32_t u0, u1, u2;
+  std::memcpy(&u0, s, 4);
+  std::memcpy(&u1, s + 4, 4);
+  std::memcpy(&u2, s + 8, 4);
+  const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, mn_lo = u1 & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u);
+  const uint32_t mn_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo),
+                                            static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
 }
 
 template <bool kFiveBit, int R>
@@ -142,14 +146,21 @@ FOLIO_T_AVX2 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, fl
     acc[i] = _mm256_setzero_ps();
   }
   const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i min_pairs = _mm256_set_epi8(15, 14, 15, 14, 13, 12, 13, 12, 11, 10, 11, 10, 9, 8, 9, 8,
+                                            7, 6, 7, 6, 5, 4, 5, 4, 3, 2, 3, 2, 1, 0, 1, 0);
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = w + b * kBytes;
     const uint8_t* qs = blk + (kFiveBit ? 48 : 16);
-    int16_t sc[8], mn[8];
-    ScalesMins(blk + 4, sc, mn);
-    // Each group's min against the sums of its two 16-value halves of x.
-    const __m256i mins = _mm256_set_epi16(mn[7], mn[7], mn[6], mn[6], mn[5], mn[5], mn[4], mn[4],
-                                          mn[3], mn[3], mn[2], mn[2], mn[1], mn[1], mn[0], mn[0]);
+    const __m256i sm = ScalesMins(blk + 4);
+    // Each group's min twice, against the sums of its two 16-value halves of x; each
+    // group's scale in all 16 lanes.
+    const __m256i mins = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(sm, 0xEE), min_pairs);
+    const __m256i scales = _mm256_permute4x64_epi64(sm, 0x44);
+    __m256i sc[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      sc[g] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((2 * g + 1) << 8 | 2 * g)));
+    }
     const float d = HalfAt(blk), dmin = HalfAt(blk + 2);
     __m256i wlo[4], whi[4];
 #pragma GCC unroll 4
@@ -175,8 +186,8 @@ FOLIO_T_AVX2 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, fl
       for (int c = 0; c < 4; ++c) {
         const __m256i plo = _mm256_maddubs_epi16(wlo[c], Load32(xb + 64 * c));
         const __m256i phi = _mm256_maddubs_epi16(whi[c], Load32(xb + 64 * c + 32));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, sc[2 * c]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, sc[2 * c + 1]));
       }
       const __m256i msum = _mm256_madd_epi16(Load32(bs[i] + b * 16), mins);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * xd[i][b]), acc[i]);

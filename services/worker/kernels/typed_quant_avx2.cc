@@ -56,8 +56,8 @@ constexpr Legacy LegacyOf(StoredKind k) {
                                   : Legacy{24, true, true};
 }
 
-// The block's 32 stored quants as unsigned bytes in value order (q4_0 / q5_0's offset
-// not yet taken off).
+// The block's 32 weights as bytes in value order: unsigned for q4_1 / q5_1, q - 8 /
+// q - 16 (signed) for q4_0 / q5_0.
 template <StoredKind kKind>
 FOLIO_T_AVX2 inline __m256i UnpackLegacy(const uint8_t* blk) {
   constexpr Legacy L = LegacyOf(kKind);
@@ -69,22 +69,16 @@ FOLIO_T_AVX2 inline __m256i UnpackLegacy(const uint8_t* blk) {
     std::memcpy(&qh, blk + (L.has_min ? 4 : 2), 4);
     w = _mm256_or_si256(w, _mm256_and_si256(BitsToBytes(qh), _mm256_set1_epi8(0x10)));
   }
+  if constexpr (!L.has_min) w = _mm256_sub_epi8(w, _mm256_set1_epi8(L.five_bit ? 16 : 8));
   return w;
 }
 
-// The 8 int32 partial sums of one block: the unsigned quants w times x.
+// The 8 int32 partial sums of one block: w (signed or unsigned bytes) times x.
+template <bool kSigned>
 FOLIO_T_AVX2 inline __m256i BlockDot(__m256i w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
-
-// The per-block f32 term besides d_w * d_x * (unsigned quants . x): the min m for
-// q4_1 / q5_1, -8 d or -16 d for q4_0 / q5_0 (whose quants are stored with that offset),
-// times s_x = d_x * (sum of x's quants).
-template <StoredKind kKind>
-FOLIO_T_AVX2 inline float OffsetCoef(const uint8_t* blk, float d) {
-  constexpr Legacy L = LegacyOf(kKind);
-  if constexpr (L.has_min) return HalfAt(blk + 2);
-  return (L.five_bit ? -16.0f : -8.0f) * d;
+  const __m256i p = kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                            : _mm256_maddubs_epi16(w, x);
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 template <StoredKind kKind, int R>
@@ -108,12 +102,12 @@ FOLIO_T_AVX2 void DotLegacy(const uint8_t* w, const Activations& x, int64_t r0, 
     const uint8_t* blk = w + b * L.bytes;
     const __m256i wq = UnpackLegacy<kKind>(blk);
     const float d = HalfAt(blk);
-    const float c = OffsetCoef<kKind>(blk, d);
+    const float m = L.has_min ? HalfAt(blk + 2) : 0.0f;
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const __m256i s = BlockDot(wq, Load32(xq[i] + b * kQ8Block));
+      const __m256i s = BlockDot<!L.has_min>(wq, Load32(xq[i] + b * kQ8Block));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xd[i][b]), acc[i]);
-      accm[i] += c * xs[i][b];
+      if (L.has_min) accm[i] += m * xs[i][b];
     }
   }
 #pragma GCC unroll 4

@@ -1,7 +1,8 @@
 // Internal to the kernels library: the per-type, per-path row kernels behind
 // TypedLinear (typed_gemm.h), and the activations they read.
 //
-// A DotKernel computes, for one weight row stored as its type (f16, bf16, q8_0) and R
+// A DotKernel computes, for one weight row stored as its type (f16, bf16, q8_0, and the
+// 4/5/6-bit block types of typed_quant_*.cc) and R
 // = 1..4 consecutive activation rows, the R dot products. Every R gives each output the
 // same operations in the same order (the R rows share only the weight loads), so results
 // do not depend on how many token rows a step has. The portable kernels are the
@@ -11,6 +12,8 @@
 // Q8_0 activations are quantized the way llama.cpp's quantize_row_q8_0 (and gguf-py's
 // Q8_0 quantizer) does: per block of 32, d = max|x| / 127, q = round(x / d) (half away
 // from zero), d kept as f16; the dot then multiplies integer block sums by d_w * d_x.
+// q4_0..q5_1 read the same q8_0 blocks (q4_1 / q5_1 also their sums); the K-quants read
+// q8_K super-blocks (QuantizeQ8_K).
 // BF16 on the avx512_bf16 path rounds activations to bf16 (nearest even), as llama.cpp
 // does for bf16 weights, for vdpbf16ps; every other path keeps them f32.
 // Stateless; thread-safe.

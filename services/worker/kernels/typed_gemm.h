@@ -12,9 +12,11 @@
 // f32 sums (AVX2/AVX-512 FMA; vdpbf16ps on bf16-rounded activations with avx512_bf16),
 // q8_0 against activations quantized to q8_0 blocks once per call, by integer block dot
 // products (AVX2 maddubs, AVX-VNNI / AVX-512 VNNI vpdpbusd) scaled in f32, as llama.cpp
-// does. The path is the best the CPU has (cpu_isa.h's EnabledCpuFeatures); tests force
-// each with TypedLinearOnPath. Every other type dequantizes a few rows of W at a time
-// into a per-thread buffer (the segment's `dequantize`) and takes f32 dot products.
+// does; the 4/5/6-bit types (q4_0..q5_1, q4_K, q5_K, q6_K) likewise by integer dots
+// against q8_0 or q8_K activation blocks. The path is the best the CPU has (cpu_isa.h's
+// EnabledCpuFeatures); tests force each with TypedLinearOnPath. Every other type (q2_K,
+// q3_K, f32) dequantizes a few rows of W at a time into a per-thread buffer (the
+// segment's `dequantize`) and takes f32 dot products.
 //
 // Threading: output features are cut into one contiguous range per pool thread (a
 // static split by rows; the caller takes part; idle threads block, never spin).

@@ -165,9 +165,6 @@ bool CompiledGrammar::Expand(std::vector<int32_t> stack, Stacks* out, ExpandStat
     pending.pop_back();
     while (true) {
       if (++st->work > kMaxAcceptWork) return false;
-      // A stack met before this byte expands the same way again: once is enough
-      // (nullable alternatives reach one point by many paths).
-      if (!st->visited.insert(s).second) break;
       if (s.empty()) {
         out->push_back(std::move(s));
         break;
@@ -182,6 +179,10 @@ bool CompiledGrammar::Expand(std::vector<int32_t> stack, Stacks* out, ExpandStat
         s.pop_back();
         continue;
       }
+      // A call met before for this byte expands the same way again: once is enough
+      // (nullable alternatives reach one call by many paths; the results are made
+      // unique afterwards).
+      if (!st->visited.insert(s).second) break;
       // Call: the caller resumes after the reference; a call in tail position leaves
       // no frame, so right recursion keeps the stack flat.
       s.back() = p + 1;

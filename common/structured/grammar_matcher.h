@@ -75,7 +75,7 @@ inline constexpr int64_t kMaxMaskMemoBytes = int64_t{64} << 20;
 inline constexpr int32_t kMaxLiveStacks = 1024;
 inline constexpr int64_t kMaxMaskWork = int64_t{1} << 24;
 inline constexpr int64_t kMaxAcceptWork = int64_t{1} << 16;
-inline constexpr int32_t kAmbiguityProbeStates = 512;
+inline constexpr int32_t kAmbiguityProbeStates = 256;
 inline constexpr int64_t kAmbiguityProbeWork = int64_t{1} << 21;  // expansion steps in all
 
 inline int32_t BitmaskWords(int32_t vocab_size) { return (vocab_size + 31) / 32; }
@@ -144,14 +144,15 @@ class CompiledGrammar {
   struct Walker;  // grammar_matcher.cc
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
   using Stacks = std::vector<std::vector<int32_t>>;
-  // One byte's expansion: its steps so far and the stacks it met.
+  // One byte's expansion: its steps so far and the calls (stacks topped by a rule
+  // reference) it met.
   struct ExpandState {
     int64_t work = 0;
     absl::flat_hash_set<std::vector<int32_t>> visited;
   };
   // The stacks with every top a kBytes element, from `stack` whose top may be any
-  // position (appended to `out`, each stack met once per ExpandState); false past
-  // kMaxAcceptWork steps.
+  // position (appended to `out`; each call expanded once per ExpandState, so `out` may
+  // repeat a stack); false past kMaxAcceptWork steps.
   bool Expand(std::vector<int32_t> stack, Stacks* out, ExpandState* st) const;
   // The stacks after `byte`, sorted and unique, into *out (empty when the byte is not
   // allowed); "grammar too ambiguous" (with `context` after the reason) past

@@ -156,7 +156,7 @@ TEST_F(StructuredOutputTest, BadGrammarsAreRefusedAtSubmit) {
 
 // A grammar too ambiguous for the matcher (2^k parses after k "a"s; grammar_matcher.h):
 // refused at Submit when the compile-time probe reaches it. Behind a prefix wider than the
-// probe goes (26 alternatives of 25 bytes: it stops near depth 20) the grammar compiles;
+// probe goes (26 alternatives of 25 bytes: it stops near depth 10) the grammar compiles;
 // with "a" pushed up, the model walks into the ambiguity and the request ends with the
 // error at the mask that goes over, rather than stalling the loop.
 TEST_F(StructuredOutputTest, TooAmbiguousGrammarsAreRefused) {

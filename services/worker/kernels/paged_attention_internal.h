@@ -16,15 +16,14 @@ namespace folio::worker::kernels::internal {
 // Query rows (query positions x query heads of one kv group) per prefill tile: a tile
 // covers max(1, kTileRows / group) query positions.
 inline constexpr int kTileRows = 32;
-// Keys scored at a time inside one cache block (a block longer than this, e.g. the
-// one-block-per-sequence layout, is walked in pieces of this many keys).
+// Keys scored at a time (a piece of consecutive positions, across block boundaries).
 inline constexpr int kKeyTile = 32;
 
 inline int TileQueries(int group) { return group >= kTileRows ? 1 : kTileRows / group; }
 
 // Attention for queries [query_begin, query_begin + query_count) of `seq` (a prefill
 // chunk), query heads of kv head `kv_head`: one pass over the keys 0 .. the last query's
-// position, block by block through the table, with an online softmax (running max and
+// position, through the block table, with an online softmax (running max and
 // sum per query row), causal within the chunk. Each key and value row is read (and
 // widened from f16) once per tile instead of once per query.
 using AttendTileFn = void (*)(const PagedAttentionArgs& args, const AttentionSeq& seq,

@@ -1,8 +1,8 @@
 // Tiled prefill attention on the CPU (see paged_attention_internal.h). One call is one
 // tile: R = query_count x group query rows (several query positions times the query
 // heads of one kv head) against the keys 0 .. the tile's last position. The keys are
-// walked block by block through the table in pieces of at most kKeyTile; each piece's
-// K and V rows are widened to f32 once (f32 caches are read in place) and used by all R
+// walked through the block table in pieces of kKeyTile consecutive positions; each
+// piece's K and V rows are widened to f32 once (f32 caches are read in place) and used by all R
 // rows, with an online softmax:
 //
 //   per row r:  m_r = running max, l_r = running sum, acc_r = running weighted values
@@ -33,9 +33,13 @@ struct PortableTilePrims {
     for (int i = 0; i < n; ++i) buf[i] = HalfToFloat(row[i]);
     return buf;
   }
-  // s[r * kKeyTile + j] = scale * q[r] . k[j] for r < R, j < nk.
-  static void Scores(const float* const* q, int R, const float* const* k, int nk, int hd,
-                     float scale, float* s) {
+  // s[r * kKeyTile + j] = scale * q[r] . k[j] for r < R, j < nk, the key rows given in
+  // the cache's type (widened into kbuf, [kKeyTile][hd], when f16).
+  template <typename KvT>
+  static void Scores(const float* const* q, int R, const KvT* const* kraw, int nk, int hd,
+                     float scale, float* kbuf, float* s) {
+    const float* k[kKeyTile];
+    for (int j = 0; j < nk; ++j) k[j] = Widen(kraw[j], kbuf + static_cast<size_t>(j) * hd, hd);
     for (int r = 0; r < R; ++r) {
       for (int j = 0; j < nk; ++j) {
         float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -57,6 +61,24 @@ struct PortableTilePrims {
     for (int j = 0; j < n; ++j) sum += (p[j] = std::exp(p[j] - max));
     return sum;
   }
+  // The online softmax step of one piece for row r, whose keys j < nv (of nk) are
+  // visible: p[j] = exp(p[j] - m') for j < nv and 0 for nv <= j < nk, with
+  // m' = max(m, p[0..nv)); l = a l + sum_j p[j]; m = m'. Returns a = exp(m - m')
+  // (1 when nv == 0: the row is unchanged).
+  static float Softmax(float* p, int nv, int nk, float& m, float& l) {
+    if (nv == 0) {
+      std::fill(p, p + nk, 0.0f);
+      return 1.0f;
+    }
+    float mb = p[0];
+    for (int j = 1; j < nv; ++j) mb = std::max(mb, p[j]);
+    const float m_new = std::max(m, mb);
+    const float alpha = m_new == m ? 1.0f : std::exp(m - m_new);  // exp(-inf) = 0 at first
+    l = l * alpha + ExpSum(p, nv, m_new);
+    m = m_new;
+    std::fill(p + nv, p + nk, 0.0f);
+    return alpha;
+  }
   // acc[r] = alpha[r] * acc[r] + sum_{j < nk} p[r * kKeyTile + j] * v[j].
   static void Accumulate(float* acc, int R, int hd, const float* alpha, const float* p,
                          const float* const* v, int nk) {
@@ -72,19 +94,33 @@ struct PortableTilePrims {
 };
 
 #if FOLIO_HAVE_AVX2_PATH
-// [sum(v[0]), ..., sum(v[7])].
-FOLIO_AVX2_TARGET inline __m256 SumEach8(const __m256* v) {
-  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
-  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
-  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1);
-  const __m256 u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+FOLIO_AVX2_TARGET inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+FOLIO_AVX2_TARGET inline __m256 Load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// head_dim a multiple of 8. Scores: two query rows x four keys per step (8 accumulators,
-// 6 loads per 8 FMAs). Values: two query rows x 32 lanes per step, keys innermost.
+// Transposes the 8 x 8 matrix whose rows are t[0..7], in place.
+FOLIO_AVX2_TARGET inline void Transpose8(__m256* t) {
+  const __m256 u0 = _mm256_unpacklo_ps(t[0], t[1]), u1 = _mm256_unpackhi_ps(t[0], t[1]);
+  const __m256 u2 = _mm256_unpacklo_ps(t[2], t[3]), u3 = _mm256_unpackhi_ps(t[2], t[3]);
+  const __m256 u4 = _mm256_unpacklo_ps(t[4], t[5]), u5 = _mm256_unpackhi_ps(t[4], t[5]);
+  const __m256 u6 = _mm256_unpacklo_ps(t[6], t[7]), u7 = _mm256_unpackhi_ps(t[6], t[7]);
+  const __m256 v0 = _mm256_shuffle_ps(u0, u2, 0x44), v1 = _mm256_shuffle_ps(u0, u2, 0xEE);
+  const __m256 v2 = _mm256_shuffle_ps(u1, u3, 0x44), v3 = _mm256_shuffle_ps(u1, u3, 0xEE);
+  const __m256 v4 = _mm256_shuffle_ps(u4, u6, 0x44), v5 = _mm256_shuffle_ps(u4, u6, 0xEE);
+  const __m256 v6 = _mm256_shuffle_ps(u5, u7, 0x44), v7 = _mm256_shuffle_ps(u5, u7, 0xEE);
+  t[0] = _mm256_permute2f128_ps(v0, v4, 0x20);
+  t[1] = _mm256_permute2f128_ps(v1, v5, 0x20);
+  t[2] = _mm256_permute2f128_ps(v2, v6, 0x20);
+  t[3] = _mm256_permute2f128_ps(v3, v7, 0x20);
+  t[4] = _mm256_permute2f128_ps(v0, v4, 0x31);
+  t[5] = _mm256_permute2f128_ps(v1, v5, 0x31);
+  t[6] = _mm256_permute2f128_ps(v2, v6, 0x31);
+  t[7] = _mm256_permute2f128_ps(v3, v7, 0x31);
+}
+
+// head_dim a multiple of 8. Scores and values in register tiles of six query rows.
+static_assert(kKeyTile % 16 == 0, "the AVX2 scores take 16 keys at a time");
 struct Avx2TilePrims {
   FOLIO_AVX2_TARGET static const float* Widen(const float* row, float*, int) { return row; }
   FOLIO_AVX2_TARGET static const float* Widen(const uint16_t* row, float* buf, int n) {
@@ -94,42 +130,45 @@ struct Avx2TilePrims {
     }
     return buf;
   }
-  FOLIO_AVX2_TARGET static void Scores(const float* const* q, int R, const float* const* k,
-                                       int nk, int hd, float scale, float* s) {
+  // Scores from K transposed: kbuf[d * kKeyTile + j] = k_j[d] (8 x 8 blocks transposed in
+  // registers, keys past nk repeat key nk - 1), then six query rows x 16 keys per step:
+  // 12 accumulators, each FMA a broadcast q element times 8 keys, no horizontal sums.
+  template <typename KvT>
+  FOLIO_AVX2_TARGET static void Scores(const float* const* q, int R, const KvT* const* kraw,
+                                       int nk, int hd, float scale, float* kbuf, float* s) {
+    const int nk16 = (nk + 15) / 16 * 16;  // <= kKeyTile
+    for (int j0 = 0; j0 < nk16; j0 += 8) {
+      const KvT* rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = kraw[std::min(j0 + i, nk - 1)];
+      for (int d0 = 0; d0 < hd; d0 += 8) {
+        __m256 t[8];
+        for (int i = 0; i < 8; ++i) t[i] = Load8(rows[i] + d0);
+        Transpose8(t);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kbuf + (d0 + i) * kKeyTile + j0, t[i]);
+      }
+    }
     const __m256 vscale = _mm256_set1_ps(scale);
-    for (int r = 0; r < R; r += 2) {
-      const bool two = r + 1 < R;
-      const float* q0 = q[r];
-      const float* q1 = q[two ? r + 1 : r];
-      for (int j = 0; j < nk; j += 4) {
-        const int n = std::min(4, nk - j);
-        const float* k0 = k[j];
-        const float* k1 = k[j + std::min(1, n - 1)];
-        const float* k2 = k[j + std::min(2, n - 1)];
-        const float* k3 = k[j + std::min(3, n - 1)];
-        __m256 d[8];
-        for (int i = 0; i < 8; ++i) d[i] = _mm256_setzero_ps();
-        for (int c = 0; c < hd; c += 8) {
-          const __m256 a0 = _mm256_loadu_ps(q0 + c);
-          const __m256 a1 = _mm256_loadu_ps(q1 + c);
-          const __m256 b0 = _mm256_loadu_ps(k0 + c);
-          const __m256 b1 = _mm256_loadu_ps(k1 + c);
-          const __m256 b2 = _mm256_loadu_ps(k2 + c);
-          const __m256 b3 = _mm256_loadu_ps(k3 + c);
-          d[0] = _mm256_fmadd_ps(a0, b0, d[0]);
-          d[1] = _mm256_fmadd_ps(a0, b1, d[1]);
-          d[2] = _mm256_fmadd_ps(a0, b2, d[2]);
-          d[3] = _mm256_fmadd_ps(a0, b3, d[3]);
-          d[4] = _mm256_fmadd_ps(a1, b0, d[4]);
-          d[5] = _mm256_fmadd_ps(a1, b1, d[5]);
-          d[6] = _mm256_fmadd_ps(a1, b2, d[6]);
-          d[7] = _mm256_fmadd_ps(a1, b3, d[7]);
+    for (int r0 = 0; r0 < R; r0 += 6) {
+      const float* qr[6];
+      for (int i = 0; i < 6; ++i) qr[i] = q[std::min(r0 + i, R - 1)];
+      for (int j0 = 0; j0 < nk16; j0 += 16) {
+        __m256 a[6][2];
+        for (int i = 0; i < 6; ++i) a[i][0] = a[i][1] = _mm256_setzero_ps();
+        const float* kt = kbuf + j0;
+        for (int d = 0; d < hd; ++d, kt += kKeyTile) {
+          const __m256 k0 = _mm256_loadu_ps(kt);
+          const __m256 k1 = _mm256_loadu_ps(kt + 8);
+#pragma GCC unroll 6
+          for (int i = 0; i < 6; ++i) {
+            const __m256 b = _mm256_broadcast_ss(qr[i] + d);
+            a[i][0] = _mm256_fmadd_ps(b, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(b, k1, a[i][1]);
+          }
         }
-        alignas(32) float sums[8];
-        _mm256_store_ps(sums, _mm256_mul_ps(SumEach8(d), vscale));
-        for (int i = 0; i < n; ++i) s[r * kKeyTile + j + i] = sums[i];
-        if (two) {
-          for (int i = 0; i < n; ++i) s[(r + 1) * kKeyTile + j + i] = sums[4 + i];
+        for (int i = 0; i < 6 && r0 + i < R; ++i) {
+          float* sr = s + (r0 + i) * kKeyTile + j0;
+          _mm256_storeu_ps(sr, _mm256_mul_ps(a[i][0], vscale));
+          _mm256_storeu_ps(sr + 8, _mm256_mul_ps(a[i][1], vscale));
         }
       }
     }
@@ -147,62 +186,95 @@ struct Avx2TilePrims {
     for (; j < n; ++j) sum += (p[j] = std::exp(p[j] - max));
     return sum;
   }
+  // As PortableTilePrims::Softmax, in vectors of 8 keys: hidden keys are masked to -inf
+  // for the max and to 0 after the exponential.
+  FOLIO_AVX2_TARGET static float Softmax(float* p, int nv, int nk, float& m, float& l) {
+    const int nvec = (nk + 7) / 8;  // p has kKeyTile (a multiple of 8) slots
+    if (nv == 0) {
+      for (int i = 0; i < nvec; ++i) _mm256_storeu_ps(p + 8 * i, _mm256_setzero_ps());
+      return 1.0f;
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    __m256 x[kKeyTile / 8];
+    __m256 visible[kKeyTile / 8];
+    __m256 vmax = neg_inf;
+    for (int i = 0; i < nvec; ++i) {
+      visible[i] = _mm256_castsi256_ps(
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(nv - 8 * i), lane));  // 8i + lane < nv
+      x[i] = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(p + 8 * i), visible[i]);
+      vmax = _mm256_max_ps(vmax, x[i]);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float m_new = std::max(m, _mm_cvtss_f32(h));
+    float alpha = 1.0f;
+    if (m_new != m) {
+      alpha = m == -std::numeric_limits<float>::infinity()
+                  ? 0.0f
+                  : _mm256_cvtss_f32(avx2::Exp(_mm256_set1_ps(m - m_new)));
+    }
+    const __m256 vm = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int i = 0; i < nvec; ++i) {
+      const __m256 e = _mm256_and_ps(avx2::Exp(_mm256_sub_ps(x[i], vm)), visible[i]);
+      _mm256_storeu_ps(p + 8 * i, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    l = l * alpha + avx2::HorizontalSum(sum);
+    m = m_new;
+    return alpha;
+  }
+  // Six query rows x 16 lanes per step (12 accumulators), keys innermost: each FMA a
+  // broadcast weight times 8 lanes of a value row; 8 lanes at a time for a head_dim
+  // remainder.
   FOLIO_AVX2_TARGET static void Accumulate(float* acc, int R, int hd, const float* alpha,
                                            const float* p, const float* const* v, int nk) {
-    for (int r = 0; r < R; r += 2) {
-      const int r1 = std::min(r + 1, R - 1);  // an odd last row is done twice, identically
-      float* a0p = acc + static_cast<int64_t>(r) * hd;
-      float* a1p = acc + static_cast<int64_t>(r1) * hd;
-      const float* p0 = p + r * kKeyTile;
-      const float* p1 = p + r1 * kKeyTile;
-      const __m256 al0 = _mm256_set1_ps(alpha[r]);
-      const __m256 al1 = _mm256_set1_ps(alpha[r1]);
-      int c = 0;
-      for (; c + 32 <= hd; c += 32) {
-        __m256 x0 = _mm256_mul_ps(al0, _mm256_loadu_ps(a0p + c));
-        __m256 x1 = _mm256_mul_ps(al0, _mm256_loadu_ps(a0p + c + 8));
-        __m256 x2 = _mm256_mul_ps(al0, _mm256_loadu_ps(a0p + c + 16));
-        __m256 x3 = _mm256_mul_ps(al0, _mm256_loadu_ps(a0p + c + 24));
-        __m256 y0 = _mm256_mul_ps(al1, _mm256_loadu_ps(a1p + c));
-        __m256 y1 = _mm256_mul_ps(al1, _mm256_loadu_ps(a1p + c + 8));
-        __m256 y2 = _mm256_mul_ps(al1, _mm256_loadu_ps(a1p + c + 16));
-        __m256 y3 = _mm256_mul_ps(al1, _mm256_loadu_ps(a1p + c + 24));
-        for (int j = 0; j < nk; ++j) {
-          const float* vj = v[j] + c;
-          const __m256 w0 = _mm256_set1_ps(p0[j]);
-          const __m256 w1 = _mm256_set1_ps(p1[j]);
-          const __m256 v0 = _mm256_loadu_ps(vj);
-          const __m256 v1 = _mm256_loadu_ps(vj + 8);
-          const __m256 v2 = _mm256_loadu_ps(vj + 16);
-          const __m256 v3 = _mm256_loadu_ps(vj + 24);
-          x0 = _mm256_fmadd_ps(w0, v0, x0);
-          x1 = _mm256_fmadd_ps(w0, v1, x1);
-          x2 = _mm256_fmadd_ps(w0, v2, x2);
-          x3 = _mm256_fmadd_ps(w0, v3, x3);
-          y0 = _mm256_fmadd_ps(w1, v0, y0);
-          y1 = _mm256_fmadd_ps(w1, v1, y1);
-          y2 = _mm256_fmadd_ps(w1, v2, y2);
-          y3 = _mm256_fmadd_ps(w1, v3, y3);
-        }
-        _mm256_storeu_ps(a0p + c, x0);
-        _mm256_storeu_ps(a0p + c + 8, x1);
-        _mm256_storeu_ps(a0p + c + 16, x2);
-        _mm256_storeu_ps(a0p + c + 24, x3);
-        _mm256_storeu_ps(a1p + c, y0);
-        _mm256_storeu_ps(a1p + c + 8, y1);
-        _mm256_storeu_ps(a1p + c + 16, y2);
-        _mm256_storeu_ps(a1p + c + 24, y3);
+    for (int r0 = 0; r0 < R; r0 += 6) {
+      const int rows = std::min(6, R - r0);
+      const float* pr[6];
+      float* ar[6];
+      __m256 al[6];
+      for (int i = 0; i < 6; ++i) {
+        const int r = r0 + std::min(i, rows - 1);  // a short group repeats its last row
+        pr[i] = p + r * kKeyTile;
+        ar[i] = acc + static_cast<int64_t>(r) * hd;
+        al[i] = _mm256_set1_ps(alpha[r]);
       }
-      for (; c < hd; c += 8) {
-        __m256 x0 = _mm256_mul_ps(al0, _mm256_loadu_ps(a0p + c));
-        __m256 y0 = _mm256_mul_ps(al1, _mm256_loadu_ps(a1p + c));
+      int c = 0;
+      for (; c + 16 <= hd; c += 16) {
+        __m256 x[6][2];
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; ++i) {
+          x[i][0] = _mm256_mul_ps(al[i], _mm256_loadu_ps(ar[i] + c));
+          x[i][1] = _mm256_mul_ps(al[i], _mm256_loadu_ps(ar[i] + c + 8));
+        }
         for (int j = 0; j < nk; ++j) {
           const __m256 v0 = _mm256_loadu_ps(v[j] + c);
-          x0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), v0, x0);
-          y0 = _mm256_fmadd_ps(_mm256_set1_ps(p1[j]), v0, y0);
+          const __m256 v1 = _mm256_loadu_ps(v[j] + c + 8);
+#pragma GCC unroll 6
+          for (int i = 0; i < 6; ++i) {
+            const __m256 w = _mm256_broadcast_ss(pr[i] + j);
+            x[i][0] = _mm256_fmadd_ps(w, v0, x[i][0]);
+            x[i][1] = _mm256_fmadd_ps(w, v1, x[i][1]);
+          }
         }
-        _mm256_storeu_ps(a0p + c, x0);
-        _mm256_storeu_ps(a1p + c, y0);
+        for (int i = 0; i < rows; ++i) {
+          _mm256_storeu_ps(ar[i] + c, x[i][0]);
+          _mm256_storeu_ps(ar[i] + c + 8, x[i][1]);
+        }
+      }
+      for (; c < hd; c += 8) {
+        __m256 x[6];
+        for (int i = 0; i < 6; ++i) x[i] = _mm256_mul_ps(al[i], _mm256_loadu_ps(ar[i] + c));
+        for (int j = 0; j < nk; ++j) {
+          const __m256 v0 = _mm256_loadu_ps(v[j] + c);
+          for (int i = 0; i < 6; ++i) {
+            x[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pr[i] + j), v0, x[i]);
+          }
+        }
+        for (int i = 0; i < rows; ++i) _mm256_storeu_ps(ar[i] + c, x[i]);
       }
     }
   }
@@ -273,42 +345,32 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
 
   const KvT* k_base = static_cast<const KvT*>(kv.k) + static_cast<int64_t>(kv_head) * hd;
   const KvT* v_base = static_cast<const KvT*>(kv.v) + static_cast<int64_t>(kv_head) * hd;
-  const float* krow[kKeyTile];
+  const KvT* kraw[kKeyTile];
   const float* vrow[kKeyTile];
 
-  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
-    const int64_t rows = std::min(block_size, num_keys - first);
-    const int64_t block_off = seq.block_table[b] * block_stride;
-    for (int64_t sub = 0; sub < rows; sub += kKeyTile) {
-      const int64_t key0 = first + sub;
-      const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, rows - sub));
-      PrefetchKeys(k_base, v_base, seq.block_table, block_size, block_stride, slot_stride, hd,
-                   key0 + nk, std::min<int64_t>(num_keys, key0 + nk + kKeyTile));
-      for (int j = 0; j < nk; ++j) {
-        const int64_t off = block_off + (sub + j) * slot_stride;
-        krow[j] = Prims::Widen(k_base + off, kf + static_cast<size_t>(j) * hd, hd);
-        vrow[j] = Prims::Widen(v_base + off, vf + static_cast<size_t>(j) * hd, hd);
+  // Pieces of kKeyTile consecutive keys (a piece may span table blocks: rows are read
+  // through per-key pointers).
+  int64_t b = 0, r_in_block = 0;  // table block and row of key0
+  for (int64_t key0 = 0; key0 < num_keys; key0 += kKeyTile) {
+    const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, num_keys - key0));
+    PrefetchKeys(k_base, v_base, seq.block_table, block_size, block_stride, slot_stride, hd,
+                 key0 + nk, std::min<int64_t>(num_keys, key0 + nk + kKeyTile));
+    for (int j = 0; j < nk; ++j) {
+      const int64_t off = seq.block_table[b] * block_stride + r_in_block * slot_stride;
+      kraw[j] = k_base + off;
+      vrow[j] = Prims::Widen(v_base + off, vf + static_cast<size_t>(j) * hd, hd);
+      if (++r_in_block == block_size) {
+        r_in_block = 0;
+        ++b;
       }
-      Prims::Scores(qrow.data(), R, krow, nk, hd, args.scale, p);
-      for (int r = 0; r < R; ++r) {
-        float* pr = p + r * kKeyTile;
-        const int64_t pos = pos0 + r / group;
-        const int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));
-        if (nv == 0) {  // every key of this piece lies after the query: no change
-          alpha[r] = 1.0f;
-          std::fill(pr, pr + nk, 0.0f);
-          continue;
-        }
-        float mb = pr[0];
-        for (int j = 1; j < nv; ++j) mb = std::max(mb, pr[j]);
-        const float m_new = std::max(m[r], mb);
-        alpha[r] = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the first piece
-        l[r] = l[r] * alpha[r] + Prims::ExpSum(pr, nv, m_new);
-        m[r] = m_new;
-        std::fill(pr + nv, pr + nk, 0.0f);  // masked keys weigh 0
-      }
-      Prims::Accumulate(acc, R, hd, alpha, p, vrow, nk);
     }
+    Prims::Scores(qrow.data(), R, kraw, nk, hd, args.scale, kf, p);
+    for (int r = 0; r < R; ++r) {
+      const int64_t pos = pos0 + r / group;
+      const int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));
+      alpha[r] = Prims::Softmax(p + r * kKeyTile, nv, nk, m[r], l[r]);
+    }
+    Prims::Accumulate(acc, R, hd, alpha, p, vrow, nk);
   }
   for (int qi = 0; qi < query_count; ++qi) {
     const int64_t row = static_cast<int64_t>(seq.query_offset) + query_begin + qi;

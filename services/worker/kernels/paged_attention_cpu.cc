@@ -444,8 +444,22 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   CHECK_EQ(args.num_heads % kv.num_kv_heads, 0)
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
   const int group = args.num_heads / kv.num_kv_heads;
-  const int32_t tile_queries = internal::TileQueries(group);
   auto tiled = [&](const AttentionSeq& s) { return args.tiled_prefill && s.num_queries > 1; };
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  // Tiles as tall as kTileRows allows, halved while the chunks give fewer than four
+  // tiles per thread (a short chunk on a wide pool still spreads).
+  int32_t tile_queries = internal::TileQueries(group);
+  auto count_tiles = [&](int32_t tq) {
+    int64_t n = 0;
+    for (const AttentionSeq& s : seqs) {
+      if (tiled(s)) n += (s.num_queries + tq - 1) / tq * kv.num_kv_heads;
+    }
+    return n;
+  };
+  while (tile_queries > 1 && count_tiles(tile_queries) > 0 &&
+         count_tiles(tile_queries) < 4 * threads) {
+    tile_queries /= 2;
+  }
   // A per-query item is one query row and a run of its kv heads: all of them when there
   // are enough items to keep every thread busy (each slot is then read front to back
   // once), fewer when there are few (batch-1 decode still spreads over the pool).
@@ -453,7 +467,6 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   for (const AttentionSeq& s : seqs) {
     num_rows += tiled(s) ? (s.num_queries + tile_queries - 1) / tile_queries : s.num_queries;
   }
-  const int threads = pool == nullptr ? 1 : pool->num_threads();
   int32_t heads_per_item = kv.num_kv_heads;
   while (heads_per_item > 1 && heads_per_item % 2 == 0 &&
          num_rows * (kv.num_kv_heads / heads_per_item) < 4 * threads) {

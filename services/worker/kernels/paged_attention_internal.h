@@ -14,8 +14,11 @@
 namespace folio::worker::kernels::internal {
 
 // Query rows (query positions x query heads of one kv group) per prefill tile: a tile
-// covers max(1, kTileRows / group) query positions.
-inline constexpr int kTileRows = 32;
+// covers up to max(1, kTileRows / group) query positions (fewer when the step's chunks
+// would give the pool too few tiles). 96 measured faster than 32 and 48 on long
+// contexts (docs/benchmarks.md); the per-tile state (96 x head_dim accumulators) then
+// lives in L2.
+inline constexpr int kTileRows = 96;
 // Keys scored at a time (a piece of consecutive positions, across block boundaries).
 inline constexpr int kKeyTile = 32;
 

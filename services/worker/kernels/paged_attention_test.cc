@@ -269,6 +269,16 @@ TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
   }
 }
 
+TEST(PagedAttentionTiledTest, GroupWiderThanATile) {
+  // 100 query heads per kv head: a tile is one query position of 100 rows (more than
+  // kTileRows, not a multiple of the AVX2 kernels' 6-row tiles).
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    CheckAgainstReference(16, 64, 100, KvDType::kF16, isa, /*num_kv_heads=*/1,
+                          {{40, 17}, {3, 2}, {1, 1}});
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Grid, PagedAttentionTest,
     ::testing::Combine(::testing::Values(1, 8, 16, 32), ::testing::Values(8, 64, 128),

@@ -364,13 +364,16 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
         ++b;
       }
     }
-    Prims::Scores(qrow.data(), R, kraw, nk, hd, args.scale, kf, p);
-    for (int r = 0; r < R; ++r) {
+    // Rows before r0 (query positions before key0) see none of this piece: skipped.
+    const int r0 = static_cast<int>(std::clamp<int64_t>((key0 - pos0) * group, 0, R - 1));
+    Prims::Scores(qrow.data() + r0, R - r0, kraw, nk, hd, args.scale, kf, p + r0 * kKeyTile);
+    for (int r = r0; r < R; ++r) {
       const int64_t pos = pos0 + r / group;
       const int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));
       alpha[r] = Prims::Softmax(p + r * kKeyTile, nv, nk, m[r], l[r]);
     }
-    Prims::Accumulate(acc, R, hd, alpha, p, vrow, nk);
+    Prims::Accumulate(acc + static_cast<int64_t>(r0) * hd, R - r0, hd, alpha + r0,
+                      p + r0 * kKeyTile, vrow, nk);
   }
   for (int qi = 0; qi < query_count; ++qi) {
     const int64_t row = static_cast<int64_t>(seq.query_offset) + query_begin + qi;

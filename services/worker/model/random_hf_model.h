@@ -58,6 +58,13 @@ struct RandomHfOptions {
 // appended after the merged pieces.
 std::string MakeByteLevelTokenizerJson();
 
+// A small SentencePiece-style tokenizer.json, shaped as Llama 2's and Mistral's: <unk>,
+// <s>, </s>, the 256 byte-fallback pieces <0x00>..<0xFF>, "▁" and the printable ASCII
+// characters, merged pieces of a few English words with and without "▁"; normalizer
+// Prepend("▁") + Replace(" " -> "▁"), no pre-tokenizer, <s> added by the post-processor,
+// decoder Replace + ByteFallback + Fuse + Strip.
+std::string MakeSentencePieceTokenizerJson();
+
 // Writes the folder `dir` (created if absent; files in it are replaced).
 // InvalidArgument for impossible options (unknown class, sizes, a vocabulary smaller
 // than the tokenizer, a block dtype).

@@ -97,17 +97,19 @@ if cfg.get("head_dim"):
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
 w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
+# rope_scaling, or transformers >= 4.56's rope_parameters (which may hold rope_theta).
+scaling = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+rope_theta = scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))
+w.add_rope_freq_base(rope_theta)
 w.add_vocab_size(cfg["vocab_size"])
 w.add_file_type(LlamaFileType.MOSTLY_BF16 if torch_dtype == "bfloat16" else LlamaFileType.MOSTLY_F16)
-scaling = cfg.get("rope_scaling") or {}
 rope_type = scaling.get("rope_type", scaling.get("type", "default"))
 if rope_type == "linear":
     from gguf import RopeScalingType
     w.add_rope_scaling_type(RopeScalingType.LINEAR)
     w.add_rope_scaling_factor(scaling["factor"])
 elif rope_type == "llama3":  # the converter's generate_extra_tensors, in float32
-    base = cfg.get("rope_theta", 10000.0)
+    base = rope_theta
     freqs = 1.0 / (np.float32(base) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
     factor = scaling.get("factor", 8.0)
     low = scaling.get("low_freq_factor", 1.0)

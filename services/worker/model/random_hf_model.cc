@@ -323,9 +323,16 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
   };
   if (o.head_dim > 0) config["head_dim"] = o.head_dim;
   if (!o.rope_scaling_json.empty()) {
-    config["rope_scaling"] = ordered_json::parse(o.rope_scaling_json, nullptr, false);
-    if (config["rope_scaling"].is_discarded()) {
-      return absl::InvalidArgumentError("rope_scaling_json is not JSON");
+    ordered_json scaling = ordered_json::parse(o.rope_scaling_json, nullptr, false);
+    if (scaling.is_discarded() || !scaling.is_object()) {
+      return absl::InvalidArgumentError("rope_scaling_json is not a JSON object");
+    }
+    if (o.rope_parameters) {  // transformers >= 4.56: rope_theta moves inside
+      scaling["rope_theta"] = config["rope_theta"];
+      config.erase("rope_theta");
+      config["rope_parameters"] = scaling;
+    } else {
+      config["rope_scaling"] = scaling;
     }
   } else {
     config["rope_scaling"] = nullptr;

@@ -42,6 +42,8 @@ struct RandomHfOptions {
   // The rope_scaling object as JSON text ("" for null), e.g.
   // {"rope_type": "llama3", "factor": 8.0, ...}.
   std::string rope_scaling_json;
+  // Write rope_scaling_json as rope_parameters (transformers >= 4.56), rope_theta inside.
+  bool rope_parameters = false;
   int32_t num_shards = 1;      // > 1: model-0000i-of-0000N.safetensors + the index
   std::string tokenizer_json;  // "" -> MakeByteLevelTokenizerJson()
   std::string chat_template;   // written to tokenizer_config.json when not empty

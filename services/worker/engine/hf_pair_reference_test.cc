@@ -251,7 +251,7 @@ TEST(HfPairSentencePieceTest, MistralFolderTokenizesAndRunsAsLlamaCppDoes) {
   ASSERT_TRUE(llama.ok()) << llama.status();
 
   const std::string text =
-      "Once upon a time,  there was a little girl named Lily. \xC3\xA9t\xC3\xA9 \xE2\x82\xAC5 "
+      "Once upon a time,  there was a little girl named Lily. \xC3\xA9t\xC3\xA9 \xE2\x82\xAC" "5 "
       "\xE9\xBE\x98 \xF0\x9F\xA7\xAC\n\tThe end.";
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(text, AddBos::kVocabDefault);
   ASSERT_TRUE(ids.ok()) << ids.status();

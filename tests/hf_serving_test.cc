@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "folio/v1/folio.grpc.pb.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -183,6 +184,7 @@ TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
   absl::StatusOr<std::string> real = worker::ReadTextFile(llama2, int64_t{64} << 20);
   if (!real.ok() && reference::ReferenceRequired()) FAIL() << real.status();
   o.tokenizer_json = real.ok() ? *real : worker::MakeSentencePieceTokenizerJson();
+  LOG(INFO) << "tokenizer.json: " << (real.ok() ? llama2 : "Folio's small SentencePiece-style one");
   ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
   absl::StatusOr<Vocab> vocab = worker::LoadHfVocab(dir);
   ASSERT_TRUE(vocab.ok()) << vocab.status();

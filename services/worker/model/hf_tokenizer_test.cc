@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "services/worker/model/hf_checkpoint.h"
 #include "services/worker/model/random_hf_model.h"
 
 namespace folio::worker {
@@ -306,6 +307,23 @@ TEST(HfTokenizerTest, FolderWithoutBosOrEosTokenTakesGenerationConfigs) {
   v = LoadHfVocab(dir);
   ASSERT_FALSE(v.ok());
   EXPECT_THAT(std::string(v.status().message()), HasSubstr("no end-of-sequence token"));
+}
+
+// The fuzz target's seed tokenizer.json files are accepted, so that the fuzzer starts
+// inside both engines' paths.
+TEST(HfTokenizerTest, FuzzSeedsAreAccepted) {
+  const std::string dir = std::string(FOLIO_MODEL_SOURCE_DIR) + "/hf_tokenizer_fuzz_corpus";
+  int kinds[2] = {0, 0};
+  for (const char* name : {"tiny_tokenizer.json", "gpt2_pairs_tokenizer.json", "spm_tokenizer.json"}) {
+    absl::StatusOr<std::string> text = ReadTextFile(dir + "/" + name, 1 << 20);
+    ASSERT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<Vocab> v = ParseHfTokenizerJson(*text, name);
+    ASSERT_TRUE(v.ok()) << v.status();
+    ++kinds[static_cast<int>(v->kind)];
+    MakeTokenizer(*v);
+  }
+  EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kSentencePiece)], 1);
+  EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kByteLevelBpe)], 2);
 }
 
 TEST(HfTokenizerTest, PadVocab) {

@@ -9,7 +9,10 @@
 //   - its GGUF twin, written from the folder's files by tools/make_model/hf_to_gguf.py
 //     with gguf-py from the reference bundle, Q/K permuted as llama.cpp's converter's
 //     `permute` does (not by Folio's writer, so Folio does not judge Folio).
-// Folio loads the folder (LoadModel(dir)); llama.cpp loads the GGUF.
+// Folio loads the folder (LoadModel(dir)); llama.cpp loads the GGUF. Two more cases: a
+// Mistral folder with a SentencePiece-style tokenizer.json (llama.cpp's tokenizer on the
+// GGUF's llama vocabulary must give Folio's ids for a text, then the logits agree), and
+// transformers >= 4.56's rope_parameters with linear scaling.
 //
 // Logits: for a fixed 48-token prompt, Folio's logits at every position are within
 // Tolerance(dtype) * max|logit| of llama.cpp's. Greedy: llama.cpp's 16-token greedy

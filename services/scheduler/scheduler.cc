@@ -99,15 +99,21 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
     // accepts the tokens the client already has, so it resumes where its stream broke.
     for (Branch& b : request->branches) {
       b.matcher.emplace(*grammar);
+      if (!b.matcher->last_error().ok()) return b.matcher->last_error();
       for (size_t t = 0; t < b.output.size(); ++t) {
         if (!b.matcher->AcceptToken(b.output[t])) {
+          if (!b.matcher->last_error().ok()) return b.matcher->last_error();
           return absl::InvalidArgumentError(absl::StrCat(
               "continuation: token ", t, " (id ", b.output[t], ") of choice ", b.index,
               " is not allowed by the request's grammar"));
         }
       }
       b.mask.assign(structured::BitmaskWords(options_.vocab_size), 0);
-      b.matcher->FillNextTokenBitmask(absl::MakeSpan(b.mask));
+      // The first mask here, not in the loop: a grammar that goes over an ambiguity
+      // bound at its first token is refused to the caller (INVALID_ARGUMENT).
+      if (absl::Status s = b.matcher->FillNextTokenBitmask(absl::MakeSpan(b.mask)); !s.ok()) {
+        return s;
+      }
     }
   }
   request->finished_beams.set_capacity(std::max(request->spec.beam_width, 1));

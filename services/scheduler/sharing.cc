@@ -86,7 +86,13 @@ void Sharing::AdvanceSamples(
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
-    const GrammarVerdict grammar = AdvanceGrammar(&b, sample->token_id, r->spec.request_id);
+    absl::Status grammar_error;
+    const GrammarVerdict grammar =
+        AdvanceGrammar(&b, sample->token_id, r->spec.request_id, &grammar_error);
+    if (grammar == GrammarVerdict::kError) {
+      state_->Finish(r, FinishReason::kError, std::move(grammar_error));
+      return;
+    }
     if (grammar == GrammarVerdict::kClosed ||
         (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
         std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
@@ -178,7 +184,13 @@ void Sharing::AdvanceBeams(
     if (matcher.has_value()) {
       Branch probe;
       probe.matcher = std::move(matcher);
-      const GrammarVerdict verdict = AdvanceGrammar(&probe, e.token_id, r->spec.request_id);
+      absl::Status grammar_error;
+      const GrammarVerdict verdict =
+          AdvanceGrammar(&probe, e.token_id, r->spec.request_id, &grammar_error);
+      if (verdict == GrammarVerdict::kError) {
+        state_->Finish(r, FinishReason::kError, std::move(grammar_error));
+        return;
+      }
       if (verdict != GrammarVerdict::kOpen) {
         r->finished_beams.Add(hypothesis(parent, e, verdict == GrammarVerdict::kClosed));
         continue;
@@ -249,9 +261,14 @@ void Sharing::AdvanceBeams(
 }
 
 Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
-                                                const std::string& request_id) {
+                                                const std::string& request_id,
+                                                absl::Status* error) {
   if (!b->matcher.has_value()) return GrammarVerdict::kNone;
   if (!b->matcher->AcceptToken(token)) {
+    if (!b->matcher->last_error().ok()) {
+      *error = b->matcher->last_error();
+      return GrammarVerdict::kError;
+    }
     // The workers apply the mask, so this is a broken invariant; end the choice rather
     // than stream text outside the structure.
     LOG(ERROR) << "request " << request_id << ": token " << token
@@ -260,7 +277,10 @@ Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
   }
   if (b->matcher->IsTerminated()) return GrammarVerdict::kClosed;
   b->mask.assign(structured::BitmaskWords(b->matcher->grammar().vocab().size()), 0);
-  b->matcher->FillNextTokenBitmask(absl::MakeSpan(b->mask));
+  if (absl::Status s = b->matcher->FillNextTokenBitmask(absl::MakeSpan(b->mask)); !s.ok()) {
+    *error = std::move(s);
+    return GrammarVerdict::kError;
+  }
   for (uint32_t w : b->mask) {
     if (w != 0) return GrammarVerdict::kOpen;
   }

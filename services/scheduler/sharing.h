@@ -52,8 +52,10 @@ class Sharing {
     kOpen,     // the structure goes on
     kClosed,   // complete and nothing can follow: the choice ends with "stop"
     kDeadEnd,  // the token was outside the mask, or no token continues: ends it
+    kError,    // the grammar went over an ambiguity bound (*error): fails the request
   };
-  GrammarVerdict AdvanceGrammar(Branch* b, int32_t token, const std::string& request_id);
+  GrammarVerdict AdvanceGrammar(Branch* b, int32_t token, const std::string& request_id,
+                                absl::Status* error);
 
   RequestState* const state_;
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/json_schema.h"
 #include "common/tokenizer/tokenizer.h"
@@ -151,6 +152,49 @@ TEST_F(StructuredOutputTest, BadGrammarsAreRefusedAtSubmit) {
   handle = scheduler_->Submit(Structured(1, 0.0f), c.Sink());
   ASSERT_FALSE(handle.ok());
   EXPECT_THAT(handle.status().message(), HasSubstr("no vocabulary"));
+}
+
+// A grammar too ambiguous for the matcher (2^k parses after k "a"s; grammar_matcher.h):
+// refused at Submit when the compile-time probe reaches it. Behind a prefix wider than the
+// probe goes (26 alternatives of 25 bytes: it stops near depth 10) the grammar compiles;
+// with "a" pushed up, the model walks into the ambiguity and the request ends with the
+// error at the mask that goes over, rather than stalling the loop.
+TEST_F(StructuredOutputTest, TooAmbiguousGrammarsAreRefused) {
+  MakeStructured(64);
+  const std::string r = "r ::= \"a\" r \"b\" | \"a\" r \"c\" | \"a\"\n";
+  RequestSpec spec = Structured(1, 0.0f);
+  spec.grammar = r + "root ::= r";
+  Choices c;
+  absl::StatusOr<uint64_t> handle = scheduler_->Submit(spec, c.Sink());
+  ASSERT_FALSE(handle.ok());
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(handle.status().message(), HasSubstr("grammar too ambiguous"));
+
+  std::string prefix = "p ::=";
+  for (char ch = 'a'; ch <= 'z'; ++ch) {
+    absl::StrAppend(&prefix, ch == 'a' ? " \"" : " | \"", std::string(1, ch), "\"{25}");
+  }
+  spec.grammar = r + prefix + "\nroot ::= p r";
+  const structured::TokenVocabulary& vocab = *grammars_->vocab();
+  int32_t a = -1;
+  for (int32_t id = 0; id < vocab.size() && a < 0; ++id) {
+    if (vocab.bytes(id) == "a") a = id;
+  }
+  ASSERT_GE(a, 0);
+  spec.sampling.logit_bias = {{a, 100.0f}};
+  RequestEvent last;
+  int32_t tokens = 0;
+  handle = scheduler_->Submit(spec, [&](const RequestEvent& e) {
+    tokens += static_cast<int32_t>(e.tokens.size());
+    if (e.request_done) last = e;
+  });
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  RunUntilIdle();
+  ASSERT_TRUE(last.request_done);
+  EXPECT_EQ(last.finish, FinishReason::kError);
+  EXPECT_EQ(last.error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(last.error.message(), HasSubstr("grammar too ambiguous"));
+  EXPECT_GE(tokens, 25);  // through the prefix first
 }
 
 }  // namespace

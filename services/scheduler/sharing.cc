@@ -44,6 +44,7 @@ void Sharing::AdvanceSamples(
           Branch& child = r->branches.emplace_back();
           child.index = k;
           child.matcher = r->branches[0].matcher;  // before the root takes its own token
+          child.watch = r->branches[0].watch;
           child.mask = r->branches[0].mask;
         }
       }
@@ -86,7 +87,7 @@ void Sharing::AdvanceSamples(
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
-    const GrammarVerdict grammar = AdvanceGrammar(&b, sample->token_id, r->spec.request_id);
+    const GrammarVerdict grammar = AdvanceGrammar(*r, &b, sample->token_id);
     if (grammar == GrammarVerdict::kClosed ||
         (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
         std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
@@ -174,16 +175,19 @@ void Sharing::AdvanceBeams(
     const Branch& parent = r->branches[e.parent];
     // Structured output: the survivor's grammar state; a closed structure ends the beam.
     std::optional<structured::GrammarMatcher> matcher = parent.matcher;
+    std::optional<structured::TriggerWatch> watch = parent.watch;
     std::vector<uint32_t> mask;
-    if (matcher.has_value()) {
+    if (matcher.has_value() || watch.has_value()) {
       Branch probe;
       probe.matcher = std::move(matcher);
-      const GrammarVerdict verdict = AdvanceGrammar(&probe, e.token_id, r->spec.request_id);
-      if (verdict != GrammarVerdict::kOpen) {
+      probe.watch = std::move(watch);
+      const GrammarVerdict verdict = AdvanceGrammar(*r, &probe, e.token_id);
+      if (verdict == GrammarVerdict::kClosed || verdict == GrammarVerdict::kDeadEnd) {
         r->finished_beams.Add(hypothesis(parent, e, verdict == GrammarVerdict::kClosed));
         continue;
       }
       matcher = std::move(probe.matcher);
+      watch = std::move(probe.watch);
       mask = std::move(probe.mask);
     }
     if (at_limit) {
@@ -207,6 +211,7 @@ void Sharing::AdvanceBeams(
     b.cum_logprob = e.cum_logprob;
     b.candidates.clear();
     b.matcher = std::move(matcher);
+    b.watch = std::move(watch);
     b.mask = std::move(mask);
     next.push_back(std::move(b));
   }
@@ -248,10 +253,20 @@ void Sharing::AdvanceBeams(
   state_->Finish(r, std::move(events.back()));
 }
 
-Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
-                                                const std::string& request_id) {
-  if (!b->matcher.has_value()) return GrammarVerdict::kNone;
-  if (!b->matcher->AcceptToken(token)) {
+Sharing::GrammarVerdict Sharing::AdvanceGrammar(const Request& r, Branch* b, int32_t token) {
+  const std::string& request_id = r.spec.request_id;
+  if (!b->matcher.has_value()) {
+    if (!b->watch.has_value() || b->watch->fired()) return GrammarVerdict::kNone;
+    std::optional<std::string> fed = b->watch->Accept(token, r.grammar->vocab().bytes(token));
+    if (!fed.has_value()) return GrammarVerdict::kNone;
+    // The trigger fired: the grammar starts at its first byte and constrains the rest.
+    b->matcher.emplace(r.grammar);
+    if (!b->matcher->AcceptBytes(*fed)) {
+      LOG(WARNING) << "request " << request_id << ": the grammar refuses the output from its "
+                   << "trigger on (" << fed->size() << " bytes); ending the choice";
+      return GrammarVerdict::kDeadEnd;
+    }
+  } else if (!b->matcher->AcceptToken(token)) {
     // The workers apply the mask, so this is a broken invariant; end the choice rather
     // than stream text outside the structure.
     LOG(ERROR) << "request " << request_id << ": token " << token

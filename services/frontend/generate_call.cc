@@ -371,7 +371,7 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   // the stream, when the call is finished, or when the client is gone.
   hold_ = true;
   stream_ = ResumableStream::Start(env_.scheduler, ToScheduleRequest(*validated), until,
-                                   env_.resume, this);
+                                   env_.resume, this, env_.calls);
   stream_->Read();
   return absl::OkStatus();
 }

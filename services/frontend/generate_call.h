@@ -31,6 +31,7 @@
 #include "services/frontend/frontend_metrics.h"
 #include "services/frontend/http/tool_call_parser.h"
 #include "services/frontend/request_validator.h"
+#include "services/frontend/call_tracker.h"
 #include "services/frontend/resumable_stream.h"
 
 namespace folio::frontend {
@@ -42,6 +43,8 @@ struct CallEnv {
   FrontendMetrics* metrics = nullptr;
   // How a stream whose scheduler is lost waits for one to continue it (resumable_stream.h).
   ResumeOptions resume;
+  // Counts the call's scheduler stream until gRPC lets go of it (may be null; not owned).
+  CallTracker* calls = nullptr;
 };
 
 // Serves one Generate call; returns its reactor (owned by gRPC until OnDone).

@@ -15,7 +15,8 @@ namespace ipb = folio::internal::v1;
 // its start until its OnDone (and by the stream while it is the current one).
 class ResumableStream::Attempt final : public grpc::ClientReadReactor<ipb::ScheduleEvent> {
  public:
-  explicit Attempt(std::shared_ptr<ResumableStream> stream) : stream_(std::move(stream)) {}
+  explicit Attempt(std::shared_ptr<ResumableStream> stream)
+      : hold(stream->hold_.Another()), stream_(std::move(stream)) {}
 
   void OnReadDone(bool ok) override {
     if (ok) {
@@ -42,6 +43,7 @@ class ResumableStream::Attempt final : public grpc::ClientReadReactor<ipb::Sched
     stream->OnAttemptEnd(this, status, final_error);
   }
 
+  const CallTracker::Hold hold;  // first: released after the context is gone
   grpc::ClientContext ctx;
   ipb::ScheduleRequest request;
   ipb::ScheduleEvent event;
@@ -56,8 +58,10 @@ class ResumableStream::Attempt final : public grpc::ClientReadReactor<ipb::Sched
 };
 
 ResumableStream::ResumableStream(ipb::Scheduler::Stub* stub, ipb::ScheduleRequest request,
-                                 absl::Time deadline, ResumeOptions options, Listener* listener)
-    : stub_(stub),
+                                 absl::Time deadline, ResumeOptions options, Listener* listener,
+                                 CallTracker* calls)
+    : hold_(CallTracker::Enter(calls)),
+      stub_(stub),
       request_(std::move(request)),
       deadline_(deadline),
       options_(options),
@@ -72,9 +76,10 @@ std::shared_ptr<ResumableStream> ResumableStream::Start(ipb::Scheduler::Stub* st
                                                         ipb::ScheduleRequest request,
                                                         absl::Time deadline,
                                                         ResumeOptions options,
-                                                        Listener* listener) {
+                                                        Listener* listener,
+                                                        CallTracker* calls) {
   std::shared_ptr<ResumableStream> s(
-      new ResumableStream(stub, std::move(request), deadline, options, listener));
+      new ResumableStream(stub, std::move(request), deadline, options, listener, calls));
   absl::MutexLock lock(&s->mu_);
   s->self_ = s;
   s->StartAttempt();

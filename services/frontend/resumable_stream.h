@@ -41,6 +41,7 @@
 #include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
+#include "services/frontend/call_tracker.h"
 
 namespace folio::frontend {
 
@@ -64,10 +65,13 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
 
   // Starts the stream of `request` under `deadline` (infinite: none). `stub` and
   // `listener` must outlive the stream's OnEnd. No read is started: call Read().
+  // `calls` (may be null) counts the stream and its attempts until gRPC is done with them
+  // (call_tracker.h); it must outlive them, or its owner must WaitIdle.
   static std::shared_ptr<ResumableStream> Start(folio::internal::v1::Scheduler::Stub* stub,
                                                 folio::internal::v1::ScheduleRequest request,
                                                 absl::Time deadline, ResumeOptions options,
-                                                Listener* listener);
+                                                Listener* listener,
+                                                CallTracker* calls = nullptr);
 
   void Read();
   void Release();
@@ -86,7 +90,7 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
   class Attempt;
   ResumableStream(folio::internal::v1::Scheduler::Stub* stub,
                   folio::internal::v1::ScheduleRequest request, absl::Time deadline,
-                  ResumeOptions options, Listener* listener);
+                  ResumeOptions options, Listener* listener, CallTracker* calls);
 
   void StartAttempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAttemptEvent(Attempt* attempt);
@@ -95,6 +99,7 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
   // Ends the stream: OnEnd(status) once, outside the lock.
   void End(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
+  const CallTracker::Hold hold_;  // first: released last
   folio::internal::v1::Scheduler::Stub* const stub_;
   const folio::internal::v1::ScheduleRequest request_;
   const absl::Time deadline_;

@@ -37,6 +37,13 @@ FrontendService::FrontendService(FrontendOptions options,
       scheduler_(ipb::Scheduler::NewStub(std::move(scheduler))),
       metrics_(registry) {}
 
+FrontendService::~FrontendService() {
+  // A stream's last gRPC callback may still be running after its RPC finished.
+  if (!calls_.WaitIdle(absl::Seconds(10))) {
+    LOG(WARNING) << "frontend: " << calls_.live() << " scheduler streams still in gRPC at exit";
+  }
+}
+
 absl::Status FrontendService::SetClusterInfo(ipb::ClusterInfo info) {
   // The template chat requests render with: --chat_template's, else the model's default
   // (tokenizer.chat_template, else its template named "default"). The one named
@@ -98,7 +105,7 @@ grpc::ServerWriteReactor<pb::GenerateResponse>* FrontendService::Generate(
     metrics_.RecordRequest("Generate", absl::StatusCode::kUnavailable, absl::ZeroDuration());
     return new FailedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, kNotReady));
   }
-  return StartGenerate(ctx, *request, CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume});
+  return StartGenerate(ctx, *request, CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume, &calls_});
 }
 
 grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext* ctx,
@@ -112,7 +119,7 @@ grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext*
     return FinishLocal(ctx, "Complete", absl::Now(), absl::UnavailableError(kNotReady));
   }
   return StartComplete(ctx, *request, response,
-                       CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume});
+                       CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume, &calls_});
 }
 
 grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext* ctx,

@@ -23,6 +23,7 @@
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
 #include "services/frontend/request_validator.h"
+#include "services/frontend/call_tracker.h"
 #include "services/frontend/resumable_stream.h"
 
 namespace folio::frontend {
@@ -46,6 +47,8 @@ class FrontendService final : public folio::v1::TextGeneration::CallbackService 
   // service. The service must outlive the gRPC server it is registered with.
   FrontendService(FrontendOptions options, std::shared_ptr<grpc::ChannelInterface> scheduler,
                   MetricsRegistry* registry);
+  // Waits (up to 10 s) until gRPC has let go of every scheduler stream the service started.
+  ~FrontendService() override;
 
   // Adopts the scheduler's model description: builds the tokenizer and the validator.
   // InvalidArgument when the ClusterInfo is unusable (bad tokenizer, no max_model_len);
@@ -79,6 +82,7 @@ class FrontendService final : public folio::v1::TextGeneration::CallbackService 
   const FrontendOptions options_;
   const std::unique_ptr<folio::internal::v1::Scheduler::Stub> scheduler_;
   FrontendMetrics metrics_;
+  CallTracker calls_;  // the calls' scheduler streams (call_tracker.h)
   mutable absl::Mutex mu_;
   std::shared_ptr<const ModelContext> model_ ABSL_GUARDED_BY(mu_);
 };

@@ -132,12 +132,15 @@ std::unique_ptr<grpc::ClientContext> Ctx() {
 
 class WorkerServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    WorkerServiceOptions options;
+  void SetUp() override { Start(WorkerServiceOptions()); }
+  // Serves the random model with `options` (1 MiB of KV budget, one thread) over
+  // loopback; `connect`, when given, is its group connector (tp_size > 1).
+  void Start(WorkerServiceOptions options, WorkerService::ConnectFn connect = nullptr) {
     options.kv_cache_budget_bytes = 1 << 20;
     options.num_threads = 1;
     service_ = std::make_unique<WorkerService>(testing::RandomModelOrDie(5), options, &registry_);
     service_->SetServingCallback([this](ServingState s) { last_state_ = s; });
+    if (connect) service_->SetGroupConnector(std::move(connect));
     ServerOptions server;
     server.service_name = "folio.internal.v1.Worker";
     server.metrics_port = -1;
@@ -262,29 +265,28 @@ TEST_F(WorkerServiceTest, ReportsWeightBytesOnceAllocated) {
 // A rank of a tensor-parallel group joins no group until JoinGroup, and cannot build its
 // runner without one; a failed join is the allocation's error and shows in GetWorkerInfo.
 // Generations only grow. Its KV heads are its share.
-TEST(WorkerServiceTpTest, JoinGroupIsNeededBeforeAllocationAndReportsAFailedJoin) {
-  MetricsRegistry registry;
-  WorkerServiceOptions options;
-  options.kv_cache_budget_bytes = 1 << 20;
-  options.num_threads = 1;
-  options.tp_size = 2;
-  options.tp_rank = 1;
-  WorkerService service(testing::RandomModelOrDie(5), options, &registry);
+// Rank 1 of 2, started by each test with the group connector it needs.
+class WorkerServiceTpTest : public WorkerServiceTest {
+ protected:
+  void SetUp() override {}
+  void StartRankOne(WorkerService::ConnectFn connect) {
+    WorkerServiceOptions options;
+    options.tp_size = 2;
+    options.tp_rank = 1;
+    ASSERT_NO_FATAL_FAILURE(Start(options, std::move(connect)));
+  }
+};
+
+TEST_F(WorkerServiceTpTest, JoinGroupIsNeededBeforeAllocationAndReportsAFailedJoin) {
   std::vector<int64_t> joins;
   absl::Duration last_timeout;
-  service.SetGroupConnector([&](int64_t generation, absl::Duration timeout)
-                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  ASSERT_NO_FATAL_FAILURE(StartRankOne([&](int64_t generation, absl::Duration timeout)
+                                           -> absl::StatusOr<std::unique_ptr<Communicator>> {
     joins.push_back(generation);
     last_timeout = timeout;
     return absl::UnavailableError("rank 0 never answered");
-  });
-  ServerOptions server;
-  server.service_name = "folio.internal.v1.Worker";
-  server.metrics_port = -1;
-  auto runner = ServiceRunner::Start(server, {&service}, nullptr);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  auto stub = pb::Worker::NewStub(
-      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  }));
+  pb::Worker::Stub* stub = stub_.get();
   pb::WorkerInfo info;
   ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
   EXPECT_EQ(info.num_kv_heads(), 1);  // the random model's 2 KV heads over 2 ranks
@@ -326,7 +328,6 @@ TEST(WorkerServiceTpTest, JoinGroupIsNeededBeforeAllocationAndReportsAFailedJoin
   s = stub->JoinGroup(Ctx().get(), join, &joined);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(joins.size(), 1u);
-  (*runner)->Shutdown();
 }
 
 TEST_F(WorkerServiceTest, JoinGroupIsRefusedByASingleRank) {
@@ -363,27 +364,14 @@ class IdleCommunicator : public Communicator {
 // JoinGroup is fenced like AllocateKvCache: a stale scheduler's join (older epoch) is
 // refused with "fenced" before the rank leaves its group, so the newer scheduler's group
 // and pool stay as they were. Epoch 0 is unchecked; a newer epoch takes over.
-TEST(WorkerServiceTpTest, JoinGroupFromAnOlderSchedulerEpochIsFencedAndLeavesTheGroup) {
-  MetricsRegistry registry;
-  WorkerServiceOptions options;
-  options.kv_cache_budget_bytes = 1 << 20;
-  options.num_threads = 1;
-  options.tp_size = 2;
-  options.tp_rank = 1;
-  WorkerService service(testing::RandomModelOrDie(5), options, &registry);
+TEST_F(WorkerServiceTpTest, JoinGroupFromAnOlderSchedulerEpochIsFencedAndLeavesTheGroup) {
   std::vector<int64_t> joins;
-  service.SetGroupConnector([&](int64_t generation, absl::Duration)
-                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  ASSERT_NO_FATAL_FAILURE(StartRankOne([&](int64_t generation, absl::Duration)
+                                           -> absl::StatusOr<std::unique_ptr<Communicator>> {
     joins.push_back(generation);
     return std::make_unique<IdleCommunicator>(1, 2);
-  });
-  ServerOptions server;
-  server.service_name = "folio.internal.v1.Worker";
-  server.metrics_port = -1;
-  auto runner = ServiceRunner::Start(server, {&service}, nullptr);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  auto stub = pb::Worker::NewStub(
-      grpc::CreateChannel((*runner)->address(), grpc::InsecureChannelCredentials()));
+  }));
+  pb::Worker::Stub* stub = stub_.get();
 
   // The newer scheduler (epoch 200) forms generation 1 and allocates.
   pb::JoinGroupRequest join;
@@ -427,7 +415,6 @@ TEST(WorkerServiceTpTest, JoinGroupFromAnOlderSchedulerEpochIsFencedAndLeavesThe
   ASSERT_TRUE(stub->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
   EXPECT_EQ(info.scheduler_epoch(), 300u);
   EXPECT_EQ(info.group().generation(), 3);
-  (*runner)->Shutdown();
 }
 
 }  // namespace

@@ -48,13 +48,14 @@ Generation::Generation(std::shared_ptr<const ModelContext> model,
 std::shared_ptr<Generation> Generation::Start(std::shared_ptr<const ModelContext> model,
                                               ipb::Scheduler::Stub* scheduler,
                                               const ValidatedRequest& request, int32_t n,
-                                              ResumeOptions resume, Listener listener,
+                                              ResumeOptions resume, CallTracker* calls,
+                                              Listener listener,
                                               std::vector<int32_t> preserved_tokens) {
   std::shared_ptr<Generation> g(new Generation(std::move(model), request, n,
                                                std::move(listener), preserved_tokens));
   g->self_ = g;
   g->stream_ = ResumableStream::Start(scheduler, g->request_, absl::InfiniteFuture(), resume,
-                                      g.get());
+                                      g.get(), calls);
   g->stream_->Read();
   // From here on reads come only from OnEvent.
   g->stream_->Release();

@@ -158,6 +158,11 @@ void OpenAiServer::Stop() {
     absl::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(10));
   }
+  // A call's last callback may still be running after it unregistered: wait until gRPC
+  // has let go of every scheduler call, so that nothing of ours is left in gRPC.
+  if (!calls_.WaitIdle(absl::Seconds(10))) {
+    LOG(WARNING) << "HTTP API: " << calls_.live() << " scheduler calls still in gRPC at shutdown";
+  }
   // Every exchange is released once its call has ended: the HTTP server may go.
   if (http_ != nullptr) http_->Stop();
 }
@@ -285,11 +290,13 @@ void OpenAiServer::HandleHealth(std::shared_ptr<HttpExchange> x) {
         openai::ErrorFromStatus(absl::UnavailableError("the frontend is shutting down"))));
   }
   struct Check {
+    CallTracker::Hold hold;  // first: released after the context is gone
     grpc::ClientContext ctx;
     grpc::health::v1::HealthCheckRequest request;
     grpc::health::v1::HealthCheckResponse response;
   };
   auto check = std::make_shared<Check>();
+  check->hold = CallTracker::Enter(&calls_);
   check->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   scheduler_health_->async()->Check(
       &check->ctx, &check->request, &check->response,
@@ -424,7 +431,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   VLOG(1) << "request " << validated->request_id << ": " << MethodName(endpoint) << ", "
           << validated->prompt_token_ids.size() << " prompt tokens";
   std::shared_ptr<Generation> gen = Generation::Start(
-      model, scheduler_.get(), *validated, r.n, options_.resume,
+      model, scheduler_.get(), *validated, r.n, options_.resume, &calls_,
       [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); },
       std::move(preserved));
   {

@@ -35,6 +35,7 @@
 #include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
+#include "services/frontend/call_tracker.h"
 #include "services/frontend/http/generation.h"
 #include "services/frontend/http/http_server.h"
 #include "services/frontend/http/openai_json.h"
@@ -114,6 +115,7 @@ class OpenAiServer {
   FrontendMetrics* const metrics_;
   const int64_t created_;  // Unix seconds at start, reported as the model's "created"
   std::unique_ptr<HttpServer> http_;
+  CallTracker calls_;  // scheduler streams and health checks until gRPC lets go of them
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

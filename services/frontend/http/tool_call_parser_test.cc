@@ -247,7 +247,7 @@ TEST(ToolCallParserTest, MistralNameArgsFormat) {
   EXPECT_EQ(p.content, "Sure.");
   EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Paris\"}"},
                                    Call{"", "get_time", "{}"}));
-  for (const std::string bad : {std::string("[TOOL_CALLS]not a name[ARGS]{}"),
+  for (const std::string& bad : {std::string("[TOOL_CALLS]not a name[ARGS]{}"),
                                 std::string("[TOOL_CALLS][ARGS]{}"),
                                 std::string("[TOOL_CALLS][]"), std::string("[TOOL_CALLS")}) {
     const Parsed q = RunEveryWay(ToolCallFormat::kMistral, bad);

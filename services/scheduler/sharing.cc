@@ -44,6 +44,7 @@ void Sharing::AdvanceSamples(
           Branch& child = r->branches.emplace_back();
           child.index = k;
           child.matcher = r->branches[0].matcher;  // before the root takes its own token
+          child.watch = r->branches[0].watch;
           child.mask = r->branches[0].mask;
         }
       }
@@ -87,8 +88,7 @@ void Sharing::AdvanceSamples(
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
     absl::Status grammar_error;
-    const GrammarVerdict grammar =
-        AdvanceGrammar(&b, sample->token_id, r->spec.request_id, &grammar_error);
+    const GrammarVerdict grammar = AdvanceGrammar(*r, &b, sample->token_id, &grammar_error);
     if (grammar == GrammarVerdict::kError) {
       state_->Finish(r, FinishReason::kError, std::move(grammar_error));
       return;
@@ -180,22 +180,24 @@ void Sharing::AdvanceBeams(
     const Branch& parent = r->branches[e.parent];
     // Structured output: the survivor's grammar state; a closed structure ends the beam.
     std::optional<structured::GrammarMatcher> matcher = parent.matcher;
+    std::optional<structured::TriggerWatch> watch = parent.watch;
     std::vector<uint32_t> mask;
-    if (matcher.has_value()) {
+    if (matcher.has_value() || watch.has_value()) {
       Branch probe;
       probe.matcher = std::move(matcher);
+      probe.watch = std::move(watch);
       absl::Status grammar_error;
-      const GrammarVerdict verdict =
-          AdvanceGrammar(&probe, e.token_id, r->spec.request_id, &grammar_error);
+      const GrammarVerdict verdict = AdvanceGrammar(*r, &probe, e.token_id, &grammar_error);
       if (verdict == GrammarVerdict::kError) {
         state_->Finish(r, FinishReason::kError, std::move(grammar_error));
         return;
       }
-      if (verdict != GrammarVerdict::kOpen) {
+      if (verdict == GrammarVerdict::kClosed || verdict == GrammarVerdict::kDeadEnd) {
         r->finished_beams.Add(hypothesis(parent, e, verdict == GrammarVerdict::kClosed));
         continue;
       }
       matcher = std::move(probe.matcher);
+      watch = std::move(probe.watch);
       mask = std::move(probe.mask);
     }
     if (at_limit) {
@@ -219,6 +221,7 @@ void Sharing::AdvanceBeams(
     b.cum_logprob = e.cum_logprob;
     b.candidates.clear();
     b.matcher = std::move(matcher);
+    b.watch = std::move(watch);
     b.mask = std::move(mask);
     next.push_back(std::move(b));
   }
@@ -260,11 +263,25 @@ void Sharing::AdvanceBeams(
   state_->Finish(r, std::move(events.back()));
 }
 
-Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
-                                                const std::string& request_id,
+Sharing::GrammarVerdict Sharing::AdvanceGrammar(const Request& r, Branch* b, int32_t token,
                                                 absl::Status* error) {
-  if (!b->matcher.has_value()) return GrammarVerdict::kNone;
-  if (!b->matcher->AcceptToken(token)) {
+  const std::string& request_id = r.spec.request_id;
+  if (!b->matcher.has_value()) {
+    if (!b->watch.has_value() || b->watch->fired()) return GrammarVerdict::kNone;
+    std::optional<std::string> fed = b->watch->Accept(token, r.grammar->vocab().bytes(token));
+    if (!fed.has_value()) return GrammarVerdict::kNone;
+    // The trigger fired: the grammar starts at its first byte and constrains the rest.
+    b->matcher.emplace(r.grammar);
+    if (!b->matcher->AcceptBytes(*fed)) {
+      if (!b->matcher->last_error().ok()) {
+        *error = b->matcher->last_error();
+        return GrammarVerdict::kError;
+      }
+      LOG(WARNING) << "request " << request_id << ": the grammar refuses the output from its "
+                   << "trigger on (" << fed->size() << " bytes); ending the choice";
+      return GrammarVerdict::kDeadEnd;
+    }
+  } else if (!b->matcher->AcceptToken(token)) {
     if (!b->matcher->last_error().ok()) {
       *error = b->matcher->last_error();
       return GrammarVerdict::kError;

@@ -15,9 +15,12 @@
 // --rounds rounds (default 5): on a shared machine compare medians, and note the load
 // (each line's label carries /proc/loadavg at its start).
 //
-// --threads (default 2) sets both engines' threads.
+// --threads (default 2) sets both engines' threads; --types (default F16,Q8_0) the files
+// measured, any of llama.cpp's quantizer names (Q4_0, Q4_K_M, ...), each quantized from
+// the F16 file once.
 //
-//   build/bin/decode_1b_bench [--rounds=5] [--threads=2] [--benchmark_format=json]
+//   build/bin/decode_1b_bench [--rounds=5] [--threads=2] [--types=F16,Q8_0,Q4_0,Q4_K_M]
+//       [--benchmark_format=json]
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -31,6 +34,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "benchmark/benchmark.h"
 #include "glog/logging.h"
 #include "services/worker/engine/cpu_model_runner.h"
@@ -58,7 +62,7 @@ std::string LoadAverage() {
   return "load " + a + " " + b + " " + c;
 }
 
-// The model file of `type` ("F16" or "Q8_0"), made if missing.
+// The model file of `type` ("F16", "Q8_0", "Q4_K_M", ...), made if missing.
 std::string ModelPath(const std::string& type) {
   std::filesystem::create_directories(ModelsDir());
   const std::string f16 = ModelsDir() + "/llama-1.1b-random-f16.gguf";
@@ -179,10 +183,13 @@ void BM_LlamaCppDecode(benchmark::State& state, std::string type) {
 
 int main(int argc, char** argv) {
   int rounds = 5;
+  std::vector<std::string> types = {"F16", "Q8_0"};
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]).rfind("--rounds=", 0) == 0) {
       rounds = std::atoi(argv[i] + 9);
+    } else if (std::string(argv[i]).rfind("--types=", 0) == 0) {
+      types = absl::StrSplit(std::string(argv[i] + 8), ',', absl::SkipEmpty());
     } else if (std::string(argv[i]).rfind("--threads=", 0) == 0) {
       folio::worker::g_threads = std::max(1, std::atoi(argv[i] + 10));
     } else {
@@ -197,7 +204,7 @@ int main(int argc, char** argv) {
   }
   using folio::worker::BM_FolioDecode;
   using folio::worker::BM_LlamaCppDecode;
-  for (const std::string type : {"F16", "Q8_0"}) {
+  for (const std::string& type : types) {
     // Load and touch both engines once (page faults, first-use allocations) before timing.
     folio::worker::FolioEngine& e = folio::worker::Folio(type);
     folio::worker::FolioGenerate(*e.runner, folio::worker::kBos);
@@ -205,7 +212,7 @@ int main(int argc, char** argv) {
     folio::worker::Llama(type).GreedyIncremental({folio::worker::Llama(type).bos()}, 4, nullptr).IgnoreError();
   }
   for (int r = 0; r < rounds; ++r) {
-    for (const std::string type : {"F16", "Q8_0"}) {
+    for (const std::string& type : types) {
       benchmark::RegisterBenchmark(("folio/" + type + "/round" + std::to_string(r)).c_str(),
                                    BM_FolioDecode, type)
           ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);

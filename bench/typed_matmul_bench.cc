@@ -1,27 +1,35 @@
 // Effective memory bandwidth of a decode step's matmuls on weights kept as stored (f16,
-// bf16, q8_0), against a memcpy of the same weight bytes in the same run.
+// bf16, q8_0, and the 4/5/6-bit types q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K),
+// against f32 packed panels (the runner's f32 path) and a memcpy of the same weight
+// bytes in the same run.
 //
 // The matrices are two layers of the 1.1B Llama shape (dim 2048, 32/8 heads of 64,
 // ffn 8192): fused QKV [2560, 2048], wo [2048, 2048], fused gate/up [16384, 2048], down
 // [2048, 8192], random contents, each its own allocation, so one decode step (one token
-// row) streams every weight byte from memory once: 240 MB in f16/bf16, 128 MB in q8_0,
-// well past any cache. BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD
-// path the CPU has (portable too) on a 2-thread pool; BM_Memcpy copies the same bytes
-// (the weights themselves, into a scratch buffer) on the same pool, split the same way.
-// bytes_per_second is the weight bytes over the wall time: compare a type's matmul line
-// with its memcpy line of the same run (a memcpy also writes what it reads, so its rate
-// is a conservative ceiling for a read-only stream); BM_Read is a plain read-only pass
-// over the same bytes on the same pool, the tighter ceiling.
+// row) streams every weight byte from memory once: 478 MB in f32, 240 MB in f16/bf16,
+// 128 MB in q8_0, 67-90 MB in the 4/5/6-bit types, well past any cache.
+// BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD path the CPU has
+// (portable too) on a 2-thread pool; BM_StepF32Panels runs the same shapes as f32
+// PackedMatrix panels (PackedLinear, AVX2); BM_Memcpy copies a type's bytes (the weights
+// themselves, into a scratch buffer) on the same pool, split the same way.
+// The time per step is the figure to compare across types (q4_K's step against f32's
+// and q8_0's of the same run: the ratio is what a decode step gains); bytes_per_second
+// is the weight bytes over the wall time, to compare with the type's memcpy line (a
+// memcpy also writes what it reads, so its rate is a conservative ceiling for a
+// read-only stream) and BM_Read, a plain read-only pass over the same bytes.
 //
-//   build/bin/typed_matmul_bench [--benchmark_min_time=0.5]
+//   build/bin/typed_matmul_bench [--benchmark_min_time=0.5] [--benchmark_filter=q4_K]
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/thread_pool.h"
 #include "services/worker/kernels/typed_gemm.h"
 #include "services/worker/model/weight_format.h"
@@ -42,10 +50,31 @@ struct Step {
 };
 
 const WeightFormat& FormatOfKind(k::StoredKind kind) {
-  return kind == k::StoredKind::kF16    ? kF16Format
-         : kind == k::StoredKind::kBF16 ? kBF16Format
-                                        : kQ8_0Format;
+  switch (kind) {
+    case k::StoredKind::kF16:
+      return kF16Format;
+    case k::StoredKind::kBF16:
+      return kBF16Format;
+    case k::StoredKind::kQ4_0:
+      return kQ4_0Format;
+    case k::StoredKind::kQ4_1:
+      return kQ4_1Format;
+    case k::StoredKind::kQ5_0:
+      return kQ5_0Format;
+    case k::StoredKind::kQ5_1:
+      return kQ5_1Format;
+    case k::StoredKind::kQ4_K:
+      return kQ4_KFormat;
+    case k::StoredKind::kQ5_K:
+      return kQ5_KFormat;
+    case k::StoredKind::kQ6_K:
+      return kQ6_KFormat;
+    default:
+      return kQ8_0Format;
+  }
 }
+
+constexpr int64_t kShapes[4][2] = {{2560, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}};
 
 const Step& StepOf(k::StoredKind kind) {
   static auto* steps = new std::map<k::StoredKind, Step>();
@@ -53,10 +82,9 @@ const Step& StepOf(k::StoredKind kind) {
   if (it != steps->end()) return it->second;
   Step& s = (*steps)[kind];
   const WeightFormat& f = FormatOfKind(kind);
-  const int64_t shapes[4][2] = {{2560, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}};
   uint64_t seed = 1;
   for (int l = 0; l < kLayers; ++l) {
-    for (const auto& shape : shapes) {
+    for (const auto& shape : kShapes) {
       const int64_t out = shape[0], in = shape[1], row_bytes = f.BytesFor(in);
       s.storage.emplace_back(new uint8_t[out * row_bytes]);
       FillRandomBlocks(f, out * in / f.block_values, 0.02f, seed++, s.storage.back().get());
@@ -102,6 +130,44 @@ void BM_StepMatmuls(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * s.bytes);
   state.SetLabel(std::string(k::StoredKindName(kind)) + " " + k::SimdPathName(path) + ", " +
                  std::to_string(s.bytes >> 20) + " MiB of weights");
+}
+
+// The same step on f32 panels, as the runner holds an f32 model (PackedLinear).
+void BM_StepF32Panels(benchmark::State& state) {
+  if (!k::EnabledCpuFeatures().avx2) {
+    state.SkipWithError("the packed f32 kernel here is the AVX2 one");
+    return;
+  }
+  static auto* panels = new std::vector<k::PackedMatrix>();
+  int64_t bytes = 0, widest = 0;
+  if (panels->empty()) {
+    uint64_t seed = 1;
+    for (int l = 0; l < kLayers; ++l) {
+      for (const auto& shape : kShapes) {
+        const int64_t out = shape[0], in = shape[1];
+        std::mt19937 rng(static_cast<uint32_t>(seed++));
+        std::normal_distribution<float> n(0.0f, 0.02f);
+        panels->emplace_back(out, in, k::PackedMatrix::Precision::kF32,
+                             [&](int64_t, float* dst) {
+                               for (int64_t i = 0; i < in; ++i) dst[i] = n(rng);
+                             });
+      }
+    }
+  }
+  for (const k::PackedMatrix& m : *panels) {
+    bytes += m.size_bytes();
+    widest = std::max({widest, m.out(), m.in()});
+  }
+  std::vector<float> x(widest, 0.5f), y(widest);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+  for (auto _ : state) {
+    for (const k::PackedMatrix& m : *panels) {
+      k::PackedLinear(x.data(), m.in(), 1, m, 0.0f, y.data(), m.out(), k::CpuIsa::kAvx2, &Pool());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel("f32 panels avx2, " + std::to_string(bytes >> 20) + " MiB of weights");
 }
 
 void BM_Memcpy(benchmark::State& state) {
@@ -166,7 +232,13 @@ void BM_Read(benchmark::State& state) {
 }
 
 void Register() {
-  for (k::StoredKind kind : {k::StoredKind::kF16, k::StoredKind::kBF16, k::StoredKind::kQ8_0}) {
+  benchmark::RegisterBenchmark("BM_StepF32Panels", BM_StepF32Panels)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  for (k::StoredKind kind :
+       {k::StoredKind::kF16, k::StoredKind::kBF16, k::StoredKind::kQ8_0, k::StoredKind::kQ4_0,
+        k::StoredKind::kQ4_1, k::StoredKind::kQ5_0, k::StoredKind::kQ5_1, k::StoredKind::kQ4_K,
+        k::StoredKind::kQ5_K, k::StoredKind::kQ6_K}) {
     const std::string name = k::StoredKindName(kind);
     for (k::SimdPath path : k::TypedPathsOf(kind)) {
       benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path)).c_str(),

@@ -1,4 +1,5 @@
-// Paged vs contiguous attention, decode, at contexts 512, 2048 and 8192 (one run).
+// Paged vs contiguous attention, decode, at contexts 512, 2048 and 8192 (one run), and
+// prefill chunks on the tiled kernel vs the per-query kernel (BM_PrefillAttention).
 //
 // Shapes are bench-28m's: 8 query heads over 4 KV heads (GQA 2), head_dim 64, f16 KV,
 // 4 sequences decoding one token each, 2 threads. "Paged" scatters each sequence's
@@ -10,7 +11,15 @@
 // Rates are per second of process CPU time (both threads), not wall time: the build
 // machines are shared, and CPU time is what stays comparable under load.
 //
-//   build-engine/bin/worker_attention_bench
+// BM_PrefillAttention/<chunk>/<prefix>/<group>: one sequence's prefill chunk of `chunk`
+// queries after `prefix` cached tokens, 4 kv heads x head_dim 64, group = query heads per
+// kv head (2: bench-28m; 8: the 1.1B shape), f16 KV in scattered 16-token blocks, 2
+// threads. Each iteration runs the per-query kernel and the tiled kernel on the same
+// inputs, timed apart by process CPU time: per_query_ms, tiled_ms and
+// speedup = per_query_ms / tiled_ms.
+//
+//   build/bin/worker_attention_bench
+//   build/bin/worker_attention_bench --benchmark_filter=Prefill
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +27,8 @@
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include <time.h>
 
 #include <sys/mman.h>
 
@@ -109,6 +120,73 @@ void RunDecodeAttention(benchmark::State& state, bool paged) {
   state.SetLabel(CpuIsaName(args.isa));
 }
 
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void BM_PrefillAttention(benchmark::State& state) {
+  const int chunk = static_cast<int>(state.range(0));
+  const int prefix = static_cast<int>(state.range(1));
+  const int group = static_cast<int>(state.range(2));
+  const int num_heads = kNumKvHeads * group;
+  const int context = prefix + chunk;
+  const int block_size = 16;
+  const int num_blocks = (context + block_size - 1) / block_size;
+
+  KvCacheView kv;
+  kv.dtype = KvDType::kF16;
+  kv.num_blocks = num_blocks;
+  kv.block_size = block_size;
+  kv.num_kv_heads = kNumKvHeads;
+  kv.head_dim = kHeadDim;
+  const size_t elems = static_cast<size_t>(num_blocks) * kv.block_stride();
+  HugeBuffer k(elems), v(elems);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> level(-64, 64);
+  for (size_t i = 0; i < elems; ++i) {
+    k[i] = FloatToHalf(level(rng) / 32.0f);
+    v[i] = FloatToHalf(level(rng) / 32.0f);
+  }
+  kv.k = k.data();
+  kv.v = v.data();
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const std::vector<AttentionSeq> seqs = {{0, chunk, context, ids.data()}};
+  const int width = num_heads * kHeadDim;
+  std::vector<float> q(static_cast<size_t>(chunk) * width), out(q.size());
+  for (float& x : q) x = normal(rng);
+
+  PagedAttentionArgs args;
+  args.q = q.data();
+  args.q_row_stride = width;
+  args.out = out.data();
+  args.out_row_stride = width;
+  args.num_heads = num_heads;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  ThreadPool pool(kThreads);
+  double per_query_s = 0, tiled_s = 0;
+  for (auto _ : state) {
+    // Alternate which kernel goes first, so neither always finds the other's cache state.
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool tiled = (pass == 0) == (state.iterations() % 2 == 0);
+      args.tiled_prefill = tiled;
+      const double t0 = ProcessCpuSeconds();
+      PagedAttention(args, seqs, kv, &pool);
+      benchmark::DoNotOptimize(out.data());
+      (tiled ? tiled_s : per_query_s) += ProcessCpuSeconds() - t0;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["per_query_ms"] = per_query_s / n * 1e3;
+  state.counters["tiled_ms"] = tiled_s / n * 1e3;
+  state.counters["speedup"] = per_query_s / tiled_s;
+  state.SetLabel(CpuIsaName(args.isa));
+}
+
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
 void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(state, false); }
 
@@ -119,6 +197,20 @@ void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(
 FOLIO_ATTENTION_PAIR(512);
 FOLIO_ATTENTION_PAIR(2048);
 FOLIO_ATTENTION_PAIR(8192);
+
+// {chunk, prefix, group}: chunks from position 0 and after a cached prefix, GQA 2 and 8.
+BENCHMARK(BM_PrefillAttention)
+    ->ArgNames({"chunk", "prefix", "group"})
+    ->Args({128, 0, 2})
+    ->Args({512, 0, 2})
+    ->Args({128, 1024, 2})
+    ->Args({512, 1536, 2})
+    ->Args({128, 0, 8})
+    ->Args({512, 0, 8})
+    ->Args({128, 1024, 8})
+    ->Args({512, 1536, 8})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace folio::worker::kernels

@@ -10,6 +10,8 @@ std::string FinishReasonName(v1::FinishReason reason) {
       return "stop";
     case v1::FINISH_REASON_CANCELLED:
       return "cancelled";
+    case v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return "unspecified";
   }

@@ -9,6 +9,7 @@ TEST(FinishReasonNameTest, NamesEveryReason) {
   EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_LENGTH), "length");
   EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_STOP), "stop");
   EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_CANCELLED), "cancelled");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_TOOL_CALLS), "tool_calls");
   EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_UNSPECIFIED), "unspecified");
 }
 

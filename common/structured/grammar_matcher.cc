@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "glog/logging.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/vocab.h"
 
@@ -114,8 +117,10 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Create(
     std::string_view grammar_text, std::shared_ptr<const TokenVocabulary> vocab) {
   absl::StatusOr<Grammar> grammar = Grammar::Parse(grammar_text);
   if (!grammar.ok()) return grammar.status();
-  return std::shared_ptr<const CompiledGrammar>(
+  std::shared_ptr<const CompiledGrammar> compiled(
       new CompiledGrammar(*std::move(grammar), std::move(vocab)));
+  if (absl::Status s = compiled->Probe(); !s.ok()) return s;
+  return compiled;
 }
 
 int64_t CompiledGrammar::num_memoized_masks() const {
@@ -128,13 +133,38 @@ int64_t CompiledGrammar::num_memo_hits() const {
   return memo_hits_;
 }
 
-void CompiledGrammar::Expand(std::vector<int32_t> stack, Stacks* out) const {
-  std::vector<std::vector<int32_t>> work;
-  work.push_back(std::move(stack));
-  while (!work.empty()) {
-    std::vector<int32_t> s = std::move(work.back());
-    work.pop_back();
+namespace {
+
+absl::Status TooAmbiguous(const std::string& what, std::string_view context = "") {
+  std::string message = "grammar too ambiguous: " + what;
+  message.append(context);
+  message +=
+      "; write it so that a text matches in few ways (a regex like (a*a)* or a grammar like "
+      "x ::= \"a\"* \"a\"* matches one text in many)";
+  return absl::InvalidArgumentError(message);
+}
+
+// The memo / probe key of a stack set.
+std::string StacksKey(const std::vector<std::vector<int32_t>>& stacks) {
+  std::string key;
+  for (const std::vector<int32_t>& s : stacks) {
+    for (int32_t p : s) key.append(reinterpret_cast<const char*>(&p), sizeof(p));
+    const int32_t sep = -1;
+    key.append(reinterpret_cast<const char*>(&sep), sizeof(sep));
+  }
+  return key;
+}
+
+}  // namespace
+
+bool CompiledGrammar::Expand(std::vector<int32_t> stack, Stacks* out, ExpandState* st) const {
+  std::vector<std::vector<int32_t>> pending;
+  pending.push_back(std::move(stack));
+  while (!pending.empty()) {
+    std::vector<int32_t> s = std::move(pending.back());
+    pending.pop_back();
     while (true) {
+      if (++st->work > kMaxAcceptWork) return false;
       if (s.empty()) {
         out->push_back(std::move(s));
         break;
@@ -149,6 +179,10 @@ void CompiledGrammar::Expand(std::vector<int32_t> stack, Stacks* out) const {
         s.pop_back();
         continue;
       }
+      // A call met before for this byte expands the same way again: once is enough
+      // (nullable alternatives reach one call by many paths; the results are made
+      // unique afterwards).
+      if (!st->visited.insert(s).second) break;
       // Call: the caller resumes after the reference; a call in tail position leaves
       // no frame, so right recursion keeps the stack flat.
       s.back() = p + 1;
@@ -157,37 +191,122 @@ void CompiledGrammar::Expand(std::vector<int32_t> stack, Stacks* out) const {
       for (size_t i = 1; i < starts.size(); ++i) {
         std::vector<int32_t> t = s;
         t.push_back(starts[i]);
-        work.push_back(std::move(t));
+        pending.push_back(std::move(t));
       }
       s.push_back(starts[0]);
     }
   }
+  return true;
 }
 
-CompiledGrammar::Stacks CompiledGrammar::InitialStacks() const {
+absl::StatusOr<CompiledGrammar::Stacks> CompiledGrammar::InitialStacks() const {
   Stacks out;
-  for (int32_t start : rule_starts_[grammar_.root()]) Expand({start}, &out);
+  ExpandState st;
+  for (int32_t start : rule_starts_[grammar_.root()]) {
+    if (!Expand({start}, &out, &st)) {
+      return TooAmbiguous(absl::StrCat("its start takes more than ", kMaxAcceptWork,
+                                       " expansion steps"));
+    }
+  }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (static_cast<int64_t>(out.size()) > kMaxLiveStacks) {
+    return TooAmbiguous(absl::StrCat(out.size(), " parse stacks at its start (at most ",
+                                     kMaxLiveStacks, ")"));
+  }
   return out;
 }
 
-CompiledGrammar::Stacks CompiledGrammar::Advance(const Stacks& stacks, uint8_t byte) const {
-  Stacks out;
+absl::Status CompiledGrammar::Advance(const Stacks& stacks, uint8_t byte, Stacks* out,
+                                      std::string_view context, int64_t* total_work) const {
+  out->clear();
+  ExpandState st;
+  struct AddWork {
+    int64_t* total;
+    const int64_t& work;
+    ~AddWork() {
+      if (total != nullptr) *total += work;
+    }
+  } add_work{total_work, st.work};
   for (const std::vector<int32_t>& s : stacks) {
     if (s.empty() || !elems_[s.back()].bytes.test(byte)) continue;
     std::vector<int32_t> t = s;
     t.back() += 1;
-    Expand(std::move(t), &out);
+    if (!Expand(std::move(t), out, &st)) {
+      out->clear();
+      return TooAmbiguous(absl::StrCat("one byte takes more than ", kMaxAcceptWork,
+                                       " expansion steps"), context);
+    }
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  if (static_cast<int64_t>(out->size()) > kMaxLiveStacks) {
+    const size_t n = out->size();
+    out->clear();
+    return TooAmbiguous(absl::StrCat(n, " parse stacks alive at once (at most ",
+                                     kMaxLiveStacks, ")"), context);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompiledGrammar::Probe() const {
+  // Classes of bytes no element tells apart: refine {0..255} by each distinct byte set.
+  std::vector<int32_t> cls(256, 0);
+  {
+    absl::flat_hash_set<std::string> seen_sets;
+    for (const GrammarElement& e : elems_) {
+      if (e.kind != GrammarElement::Kind::kBytes) continue;
+      if (!seen_sets.insert(e.bytes.to_string()).second) continue;
+      absl::flat_hash_map<std::pair<int32_t, bool>, int32_t> remap;
+      for (int b = 0; b < 256; ++b) {
+        cls[b] = remap.try_emplace({cls[b], e.bytes.test(b)}, static_cast<int32_t>(remap.size()))
+                     .first->second;
+      }
+      if (remap.size() == 256) break;
+    }
+  }
+  std::vector<uint8_t> reps;
+  {
+    std::vector<bool> have(256, false);
+    for (int b = 0; b < 256; ++b) {
+      if (!have[cls[b]]) {
+        have[cls[b]] = true;
+        reps.push_back(static_cast<uint8_t>(b));
+      }
+    }
+  }
+  absl::StatusOr<Stacks> initial = InitialStacks();
+  if (!initial.ok()) return initial.status();
+  // Breadth first, so the bytes named in a refusal are a shortest way there.
+  std::vector<std::pair<Stacks, std::string>> queue;
+  absl::flat_hash_set<std::string> seen;
+  seen.insert(StacksKey(*initial));
+  queue.emplace_back(*std::move(initial), "");
+  Stacks next;
+  int64_t work = 0;
+  for (size_t q = 0; q < queue.size() && work < kAmbiguityProbeWork; ++q) {
+    for (uint8_t b : reps) {
+      const std::string bytes = queue[q].second + static_cast<char>(b);
+      absl::Status st =
+          Advance(queue[q].first, b, &next,
+                  absl::StrCat(" after the bytes \"", absl::CHexEscape(bytes), "\""), &work);
+      if (!st.ok()) return st;
+      if (next.empty() || queue.size() >= static_cast<size_t>(kAmbiguityProbeStates) ||
+          !seen.insert(StacksKey(next)).second) {
+        continue;
+      }
+      queue.emplace_back(std::move(next), bytes);
+      next = Stacks();
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The trie walk. Stacks are linked frames in an arena: frame {pos, parent}; a head is a
-// frame whose pos is a byte set. Frames made below a trie node are dropped when the walk
-// leaves it (the arena is cut back), so the walk allocates nothing in steady state.
+// frame whose pos is a byte set. Frames are hash-consed (one frame per {pos, parent}), so
+// equal stacks are one frame and duplicate heads are dropped: the heads at a trie node are
+// the distinct parse stacks there. Frames made below a trie node are dropped when the
+// walk leaves it (the arena is cut back), so the walk allocates little in steady state.
 struct CompiledGrammar::Walker {
   struct Frame {
     int32_t pos;
@@ -197,32 +316,52 @@ struct CompiledGrammar::Walker {
   const TokenVocabulary& vocab;
   absl::Span<uint32_t> mask;
   std::vector<Frame> frames;
+  absl::flat_hash_map<uint64_t, int32_t> interned;  // Key(pos, parent) -> frame
+  // The {pos, parent} expanded for the current trie edge: each expands once (nullable
+  // alternatives reach one point by many paths), so each head is added once.
+  absl::flat_hash_set<uint64_t> visited;
   std::vector<std::vector<int32_t>> heads_by_depth;
   std::vector<std::pair<int32_t, int32_t>> work;
+  int64_t steps = 0;
+  absl::Status error;
+
+  static uint64_t Key(int32_t pos, int32_t parent) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
+           static_cast<uint32_t>(parent);
+  }
 
   int32_t NewFrame(int32_t pos, int32_t parent) {
-    frames.push_back(Frame{pos, parent});
-    return static_cast<int32_t>(frames.size()) - 1;
+    auto [it, inserted] =
+        interned.try_emplace(Key(pos, parent), static_cast<int32_t>(frames.size()));
+    if (inserted) frames.push_back(Frame{pos, parent});
+    return it->second;
+  }
+
+  void CutBack(size_t mark) {
+    for (size_t i = mark; i < frames.size(); ++i) {
+      interned.erase(Key(frames[i].pos, frames[i].parent));
+    }
+    frames.resize(mark);
   }
 
   // From position `pos` with caller frame `parent`, adds the heads reachable without a
-  // byte to `heads`; sets *complete when the root rule can end here.
+  // byte to `heads` (those not visited yet for this edge); sets *complete when the root
+  // rule can end here. Sets `error` past kMaxMaskWork steps.
   void ExpandFrom(int32_t pos, int32_t parent, std::vector<int32_t>* heads, bool* complete) {
     work.clear();
     work.emplace_back(pos, parent);
     while (!work.empty()) {
+      if (++steps > kMaxMaskWork) {
+        error = TooAmbiguous(
+            absl::StrCat("a token mask takes more than ", kMaxMaskWork, " expansion steps"));
+        return;
+      }
       auto [p, parent_frame] = work.back();
       work.pop_back();
+      if (!visited.insert(Key(p, parent_frame)).second) continue;
       const GrammarElement& e = g.elems_[p];
       if (e.kind == GrammarElement::Kind::kBytes) {
-        bool seen = false;
-        for (int32_t h : *heads) {
-          if (frames[h].pos == p && frames[h].parent == parent_frame) {
-            seen = true;
-            break;
-          }
-        }
-        if (!seen) heads->push_back(NewFrame(p, parent_frame));
+        heads->push_back(NewFrame(p, parent_frame));
         continue;
       }
       if (e.rule < 0) {
@@ -242,7 +381,8 @@ struct CompiledGrammar::Walker {
     for (int32_t id : vocab.trie_tokens(trie_node)) mask[id >> 5] |= 1u << (id & 31);
   }
 
-  // Visits the children of trie node `t`, whose stacks are heads_by_depth[depth].
+  // Visits the children of trie node `t`, whose stacks are heads_by_depth[depth]. Stops
+  // at the first error.
   void Walk(int32_t t, size_t depth) {
     const auto& trie = vocab.trie();
     if (heads_by_depth.size() <= depth + 1) heads_by_depth.resize(depth + 2);
@@ -251,25 +391,34 @@ struct CompiledGrammar::Walker {
       const size_t mark = frames.size();
       std::vector<int32_t>& next = heads_by_depth[depth + 1];
       next.clear();
+      visited.clear();
       bool complete = false;
       for (int32_t h : heads_by_depth[depth]) {
         const Frame f = frames[h];
         if (g.elems_[f.pos].bytes.test(byte)) ExpandFrom(f.pos + 1, f.parent, &next, &complete);
+        if (!error.ok()) return;
+      }
+      if (static_cast<int64_t>(next.size()) > kMaxLiveStacks) {
+        error = TooAmbiguous(absl::StrCat(next.size(), " parse stacks alive at once (at most ",
+                                          kMaxLiveStacks, ")"));
+        return;
       }
       if (next.empty() && !complete) {
-        frames.resize(mark);
+        CutBack(mark);
         continue;
       }
       Allow(c);
       if (!next.empty()) Walk(c, depth + 1);
-      frames.resize(mark);
+      if (!error.ok()) return;
+      CutBack(mark);
     }
   }
 };
 
-void CompiledGrammar::ComputeMask(const Stacks& stacks, absl::Span<uint32_t> bitmask) const {
+absl::Status CompiledGrammar::ComputeMask(const Stacks& stacks,
+                                          absl::Span<uint32_t> bitmask) const {
   std::fill(bitmask.begin(), bitmask.end(), 0u);
-  Walker w{*this, *vocab_, bitmask, {}, {}, {}};
+  Walker w{*this, *vocab_, bitmask};
   w.heads_by_depth.resize(1);
   bool complete = false;
   for (const std::vector<int32_t>& s : stacks) {
@@ -282,24 +431,39 @@ void CompiledGrammar::ComputeMask(const Stacks& stacks, absl::Span<uint32_t> bit
     w.heads_by_depth[0].push_back(w.NewFrame(s.back(), parent));
   }
   if (!w.heads_by_depth[0].empty()) w.Walk(0, 0);
+  if (!w.error.ok()) {
+    std::fill(bitmask.begin(), bitmask.end(), 0u);
+    return w.error;
+  }
   if (complete) {
     for (int32_t id : vocab_->eog_ids()) {
       if (id >= 0 && id < vocab_->size()) bitmask[id >> 5] |= 1u << (id & 31);
     }
   }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------
 // GrammarMatcher
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
-    : grammar_(std::move(grammar)), stacks_(grammar_->InitialStacks()) {}
+    : grammar_(std::move(grammar)) {
+  absl::StatusOr<CompiledGrammar::Stacks> initial = grammar_->InitialStacks();
+  if (initial.ok()) {
+    stacks_ = *std::move(initial);
+  } else {
+    last_error_ = initial.status();
+  }
+}
 
 bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
+  last_error_ = absl::OkStatus();
   CompiledGrammar::Stacks s = stacks_;
+  CompiledGrammar::Stacks next;
   for (char c : bytes) {
-    s = grammar_->Advance(s, static_cast<uint8_t>(c));
-    if (s.empty()) return false;
+    last_error_ = grammar_->Advance(s, static_cast<uint8_t>(c), &next);
+    if (next.empty()) return false;
+    std::swap(s, next);
   }
   stacks_ = std::move(s);
   return true;
@@ -319,31 +483,27 @@ bool GrammarMatcher::IsComplete() const { return !stacks_.empty() && stacks_.fro
 
 bool GrammarMatcher::IsTerminated() const { return stacks_.size() == 1 && stacks_[0].empty(); }
 
-void GrammarMatcher::FillNextTokenBitmask(absl::Span<uint32_t> bitmask) const {
+absl::Status GrammarMatcher::FillNextTokenBitmask(absl::Span<uint32_t> bitmask) const {
   const CompiledGrammar& g = *grammar_;
   CHECK_EQ(static_cast<int32_t>(bitmask.size()), BitmaskWords(g.vocab().size()));
-  std::string key;
-  for (const std::vector<int32_t>& s : stacks_) {
-    for (int32_t p : s) key.append(reinterpret_cast<const char*>(&p), sizeof(p));
-    const int32_t sep = -1;
-    key.append(reinterpret_cast<const char*>(&sep), sizeof(sep));
-  }
+  std::string key = StacksKey(stacks_);
   {
     absl::MutexLock lock(&g.mu_);
     auto it = g.memo_.find(key);
     if (it != g.memo_.end()) {
       ++g.memo_hits_;
       std::memcpy(bitmask.data(), it->second.data(), bitmask.size() * sizeof(uint32_t));
-      return;
+      return absl::OkStatus();
     }
   }
-  g.ComputeMask(stacks_, bitmask);
+  if (absl::Status s = g.ComputeMask(stacks_, bitmask); !s.ok()) return s;
   const int64_t bytes = static_cast<int64_t>(bitmask.size() * sizeof(uint32_t) + key.size());
   absl::MutexLock lock(&g.mu_);
   if (g.memo_bytes_ + bytes <= kMaxMaskMemoBytes &&
       g.memo_.try_emplace(std::move(key), bitmask.begin(), bitmask.end()).second) {
     g.memo_bytes_ += bytes;
   }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -23,6 +23,24 @@
 // point of its output costs one hash lookup and a copy. The memo is bounded
 // (kMaxMaskMemoBytes per grammar); past that a mask is computed each time.
 //
+// Ambiguity. Equal stacks are one: the walk's frames are hash-consed ({pos, parent} ->
+// one frame), so two parses that reach the same point share a frame and a head, and the
+// accept path keeps its stacks sorted and unique. What is left is the number of really
+// distinct parses alive at once; an ambiguous grammar (the regex `(a*a){100}`, or
+// `x ::= "a"* "a"*` repeated) keeps many, and the work of every byte grows with them. So
+// a matcher is bounded: at most kMaxLiveStacks distinct stacks at one byte position, at
+// most kMaxMaskWork expansion steps per mask and kMaxAcceptWork per accepted byte. A
+// grammar over a bound is refused, InvalidArgument "grammar too ambiguous: ...":
+//   - at compile when possible: CompiledGrammar::Create runs the matcher breadth first
+//     over its first kAmbiguityProbeStates states (one byte per class of bytes no element
+//     tells apart; kAmbiguityProbeWork steps at most, a few milliseconds) and refuses a
+//     grammar that goes over a bound there, naming the bytes that lead to it;
+//   - otherwise at the mask or the byte that goes over: FillNextTokenBitmask returns the
+//     error (the mask is then all zeros), AcceptToken / AcceptBytes return false and
+//     last_error() says why. The scheduler computes each sequence's first mask at Submit
+//     (a refusal there is HTTP 400 / gRPC INVALID_ARGUMENT) and ends a request whose later
+//     mask goes over with that error.
+//
 // Bitmask layout: bit (id % 32) of word (id / 32) is 1 when token id is allowed;
 // BitmaskWords(vocab_size) words.
 #ifndef FOLIO_COMMON_STRUCTURED_GRAMMAR_MATCHER_H_
@@ -38,6 +56,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -51,6 +70,13 @@ namespace folio::structured {
 
 // Memoized masks per compiled grammar, at most (4096 masks of a 128K vocabulary).
 inline constexpr int64_t kMaxMaskMemoBytes = int64_t{64} << 20;
+
+// The ambiguity bounds (above).
+inline constexpr int32_t kMaxLiveStacks = 1024;
+inline constexpr int64_t kMaxMaskWork = int64_t{1} << 24;
+inline constexpr int64_t kMaxAcceptWork = int64_t{1} << 16;
+inline constexpr int32_t kAmbiguityProbeStates = 256;
+inline constexpr int64_t kAmbiguityProbeWork = int64_t{1} << 21;  // expansion steps in all
 
 inline int32_t BitmaskWords(int32_t vocab_size) { return (vocab_size + 31) / 32; }
 inline bool BitmaskTest(absl::Span<const uint32_t> mask, int32_t id) {
@@ -101,7 +127,8 @@ class TokenVocabulary {
 class CompiledGrammar {
  public:
   // Parses `grammar_text` (grammar.h) and binds it to `vocab`. The errors of
-  // Grammar::Parse.
+  // Grammar::Parse, and "grammar too ambiguous: ..." when the probe (above) goes over a
+  // bound.
   static absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Create(
       std::string_view grammar_text, std::shared_ptr<const TokenVocabulary> vocab);
 
@@ -117,13 +144,25 @@ class CompiledGrammar {
   struct Walker;  // grammar_matcher.cc
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
   using Stacks = std::vector<std::vector<int32_t>>;
+  // One byte's expansion: its steps so far and the calls (stacks topped by a rule
+  // reference) it met.
+  struct ExpandState {
+    int64_t work = 0;
+    absl::flat_hash_set<std::vector<int32_t>> visited;
+  };
   // The stacks with every top a kBytes element, from `stack` whose top may be any
-  // position (appended to `out`).
-  void Expand(std::vector<int32_t> stack, Stacks* out) const;
-  // The stacks after `byte`, sorted and unique; empty when the byte is not allowed.
-  Stacks Advance(const Stacks& stacks, uint8_t byte) const;
-  Stacks InitialStacks() const;
-  void ComputeMask(const Stacks& stacks, absl::Span<uint32_t> bitmask) const;
+  // position (appended to `out`; each call expanded once per ExpandState, so `out` may
+  // repeat a stack); false past kMaxAcceptWork steps.
+  bool Expand(std::vector<int32_t> stack, Stacks* out, ExpandState* st) const;
+  // The stacks after `byte`, sorted and unique, into *out (empty when the byte is not
+  // allowed); "grammar too ambiguous" (with `context` after the reason) past
+  // kMaxLiveStacks or kMaxAcceptWork.
+  absl::Status Advance(const Stacks& stacks, uint8_t byte, Stacks* out,
+                       std::string_view context = "", int64_t* total_work = nullptr) const;
+  absl::StatusOr<Stacks> InitialStacks() const;
+  absl::Status ComputeMask(const Stacks& stacks, absl::Span<uint32_t> bitmask) const;
+  // The compile-time ambiguity probe (above).
+  absl::Status Probe() const;
   bool IsEnd(int32_t position) const {
     return elems_[position].kind == GrammarElement::Kind::kRule && elems_[position].rule < 0;
   }
@@ -143,17 +182,23 @@ class CompiledGrammar {
 // One sequence's matcher. Thread-compatible; copy to fork.
 class GrammarMatcher {
  public:
+  // At the grammar's start. (A start over an ambiguity bound is refused by Create's
+  // probe; were one to get here, the matcher would allow nothing and say why in
+  // last_error().)
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
 
   // Advances by token `id`'s bytes. Returns false, leaving the state unchanged, when the
   // grammar does not allow the token here (an end-of-generation id is allowed, and
-  // changes nothing, only when IsComplete()).
+  // changes nothing, only when IsComplete()), or when the bytes take the grammar over an
+  // ambiguity bound (then last_error() says so; it is OK after a plain refusal).
   bool AcceptToken(int32_t id);
   // Advances by raw bytes (tests, and callers that force text such as a tool-call tag).
   bool AcceptBytes(std::string_view bytes);
+  const absl::Status& last_error() const { return last_error_; }
 
   // Writes the allowed next tokens into `bitmask` (BitmaskWords(vocab size) words).
-  void FillNextTokenBitmask(absl::Span<uint32_t> bitmask) const;
+  // "grammar too ambiguous: ..." (and an all-zero mask) past kMaxMaskWork.
+  absl::Status FillNextTokenBitmask(absl::Span<uint32_t> bitmask) const;
 
   // The bytes so far form a complete match of the root rule (EOS may come next).
   bool IsComplete() const;
@@ -167,6 +212,7 @@ class GrammarMatcher {
   // Each stack lists positions bottom first; its top is a kBytes element. An empty stack
   // means the root rule is complete.
   std::vector<std::vector<int32_t>> stacks_;
+  absl::Status last_error_;
 };
 
 // Compiles each grammar text once. Thread-safe.

@@ -1,4 +1,5 @@
-// Test helpers for the structured-output tests: a byte vocabulary and a whole-text matcher.
+// Test helpers for the structured-output tests: a byte vocabulary, a whole-text matcher
+// and the brute-force mask.
 #ifndef FOLIO_COMMON_STRUCTURED_TEST_UTIL_H_
 #define FOLIO_COMMON_STRUCTURED_TEST_UTIL_H_
 
@@ -32,6 +33,17 @@ inline bool GrammarMatches(std::string_view grammar_text, std::string_view text)
   }
   GrammarMatcher m(*g);
   return m.AcceptBytes(text) && m.IsComplete();
+}
+
+// The mask by brute force: every token tried on a copy of the matcher.
+inline std::vector<uint32_t> BruteForceMask(const GrammarMatcher& m) {
+  const TokenVocabulary& v = m.grammar().vocab();
+  std::vector<uint32_t> mask(BitmaskWords(v.size()), 0);
+  for (int32_t id = 0; id < v.size(); ++id) {
+    GrammarMatcher copy = m;
+    if (copy.AcceptToken(id)) mask[id >> 5] |= 1u << (id & 31);
+  }
+  return mask;
 }
 
 }  // namespace folio::structured

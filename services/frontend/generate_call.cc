@@ -11,13 +11,16 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "nlohmann/json.hpp"
 #include "services/frontend/completion_text.h"
+#include "services/frontend/http/tool_call_grammar.h"
 #include "services/frontend/request_id.h"
 #include "services/frontend/resumable_stream.h"
 
@@ -70,6 +73,98 @@ GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
   return in;
 }
 
+absl::StatusOr<std::optional<ToolCalling>> ToolCallingFromProto(const pb::ToolCalling& t,
+                                                                const Tokenizer& tokenizer,
+                                                                GenerateInput* input) {
+  using nlohmann::json;
+  auto bad = [](const std::string& message) {
+    return absl::InvalidArgumentError(absl::StrCat("tool_calling.", message));
+  };
+  if (t.tools().empty()) {
+    if (t.tool_choice() != pb::TOOL_CHOICE_AUTO || !t.function().empty() ||
+        t.has_parallel_tool_calls() || !t.format().empty()) {
+      return bad("tool_choice, function, parallel_tool_calls and format need tools");
+    }
+    return std::nullopt;
+  }
+  if (t.format().empty()) {
+    return bad(absl::StrCat("format is required with tools: one of ", ToolCallFormatNames()));
+  }
+  absl::StatusOr<ToolCallFormat> format = ToolCallFormatByName(t.format());
+  if (!format.ok()) return bad(absl::StrCat("format: ", format.status().message()));
+  json tools = json::array();
+  for (int i = 0; i < t.tools_size(); ++i) {
+    const pb::Tool& tool = t.tools(i);
+    const std::string field = absl::StrCat("tools[", i, "]");
+    if (tool.name().empty() || tool.name().size() > 64) {
+      return bad(absl::StrCat(field, ".name must have 1 to 64 bytes"));
+    }
+    for (const json& seen : tools) {
+      if (seen["function"]["name"] == tool.name()) {
+        return bad(absl::StrCat(field, ".name '", tool.name(), "' is given twice"));
+      }
+    }
+    json parameters = {{"type", "object"}};
+    if (!tool.parameters_json().empty()) {
+      parameters = json::parse(tool.parameters_json(), nullptr, /*allow_exceptions=*/false);
+      if (!parameters.is_object()) {
+        return bad(absl::StrCat(field, ".parameters_json must be a JSON object (a JSON Schema)"));
+      }
+    }
+    tools.push_back({{"type", "function"},
+                     {"function", {{"name", tool.name()},
+                                   {"description", tool.description()},
+                                   {"parameters", std::move(parameters)}}}});
+  }
+  const pb::ToolChoice choice = t.tool_choice();
+  if (choice == pb::TOOL_CHOICE_FUNCTION) {
+    bool found = false;
+    for (const json& f : tools) found = found || f["function"]["name"] == t.function();
+    if (!found) {
+      return bad(absl::StrCat("function '", t.function().substr(0, 64),
+                              "' (TOOL_CHOICE_FUNCTION) is not one of the tools"));
+    }
+  } else if (!t.function().empty()) {
+    return bad("function is only for tool_choice TOOL_CHOICE_FUNCTION");
+  }
+  if (choice != pb::TOOL_CHOICE_AUTO && choice != pb::TOOL_CHOICE_NONE &&
+      choice != pb::TOOL_CHOICE_REQUIRED && choice != pb::TOOL_CHOICE_FUNCTION) {
+    return bad(absl::StrCat("tool_choice ", static_cast<int>(choice), " is not a ToolChoice"));
+  }
+  if (choice == pb::TOOL_CHOICE_NONE) return std::nullopt;
+  const bool parallel = !t.has_parallel_tool_calls() || t.parallel_tool_calls();
+  // The grammar's errors name "tools[i].function.parameters"; here that is parameters_json.
+  auto grammar_error = [&](const absl::Status& s) {
+    return bad(absl::StrReplaceAll(s.message(), {{".function.parameters:", ".parameters_json:"}}));
+  };
+  const auto markers = MarkerControlTokens(tokenizer, *format);
+  using Kind = structured::StructuredOutput::Kind;
+  if (choice == pb::TOOL_CHOICE_REQUIRED || choice == pb::TOOL_CHOICE_FUNCTION) {
+    if (input->structured.kind != Kind::kNone) {
+      return bad(
+          "tool_choice REQUIRED or FUNCTION and sampling.structured both constrain the output; "
+          "give one");
+    }
+    absl::StatusOr<std::string> grammar = ToolCallGrammar(
+        *format, tools, choice == pb::TOOL_CHOICE_FUNCTION ? t.function() : "", parallel);
+    if (!grammar.ok()) return grammar_error(grammar.status());
+    input->structured = {Kind::kGrammar, *std::move(grammar)};
+  } else {
+    absl::StatusOr<LazyToolCallGrammar> lazy = AutoToolCallGrammar(*format, tools, parallel, markers);
+    if (!lazy.ok()) return grammar_error(lazy.status());
+    // With structured output of its own, that constrains instead.
+    if (input->structured.kind == Kind::kNone) {
+      input->structured = {Kind::kGrammar, std::move(lazy->grammar)};
+      input->grammar_triggers = std::move(lazy->triggers);
+    }
+  }
+  ToolCalling out;
+  out.parser.format = *format;
+  if (!parallel) out.parser.max_calls = 1;
+  for (const auto& [marker, id] : markers) out.preserved_tokens.push_back(id);
+  return out;
+}
+
 ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
   ipb::ScheduleRequest out;
   out.set_request_id(r.request_id);
@@ -90,6 +185,12 @@ ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
   }
   out.set_min_tokens(r.min_tokens);
   out.set_grammar(r.grammar);
+  for (const structured::GrammarTrigger& t : r.grammar_triggers) {
+    ipb::GrammarTrigger* g = out.add_grammar_triggers();
+    g->set_text(t.text);
+    if (t.token_id.has_value()) g->set_token_id(*t.token_id);
+    g->set_at_start(t.at_start);
+  }
   out.set_max_tokens(r.max_tokens);
   out.mutable_stop_token_ids()->Assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
   out.set_ignore_eos(r.ignore_eos == IgnoreEos::kYes);
@@ -202,12 +303,20 @@ class GenerationCall : public ResumableStream::Listener {
   // One completion of the request (n > 1 has several, by index).
   struct Choice {
     Choice(const Tokenizer& tokenizer, std::vector<std::string> stops,
-           std::span<const int32_t> prompt)
-        : text(tokenizer, std::move(stops), prompt) {}
+           std::span<const int32_t> prompt, const std::optional<ToolCalling>& tools)
+        : text(tokenizer, std::move(stops), prompt,
+               tools.has_value() ? tools->preserved_tokens : std::vector<int32_t>{}) {
+      if (tools.has_value()) parser.emplace(tools->parser);
+    }
     CompletionText text;
+    std::optional<ToolCallParser> parser;  // tool calling
     bool done = false;  // its last message is out
     bool cut = false;   // ended here by a stop string: the scheduler may still run it
   };
+  // Tool calling: the chunk's text through the choice's parser (finished with the choice):
+  // content stays text, calls become ToolCall deltas; a choice that called and stopped
+  // finishes with TOOL_CALLS.
+  static void ParseToolCalls(Choice& choice, pb::GenerateResponse* chunk);
   // Ends the call: the last message, with usage. `chunk` may carry a choice's last text.
   // Returns true when the scheduler call must be cancelled.
   bool DeliverFinal(pb::GenerateResponse chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,6 +343,9 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   GenerateInput input = GenerateInputFromProto(request);
   if (input.request_id.empty()) input.request_id = NewRequestId();
   request_id_ = input.request_id;
+  absl::StatusOr<std::optional<ToolCalling>> tools =
+      ToolCallingFromProto(request.tool_calling(), env_.model->tokenizer(), &input);
+  if (!tools.ok()) return tools.status();
   absl::StatusOr<ValidatedRequest> validated = env_.model->validator().Validate(input);
   if (!validated.ok()) return validated.status();
 
@@ -241,7 +353,8 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   logprobs_ = validated->logprobs;
   num_prompt_tokens_ = static_cast<int32_t>(validated->prompt_token_ids.size());
   for (int32_t i = 0; i < validated->n; ++i) {
-    choices_.emplace_back(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids);
+    choices_.emplace_back(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids,
+                          *tools);
   }
   env_.metrics->prompt_tokens.Increment(num_prompt_tokens_);
   VLOG(1) << "request " << request_id_ << ": " << method_ << ", " << num_prompt_tokens_
@@ -328,6 +441,7 @@ bool GenerationCall::HandleEvent(const ipb::ScheduleEvent& event) {
     chunk.set_finish_reason(rest.stopped ? pb::FINISH_REASON_STOP
                                          : ToPublic(event.finish_reason()));
   }
+  if (choice.parser.has_value()) ParseToolCalls(choice, &chunk);
   if (choice.done) ++num_choices_done_;
 
   if (chunk.tokens_size() > 0) {
@@ -340,13 +454,33 @@ bool GenerationCall::HandleEvent(const ipb::ScheduleEvent& event) {
   if (num_choices_done_ == static_cast<int32_t>(choices_.size())) {
     return DeliverFinal(std::move(chunk));
   }
-  if (chunk.tokens_size() > 0 || !chunk.text().empty() ||
+  if (chunk.tokens_size() > 0 || !chunk.text().empty() || chunk.tool_calls_size() > 0 ||
       chunk.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
     Deliver(std::move(chunk), /*final=*/false);
   } else {
     ReadNext();
   }
   return false;
+}
+
+void GenerationCall::ParseToolCalls(Choice& choice, pb::GenerateResponse* chunk) {
+  ToolParseDelta p = choice.parser->Feed(chunk->text());
+  if (choice.done) {
+    ToolParseDelta rest = choice.parser->Finish();
+    p.content += rest.content;
+    for (ToolCallDelta& c : rest.calls) p.calls.push_back(std::move(c));
+    if (chunk->finish_reason() == pb::FINISH_REASON_STOP && choice.parser->num_calls() > 0) {
+      chunk->set_finish_reason(pb::FINISH_REASON_TOOL_CALLS);
+    }
+  }
+  chunk->set_text(std::move(p.content));
+  for (ToolCallDelta& c : p.calls) {
+    pb::ToolCall* call = chunk->add_tool_calls();
+    call->set_index(c.index);
+    call->set_id(std::move(c.id));
+    call->set_name(std::move(c.name));
+    call->set_arguments(std::move(c.arguments));
+  }
 }
 
 bool GenerationCall::DeliverFinal(pb::GenerateResponse chunk) {
@@ -553,6 +687,14 @@ class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
     pb::Choice* choice = response_->mutable_choices(chunk.index());
     choice->mutable_text()->append(chunk.text());
     for (pb::TokenInfo& t : *chunk.mutable_tokens()) *choice->add_tokens() = std::move(t);
+    // Tool call deltas joined into whole calls.
+    for (const pb::ToolCall& c : chunk.tool_calls()) {
+      if (!c.name().empty()) {
+        *choice->add_tool_calls() = c;
+      } else if (c.index() >= 0 && c.index() < choice->tool_calls_size()) {
+        choice->mutable_tool_calls(c.index())->mutable_arguments()->append(c.arguments());
+      }
+    }
     if (chunk.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
       choice->set_finish_reason(chunk.finish_reason());
     }
@@ -568,6 +710,7 @@ class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
     response_->set_text(first.text());
     *response_->mutable_tokens() = first.tokens();
     response_->set_finish_reason(first.finish_reason());
+    *response_->mutable_tool_calls() = first.tool_calls();
     *response_->mutable_usage() = chunk.usage();
     Finish(grpc::Status::OK);
   }

@@ -5,7 +5,8 @@
 //
 // Per call: validate the request (RequestValidator), open the scheduler stream with the
 // client's deadline, decode each event's tokens (CompletionText), and pass text deltas,
-// token ids and log-probs on. A stop string cancels the scheduler call and ends with
+// token ids and log-probs on; with tool calling, each choice's text goes through its
+// ToolCallParser first (content in `text`, the calls as ToolCall deltas). A stop string cancels the scheduler call and ends with
 // FINISH_REASON_STOP; the client cancelling (or its deadline) cancels the scheduler call;
 // a scheduler error ends the call with the same code and its message (UNAVAILABLE when
 // the scheduler cannot be reached). A scheduler lost mid-stream is waited for and the
@@ -20,12 +21,15 @@
 #define FOLIO_SERVICES_FRONTEND_GENERATE_CALL_H_
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "folio/v1/folio.grpc.pb.h"
 #include "grpcpp/support/server_callback.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
+#include "services/frontend/http/tool_call_parser.h"
 #include "services/frontend/request_validator.h"
 #include "services/frontend/call_tracker.h"
 #include "services/frontend/resumable_stream.h"
@@ -54,6 +58,18 @@ grpc::ServerUnaryReactor* StartComplete(grpc::CallbackServerContext* ctx,
 
 // The public request in native types (unset optional fields stay unset).
 GenerateInput GenerateInputFromProto(const folio::v1::GenerateRequest& request);
+
+// Tool calling on the gRPC API (GenerateRequest.tool_calling): validates it, sets the
+// grammar it implies on `input` (tool_choice required / a function: the calls grammar;
+// auto: the lazy one, unless `input` has structured output of its own) and returns the
+// parser options and the marker tokens the decoder must keep; nullopt without tools or
+// with TOOL_CHOICE_NONE. InvalidArgument naming the field ("tool_calling.tools[1]...").
+struct ToolCalling {
+  ToolCallParserOptions parser;
+  std::vector<int32_t> preserved_tokens;
+};
+absl::StatusOr<std::optional<ToolCalling>> ToolCallingFromProto(
+    const folio::v1::ToolCalling& tool_calling, const Tokenizer& tokenizer, GenerateInput* input);
 
 // The scheduler's request for a validated one.
 folio::internal::v1::ScheduleRequest ToScheduleRequest(const ValidatedRequest& request);

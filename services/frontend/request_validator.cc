@@ -69,6 +69,14 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(const GenerateInput&
           absl::StrCat(field, " is invalid: ", grammar.status().message()));
     }
     out.grammar = *std::move(grammar);
+    if (absl::Status s = structured::ValidateGrammarTriggers(input.grammar_triggers,
+                                                             tokenizer_.vocab_size());
+        !s.ok()) {
+      return s;
+    }
+    out.grammar_triggers = input.grammar_triggers;
+  } else if (!input.grammar_triggers.empty()) {
+    return absl::InvalidArgumentError("grammar_triggers: set without a grammar");
   }
   return out;
 }

@@ -25,6 +25,7 @@
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/structured/grammar_trigger.h"
 #include "common/structured/structured_output.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -55,6 +56,9 @@ struct GenerateInput {
   std::optional<int32_t> min_tokens;
   // Structured output (common/structured/structured_output.h); kind kNone: free text.
   structured::StructuredOutput structured;
+  // With triggers the structured grammar is lazy (common/structured/grammar_trigger.h):
+  // tool_choice "auto"'s call grammar, from the model's opening marker on.
+  std::vector<structured::GrammarTrigger> grammar_triggers;
   // Whether special tokens written in the prompt are read as tokens; unset: yes.
   std::optional<bool> parse_special;
 };
@@ -88,6 +92,7 @@ struct ValidatedRequest {
   int32_t min_tokens = 0;
   // Structured output compiled to GBNF text (checked: it parses); empty: free text.
   std::string grammar;
+  std::vector<structured::GrammarTrigger> grammar_triggers;  // lazy grammar (nonempty grammar)
 };
 
 struct ValidatorOptions {

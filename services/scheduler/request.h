@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/structured/grammar_matcher.h"
+#include "common/structured/grammar_trigger.h"
 #include "services/scheduler/beam_search.h"
 #include "services/worker/engine/step.h"
 
@@ -55,6 +57,10 @@ struct RequestSpec {
   std::vector<ContinuedChoice> continuation;
   // Structured output: GBNF text (common/structured/grammar.h); empty: unconstrained.
   std::string grammar;
+  // With triggers the grammar is lazy (common/structured/grammar_trigger.h): a choice is
+  // free until one fires in its output, then the grammar constrains the rest of it from
+  // the trigger's first byte on (tool_choice "auto").
+  std::vector<structured::GrammarTrigger> grammar_triggers;
   // The caller's deadline (its gRPC call's). Past it the call ends with DEADLINE_EXCEEDED
   // on its own; during a recovery the scheduler ends the request just before it, with
   // UNAVAILABLE saying the replica is recovering (recovery.h).
@@ -106,6 +112,9 @@ struct Branch {
   // it allows next, which the next sampling step carries to the workers.
   std::optional<structured::GrammarMatcher> matcher;
   std::vector<uint32_t> mask;
+  // A lazy grammar: the watch for its triggers over `output`; `matcher` stays empty (and
+  // the branch unconstrained) until it fires.
+  std::optional<structured::TriggerWatch> watch;
 
   int32_t num_tokens(const std::vector<int32_t>& prompt) const {
     return static_cast<int32_t>(prompt.size() + output.size());
@@ -131,6 +140,8 @@ struct Request {
   absl::Time last_token_time;
   int64_t num_generated = 0;      // tokens generated over all branches (logs)
   FinishedBeams finished_beams;   // beam search
+  // Structured output: the request's compiled grammar (set at Submit when it has one).
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
   // The prompt's distinct tokens for repetition_penalty (token_history.h), set at Submit.
   std::vector<int32_t> prompt_token_set;
 

@@ -95,20 +95,50 @@ absl::StatusOr<uint64_t> Scheduler::Submit(RequestSpec spec, EventSink sink) {
     absl::StatusOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
         options_.grammars->Get(request->spec.grammar);
     if (!grammar.ok()) return grammar.status();
-    // Every branch starts at the grammar's start; a continued choice's matcher then
-    // accepts the tokens the client already has, so it resumes where its stream broke.
+    request->grammar = *grammar;
+    const std::vector<structured::GrammarTrigger>& triggers = request->spec.grammar_triggers;
+    if (absl::Status s = structured::ValidateGrammarTriggers(triggers, options_.vocab_size);
+        !s.ok()) {
+      return s;
+    }
+    // Every branch starts at the grammar's start (a lazy grammar's: at its watch); a
+    // continued choice's matcher then accepts the tokens the client already has, so it
+    // resumes where its stream broke.
     for (Branch& b : request->branches) {
-      b.matcher.emplace(*grammar);
+      if (triggers.empty()) {
+        b.matcher.emplace(*grammar);
+        if (!b.matcher->last_error().ok()) return b.matcher->last_error();
+      } else {
+        b.watch.emplace(absl::MakeConstSpan(triggers));
+      }
       for (size_t t = 0; t < b.output.size(); ++t) {
-        if (!b.matcher->AcceptToken(b.output[t])) {
+        const int32_t id = b.output[t];
+        bool ok = true;
+        if (b.matcher.has_value()) {
+          ok = b.matcher->AcceptToken(id);
+        } else if (std::optional<std::string> fed =
+                       b.watch->Accept(id, (*grammar)->vocab().bytes(id))) {
+          b.matcher.emplace(*grammar);
+          ok = b.matcher->AcceptBytes(*fed);
+        }
+        if (!ok) {
+          if (!b.matcher->last_error().ok()) return b.matcher->last_error();
           return absl::InvalidArgumentError(absl::StrCat(
-              "continuation: token ", t, " (id ", b.output[t], ") of choice ", b.index,
+              "continuation: token ", t, " (id ", id, ") of choice ", b.index,
               " is not allowed by the request's grammar"));
         }
       }
-      b.mask.assign(structured::BitmaskWords(options_.vocab_size), 0);
-      b.matcher->FillNextTokenBitmask(absl::MakeSpan(b.mask));
+      if (b.matcher.has_value()) {
+        b.mask.assign(structured::BitmaskWords(options_.vocab_size), 0);
+        // The first mask here, not in the loop: a grammar that goes over an ambiguity
+        // bound at its first token is refused to the caller (INVALID_ARGUMENT).
+        if (absl::Status s = b.matcher->FillNextTokenBitmask(absl::MakeSpan(b.mask)); !s.ok()) {
+          return s;
+        }
+      }
     }
+  } else if (!request->spec.grammar_triggers.empty()) {
+    return absl::InvalidArgumentError("grammar_triggers: set without a grammar");
   }
   request->finished_beams.set_capacity(std::max(request->spec.beam_width, 1));
   absl::MutexLock lock(&mu_);

@@ -61,6 +61,12 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
   }
   spec.min_tokens = req.min_tokens();
   spec.grammar = req.grammar();
+  for (const pb::GrammarTrigger& t : req.grammar_triggers()) {
+    structured::GrammarTrigger& g = spec.grammar_triggers.emplace_back();
+    g.text = t.text();
+    if (t.has_token_id()) g.token_id = t.token_id();
+    g.at_start = t.at_start();
+  }
   spec.max_tokens = req.max_tokens();
   spec.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   spec.ignore_eos = req.ignore_eos();

@@ -44,6 +44,7 @@ void Sharing::AdvanceSamples(
           Branch& child = r->branches.emplace_back();
           child.index = k;
           child.matcher = r->branches[0].matcher;  // before the root takes its own token
+          child.watch = r->branches[0].watch;
           child.mask = r->branches[0].mask;
         }
       }
@@ -86,7 +87,12 @@ void Sharing::AdvanceSamples(
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     const auto& stops = r->spec.stop_token_ids;
-    const GrammarVerdict grammar = AdvanceGrammar(&b, sample->token_id, r->spec.request_id);
+    absl::Status grammar_error;
+    const GrammarVerdict grammar = AdvanceGrammar(*r, &b, sample->token_id, &grammar_error);
+    if (grammar == GrammarVerdict::kError) {
+      state_->Finish(r, FinishReason::kError, std::move(grammar_error));
+      return;
+    }
     if (grammar == GrammarVerdict::kClosed ||
         (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
         std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
@@ -174,16 +180,24 @@ void Sharing::AdvanceBeams(
     const Branch& parent = r->branches[e.parent];
     // Structured output: the survivor's grammar state; a closed structure ends the beam.
     std::optional<structured::GrammarMatcher> matcher = parent.matcher;
+    std::optional<structured::TriggerWatch> watch = parent.watch;
     std::vector<uint32_t> mask;
-    if (matcher.has_value()) {
+    if (matcher.has_value() || watch.has_value()) {
       Branch probe;
       probe.matcher = std::move(matcher);
-      const GrammarVerdict verdict = AdvanceGrammar(&probe, e.token_id, r->spec.request_id);
-      if (verdict != GrammarVerdict::kOpen) {
+      probe.watch = std::move(watch);
+      absl::Status grammar_error;
+      const GrammarVerdict verdict = AdvanceGrammar(*r, &probe, e.token_id, &grammar_error);
+      if (verdict == GrammarVerdict::kError) {
+        state_->Finish(r, FinishReason::kError, std::move(grammar_error));
+        return;
+      }
+      if (verdict == GrammarVerdict::kClosed || verdict == GrammarVerdict::kDeadEnd) {
         r->finished_beams.Add(hypothesis(parent, e, verdict == GrammarVerdict::kClosed));
         continue;
       }
       matcher = std::move(probe.matcher);
+      watch = std::move(probe.watch);
       mask = std::move(probe.mask);
     }
     if (at_limit) {
@@ -207,6 +221,7 @@ void Sharing::AdvanceBeams(
     b.cum_logprob = e.cum_logprob;
     b.candidates.clear();
     b.matcher = std::move(matcher);
+    b.watch = std::move(watch);
     b.mask = std::move(mask);
     next.push_back(std::move(b));
   }
@@ -248,10 +263,29 @@ void Sharing::AdvanceBeams(
   state_->Finish(r, std::move(events.back()));
 }
 
-Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
-                                                const std::string& request_id) {
-  if (!b->matcher.has_value()) return GrammarVerdict::kNone;
-  if (!b->matcher->AcceptToken(token)) {
+Sharing::GrammarVerdict Sharing::AdvanceGrammar(const Request& r, Branch* b, int32_t token,
+                                                absl::Status* error) {
+  const std::string& request_id = r.spec.request_id;
+  if (!b->matcher.has_value()) {
+    if (!b->watch.has_value() || b->watch->fired()) return GrammarVerdict::kNone;
+    std::optional<std::string> fed = b->watch->Accept(token, r.grammar->vocab().bytes(token));
+    if (!fed.has_value()) return GrammarVerdict::kNone;
+    // The trigger fired: the grammar starts at its first byte and constrains the rest.
+    b->matcher.emplace(r.grammar);
+    if (!b->matcher->AcceptBytes(*fed)) {
+      if (!b->matcher->last_error().ok()) {
+        *error = b->matcher->last_error();
+        return GrammarVerdict::kError;
+      }
+      LOG(WARNING) << "request " << request_id << ": the grammar refuses the output from its "
+                   << "trigger on (" << fed->size() << " bytes); ending the choice";
+      return GrammarVerdict::kDeadEnd;
+    }
+  } else if (!b->matcher->AcceptToken(token)) {
+    if (!b->matcher->last_error().ok()) {
+      *error = b->matcher->last_error();
+      return GrammarVerdict::kError;
+    }
     // The workers apply the mask, so this is a broken invariant; end the choice rather
     // than stream text outside the structure.
     LOG(ERROR) << "request " << request_id << ": token " << token
@@ -260,7 +294,10 @@ Sharing::GrammarVerdict Sharing::AdvanceGrammar(Branch* b, int32_t token,
   }
   if (b->matcher->IsTerminated()) return GrammarVerdict::kClosed;
   b->mask.assign(structured::BitmaskWords(b->matcher->grammar().vocab().size()), 0);
-  b->matcher->FillNextTokenBitmask(absl::MakeSpan(b->mask));
+  if (absl::Status s = b->matcher->FillNextTokenBitmask(absl::MakeSpan(b->mask)); !s.ok()) {
+    *error = std::move(s);
+    return GrammarVerdict::kError;
+  }
   for (uint32_t w : b->mask) {
     if (w != 0) return GrammarVerdict::kOpen;
   }

@@ -46,14 +46,17 @@ class Sharing {
   void ForkFromRoot(Request* r);
   // Queues a fork of `child` (a new sequence id) from `parent` for ApplyForks().
   void QueueFork(Request* r, uint64_t parent, uint64_t child);
-  // Structured output: advances b's matcher by `token` and refreshes b's mask.
+  // Structured output: advances b's matcher by `token` and refreshes b's mask. A lazy
+  // grammar's branch first watches for its triggers and starts its matcher when one fires
+  // (fed the trigger and the rest of the output after it).
   enum class GrammarVerdict {
     kNone,     // no grammar
     kOpen,     // the structure goes on
     kClosed,   // complete and nothing can follow: the choice ends with "stop"
     kDeadEnd,  // the token was outside the mask, or no token continues: ends it
+    kError,    // the grammar went over an ambiguity bound (*error): fails the request
   };
-  GrammarVerdict AdvanceGrammar(Branch* b, int32_t token, const std::string& request_id);
+  GrammarVerdict AdvanceGrammar(const Request& r, Branch* b, int32_t token, absl::Status* error);
 
   RequestState* const state_;
 };

@@ -279,6 +279,19 @@ def check_errors(base):
             expect(status == 400 and needle in err.get("message", "") and
                    err.get("param") == param,
                    f"{extra} -> {status} {text[:300]}")
+    # A grammar too ambiguous for the matcher (2^k parses after k "a"s): refused by the
+    # scheduler's compile-time probe, a 400 naming it, streamed or not.
+    ambiguous = 'r ::= "a" r "b" | "a" r "c" | "a"\nroot ::= r'
+    for chat in (False, True):
+        for stream in (False, True):
+            body = {"grammar": ambiguous, "max_tokens": 8, "stream": stream}
+            body["messages" if chat else "prompt"] = (
+                [{"role": "user", "content": "x"}] if chat else "x")
+            status, text = post(base + ("/v1/chat/completions" if chat else "/v1/completions"),
+                                body)
+            err = json.loads(text).get("error", {}) if text.startswith("{") else {}
+            expect(status == 400 and "grammar too ambiguous" in err.get("message", ""),
+                   f"ambiguous grammar (chat {chat}, stream {stream}) -> {status} {text[:300]}")
 
 
 def main():

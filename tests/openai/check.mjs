@@ -10,7 +10,13 @@
 // streamed), chat_tools_stream (the client's own stream helper joins the tool_calls
 // deltas: beta.chat.completions.stream + finalChatCompletion) and chat_tools_round_trip
 // (the call sent back with its result as the next request); their text is
-// JSON {content, finish_reason, calls: [{name, arguments}]} of the (last) reply. "extra" holds more request fields
+// JSON {content, finish_reason, calls: [{name, arguments}]} of the (last) reply. With
+// "response_format" (OpenAI's {type: "json_schema", json_schema: {name, schema, strict}}):
+// chat_json_schema (create), chat_json_schema_parse (the client's beta.chat.completions.parse,
+// which parses the content itself) and chat_json_schema_stream (beta.chat.completions.stream
+// + finalChatCompletion, which joins the streamed deltas); their text is the reply's content,
+// which must end with "stop", parse as JSON and (parse) equal the client's own `parsed`.
+// "extra" holds more request fields
 // (presence_penalty, logit_bias, seed, ...) passed as the client passes them. Prints one
 // line per case; exits 1 when any text differs or a call fails.
 import { readFileSync } from "node:fs";
@@ -88,6 +94,31 @@ async function run(c) {
       const messages = [...c.messages, m,
         ...m.tool_calls.map((t) => ({ role: "tool", tool_call_id: t.id, content: c.tool_result }))];
       return summary(await client.chat.completions.create({ ...req, messages }));
+    }
+  }
+  if (c.kind.startsWith("chat_json_schema")) {
+    const req = { ...common, messages: c.messages, response_format: c.response_format };
+    const checked = (r) => {
+      const m = r.choices[0].message;
+      if (r.choices[0].finish_reason !== "stop") {
+        throw new Error(`finish_reason is ${r.choices[0].finish_reason}`);
+      }
+      const value = JSON.parse(m.content);  // must be JSON
+      // The client's parse helper parses a plain JSON schema's content itself (its stream
+      // helper only parses the zod-made formats, so `parsed` stays null there).
+      if (c.kind === "chat_json_schema_parse" &&
+          JSON.stringify(m.parsed) !== JSON.stringify(value)) {
+        throw new Error(`the client parsed ${JSON.stringify(m.parsed)}`);
+      }
+      return m.content;
+    };
+    if (c.kind === "chat_json_schema") return checked(await client.chat.completions.create(req));
+    if (c.kind === "chat_json_schema_parse") {
+      return checked(await client.beta.chat.completions.parse(req));
+    }
+    if (c.kind === "chat_json_schema_stream") {
+      const stream = client.beta.chat.completions.stream(req);
+      return checked(await stream.finalChatCompletion());
     }
   }
   if (c.kind === "completion_error") {

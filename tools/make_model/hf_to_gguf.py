@@ -11,7 +11,16 @@
 #   - Llama 3.1 rope_scaling as the converter's rope_freqs tensor (its formula, in float32);
 #   - the tokenizer as a gpt2 vocabulary: tokenizer.json's pieces by id ([PAD<i>] up to
 #     vocab_size, UNUSED), added tokens CONTROL (special) or USER_DEFINED, its merges,
-#     pre-tokenizer llama-bpe.
+#     pre-tokenizer llama-bpe;
+#   - or, for a SentencePiece-style tokenizer.json (byte_fallback, "▁" for spaces: Llama 2,
+#     Mistral), a llama vocabulary as the converter writes one from tokenizer.model: pieces,
+#     <0xXX> BYTE, unk UNKNOWN, added tokens CONTROL, add_space_prefix from the Prepend
+#     normalizer, and scores. tokenizer.model is not in the folder, so the scores are
+#     recovered from the merges: transformers' converter listed them by the score of the
+#     piece they form, so minus the rank of a piece's first merge orders the pieces as
+#     their scores did (single characters 0; longer pieces no merge forms UNUSED). This
+#     is the rule Folio's reader uses too: llama.cpp here checks the tokenizer engine,
+#     not that rule (hf_tokenizer_reference_test checks it against tokenizers).
 # folio-make-model --format=hf writes the folder; this writes its matching GGUF (used by
 # services/worker/engine/hf_pair_reference_test.cc).
 # Usage: PYTHONPATH=build/reference/llama.cpp/gguf-py /usr/bin/python3 \
@@ -88,17 +97,19 @@ if cfg.get("head_dim"):
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
 w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
+# rope_scaling, or transformers >= 4.56's rope_parameters (which may hold rope_theta).
+scaling = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+rope_theta = scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))
+w.add_rope_freq_base(rope_theta)
 w.add_vocab_size(cfg["vocab_size"])
 w.add_file_type(LlamaFileType.MOSTLY_BF16 if torch_dtype == "bfloat16" else LlamaFileType.MOSTLY_F16)
-scaling = cfg.get("rope_scaling") or {}
 rope_type = scaling.get("rope_type", scaling.get("type", "default"))
 if rope_type == "linear":
     from gguf import RopeScalingType
     w.add_rope_scaling_type(RopeScalingType.LINEAR)
     w.add_rope_scaling_factor(scaling["factor"])
 elif rope_type == "llama3":  # the converter's generate_extra_tensors, in float32
-    base = cfg.get("rope_theta", 10000.0)
+    base = rope_theta
     freqs = 1.0 / (np.float32(base) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))
     factor = scaling.get("factor", 8.0)
     low = scaling.get("low_freq_factor", 1.0)
@@ -134,17 +145,46 @@ for i in range(vocab_size):
         tokens.append(f"[PAD{i}]")
         toktypes.append(TokenType.UNUSED)
 merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
-w.add_tokenizer_model("gpt2")
-w.add_tokenizer_pre("llama-bpe")
-w.add_token_list(tokens)
-w.add_token_types(toktypes)
-w.add_token_merges(merges)
+spm = "\u2581" in json.dumps(tok.get("normalizer"), ensure_ascii=False)
+if spm:
+    vocab = tok["model"]["vocab"]
+    first_rank = {}
+    for rank, m in enumerate(merges):
+        left, right = m.split(" ", 1)
+        first_rank.setdefault(vocab[left + right], rank)
+    scores = []
+    for i, piece in enumerate(tokens):
+        if toktypes[i] != TokenType.NORMAL:
+            scores.append(0.0)
+            continue
+        if tok["model"].get("byte_fallback") and len(piece) == 6 and piece.startswith("<0x"):
+            toktypes[i] = TokenType.BYTE
+        elif i not in first_rank and len(piece) > 1:
+            toktypes[i] = TokenType.UNUSED
+        scores.append(-float(first_rank.get(i, 0)))
+    unk = tok["model"].get("unk_token")
+    if unk is not None:
+        toktypes[vocab[unk]] = TokenType.UNKNOWN
+        w.add_unk_token_id(vocab[unk])
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(toktypes)
+    w.add_add_space_prefix('"Prepend"' in json.dumps(tok.get("normalizer")))
+else:
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_types(toktypes)
+    w.add_token_merges(merges)
 tc = json.loads((folder / "tokenizer_config.json").read_text())
 ids = {p: i for i, p in pieces.items()}
 if tc.get("bos_token"):
     w.add_bos_token_id(ids[tc["bos_token"]])
 if tc.get("eos_token"):
     w.add_eos_token_id(ids[tc["eos_token"]])
+if "add_bos_token" in tc:
+    w.add_add_bos_token(bool(tc["add_bos_token"]))
 
 names = {
     "model.embed_tokens.weight": "token_embd.weight",

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/structured/grammar_matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/create_channel.h"
@@ -507,9 +508,37 @@ TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
     EXPECT_NE(grammar.find("get_weather"), std::string::npos) << grammar;
     EXPECT_NE(grammar.find("city"), std::string::npos) << grammar;
   }
-  // auto sends no grammar.
+  // auto sends the same calls grammar, lazy: triggered by <tool_call> in the output (text:
+  // no control token here), and from the trigger on it accepts what a call looks like.
   ASSERT_EQ(Post(Body()).first, 200);
+  const ipb::ScheduleRequest lazy = fake_->calls().back().request;
+  ASSERT_EQ(lazy.grammar_triggers_size(), 1) << lazy.DebugString();
+  EXPECT_EQ(lazy.grammar_triggers(0).text(), "<tool_call>");
+  EXPECT_FALSE(lazy.grammar_triggers(0).has_token_id());
+  EXPECT_FALSE(lazy.grammar_triggers(0).at_start());
+  {
+    auto compiled = structured::CompiledGrammar::Create(
+        lazy.grammar(), std::make_shared<structured::TokenVocabulary>(
+                            std::vector<std::string>{"x"}, std::vector<int32_t>{}));
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const std::string text = kTwoCalls;
+    structured::GrammarMatcher m(*compiled);
+    EXPECT_TRUE(m.AcceptBytes(text)) << lazy.grammar();
+    EXPECT_TRUE(m.IsComplete());
+    structured::GrammarMatcher wrong_name(*compiled);
+    EXPECT_FALSE(wrong_name.AcceptBytes("<tool_call>\n{\"name\": \"get_time\""));
+  }
+  // parallel_tool_calls false: one call, then the grammar is done.
+  ASSERT_EQ(Post(Body({{"parallel_tool_calls", false}})).first, 200);
+  EXPECT_EQ(fake_->calls().back().request.grammar_triggers_size(), 1);
+  EXPECT_NE(fake_->calls().back().request.grammar(), lazy.grammar());
+  // none: neither grammar nor triggers; auto with response_format: response_format's.
+  ASSERT_EQ(Post(Body({{"tool_choice", "none"}})).first, 200);
   EXPECT_EQ(fake_->calls().back().request.grammar(), "");
+  EXPECT_EQ(fake_->calls().back().request.grammar_triggers_size(), 0);
+  ASSERT_EQ(Post(Body({{"response_format", {{"type", "json_object"}}}})).first, 200);
+  EXPECT_NE(fake_->calls().back().request.grammar(), "");
+  EXPECT_EQ(fake_->calls().back().request.grammar_triggers_size(), 0);
   // Both a tool choice and a response format constrain the output: one is enough.
   auto [s1, both] = Post(Body({{"tool_choice", "required"},
                                {"response_format", {{"type", "json_object"}}}}));
@@ -518,11 +547,13 @@ TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
   // A parameters schema the grammar compiler does not take is named.
   ordered_json tools = Tools();
   tools[0]["function"]["parameters"]["patternProperties"] = ordered_json::object();
-  auto [s2, bad] = Post(Body({{"tool_choice", "required"}, {"tools", tools}}));
-  EXPECT_EQ(s2, 400);
-  EXPECT_THAT(bad["error"]["message"].get<std::string>(),
-              ::testing::StartsWith("tools[0].function.parameters: "));
-  EXPECT_EQ(bad["error"]["param"], "tools") << bad.dump();
+  for (const char* mode : {"required", "auto"}) {
+    auto [s2, bad] = Post(Body({{"tool_choice", mode}, {"tools", tools}}));
+    EXPECT_EQ(s2, 400) << mode;
+    EXPECT_THAT(bad["error"]["message"].get<std::string>(),
+                ::testing::StartsWith("tools[0].function.parameters: "));
+    EXPECT_EQ(bad["error"]["param"], "tools") << bad.dump();
+  }
 }
 
 TEST_F(ToolCallsTest, RequiredNeedsATemplateWithAFormat) {
@@ -594,6 +625,29 @@ TEST_F(ToolCallsTest, Llama3PythonTagControlTokenIsSeenByTheParser) {
   ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
   EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
             "{\"city\": \"Paris\"}");
+  // auto's lazy grammar starts at <|python_tag|>, as text or as its control token, or at a
+  // {"name" opening the output.
+  const ipb::ScheduleRequest lazy = fake_->calls().back().request;
+  ASSERT_EQ(lazy.grammar_triggers_size(), 3) << lazy.DebugString();
+  EXPECT_EQ(lazy.grammar_triggers(0).text(), "<|python_tag|>");
+  EXPECT_FALSE(lazy.grammar_triggers(0).has_token_id());
+  EXPECT_EQ(lazy.grammar_triggers(1).text(), "<|python_tag|>");
+  EXPECT_EQ(lazy.grammar_triggers(1).token_id(), 128010);
+  EXPECT_EQ(lazy.grammar_triggers(2).text(), "{\"name\"");
+  EXPECT_TRUE(lazy.grammar_triggers(2).at_start());
+  {
+    auto compiled = structured::CompiledGrammar::Create(
+        lazy.grammar(), std::make_shared<structured::TokenVocabulary>(
+                            std::vector<std::string>{"x"}, std::vector<int32_t>{}));
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    for (const char* from : {"<|python_tag|>", ""}) {
+      structured::GrammarMatcher m(*compiled);
+      EXPECT_TRUE(m.AcceptBytes(absl::StrCat(
+          from, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}")))
+          << from << "\n" << lazy.grammar();
+      EXPECT_TRUE(m.IsComplete());
+    }
+  }
   EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
   const Joined j = Join(Stream(Body()));
   ASSERT_EQ(j.calls.size(), 1u);

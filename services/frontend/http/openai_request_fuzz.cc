@@ -58,6 +58,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       absl::StatusOr<ValidatedRequest> v = validator->Validate(in);
       if (!v.ok()) CHECK(v.status().code() == absl::StatusCode::kInvalidArgument) << v.status();
     }
+  } else if (r->tool_choice.mode == Mode::kAuto && r->has_tools) {
+    // auto: the lazy grammar and its triggers, through the validator as the server sends them.
+    for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                             ToolCallFormat::kMistral}) {
+      absl::StatusOr<LazyToolCallGrammar> g =
+          AutoToolCallGrammar(f, r->tools, r->parallel_tool_calls, {});
+      if (!g.ok()) {
+        CHECK(g.status().code() == absl::StatusCode::kInvalidArgument) << g.status();
+        continue;
+      }
+      CHECK(!g->triggers.empty());
+      GenerateInput in = r->input;
+      if (in.prompt.empty() && in.prompt_token_ids.empty()) in.prompt = "hi";
+      in.structured.kind = structured::StructuredOutput::Kind::kGrammar;
+      in.structured.text = g->grammar;
+      in.grammar_triggers = g->triggers;
+      absl::StatusOr<ValidatedRequest> v = validator->Validate(in);
+      if (!v.ok()) CHECK(v.status().code() == absl::StatusCode::kInvalidArgument) << v.status();
+    }
   }
   return 0;
 }

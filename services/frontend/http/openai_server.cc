@@ -37,15 +37,7 @@ HttpResponse ErrorResponse(const openai::HttpError& e) {
 // usually a user-defined token, text already).
 std::vector<int32_t> MarkerTokens(const Tokenizer& tokenizer, ToolCallFormat format) {
   std::vector<int32_t> ids;
-  for (const std::string& marker : ToolCallMarkers(format)) {
-    absl::StatusOr<std::vector<int32_t>> encoded =
-        tokenizer.Encode(marker, AddBos::kNo, ParseSpecial::kYes);
-    if (!encoded.ok() || encoded->size() != 1) continue;
-    absl::StatusOr<TokenSurface> surface = tokenizer.Surface(encoded->front());
-    if (surface.ok() && surface->kind == TokenSurface::Kind::kControl) {
-      ids.push_back(encoded->front());
-    }
-  }
+  for (const auto& [marker, id] : MarkerControlTokens(tokenizer, format)) ids.push_back(id);
   return ids;
 }
 
@@ -373,6 +365,18 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
       if (!grammar.ok()) return fail(grammar.status());
       r.input.structured.kind = structured::StructuredOutput::Kind::kGrammar;
       r.input.structured.text = *std::move(grammar);
+    } else if (r.tool_choice.mode == Mode::kAuto && tool_format.has_value() &&
+               r.input.structured.kind == structured::StructuredOutput::Kind::kNone) {
+      // "auto": free text, but a call the model opens (its format's marker) is held to the
+      // tools' grammar from the marker on: a lazy grammar the scheduler switches on per
+      // choice. With response_format as well, response_format constrains instead.
+      absl::StatusOr<LazyToolCallGrammar> lazy =
+          AutoToolCallGrammar(*tool_format, r.tools, r.parallel_tool_calls,
+                              MarkerControlTokens(model->tokenizer(), *tool_format));
+      if (!lazy.ok()) return fail(lazy.status());
+      r.input.structured.kind = structured::StructuredOutput::Kind::kGrammar;
+      r.input.structured.text = std::move(lazy->grammar);
+      r.input.grammar_triggers = std::move(lazy->triggers);
     }
     absl::StatusOr<std::string> prompt = (*t)->Render(r.chat);
     if (!prompt.ok()) return fail(prompt.status());

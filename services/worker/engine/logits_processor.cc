@@ -55,8 +55,11 @@ void ApplyTokenMask(const TokenHistory& h, absl::Span<float> logits) {
 }
 
 bool NeedsLogitsTransform(const SamplingParams& p, const TokenHistory& h) {
-  return !h.suppressed_token_ids.empty() || !h.allowed_token_bitmask.empty() ||
-         !p.logit_bias.empty() ||
+  return !h.allowed_token_bitmask.empty() || NeedsLogitsTransformBesidesMask(p, h);
+}
+
+bool NeedsLogitsTransformBesidesMask(const SamplingParams& p, const TokenHistory& h) {
+  return !h.suppressed_token_ids.empty() || !p.logit_bias.empty() ||
          p.repetition_penalty != 1.0f ||
          ((p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) &&
           !h.output_token_ids.empty());

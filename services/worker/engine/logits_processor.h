@@ -31,6 +31,9 @@ inline constexpr int32_t kMaxLogitBiasEntries = 300;
 
 // Whether any step of the transform would change a row for `seq`.
 bool NeedsLogitsTransform(const SamplingParams& params, const TokenHistory& history);
+// Whether any step but the token mask would (the sampler draws from the allowed tokens
+// alone when the mask is all there is, see sampler.h).
+bool NeedsLogitsTransformBesidesMask(const SamplingParams& params, const TokenHistory& history);
 
 // InvalidArgument naming the field unless: presence and frequency penalties are in
 // [-2, 2], repetition_penalty is finite and > 0, logit_bias has at most 300 entries with

@@ -71,6 +71,11 @@ void Sampler::SortIds(absl::Span<const float> logits, int32_t k) {
 
 int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& params,
                         uint32_t sample_index, int64_t position) {
+  return SampleRow(logits, params, sample_index, position, static_cast<int32_t>(logits.size()));
+}
+
+int32_t Sampler::SampleRow(absl::Span<const float> logits, const SamplingParams& params,
+                           uint32_t sample_index, int64_t position, int32_t vocab_size) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   if (params.temperature == 0.0f || params.top_k == 1) return Argmax(logits);
   const double u = CounterUniform(params.seed, sample_index, position);
@@ -79,7 +84,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& pa
   // Unnormalised probabilities; the most likely token has weight 1.
   auto weight = [&](int32_t id) { return std::exp((static_cast<double>(logits[id]) - max) * inv_t); };
 
-  const bool truncate = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0f ||
+  const bool truncate = (params.top_k > 0 && params.top_k < vocab_size) || params.top_p < 1.0f ||
                         params.min_p > 0.0f;
   if (!truncate) {
     weights_.resize(vocab);
@@ -130,6 +135,22 @@ int32_t Sampler::Sample(absl::Span<const float> logits, const SamplingParams& pa
   return ids_[kept - 1];
 }
 
+bool Sampler::AllowedIds(const std::vector<uint32_t>& mask, int32_t vocab_size,
+                         int32_t max_allowed) {
+  // Validated: mask.size() == ceil(vocab_size / 32), at least one bit set below vocab_size.
+  int64_t count = 0;
+  for (uint32_t w : mask) count += __builtin_popcount(w);
+  if (count > max_allowed) return false;
+  allowed_.clear();
+  for (size_t w = 0; w < mask.size(); ++w) {
+    for (uint32_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const int32_t id = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
+      if (id < vocab_size) allowed_.push_back(id);
+    }
+  }
+  return !allowed_.empty();
+}
+
 std::vector<TokenLogprob> Sampler::TopLogprobs(absl::Span<const float> logits, int32_t k) {
   return TopLogprobs(logits, LogSumExp(logits), k);
 }
@@ -158,17 +179,28 @@ void Sampler::Process(absl::Span<const float> logits, double lse, const Sequence
   std::vector<TokenLogprob> top;
   const int32_t num_top = std::max(seq.num_logprobs, seq.num_candidates);
   if (num_top > 0) top = TopLogprobs(logits, lse, num_top);
-  // Samples come from the transformed row, log-probs from the raw one.
+  // Samples come from the transformed row, log-probs from the raw one. A mask alone that
+  // allows few tokens: from those tokens' logits (sampler.h).
+  const int32_t vocab = static_cast<int32_t>(logits.size());
   absl::Span<const float> sample_logits = logits;
-  if (seq.num_samples > 0 && NeedsLogitsTransform(seq.sampling, seq.history)) {
+  bool sparse = false;
+  if (seq.num_samples > 0 && !seq.history.allowed_token_bitmask.empty() &&
+      !NeedsLogitsTransformBesidesMask(seq.sampling, seq.history) &&
+      AllowedIds(seq.history.allowed_token_bitmask, vocab, vocab / 4)) {
+    allowed_logits_.resize(allowed_.size());
+    for (size_t i = 0; i < allowed_.size(); ++i) allowed_logits_[i] = logits[allowed_[i]];
+    sample_logits = allowed_logits_;
+    sparse = true;
+  } else if (seq.num_samples > 0 && NeedsLogitsTransform(seq.sampling, seq.history)) {
     transformed_.assign(logits.begin(), logits.end());
     ApplyLogitsTransform(seq.sampling, seq.history, absl::MakeSpan(transformed_));
     sample_logits = transformed_;
   }
   for (int32_t s = 0; s < seq.num_samples; ++s) {
     SampledToken t;
-    t.token_id = Sample(sample_logits, seq.sampling, static_cast<uint32_t>(seq.first_sample_index + s),
-                        position);
+    t.token_id = SampleRow(sample_logits, seq.sampling,
+                           static_cast<uint32_t>(seq.first_sample_index + s), position, vocab);
+    if (sparse) t.token_id = allowed_[t.token_id];
     t.logprob = static_cast<float>(logits[t.token_id] - lse);
     t.top_logprobs.assign(top.begin(), top.begin() + std::min<size_t>(top.size(), seq.num_logprobs));
     out->samples.push_back(std::move(t));

@@ -12,6 +12,13 @@
 // and truncation and before the logits transform, so they describe the model, not the
 // sampler (a token the transform suppressed still has its raw log-prob).
 //
+// Structured output: when the token mask (history.allowed_token_bitmask) is the only
+// transform and it allows at most a quarter of the vocabulary, the draw is made from the
+// allowed tokens' logits alone (gathered in id order) instead of from a masked copy of
+// the whole row: the same token, bit for bit (masked tokens weigh exactly 0 in every sum
+// and sort after every allowed one; the truncation choice is made as for the whole
+// vocabulary), without copying and filling 128K floats per sequence and step.
+//
 // Sampler holds scratch buffers: thread-compatible (one per step thread).
 #ifndef FOLIO_SERVICES_WORKER_ENGINE_SAMPLER_H_
 #define FOLIO_SERVICES_WORKER_ENGINE_SAMPLER_H_
@@ -63,11 +70,19 @@ class Sampler {
   // Token ids sorted by logit, descending (lower id first on ties); at least the first
   // `k` are sorted, the rest are in no particular order.
   void SortIds(absl::Span<const float> logits, int32_t k);
+  // Sample over `logits`, deciding whether to truncate as for a row of `vocab_size`
+  // tokens (the whole vocabulary when `logits` are the allowed tokens alone).
+  int32_t SampleRow(absl::Span<const float> logits, const SamplingParams& params,
+                    uint32_t sample_index, int64_t position, int32_t vocab_size);
+  // The ids `mask` allows (ascending) into allowed_, if at most max_allowed of them.
+  bool AllowedIds(const std::vector<uint32_t>& mask, int32_t vocab_size, int32_t max_allowed);
 
   std::vector<int32_t> ids_;
   std::vector<double> weights_;
   std::vector<float> transformed_;  // the row after the logits transform
   std::vector<float> masked_;       // beam search: the raw row under the grammar mask
+  std::vector<int32_t> allowed_;    // the mask's allowed ids, when few
+  std::vector<float> allowed_logits_;  // their logits, in the same order
 };
 
 }  // namespace folio::worker

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/worker/engine/logits_processor.h"
 
 namespace folio::worker {
 namespace {
@@ -178,6 +180,62 @@ TEST(SamplerTest, RejectsBadParams) {
   p.top_k = -2;
   EXPECT_FALSE(ValidateSamplingParams(p).ok());
   EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
+}
+
+// A token mask alone that allows few tokens is sampled from the allowed tokens' logits:
+// the token must be the one the whole masked row gives (ApplyTokenMask + Sample), bit
+// for bit, for every kind of draw; with many allowed, or another transform, the row path.
+TEST(SamplerTest, FewAllowedTokensDrawTheMaskedRowsToken) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int32_t vocab = 1000;
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = normal(rng);
+  logits[17] = logits[400] = logits[903] = 5.0f;  // ties, lowest allowed id wins greedy
+  std::vector<SamplingParams> params(7);
+  params[0].temperature = 0;
+  params[1].temperature = 1;
+  params[2].temperature = 0.7f;
+  params[2].top_k = 5;
+  params[3].temperature = 1.3f;
+  params[3].top_p = 0.8f;
+  params[4].temperature = 1;
+  params[4].min_p = 0.2f;
+  params[5].temperature = 1;
+  params[5].top_k = 300;  // more than allowed: truncation as for the whole vocabulary
+  params[6].temperature = 1;
+  params[6].top_k = 1;
+  int sparse_draws = 0, differ_from_unmasked = 0;
+  for (int allowed : {1, 3, 40, 250, 600}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      SequenceStep seq;
+      seq.num_samples = 2;
+      seq.history.allowed_token_bitmask.assign((vocab + 31) / 32, 0);
+      std::set<int32_t> ids = trial == 0 ? std::set<int32_t>{17, 400, 903} : std::set<int32_t>{};
+      while (static_cast<int>(ids.size()) < allowed) ids.insert(rng() % vocab);
+      for (int32_t id : ids) seq.history.allowed_token_bitmask[id / 32] |= 1u << (id % 32);
+      std::vector<float> masked = logits;
+      ApplyTokenMask(seq.history, absl::MakeSpan(masked));
+      for (size_t k = 0; k < params.size(); ++k) {
+        seq.sampling = params[k];
+        seq.sampling.seed = 100 + trial;
+        Sampler sampler, reference;
+        SequenceOutput out;
+        sampler.Process(logits, seq, 50 + trial, &out);
+        ASSERT_EQ(out.samples.size(), 2u);
+        for (int s = 0; s < 2; ++s) {
+          const int32_t want = reference.Sample(masked, seq.sampling, s, 50 + trial);
+          ASSERT_EQ(out.samples[s].token_id, want)
+              << "allowed " << allowed << " trial " << trial << " params " << k;
+          EXPECT_TRUE(ids.count(want));
+          if (allowed * 4 <= vocab) ++sparse_draws;
+          if (reference.Sample(logits, seq.sampling, s, 50 + trial) != want) ++differ_from_unmasked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(sparse_draws, 500);
+  EXPECT_GT(differ_from_unmasked, 100);  // the mask mattered
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // measurement mode), and the runner holds about the file's bytes, not 4 per weight.
 // (Agreement with llama.cpp itself is llama_logits_test's job.)
 #include <cmath>
+#include <iostream>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/test_models.h"
+#include "services/worker/engine/weight_shard.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/model/random_model.h"
 #include "services/worker/model/weight_format.h"
@@ -68,7 +70,9 @@ std::string WriteModel(const RandomModelOptions& o, const std::string& name) {
 }
 
 std::vector<std::vector<float>> PrefillLogits(ModelRunner& runner, int32_t n) {
-  // One prefill of n tokens then 4 decode steps; the logits of each step's last row.
+  // One prefill of n tokens then 4 decode steps of fixed tokens (not the sampled ones:
+  // two runners whose argmax differs at a near tie would then diverge); the logits of
+  // each step's last row.
   SequenceStep seq;
   seq.seq_id = 1;
   seq.return_logits = true;
@@ -83,7 +87,7 @@ std::vector<std::vector<float>> PrefillLogits(ModelRunner& runner, int32_t n) {
     CHECK(o.ok()) << o.status();
     out.push_back(o->seqs[0].logits);
     seq.start_pos += static_cast<int32_t>(seq.token_ids.size());
-    seq.token_ids = {o->seqs[0].samples[0].token_id};
+    seq.token_ids = {(step * 53 + 7) % 300};
   }
   return out;
 }
@@ -160,8 +164,18 @@ TEST_P(TypedRunnerTest, StoredTypeMatchesWidenedF32) {
     // kernel rounds the activations as llama.cpp does (q8_0: to q8_0 blocks; bf16 on the
     // avx512_bf16 path: to bf16), which moves logits by a few 1e-3 of their range
     // (llama_logits_test allows 1.2e-2 against llama.cpp for q8_0).
+    // The 4/5/6-bit kernels round activations too (q8_0 blocks for q4_0..q5_1, q8_K
+    // for the K-quants), and these random blocks (uniform quants, so every block has a
+    // non-zero mean) are far more sensitive to it than a real model: measured worst
+    // 2.6e-2 (q4_0), 5.3e-2 (q6_K) of the logits' range here, while on llama.cpp-quantized
+    // models llama_logits_test sees about 3e-3 against llama.cpp's f32 products.
+    const kernels::StoredKind kind = StoredKindOf(c.dtype);
+    const bool low_bit = kind != kernels::StoredKind::kOther && kind != kernels::StoredKind::kF16 &&
+                         kind != kernels::StoredKind::kBF16 && kind != kernels::StoredKind::kQ8_0;
     const bool rounded_activations = c.dtype == DType::kQ8_0 || bf16_dp;
-    const float tol = rounded_activations ? 1e-2f : 1e-4f;
+    const float tol = low_bit ? (FormatOf(c.dtype).block_values == 256 ? 8e-2f : 4e-2f)
+                      : rounded_activations ? 1e-2f
+                                            : 1e-4f;
     EXPECT_LE(worst, 1e-4f + tol * scale) << "step " << s;
     EXPECT_GT(spread, 0.1f) << "flat logits prove nothing";
   }

@@ -39,6 +39,35 @@ absl::StatusOr<std::vector<float>> SmallVector(const TensorView& t, int64_t n,
 
 }  // namespace
 
+kernels::StoredKind StoredKindOf(DType dtype) {
+  using kernels::StoredKind;
+  switch (dtype) {
+    case DType::kF16:
+      return StoredKind::kF16;
+    case DType::kBF16:
+      return StoredKind::kBF16;
+    case DType::kQ8_0:
+      return StoredKind::kQ8_0;
+    case DType::kQ4_0:
+      return StoredKind::kQ4_0;
+    case DType::kQ4_1:
+      return StoredKind::kQ4_1;
+    case DType::kQ5_0:
+      return StoredKind::kQ5_0;
+    case DType::kQ5_1:
+      return StoredKind::kQ5_1;
+    case DType::kQ4_K:
+      return StoredKind::kQ4_K;
+    case DType::kQ5_K:
+      return StoredKind::kQ5_K;
+    case DType::kQ6_K:
+      return StoredKind::kQ6_K;
+    default:
+      return StoredKind::kOther;
+  }
+}
+
+
 int64_t ShardMatrix::out() const {
   int64_t n = 0;
   for (const Part& p : parts) n += p.rows.size();
@@ -71,10 +100,7 @@ kernels::TypedMatrix ShardMatrix::typed() const {
     r.block_values = f.block_values;
     r.dequantize = f.dequantize;
     r.type_name = f.name;
-    r.kind = p.tensor.dtype == DType::kF16    ? kernels::StoredKind::kF16
-             : p.tensor.dtype == DType::kBF16 ? kernels::StoredKind::kBF16
-             : p.tensor.dtype == DType::kQ8_0 ? kernels::StoredKind::kQ8_0
-                                              : kernels::StoredKind::kOther;
+    r.kind = StoredKindOf(p.tensor.dtype);
     m.Append(r);
   }
   return m;

@@ -32,6 +32,11 @@
 
 namespace folio::worker {
 
+// The typed-matmul kernel family of a stored type: kF16, kBF16, kQ8_0 and the 4/5/6-bit
+// block types (q4_0..q5_1, q4_K, q5_K, q6_K) have their own integer or half kernels;
+// every other type is kOther, read through its dequantizer.
+kernels::StoredKind StoredKindOf(DType dtype);
+
 struct ShardMatrix {
   struct Part {
     TensorView tensor;  // the whole stored tensor [rows, cols]

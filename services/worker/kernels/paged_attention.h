@@ -24,10 +24,19 @@
 // and reads rows in place: nothing is gathered into a contiguous copy (an f16 row is
 // widened to f32 in a head_dim-sized register-like buffer just before it is used).
 //
+// Two kernels share the work. Decode rows (and every row when tiled_prefill is off) run
+// the per-query kernel: it scores one query against all its keys, takes the softmax,
+// then sums the values (two passes over the keys per query). Prefill chunks (two or more
+// queries of one sequence) run the tiled kernel: a tile of several query positions x the
+// query heads of one kv group walks the keys once, block by block, with an online
+// softmax and the causal mask inside the chunk, so each key/value block is read (and
+// widened) once per tile rather than once per query.
+//
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
-// (sequence, query, run of kv heads) items on the given pool: every kv head of a query in
-// one item when the step has rows enough for the threads, so each slot is read front to
-// back once, else fewer.
+// items on the given pool, costliest first: prefill tiles (sequence, query tile, kv head),
+// and decode (sequence, query, run of kv heads) items: every kv head of a query in one
+// item when the step has rows enough for the threads, so each slot is read front to back
+// once, else fewer.
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_H_
 
@@ -58,6 +67,9 @@ struct PagedAttentionArgs {
   int32_t num_heads = 0;     // query heads; a multiple of the cache's num_kv_heads
   float scale = 1.0f;        // usually 1 / sqrt(head_dim)
   CpuIsa isa = BestCpuIsa();
+  // Prefill chunks on the tiled kernel (default); false runs every query on the per-query
+  // kernel (kept for comparison: tests and bench/worker_attention_bench).
+  bool tiled_prefill = true;
 };
 
 // out[row, h] = softmax(scale * q[row, h] . K[0..pos]) . V[0..pos], with K/V of kv head

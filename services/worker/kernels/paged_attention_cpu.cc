@@ -1,4 +1,6 @@
-// CPU paged attention. Each work item is one (sequence, query row, kv head): it scores
+// CPU paged attention: the dispatch, and the per-query kernel (decode rows; the tiled
+// prefill kernel is in paged_attention_prefill_cpu.cc). Each per-query work item is one
+// (sequence, query row, kv head): it scores
 // the query heads of that kv head's group against every cached key up to the query's
 // position (reading each key row once for the whole group), takes a softmax per head,
 // then accumulates the value rows. Both passes walk the block table block by block.
@@ -16,6 +18,7 @@
 #include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/paged_attention.h"
+#include "services/worker/kernels/paged_attention_internal.h"
 
 
 namespace folio::worker::kernels {
@@ -118,8 +121,10 @@ struct Avx2Prims {
 
 struct Item {
   int32_t seq;
-  int32_t query;
-  int32_t kv_head;  // the first of heads_per_item
+  int32_t query;         // the (first) query row
+  int32_t kv_head;       // the first of heads_per_item, or the tile's kv head
+  int32_t tile_queries;  // > 0: a prefill tile of this many queries; 0: a per-query item
+  int64_t cost;          // keys x query heads, roughly
 };
 
 // Per-thread scratch, grown as needed: scores [group][num_keys], a widened row [head_dim]
@@ -438,12 +443,30 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   CHECK_GT(kv.num_kv_heads, 0);
   CHECK_EQ(args.num_heads % kv.num_kv_heads, 0)
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
-  // An item is one query row and a run of its kv heads: all of them when there are
-  // enough rows to keep every thread busy (each slot is then read front to back once),
-  // fewer when there are few rows (batch-1 decode still spreads over the pool).
-  int64_t num_rows = 0;
-  for (const AttentionSeq& s : seqs) num_rows += s.num_queries;
+  const int group = args.num_heads / kv.num_kv_heads;
+  auto tiled = [&](const AttentionSeq& s) { return args.tiled_prefill && s.num_queries > 1; };
   const int threads = pool == nullptr ? 1 : pool->num_threads();
+  // Tiles as tall as kTileRows allows, halved while the chunks give fewer than four
+  // tiles per thread (a short chunk on a wide pool still spreads).
+  int32_t tile_queries = internal::TileQueries(group);
+  auto count_tiles = [&](int32_t tq) {
+    int64_t n = 0;
+    for (const AttentionSeq& s : seqs) {
+      if (tiled(s)) n += (s.num_queries + tq - 1) / tq * kv.num_kv_heads;
+    }
+    return n;
+  };
+  while (tile_queries > 1 && count_tiles(tile_queries) > 0 &&
+         count_tiles(tile_queries) < 4 * threads) {
+    tile_queries /= 2;
+  }
+  // A per-query item is one query row and a run of its kv heads: all of them when there
+  // are enough items to keep every thread busy (each slot is then read front to back
+  // once), fewer when there are few (batch-1 decode still spreads over the pool).
+  int64_t num_rows = 0;
+  for (const AttentionSeq& s : seqs) {
+    num_rows += tiled(s) ? (s.num_queries + tile_queries - 1) / tile_queries : s.num_queries;
+  }
   int32_t heads_per_item = kv.num_kv_heads;
   while (heads_per_item > 1 && heads_per_item % 2 == 0 &&
          num_rows * (kv.num_kv_heads / heads_per_item) < 4 * threads) {
@@ -451,19 +474,40 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   }
   std::vector<Item> items;
   for (size_t s = 0; s < seqs.size(); ++s) {
-    DCHECK_GE(seqs[s].context_len, seqs[s].num_queries);
-    for (int32_t i = 0; i < seqs[s].num_queries; ++i) {
+    const AttentionSeq& seq = seqs[s];
+    DCHECK_GE(seq.context_len, seq.num_queries);
+    const int64_t start = static_cast<int64_t>(seq.context_len) - seq.num_queries;
+    if (tiled(seq)) {
+      for (int32_t i = 0; i < seq.num_queries; i += tile_queries) {
+        const int32_t n = std::min(tile_queries, seq.num_queries - i);
+        for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
+          items.push_back({static_cast<int32_t>(s), i, h, n, (start + i + n) * n * group});
+        }
+      }
+      continue;
+    }
+    for (int32_t i = 0; i < seq.num_queries; ++i) {
       for (int32_t h = 0; h < kv.num_kv_heads; h += heads_per_item) {
-        items.push_back({static_cast<int32_t>(s), i, h});
+        items.push_back(
+            {static_cast<int32_t>(s), i, h, 0, (start + i + 1) * heads_per_item * group});
       }
     }
   }
-  const AttendFn attend =
-      PickAttendFn(args.isa, kv.dtype, args.num_heads / kv.num_kv_heads, kv.head_dim);
+  // Costliest first: the pool hands out items in order, so the long tiles of a chunk's
+  // end do not arrive last.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  const AttendFn attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
+  const internal::AttendTileFn attend_tile =
+      internal::PickAttendTileFn(args.isa, kv.dtype, kv.head_dim);
   ParallelFor(pool, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Item& it = items[i];
-      attend(args, seqs[it.seq], it.query, it.kv_head, heads_per_item, kv);
+      if (it.tile_queries > 0) {
+        attend_tile(args, seqs[it.seq], it.query, it.tile_queries, it.kv_head, kv);
+      } else {
+        attend(args, seqs[it.seq], it.query, it.kv_head, heads_per_item, kv);
+      }
     }
   });
 }

@@ -65,17 +65,22 @@ struct SeqCase {
   int num_queries;  // 1 = decode; == context_len = prefill from scratch; else a later chunk
 };
 
-using Param = std::tuple<int /*block_size*/, int /*head_dim*/, int /*gqa*/, KvDType, CpuIsa>;
+using Param =
+    std::tuple<int /*block_size*/, int /*head_dim*/, int /*gqa*/, KvDType, CpuIsa, bool /*tiled*/>;
 
 class PagedAttentionTest : public ::testing::TestWithParam<Param> {};
 
-// Runs one batch of `cases` through PagedAttention on a pool of two threads and compares
-// every output row with the double-precision reference.
-void CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype, CpuIsa isa,
-                           int num_kv_heads, const std::vector<SeqCase>& cases) {
+// Runs one batch of `cases` through PagedAttention on a pool of two threads (prefill
+// chunks on the tiled kernel or, tiled = false, on the per-query kernel) and compares
+// every output row with the double-precision reference. Returns the outputs, rows
+// out_stride = num_heads * head_dim + 5 apart.
+std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype,
+                                         CpuIsa isa, int num_kv_heads,
+                                         const std::vector<SeqCase>& cases, bool tiled = true,
+                                         uint32_t seed = 0) {
   const int num_heads = num_kv_heads * gqa;
 
-  std::mt19937 rng(block_size * 1000 + head_dim * 10 + gqa);
+  std::mt19937 rng(seed != 0 ? seed : block_size * 1000 + head_dim * 10 + gqa);
   std::normal_distribution<float> normal(0.0f, 1.0f);
 
   // Scatter every sequence's blocks over a pool with spare blocks, in random order.
@@ -155,6 +160,7 @@ void CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype,
   args.num_heads = num_heads;
   args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   args.isa = isa;
+  args.tiled_prefill = tiled;
   ThreadPool pool(2);
   PagedAttention(args, seqs, kv, &pool);
 
@@ -171,20 +177,80 @@ void CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype,
     for (int i = 0; i < c.num_queries; ++i) {
       const float* r = out.data() + (seqs[s].query_offset + i) * out_stride;
       for (int j = 0; j < q_width; ++j) {
-        ASSERT_NEAR(r[j], ref[i * q_width + j], kTolerance)
+        EXPECT_NEAR(r[j], ref[i * q_width + j], kTolerance)
             << "seq " << s << " query " << i << " element " << j;
+        if (std::abs(r[j] - ref[i * q_width + j]) > kTolerance) return out;  // one is enough
       }
       EXPECT_EQ(r[q_width], -7.0f) << "wrote past the row";
     }
   }
+  return out;
 }
 
 TEST_P(PagedAttentionTest, MatchesContiguousReference) {
-  const auto [block_size, head_dim, gqa, dtype, isa] = GetParam();
+  const auto [block_size, head_dim, gqa, dtype, isa, tiled] = GetParam();
   if (isa == CpuIsa::kAvx2 && BestCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
   CheckAgainstReference(block_size, head_dim, gqa, dtype, isa, /*num_kv_heads=*/2,
                         {{37, 1}, {1, 1}, {23, 23}, {50, 9}, {block_size, 1},
-                         {2 * block_size + 1, block_size + 1}});
+                         {2 * block_size + 1, block_size + 1}},
+                        tiled);
+}
+
+// The tiled prefill kernel against the per-query kernel and the reference over random
+// shapes: GQA groups 1..16 (tiles of 32 down to 2 query positions), head dims that take
+// the AVX2 body (multiples of 8, with and without a 32-lane remainder) or the portable
+// one (12), blocks shorter and longer than a key piece (kKeyTile = 32), ragged chunk
+// lengths, chunks from position 0 and after a cached prefix, chunks that start or end
+// on a block boundary, and decode rows in the same step.
+TEST(PagedAttentionTiledTest, MatchesPerQueryKernelOnRandomShapes) {
+  std::mt19937 rng(2026);
+  const int kGroups[] = {1, 2, 3, 4, 8, 16};
+  const int kHeadDims[] = {8, 12, 40, 64, 128};
+  const int kBlockSizes[] = {1, 4, 16, 48, 100};
+  for (int trial = 0; trial < 24; ++trial) {
+    const int gqa = kGroups[rng() % 6];
+    const int head_dim = kHeadDims[rng() % 5];
+    const int block_size = kBlockSizes[rng() % 5];
+    const int num_kv_heads = 1 + rng() % 3;
+    const KvDType dtype = rng() % 2 == 0 ? KvDType::kF16 : KvDType::kF32;
+    std::vector<SeqCase> cases;
+    const int num_seqs = 1 + rng() % 4;
+    for (int s = 0; s < num_seqs; ++s) {
+      const int kind = rng() % 5;
+      const int chunk = 2 + rng() % 70;
+      if (kind == 0) {  // from position 0
+        cases.push_back({chunk, chunk});
+      } else if (kind == 1) {  // after a cached prefix of whole blocks: starts on a boundary
+        cases.push_back({block_size * (1 + static_cast<int>(rng() % 3)) + chunk, chunk});
+      } else if (kind == 2) {  // ends on a block boundary
+        const int ctx = block_size * ((chunk + block_size - 1) / block_size + 1);
+        cases.push_back({ctx, chunk});
+      } else if (kind == 3) {  // decode row
+        cases.push_back({1 + static_cast<int>(rng() % 90), 1});
+      } else {  // anywhere
+        cases.push_back({chunk + static_cast<int>(rng() % 90), chunk});
+      }
+    }
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      std::string shape = std::string(CpuIsaName(isa)) + " " + KvDTypeName(dtype) + " gqa " +
+                          std::to_string(gqa) + " hd " + std::to_string(head_dim) + " bs " +
+                          std::to_string(block_size) + " kv " + std::to_string(num_kv_heads) +
+                          " seqs";
+      for (const SeqCase& c : cases) {
+        shape += " " + std::to_string(c.context_len) + "/" + std::to_string(c.num_queries);
+      }
+      SCOPED_TRACE(shape);
+      const uint32_t seed = 1 + trial;
+      const std::vector<float> tiled = CheckAgainstReference(
+          block_size, head_dim, gqa, dtype, isa, num_kv_heads, cases, true, seed);
+      const std::vector<float> per_query = CheckAgainstReference(
+          block_size, head_dim, gqa, dtype, isa, num_kv_heads, cases, false, seed);
+      ASSERT_EQ(tiled.size(), per_query.size());
+      for (size_t i = 0; i < tiled.size(); ++i) {
+        ASSERT_NEAR(tiled[i], per_query[i], 2e-5) << "element " << i;
+      }
+    }
+  }
 }
 
 TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
@@ -203,17 +269,29 @@ TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
   }
 }
 
+TEST(PagedAttentionTiledTest, GroupWiderThanATile) {
+  // 100 query heads per kv head: a tile is one query position of 100 rows (more than
+  // kTileRows, not a multiple of the AVX2 kernels' 6-row tiles).
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    CheckAgainstReference(16, 64, 100, KvDType::kF16, isa, /*num_kv_heads=*/1,
+                          {{40, 17}, {3, 2}, {1, 1}});
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Grid, PagedAttentionTest,
     ::testing::Combine(::testing::Values(1, 8, 16, 32), ::testing::Values(8, 64, 128),
                        ::testing::Values(1, 2, 4),
                        ::testing::Values(KvDType::kF32, KvDType::kF16),
-                       ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2)),
+                       ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2),
+                       ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return "bs" + std::to_string(std::get<0>(info.param)) + "_hd" +
              std::to_string(std::get<1>(info.param)) + "_gqa" +
              std::to_string(std::get<2>(info.param)) + "_" +
-             KvDTypeName(std::get<3>(info.param)) + "_" + CpuIsaName(std::get<4>(info.param));
+             KvDTypeName(std::get<3>(info.param)) + "_" + CpuIsaName(std::get<4>(info.param)) +
+             (std::get<5>(info.param) ? "_tiled" : "_perquery");
     });
 
 }  // namespace

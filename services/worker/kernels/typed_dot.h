@@ -1,7 +1,8 @@
 // Internal to the kernels library: the per-type, per-path row kernels behind
 // TypedLinear (typed_gemm.h), and the activations they read.
 //
-// A DotKernel computes, for one weight row stored as its type (f16, bf16, q8_0) and R
+// A DotKernel computes, for one weight row stored as its type (f16, bf16, q8_0, and the
+// 4/5/6-bit block types of typed_quant_*.cc) and R
 // = 1..4 consecutive activation rows, the R dot products. Every R gives each output the
 // same operations in the same order (the R rows share only the weight loads), so results
 // do not depend on how many token rows a step has. The portable kernels are the
@@ -11,6 +12,8 @@
 // Q8_0 activations are quantized the way llama.cpp's quantize_row_q8_0 (and gguf-py's
 // Q8_0 quantizer) does: per block of 32, d = max|x| / 127, q = round(x / d) (half away
 // from zero), d kept as f16; the dot then multiplies integer block sums by d_w * d_x.
+// q4_0..q5_1 read the same q8_0 blocks (q4_1 / q5_1 also their sums); the K-quants read
+// q8_K super-blocks (QuantizeQ8_K).
 // BF16 on the avx512_bf16 path rounds activations to bf16 (nearest even), as llama.cpp
 // does for bf16 weights, for vdpbf16ps; every other path keeps them f32.
 // Stateless; thread-safe.
@@ -28,6 +31,7 @@ namespace folio::worker::kernels::typed {
 constexpr int kMaxDotRows = 4;
 constexpr int kQ8Block = 32;        // values per q8_0 block
 constexpr int kQ8BlockBytes = 34;   // f16 d + 32 int8
+constexpr int kQ8KBlock = 256;      // values per q8_K activation super-block
 
 // The activations x [rows, in] in every form a kernel of this call reads.
 struct Activations {
@@ -37,6 +41,10 @@ struct Activations {
   const uint16_t* bf16 = nullptr;  // [rows][in] rounded to bf16 (avx512_bf16 path)
   const int8_t* q8 = nullptr;      // [rows][in] q8_0 quants
   const float* q8_d = nullptr;     // [rows][in / 32] q8_0 scales (f16 values, as f32)
+  const float* q8_s = nullptr;     // [rows][in / 32] d * (sum of the block's quants)
+  const int8_t* k8 = nullptr;      // [rows][in] q8_K quants
+  const float* k8_d = nullptr;     // [rows][in / 256] q8_K scales (f32)
+  const int16_t* k8_bsums = nullptr;  // [rows][in / 16] sums of each 16 quants
 };
 
 // out[i] = dot(weight row w, activation row r0 + i) for i < R.
@@ -45,7 +53,8 @@ using DotFn = void (*)(const uint8_t* w, const Activations& x, int64_t r0, float
 struct DotKernel {
   DotFn dot[kMaxDotRows] = {nullptr, nullptr, nullptr, nullptr};  // dot[R - 1]
   bool needs_bf16 = false;  // reads x.bf16
-  bool needs_q8 = false;    // reads x.q8 / x.q8_d
+  bool needs_q8 = false;    // reads x.q8 / x.q8_d / x.q8_s
+  bool needs_q8k = false;   // reads x.k8 / x.k8_d / x.k8_bsums
   bool ok() const { return dot[0] != nullptr; }
 };
 
@@ -55,8 +64,20 @@ DotKernel Avx2Kernel(StoredKind kind, SimdPath path);    // kAvx2, kAvxVnni
 DotKernel Avx512Kernel(StoredKind kind, SimdPath path);  // kAvx512, kAvx512Vnni, kAvx512Bf16
 DotKernel KernelFor(StoredKind kind, SimdPath path);
 
-// Quantizes n values (a multiple of 32) of x into q8_0 quants and scales.
-void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d);
+// The kernels of the 4/5/6-bit block types (typed_quant_*.cc); !ok() for other kinds.
+DotKernel PortableQuantKernel(StoredKind kind);
+DotKernel Avx2QuantKernel(StoredKind kind, SimdPath path);
+DotKernel Avx512QuantKernel(StoredKind kind, SimdPath path);
+// Whether `kind` is one of those (Q4_0..Q5_1, Q4_K, Q5_K, Q6_K).
+bool IsLowBitKind(StoredKind kind);
+
+// Quantizes n values (a multiple of 32) of x into q8_0 quants and scales; with s, also
+// s[b] = d[b] * (sum of block b's quants), the q8_1 term of Q4_1/Q5_1.
+void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d, float* s = nullptr);
+// Quantizes n values (a multiple of 256) into q8_K super-blocks as ggml's
+// quantize_row_q8_K_ref does: the value of largest magnitude maps to -127 (d = max /
+// -127, f32), q = round-half-even(x / d) clamped to 127, bsums per 16; all-zero: d = 0.
+void QuantizeQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums);
 // Rounds n values to bf16 bit patterns (nearest even; NaN stays NaN).
 void RoundToBf16(const float* x, int64_t n, uint16_t* out);
 

@@ -146,6 +146,7 @@ FOLIO_Q8_0_AVX2_KERNEL(DotQ8_0Vnni, FOLIO_T_AVXVNNI, BlockDotVnni)
 }  // namespace
 
 DotKernel Avx2Kernel(StoredKind kind, SimdPath path) {
+  if (IsLowBitKind(kind)) return Avx2QuantKernel(kind, path);
   DotKernel k;
   if (path == SimdPath::kAvx2 && kind == StoredKind::kF16) {
     k.dot[0] = DotHalf<StoredKind::kF16, 1>;
@@ -179,6 +180,7 @@ DotKernel Avx2Kernel(StoredKind kind, SimdPath path) {
 
 namespace folio::worker::kernels::typed {
 DotKernel Avx2Kernel(StoredKind, SimdPath) { return DotKernel{}; }
+DotKernel Avx2QuantKernel(StoredKind, SimdPath) { return DotKernel{}; }
 }  // namespace folio::worker::kernels::typed
 
 #endif

@@ -182,6 +182,7 @@ FOLIO_T_AVX512VNNI void DotQ8_0Vnni(const uint8_t* w, const Activations& x, int6
 }  // namespace
 
 DotKernel Avx512Kernel(StoredKind kind, SimdPath path) {
+  if (IsLowBitKind(kind)) return Avx512QuantKernel(kind, path);
   DotKernel k;
   if (path == SimdPath::kAvx512 && kind == StoredKind::kF16) {
     k.dot[0] = DotHalf<StoredKind::kF16, 1>;
@@ -215,6 +216,7 @@ DotKernel Avx512Kernel(StoredKind kind, SimdPath path) {
 
 namespace folio::worker::kernels::typed {
 DotKernel Avx512Kernel(StoredKind, SimdPath) { return DotKernel{}; }
+DotKernel Avx512QuantKernel(StoredKind, SimdPath) { return DotKernel{}; }
 }  // namespace folio::worker::kernels::typed
 
 #endif

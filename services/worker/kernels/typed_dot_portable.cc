@@ -79,6 +79,7 @@ struct Q8Dot {
 
 DotKernel PortableKernel(StoredKind kind) {
   DotKernel k;
+  if (IsLowBitKind(kind)) return PortableQuantKernel(kind);
   switch (kind) {
     case StoredKind::kF16:
       return Table<F16Dot>();
@@ -88,7 +89,7 @@ DotKernel PortableKernel(StoredKind kind) {
       k = Table<Q8Dot>();
       k.needs_q8 = true;
       return k;
-    case StoredKind::kOther:
+    default:
       break;
   }
   return k;
@@ -109,7 +110,7 @@ DotKernel KernelFor(StoredKind kind, SimdPath path) {
   return DotKernel{};
 }
 
-void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d) {
+void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d, float* s) {
   for (int64_t b = 0; b < n / kQ8Block; ++b) {
     const float* xb = x + b * kQ8Block;
     float amax = 0.0f;
@@ -120,6 +121,11 @@ void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d) {
       q[b * kQ8Block + j] = static_cast<int8_t>(std::round(xb[j] * id));
     }
     d[b] = HalfToFloat(FloatToHalf(scale));
+    if (s != nullptr) {
+      int32_t sum = 0;
+      for (int j = 0; j < kQ8Block; ++j) sum += q[b * kQ8Block + j];
+      s[b] = d[b] * static_cast<float>(sum);
+    }
   }
 }
 

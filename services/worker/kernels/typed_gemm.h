@@ -12,9 +12,11 @@
 // f32 sums (AVX2/AVX-512 FMA; vdpbf16ps on bf16-rounded activations with avx512_bf16),
 // q8_0 against activations quantized to q8_0 blocks once per call, by integer block dot
 // products (AVX2 maddubs, AVX-VNNI / AVX-512 VNNI vpdpbusd) scaled in f32, as llama.cpp
-// does. The path is the best the CPU has (cpu_isa.h's EnabledCpuFeatures); tests force
-// each with TypedLinearOnPath. Every other type dequantizes a few rows of W at a time
-// into a per-thread buffer (the segment's `dequantize`) and takes f32 dot products.
+// does; the 4/5/6-bit types (q4_0..q5_1, q4_K, q5_K, q6_K) likewise by integer dots
+// against q8_0 or q8_K activation blocks. The path is the best the CPU has (cpu_isa.h's
+// EnabledCpuFeatures); tests force each with TypedLinearOnPath. Every other type (q2_K,
+// q3_K, f32) dequantizes a few rows of W at a time into a per-thread buffer (the
+// segment's `dequantize`) and takes f32 dot products.
 //
 // Threading: output features are cut into one contiguous range per pool thread (a
 // static split by rows; the caller takes part; idle threads block, never spin).
@@ -39,7 +41,10 @@ using BlockDequantizeFn = void (*)(const uint8_t* src, int64_t num_blocks, float
 // Stored types with their own matmul kernels; kOther reads through `dequantize`.
 //   kF16: IEEE binary16, 2 bytes a value; kBF16: bfloat16, 2 bytes; kQ8_0: ggml's q8_0,
 //   blocks of 32 values: f16 scale d then 32 int8 (34 bytes), value = d * q.
-enum class StoredKind { kOther, kF16, kBF16, kQ8_0 };
+//   kQ4_0 .. kQ6_K: ggml's 4/5/6-bit blocks (weight_format.h's formats/ spell out the
+//   layouts), read against 8-bit activation blocks: q8_0 for the 32-value types, q8_K
+//   (256 values, f32 scale, per-16 sums) for the K-quants.
+enum class StoredKind { kOther, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 const char* StoredKindName(StoredKind kind);
 
 struct TypedRows {

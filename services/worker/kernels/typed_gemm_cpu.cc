@@ -73,15 +73,18 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
   acts.in = in;
   acts.f32 = x;
   acts.ldx = ldx;
-  bool bf16 = false, q8 = false;
+  bool bf16 = false, q8 = false, q8k = false;
   for (const typed::DotKernel& k : kernels) {
     bf16 |= k.ok() && k.needs_bf16;
     q8 |= k.ok() && k.needs_q8;
+    q8k |= k.ok() && k.needs_q8k;
   }
   // The caller's (the step thread's) buffers, read by every thread of this call.
   thread_local std::vector<uint16_t> x_bf16;
   thread_local std::vector<int8_t> x_q8;
-  thread_local std::vector<float> x_q8_d;
+  thread_local std::vector<float> x_q8_d, x_q8_s, x_k8_d;
+  thread_local std::vector<int8_t> x_k8;
+  thread_local std::vector<int16_t> x_k8_bsums;
   if (bf16) {
     if (static_cast<int64_t>(x_bf16.size()) < rows * in) x_bf16.resize(rows * in);
     for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, x_bf16.data() + r * in);
@@ -92,11 +95,28 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     if (static_cast<int64_t>(x_q8.size()) < rows * in) x_q8.resize(rows * in);
     const int64_t blocks = in / typed::kQ8Block;
     if (static_cast<int64_t>(x_q8_d.size()) < rows * blocks) x_q8_d.resize(rows * blocks);
+    if (static_cast<int64_t>(x_q8_s.size()) < rows * blocks) x_q8_s.resize(rows * blocks);
     for (int64_t r = 0; r < rows; ++r) {
-      typed::QuantizeQ8_0(x + r * ldx, in, x_q8.data() + r * in, x_q8_d.data() + r * blocks);
+      typed::QuantizeQ8_0(x + r * ldx, in, x_q8.data() + r * in, x_q8_d.data() + r * blocks,
+                          x_q8_s.data() + r * blocks);
     }
     acts.q8 = x_q8.data();
     acts.q8_d = x_q8_d.data();
+    acts.q8_s = x_q8_s.data();
+  }
+  if (q8k) {
+    CHECK_EQ(in % typed::kQ8KBlock, 0);
+    const int64_t blocks = in / typed::kQ8KBlock;
+    if (static_cast<int64_t>(x_k8.size()) < rows * in) x_k8.resize(rows * in);
+    if (static_cast<int64_t>(x_k8_d.size()) < rows * blocks) x_k8_d.resize(rows * blocks);
+    if (static_cast<int64_t>(x_k8_bsums.size()) < rows * in / 16) x_k8_bsums.resize(rows * in / 16);
+    for (int64_t r = 0; r < rows; ++r) {
+      typed::QuantizeQ8_K(x + r * ldx, in, x_k8.data() + r * in, x_k8_d.data() + r * blocks,
+                          x_k8_bsums.data() + r * (in / 16));
+    }
+    acts.k8 = x_k8.data();
+    acts.k8_d = x_k8_d.data();
+    acts.k8_bsums = x_k8_bsums.data();
   }
   // One contiguous range of output features per thread (fewer for a small matrix).
   const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
@@ -132,6 +152,20 @@ const char* StoredKindName(StoredKind kind) {
       return "bf16";
     case StoredKind::kQ8_0:
       return "q8_0";
+    case StoredKind::kQ4_0:
+      return "q4_0";
+    case StoredKind::kQ4_1:
+      return "q4_1";
+    case StoredKind::kQ5_0:
+      return "q5_0";
+    case StoredKind::kQ5_1:
+      return "q5_1";
+    case StoredKind::kQ4_K:
+      return "q4_K";
+    case StoredKind::kQ5_K:
+      return "q5_K";
+    case StoredKind::kQ6_K:
+      return "q6_K";
   }
   return "unknown";
 }
@@ -146,6 +180,14 @@ std::vector<SimdPath> TypedPathsOf(StoredKind kind) {
       return {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvx512, SimdPath::kAvx512Bf16};
     case StoredKind::kQ8_0:
       return {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvxVnni, SimdPath::kAvx512Vnni};
+    case StoredKind::kQ4_0:
+    case StoredKind::kQ4_1:
+    case StoredKind::kQ5_0:
+    case StoredKind::kQ5_1:
+    case StoredKind::kQ4_K:
+    case StoredKind::kQ5_K:
+    case StoredKind::kQ6_K:
+      return {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvx512, SimdPath::kAvx512Vnni};
   }
   return {SimdPath::kPortable};
 }
@@ -163,7 +205,15 @@ void TypedMatrix::Append(const TypedRows& rows) {
   CHECK_GT(rows.block_values, 0);
   CHECK_EQ(in_ % rows.block_values, 0) << "a " << rows.type_name << " row of " << in_
                                         << " values is not whole blocks";
-  if (rows.kind == StoredKind::kQ8_0) CHECK_EQ(rows.block_values, typed::kQ8Block);
+  if (rows.kind == StoredKind::kQ8_0 || rows.kind == StoredKind::kQ4_0 ||
+      rows.kind == StoredKind::kQ4_1 || rows.kind == StoredKind::kQ5_0 ||
+      rows.kind == StoredKind::kQ5_1) {
+    CHECK_EQ(rows.block_values, typed::kQ8Block) << rows.type_name;
+  }
+  if (rows.kind == StoredKind::kQ4_K || rows.kind == StoredKind::kQ5_K ||
+      rows.kind == StoredKind::kQ6_K) {
+    CHECK_EQ(rows.block_values, typed::kQ8KBlock) << rows.type_name;
+  }
   first_row_.push_back(out_);
   segments_.push_back(rows);
   out_ += rows.rows;

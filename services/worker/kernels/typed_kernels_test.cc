@@ -2,6 +2,7 @@
 // portable kernels, and the portable kernels against a double-precision product of the
 // dequantized weights (weight_format.h's dequantizers, bit-exact with gguf-py's).
 // Paths the CPU lacks are skipped naming the missing feature.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <cstring>
@@ -29,9 +30,58 @@ const WeightFormat& FormatOfKind(StoredKind kind) {
       return kF16Format;
     case StoredKind::kBF16:
       return kBF16Format;
+    case StoredKind::kQ4_0:
+      return kQ4_0Format;
+    case StoredKind::kQ4_1:
+      return kQ4_1Format;
+    case StoredKind::kQ5_0:
+      return kQ5_0Format;
+    case StoredKind::kQ5_1:
+      return kQ5_1Format;
+    case StoredKind::kQ4_K:
+      return kQ4_KFormat;
+    case StoredKind::kQ5_K:
+      return kQ5_KFormat;
+    case StoredKind::kQ6_K:
+      return kQ6_KFormat;
     default:
       return kQ8_0Format;
   }
+}
+
+// The stored kinds with their own kernels, and the values of one block of each.
+const std::vector<StoredKind>& KernelKinds() {
+  static const std::vector<StoredKind> kinds = {
+      StoredKind::kF16,  StoredKind::kBF16, StoredKind::kQ8_0, StoredKind::kQ4_0,
+      StoredKind::kQ4_1, StoredKind::kQ5_0, StoredKind::kQ5_1, StoredKind::kQ4_K,
+      StoredKind::kQ5_K, StoredKind::kQ6_K};
+  return kinds;
+}
+int64_t BlockOf(StoredKind kind) { return FormatOfKind(kind).block_values; }
+bool IsKQuant(StoredKind kind) { return BlockOf(kind) == 256; }
+
+// Activations as the kernel of `kind` multiplies them: q8_0 / q8_K quantized and
+// dequantized for the integer kernels, x itself for f16 / bf16.
+std::vector<float> KernelActivations(StoredKind kind, const std::vector<float>& x, int64_t in) {
+  std::vector<float> xq = x;
+  const int64_t rows = static_cast<int64_t>(x.size()) / in;
+  if (IsKQuant(kind)) {
+    std::vector<int8_t> q(in);
+    std::vector<float> d(in / 256);
+    std::vector<int16_t> bs(in / 16);
+    for (int64_t r = 0; r < rows; ++r) {
+      typed::QuantizeQ8_K(x.data() + r * in, in, q.data(), d.data(), bs.data());
+      for (int64_t k = 0; k < in; ++k) xq[r * in + k] = d[k / 256] * q[k];
+    }
+  } else if (BlockOf(kind) == 32) {
+    std::vector<int8_t> q(in);
+    std::vector<float> d(in / 32);
+    for (int64_t r = 0; r < rows; ++r) {
+      typed::QuantizeQ8_0(x.data() + r * in, in, q.data(), d.data());
+      for (int64_t k = 0; k < in; ++k) xq[r * in + k] = d[k / 32] * q[k];
+    }
+  }
+  return xq;
 }
 
 // A stored matrix [out, stored_in] of `kind` with random values, read from column
@@ -77,7 +127,11 @@ struct Shape {
 };
 
 std::vector<Shape> ShapesFor(StoredKind kind) {
-  if (kind == StoredKind::kQ8_0) {  // in: whole blocks, odd and even block counts
+  if (IsKQuant(kind)) {  // in: whole super-blocks; column offsets on super-block bounds
+    return {{1, 256, 1, 0},   {5, 512, 3, 256},  {17, 768, 5, 0}, {33, 1280, 4, 512},
+            {7, 256, 9, 256}, {40, 4096, 2, 0},  {3, 2304, 7, 0}};
+  }
+  if (BlockOf(kind) == 32) {  // in: whole blocks, odd and even block counts
     return {{1, 32, 1, 0},   {5, 64, 3, 32},    {17, 96, 5, 0},  {33, 160, 4, 64},
             {7, 224, 9, 32}, {40, 2080, 2, 0},  {3, 288, 7, 96}, {64, 4096, 1, 0}};
   }
@@ -110,7 +164,7 @@ TEST_P(TypedKernelTest, MatchesPortable) {
   // kernel on those. Only the summation order differs then (q8_0: the integer block sums
   // are exact on every path; the f32 scaling and summation order differ).
   const bool bf16_x = path == SimdPath::kAvx512Bf16;
-  const double rel = kind == StoredKind::kQ8_0 ? 1e-5 : 4e-6;
+  const double rel = BlockOf(kind) > 1 ? 1e-5 : 4e-6;
   ThreadPool pool(2);
   int seed = 1;
   for (const Shape& s : ShapesFor(kind)) {
@@ -146,7 +200,8 @@ TEST_P(TypedKernelTest, MatchesPortable) {
 TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
   const auto [kind, path] = GetParam();
   ThreadPool pool(3);
-  const int64_t out = 37, in = kind == StoredKind::kQ8_0 ? 352 : 345, rows = 7;
+  const int64_t out = 37, rows = 7;
+  const int64_t in = IsKQuant(kind) ? 768 : BlockOf(kind) == 32 ? 352 : 345;
   StoredMatrix m(kind, out, in, 0, 11);
   const std::vector<float> x = RandomNormal(rows * in, 12);
   std::vector<float> batch(rows * out), single(rows * out);
@@ -160,7 +215,7 @@ TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
 
 std::vector<Param> AllParams() {
   std::vector<Param> p;
-  for (StoredKind k : {StoredKind::kF16, StoredKind::kBF16, StoredKind::kQ8_0}) {
+  for (StoredKind k : KernelKinds()) {
     for (SimdPath s : TypedPathsOf(k)) p.emplace_back(k, s);
   }
   return p;
@@ -175,23 +230,22 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, TypedKernelTest, ::testing::ValuesIn(AllParam
 // The portable kernels against double-precision products of the dequantized weights
 // (and, for q8_0, of the dequantized q8_0 activations, which llama.cpp's format defines).
 TEST(TypedKernelReferenceTest, PortableMatchesDequantizedProduct) {
-  for (StoredKind kind : {StoredKind::kF16, StoredKind::kBF16, StoredKind::kQ8_0}) {
+  for (StoredKind kind : KernelKinds()) {
     SCOPED_TRACE(StoredKindName(kind));
-    const int64_t out = 19, in = kind == StoredKind::kQ8_0 ? 320 : 301, rows = 3;
-    StoredMatrix m(kind, out, in, kind == StoredKind::kQ8_0 ? 32 : 3, 21);
+    const int64_t out = 19, rows = 3, block = BlockOf(kind);
+    const int64_t in = block == 256 ? 768 : block == 32 ? 320 : 301;
+    StoredMatrix m(kind, out, in, block == 256 ? 256 : block == 32 ? 32 : 3, 21);
     const std::vector<float> x = RandomNormal(rows * in, 22);
-    std::vector<float> xq = x;  // the activations the q8_0 kernel multiplies
-    if (kind == StoredKind::kQ8_0) {
-      std::vector<int8_t> q(in);
-      std::vector<float> d(in / 32);
-      for (int64_t r = 0; r < rows; ++r) {
-        typed::QuantizeQ8_0(x.data() + r * in, in, q.data(), d.data());
-        for (int64_t k = 0; k < in; ++k) xq[r * in + k] = d[k / 32] * q[k];
-        // The quantization itself: within half a step of x, plus the f16 rounding of d
-        // (q is computed with the f32 scale, as llama.cpp does): |q| <= 127, 2^-11 of d.
-        for (int64_t k = 0; k < in; ++k) {
-          EXPECT_LE(std::abs(xq[r * in + k] - x[r * in + k]), (0.5 + 127.0 / 2048) * d[k / 32]);
-        }
+    const std::vector<float> xq = KernelActivations(kind, x, in);
+    if (block > 1) {
+      // The quantization itself: within half a step of x plus, for q8_0, the f16
+      // rounding of d (q is computed with the f32 scale, as llama.cpp does).
+      for (int64_t k = 0; k < rows * in; ++k) {
+        float amax = 0;
+        const int64_t qb = block;  // q8_K for the K-quants, q8_0 for the 32-value types
+        for (int64_t j = k / qb * qb; j < k / qb * qb + qb; ++j) amax = std::max(amax, std::abs(x[j]));
+        const double step = amax / 127.0;
+        EXPECT_LE(std::abs(xq[k] - x[k]), (0.5 + 127.0 / 2048) * step * 1.001 + 1e-30) << k;
       }
     }
     std::vector<float> y(rows * out);
@@ -206,6 +260,42 @@ TEST(TypedKernelReferenceTest, PortableMatchesDequantizedProduct) {
       }
     }
   }
+}
+
+TEST(TypedKernelReferenceTest, Q8_KActivationsAreLlamaCppsBlocks) {
+  // q8_K super-blocks as ggml's quantize_row_q8_K_ref writes them: the value of largest
+  // magnitude becomes -127 (d = max / -127, kept f32), q = round-half-even(x / d) at most
+  // 127, bsums per 16; an all-zero super-block has d = 0 and zero quants and sums.
+  std::vector<float> x(768, 0.0f);
+  for (int j = 0; j < 256; ++j) x[j] = (j % 37 - 18) * 0.125f;  // |x| <= 2.25
+  x[100] = 3.0f;                        // block 0's largest, positive: becomes -127
+  x[256] = -127.0f;                     // block 1: d = 1 exactly, q = x rounded
+  x[257] = 2.5f;                        // half to even: 2, not 3
+  x[258] = -3.5f;                       // -4
+  x[259] = 0.5f;                        // 0
+  x[260] = 126.6f;                      // 127
+  std::vector<int8_t> q(768);
+  std::vector<float> d(3);
+  std::vector<int16_t> bs(48);
+  typed::QuantizeQ8_K(x.data(), 768, q.data(), d.data(), bs.data());
+  EXPECT_EQ(d[0], 1.0f / (-127.0f / 3.0f));
+  EXPECT_EQ(q[100], -127);
+  EXPECT_EQ(q[0], static_cast<int8_t>(std::nearbyint((-127.0f / 3.0f) * x[0])));
+  EXPECT_GT(q[0], 0);  // x[0] < 0 and d < 0
+  EXPECT_EQ(d[1], 1.0f);
+  EXPECT_EQ(q[256], -127);
+  EXPECT_EQ(q[257], 2);
+  EXPECT_EQ(q[258], -4);
+  EXPECT_EQ(q[259], 0);
+  EXPECT_EQ(q[260], 127);
+  for (int g = 0; g < 32; ++g) {
+    int s = 0;
+    for (int l = 0; l < 16; ++l) s += q[g * 16 + l];
+    EXPECT_EQ(bs[g], s) << g;
+  }
+  EXPECT_EQ(d[2], 0.0f);
+  for (int j = 512; j < 768; ++j) EXPECT_EQ(q[j], 0);
+  for (int g = 32; g < 48; ++g) EXPECT_EQ(bs[g], 0);
 }
 
 TEST(TypedKernelReferenceTest, Q8_0ActivationsAreLlamaCppsBlocks) {

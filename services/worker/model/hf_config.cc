@@ -101,17 +101,43 @@ class Keys {
   const std::string prefix_;
 };
 
+// rope_scaling, or rope_parameters (transformers >= 4.56's name, which also holds
+// rope_theta): the RoPE type and its factors. When both are given, rope_parameters is
+// read and rope_scaling must name the same type.
 absl::Status ReadRopeScaling(const Keys& top, absl::string_view file, HfConfig* out) {
+  const json* params = top.Find("rope_parameters");
   const json* scaling = top.Find("rope_scaling");
+  const char* key = params != nullptr ? "rope_parameters" : "rope_scaling";
+  if (params != nullptr) scaling = params;
   if (scaling == nullptr) return absl::OkStatus();
   if (!scaling->is_object()) {
-    return top.Error("rope_scaling", absl::StrCat(Brief(*scaling), " is not an object"));
+    return top.Error(key, absl::StrCat(Brief(*scaling), " is not an object"));
   }
   ModelConfig& c = out->config;
-  const Keys k(*scaling, file, "rope_scaling.");
-  // rope_type, or its older name type.
+  const Keys k(*scaling, file, absl::StrCat(key, "."));
+  auto type_of = [](const Keys& keys) -> absl::StatusOr<std::string> {
+    // rope_type, or its older name type.
+    return keys.String(keys.Find("rope_type") != nullptr ? "rope_type" : "type", "default");
+  };
   const char* type_key = k.Find("rope_type") != nullptr ? "rope_type" : "type";
-  HF_ASSIGN_OR_RETURN(std::string type, k.String(type_key, "default"));
+  HF_ASSIGN_OR_RETURN(std::string type, type_of(k));
+  if (params != nullptr) {
+    if (const json* theta = k.Find("rope_theta"); theta != nullptr) {
+      HF_ASSIGN_OR_RETURN(float t, k.PositiveFloat("rope_theta", nullptr));
+      if (top.Find("rope_theta") != nullptr && t != c.rope_theta) {
+        return k.Error("rope_theta", absl::StrCat(t, " differs from the top-level rope_theta ",
+                                                  c.rope_theta));
+      }
+      c.rope_theta = t;
+    }
+    if (const json* old = top.Find("rope_scaling"); old != nullptr && old->is_object()) {
+      HF_ASSIGN_OR_RETURN(std::string old_type, type_of(Keys(*old, file, "rope_scaling.")));
+      if (old_type != type) {
+        return k.Error(type_key, absl::StrCat("'", type, "' differs from rope_scaling's '",
+                                              old_type, "'"));
+      }
+    }
+  }
   if (type == "default") return absl::OkStatus();
   if (type == "linear") {
     const float none = 0.0f;

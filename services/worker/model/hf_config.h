@@ -13,7 +13,9 @@
 //    "llama3" (Llama 3.1's per-frequency divisors, computed here exactly as llama.cpp's
 //    converter computes its rope_freqs tensor from factor, low_freq_factor,
 //    high_freq_factor and original_max_position_embeddings). Any other type (yarn,
-//    dynamic, longrope, ...) is refused by name.
+//    dynamic, longrope, ...) is refused by name. transformers >= 4.56 names the object
+//    rope_parameters and may put rope_theta inside it: read the same way (it wins over
+//    rope_scaling, which must then name the same type; a rope_theta in both must agree).
 //  - sliding_window: honoured, never ignored. When the window is active (Mistral: a
 //    non-null sliding_window; Qwen2/3: use_sliding_window with a layer at or past
 //    max_window_layers) and narrower than max_position_embeddings, the served context is

@@ -142,6 +142,28 @@ TEST(HfConfigTest, LinearRopeScaling) {
   EXPECT_FALSE(hf->config.rope_freq_factors);
 }
 
+// transformers >= 4.56: rope_parameters, with rope_theta inside, reads as rope_scaling.
+TEST(HfConfigTest, RopeParametersIsRopeScalingsNewerName) {
+  std::string llama3 = absl::StrReplaceAll(
+      kQwen3, {{"\"rope_scaling\": null", R"("rope_parameters": {"rope_type": "llama3",
+          "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192})"},
+               {"\"rope_theta\": 1000000,", ""}});
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(llama3, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FLOAT_EQ(hf->config.rope_theta, 500000.0f);
+  EXPECT_TRUE(hf->config.rope_freq_factors);
+  ASSERT_EQ(hf->rope_freqs.size(), 64u);
+  EXPECT_EQ(hf->rope_freqs.back(), 8.0f);
+  hf = ParseHfConfig(absl::StrReplaceAll(kQwen3, {{"\"rope_scaling\": null",
+                                                   R"("rope_parameters": {"rope_type": "linear",
+                                                      "factor": 2.0})"}}),
+                     "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FLOAT_EQ(hf->config.rope_freq_scale, 0.5f);
+  EXPECT_FLOAT_EQ(hf->config.rope_theta, 1000000.0f);  // the top-level one
+}
+
 TEST(HfConfigTest, TorchDtypeAndItsNewerName) {
   absl::StatusOr<HfConfig> hf = ParseHfConfig(
       absl::StrReplaceAll(kQwen3, {{"\"torch_dtype\": \"bfloat16\"", "\"dtype\": \"float16\""}}),
@@ -186,6 +208,19 @@ INSTANTIATE_TEST_SUITE_P(
                 Qwen3With("\"rope_scaling\": null",
                           R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"),
                 absl::StatusCode::kUnimplemented, {"key 'rope_scaling.type'", "'dynamic'"}},
+        Refusal{"RopeParametersYarn",
+                Qwen3With("\"rope_scaling\": null",
+                          R"("rope_parameters": {"rope_type": "yarn", "factor": 4.0})"),
+                absl::StatusCode::kUnimplemented, {"key 'rope_parameters.rope_type'", "'yarn'"}},
+        Refusal{"RopeParametersThetaDisagrees",
+                Qwen3With("\"rope_scaling\": null",
+                          R"("rope_parameters": {"rope_type": "default", "rope_theta": 10000.0})"),
+                absl::StatusCode::kInvalidArgument, {"key 'rope_parameters.rope_theta'"}},
+        Refusal{"RopeParametersAndScalingDisagree",
+                Qwen3With("\"rope_scaling\": null",
+                          R"("rope_parameters": {"rope_type": "linear", "factor": 2.0},
+                             "rope_scaling": {"rope_type": "llama3", "factor": 8.0})"),
+                absl::StatusCode::kInvalidArgument, {"key 'rope_parameters.rope_type'", "differs"}},
         Refusal{"LinearWithoutFactor",
                 Qwen3With("\"rope_scaling\": null", R"("rope_scaling": {"rope_type": "linear"})"),
                 absl::StatusCode::kInvalidArgument, {"key 'rope_scaling.factor'"}},

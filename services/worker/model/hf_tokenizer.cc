@@ -166,6 +166,105 @@ absl::StatusOr<int32_t> IdOf(const Vocab& vocab, const std::string& text, absl::
   return e.Bad(key, absl::StrCat("'", text, "' is not a token of the vocabulary"));
 }
 
+
+constexpr char kSpace[] = "\xE2\x96\x81";  // "▁" (U+2581), SentencePiece's space
+
+// Whether tokenizer.json is SentencePiece-style (Llama 2, Mistral, TinyLlama): BPE over
+// "▁"-for-space text, with byte fallback. The sign is the normalizer writing spaces as
+// "▁", or a Metaspace pre-tokenizer or decoder.
+bool IsSentencePieceStyle(const json& root) {
+  const std::string dump = root.contains("normalizer") ? root["normalizer"].dump() : "";
+  if (dump.find("\"Prepend\"") != std::string::npos || dump.find(kSpace) != std::string::npos) {
+    return true;
+  }
+  for (const char* key : {"pre_tokenizer", "decoder"}) {
+    if (root.contains(key) && root[key].dump().find("\"Metaspace\"") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// obj[key] when it is an integer, else -1.
+int64_t IntOr(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+}
+
+// A Replace step {"pattern": {"String": from}, "content": to}.
+bool IsReplace(const json& step, absl::string_view from, absl::string_view to) {
+  return step.is_object() && Str(step, "type") == "Replace" && step.contains("pattern") &&
+         Str(step["pattern"], "String") == from && Str(step, "content") == to;
+}
+
+// The SentencePiece-style normalizer, pre-tokenizer and decoder, as the SentencePiece
+// engine implements them: the normalizer a Sequence of Prepend("▁") (optional: it sets
+// add_dummy_prefix) and Replace(" " -> "▁"), no pre-tokenizer, and the decoder a
+// Sequence of Replace("▁" -> " "), ByteFallback, Fuse and Strip(" ", 1, 0) (Strip may be
+// absent). Metaspace (its "prepend only when the text does not start with ▁" rule and
+// prepend_scheme "first" are not in the engine) and other steps are refused by name.
+absl::Status ReadSentencePieceSteps(const json& root, const Errors& e, Vocab* vocab) {
+  const json none;
+  const json& norm = root.contains("normalizer") ? root["normalizer"] : none;
+  std::vector<const json*> steps;
+  if (norm.is_object() && Str(norm, "type") == "Sequence" && norm.contains("normalizers") &&
+      norm["normalizers"].is_array()) {
+    for (const json& n : norm["normalizers"]) steps.push_back(&n);
+  } else if (!norm.is_null()) {
+    steps.push_back(&norm);
+  }
+  bool prepend = false, replace = false;
+  for (const json* n : steps) {
+    if (n->is_object() && Str(*n, "type") == "Prepend" && Str(*n, "prepend") == kSpace && !prepend) {
+      prepend = true;
+    } else if (IsReplace(*n, " ", kSpace) && !replace) {
+      replace = true;
+    } else {
+      return e.Unsupported("normalizer", absl::StrCat(Brief(*n), " is not supported (a "
+                                                      "SentencePiece-style tokenizer needs "
+                                                      "Prepend \"\xE2\x96\x81\" and Replace "
+                                                      "\" \" -> \"\xE2\x96\x81\")"));
+    }
+  }
+  if (!replace) {
+    return e.Unsupported("normalizer", absl::StrCat(Brief(norm), ": a SentencePiece-style "
+                                                   "tokenizer needs Replace \" \" -> "
+                                                   "\"\xE2\x96\x81\" (Metaspace is not "
+                                                   "supported)"));
+  }
+  vocab->add_dummy_prefix = prepend;
+  if (!IsNullOr(root, "pre_tokenizer")) {
+    return e.Unsupported("pre_tokenizer", absl::StrCat(Brief(root["pre_tokenizer"]),
+                                                      " is not supported with a SentencePiece-"
+                                                      "style normalizer (null only)"));
+  }
+  if (!IsNullOr(root, "decoder")) {
+    const json& d = root["decoder"];
+    const bool seq = d.is_object() && Str(d, "type") == "Sequence" && d.contains("decoders") &&
+                     d["decoders"].is_array();
+    const json& list = seq ? d["decoders"] : none;
+    bool good = seq && (list.size() == 3 || list.size() == 4) && IsReplace(list[0], kSpace, " ") &&
+                Str(list[1], "type") == "ByteFallback" && Str(list[2], "type") == "Fuse";
+    if (good && list.size() == 4) {
+      const json& strip = list[3];
+      good = Str(strip, "type") == "Strip" && Str(strip, "content") == " " &&
+             IntOr(strip, "start") == 1 && IntOr(strip, "stop") == 0;
+    }
+    if (!good) {
+      return e.Unsupported("decoder", absl::StrCat(Brief(d), " is not supported (a Sequence of "
+                                                   "Replace, ByteFallback, Fuse and Strip)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "<0xXX>" (upper-case hex, as SentencePiece writes byte pieces) -> true.
+bool IsBytePiece(const std::string& p) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+  return p.size() == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && hex(p[3]) && hex(p[4]) &&
+         p[5] == '>';
+}
+
 void AddEog(Vocab* vocab, int32_t id) {
   auto& ids = vocab->eog_ids;
   if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
@@ -180,7 +279,6 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
   const json& root = *parsed;
   const Errors e(name);
   Vocab vocab;
-  vocab.kind = TokenizerKind::kByteLevelBpe;
   vocab.add_bos = false;
   vocab.add_dummy_prefix = false;
   vocab.unk_id = -1;
@@ -193,11 +291,24 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
     return e.Unsupported("model.type", absl::StrCat("'", type, "' is not supported (only BPE)"));
   }
   bool ok = true;
-  if (BoolOr(model, "byte_fallback", false, &ok)) {
-    return e.Unsupported("model.byte_fallback", "true is not supported (byte-level BPE only)");
-  }
+  // SentencePiece style (Llama 2, Mistral): the SentencePiece engine, merging by a score
+  // made from the merge ranks; otherwise byte-level BPE.
+  const bool spm = IsSentencePieceStyle(root);
+  vocab.kind = spm ? TokenizerKind::kSentencePiece : TokenizerKind::kByteLevelBpe;
+  const bool byte_fallback = BoolOr(model, "byte_fallback", false, &ok);
+  const bool fuse_unk = BoolOr(model, "fuse_unk", false, &ok);
   vocab.ignore_merges = BoolOr(model, "ignore_merges", false, &ok);
-  if (!ok) return e.Bad("model", "byte_fallback or ignore_merges is not true or false");
+  if (!ok) return e.Bad("model", "byte_fallback, fuse_unk or ignore_merges is not true or false");
+  if (!spm && byte_fallback) {
+    return e.Unsupported("model.byte_fallback", "true is not supported without a SentencePiece-"
+                                                "style normalizer (Replace \" \" -> \"\xE2\x96\x81\")");
+  }
+  if (spm && vocab.ignore_merges) {
+    return e.Unsupported("model.ignore_merges", "true is not supported with SentencePiece-style text");
+  }
+  if (spm && fuse_unk && !byte_fallback) {
+    return e.Unsupported("model.fuse_unk", "true without byte_fallback is not supported");
+  }
   if (!IsNullOr(model, "dropout") &&
       !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0)) {
     return e.Unsupported("model.dropout", absl::StrCat(Brief(model["dropout"]),
@@ -277,7 +388,7 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
   vocab.pieces.resize(n);
   types.resize(n);
   vocab.types = std::move(types);
-  vocab.scores.assign(n, 0.0f);
+  vocab.scores.assign(n, 0.0f);  // SentencePiece style: set from the merges below
   for (auto* list : {&vocab.lstrip_ids, &vocab.rstrip_ids}) {
     std::sort(list->begin(), list->end());
     list->erase(std::unique(list->begin(), list->end()), list->end());
@@ -286,7 +397,12 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
   // Merges: "left right" strings or [left, right] pairs.
   const auto merges_it = model.find("merges");
   if (merges_it == model.end() || !merges_it->is_array()) return e.Bad("model.merges", "missing or not a list");
-  vocab.merges.reserve(merges_it->size());
+  // SentencePiece style: a piece's score is minus the rank of the first merge forming it,
+  // so the engine's highest-score-first order is tokenizers' lowest-rank-first order.
+  // Multi-character pieces no merge forms are never produced (kUnused, below).
+  constexpr float kNoMerge = 1.0f;  // above every score: "not formed by a merge"
+  if (spm) vocab.scores.assign(vocab.pieces.size(), kNoMerge);
+  if (!spm) vocab.merges.reserve(merges_it->size());
   for (size_t i = 0; i < merges_it->size(); ++i) {
     const json& m = (*merges_it)[i];
     std::string left, right;
@@ -315,7 +431,15 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
       return e.Bad("model.merges", absl::StrCat("merge ", i, " ", Brief(m), " forms '", left,
                                                 right, "', which is not in model.vocab"));
     }
-    vocab.merges.emplace_back(l->second, r->second);
+    if (!spm) {
+      vocab.merges.emplace_back(l->second, r->second);
+      continue;
+    }
+    float& score = vocab.scores[ids.find(left + right)->second];
+    if (score == kNoMerge) score = -static_cast<float>(i);
+  }
+  if (spm && merges_it->size() > (size_t{1} << 24)) {
+    return e.Bad("model.merges", "more than 2^24 merges (their ranks would not be exact)");
   }
   if (!IsNullOr(model, "unk_token")) {
     if (!model["unk_token"].is_string()) return e.Bad("model.unk_token", "not a string");
@@ -324,9 +448,37 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
     vocab.unk_id = it->second;
     vocab.types[it->second] = TokenType::kUnknown;
   }
+  if (spm) {
+    if (vocab.unk_id < 0) return e.Bad("model.unk_token", "missing (SentencePiece style needs one)");
+    for (int32_t id = 0; id < vocab.size(); ++id) {
+      if (vocab.types[id] != TokenType::kNormal) continue;
+      const std::string& p = vocab.pieces[id];
+      const auto lead = static_cast<unsigned char>(p[0]);
+      const size_t char_len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+      if (byte_fallback && IsBytePiece(p)) {
+        vocab.types[id] = TokenType::kByte;
+      } else if (vocab.scores[id] == kNoMerge) {
+        // One character: where merging starts (score 0). Longer: no merge forms it.
+        vocab.scores[id] = 0.0f;
+        if (p.size() > char_len) vocab.types[id] = TokenType::kUnused;
+      }
+    }
+    int byte_pieces = 0;
+    for (int32_t id = 0; id < vocab.size(); ++id) {
+      if (vocab.scores[id] == kNoMerge) vocab.scores[id] = 0.0f;
+      byte_pieces += vocab.types[id] == TokenType::kByte;
+    }
+    if (byte_fallback && byte_pieces != 256) {
+      return e.Bad("model.byte_fallback", absl::StrCat("true, but model.vocab has ", byte_pieces,
+                                                       " of the 256 pieces <0x00>..<0xFF>"));
+    }
+  }
 
+  if (spm) {
+    if (absl::Status s = ReadSentencePieceSteps(root, e, &vocab); !s.ok()) return s;
+  }
   // normalizer: null or NFC.
-  if (!IsNullOr(root, "normalizer")) {
+  if (!spm && !IsNullOr(root, "normalizer")) {
     const json& norm = root["normalizer"];
     const std::string t = norm.is_object() ? Str(norm, "type") : "";
     if (t != "NFC") {
@@ -334,13 +486,15 @@ absl::StatusOr<Vocab> ParseHfTokenizerJson(absl::string_view json_text, absl::st
     }
     vocab.normalizer = "NFC";
   }
-  if (IsNullOr(root, "pre_tokenizer")) {
+  if (!spm && IsNullOr(root, "pre_tokenizer")) {
     return e.Unsupported("pre_tokenizer", "null is not supported (Folio needs ByteLevel)");
   }
-  absl::StatusOr<std::string> pre = PreTokenizerName(root["pre_tokenizer"], e);
-  if (!pre.ok()) return pre.status();
-  vocab.pre_tokenizer = *pre;
-  if (!IsNullOr(root, "decoder")) {
+  if (!spm) {
+    absl::StatusOr<std::string> pre = PreTokenizerName(root["pre_tokenizer"], e);
+    if (!pre.ok()) return pre.status();
+    vocab.pre_tokenizer = *pre;
+  }
+  if (!spm && !IsNullOr(root, "decoder")) {
     const json& d = root["decoder"];
     if (!d.is_object() || Str(d, "type") != "ByteLevel") {
       return e.Unsupported("decoder", absl::StrCat(Brief(d), " is not supported (ByteLevel)"));

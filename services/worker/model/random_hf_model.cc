@@ -127,6 +127,81 @@ std::string MakeByteLevelTokenizerJson() {
   return tok.dump(2);
 }
 
+std::string MakeSentencePieceTokenizerJson() {
+  constexpr char kSpace[] = "\xE2\x96\x81";  // "▁"
+  ordered_json vocab = ordered_json::object();
+  ordered_json merges = ordered_json::array();
+  int32_t next = 0;
+  for (const char* special : {"<unk>", "<s>", "</s>"}) vocab[special] = next++;
+  for (int b = 0; b < 256; ++b) vocab[absl::StrFormat("<0x%02X>", b)] = next++;
+  vocab[kSpace] = next++;
+  for (char c = ' ' + 1; c <= '~'; ++c) vocab[std::string(1, c)] = next++;
+  const char* kWords[] = {"the", "and", "ing", "ion", "er", "in", "on", "at", "en", "is",
+                          "it", "to", "of", "he", "th", "that", "with", "was", "hello",
+                          "world", "cat", "dog", "Once", "upon", "time", "there", "Lily"};
+  for (const char* word : kWords) {
+    for (const std::string& w : {std::string(word), absl::StrCat(kSpace, word)}) {
+      std::vector<std::string> chars;
+      for (size_t i = 0; i < w.size();) {
+        const size_t len = w.compare(i, 3, kSpace) == 0 ? 3 : 1;
+        chars.push_back(w.substr(i, len));
+        i += len;
+      }
+      std::string current = chars[0];
+      for (size_t i = 1; i < chars.size(); ++i) {
+        const std::string merged = current + chars[i];
+        if (!vocab.contains(merged)) {
+          vocab[merged] = next++;
+          merges.push_back(absl::StrCat(current, " ", chars[i]));
+        }
+        current = merged;
+      }
+    }
+  }
+  ordered_json added = ordered_json::array();
+  for (int32_t id = 0; id < 3; ++id) {
+    added.push_back({{"id", id}, {"content", id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"},
+                     {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  }
+  auto replace = [](const char* from, const char* to) {
+    return ordered_json{{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
+  };
+  ordered_json tok = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers", {{{"type", "Prepend"}, {"prepend", kSpace}}, replace(" ", kSpace)}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", ordered_json::array()},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {replace(kSpace, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", "<unk>"},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab", vocab},
+        {"merges", merges}}},
+  };
+  return tok.dump(2);
+}
+
 absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string& dir) {
   const Architecture* arch = FindHfArchitecture(o.hf_class);
   if (arch == nullptr) {
@@ -248,9 +323,16 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
   };
   if (o.head_dim > 0) config["head_dim"] = o.head_dim;
   if (!o.rope_scaling_json.empty()) {
-    config["rope_scaling"] = ordered_json::parse(o.rope_scaling_json, nullptr, false);
-    if (config["rope_scaling"].is_discarded()) {
-      return absl::InvalidArgumentError("rope_scaling_json is not JSON");
+    ordered_json scaling = ordered_json::parse(o.rope_scaling_json, nullptr, false);
+    if (scaling.is_discarded() || !scaling.is_object()) {
+      return absl::InvalidArgumentError("rope_scaling_json is not a JSON object");
+    }
+    if (o.rope_parameters) {  // transformers >= 4.56: rope_theta moves inside
+      scaling["rope_theta"] = config["rope_theta"];
+      config.erase("rope_theta");
+      config["rope_parameters"] = scaling;
+    } else {
+      config["rope_scaling"] = scaling;
     }
   } else {
     config["rope_scaling"] = nullptr;

@@ -42,6 +42,8 @@ struct RandomHfOptions {
   // The rope_scaling object as JSON text ("" for null), e.g.
   // {"rope_type": "llama3", "factor": 8.0, ...}.
   std::string rope_scaling_json;
+  // Write rope_scaling_json as rope_parameters (transformers >= 4.56), rope_theta inside.
+  bool rope_parameters = false;
   int32_t num_shards = 1;      // > 1: model-0000i-of-0000N.safetensors + the index
   std::string tokenizer_json;  // "" -> MakeByteLevelTokenizerJson()
   std::string chat_template;   // written to tokenizer_config.json when not empty
@@ -57,6 +59,13 @@ struct RandomHfOptions {
 // <|begin_of_text|> (added as BOS by the post-processor), <|end_of_text|>, <|eot_id|>
 // appended after the merged pieces.
 std::string MakeByteLevelTokenizerJson();
+
+// A small SentencePiece-style tokenizer.json, shaped as Llama 2's and Mistral's: <unk>,
+// <s>, </s>, the 256 byte-fallback pieces <0x00>..<0xFF>, "▁" and the printable ASCII
+// characters, merged pieces of a few English words with and without "▁"; normalizer
+// Prepend("▁") + Replace(" " -> "▁"), no pre-tokenizer, <s> added by the post-processor,
+// decoder Replace + ByteFallback + Fuse + Strip.
+std::string MakeSentencePieceTokenizerJson();
 
 // Writes the folder `dir` (created if absent; files in it are replaced).
 // InvalidArgument for impossible options (unknown class, sizes, a vocabulary smaller

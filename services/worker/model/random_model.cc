@@ -96,6 +96,9 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
   if (o.num_kv_heads > o.num_heads || o.num_heads % o.num_kv_heads != 0) {
     return bad("heads must be a multiple of kv_heads");
   }
+  if (o.vocab_from.empty() && !o.rename_tokens.empty()) {
+    return bad("rename_tokens needs vocab_from");
+  }
   if (o.vocab_from.empty() && o.vocab_size < kMinRandomVocab) {
     return bad(absl::StrCat("vocab must be at least ", kMinRandomVocab,
                             " (3 control + 256 byte tokens)"));
@@ -190,6 +193,25 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
       if (!absl::StartsWith(key, "tokenizer.")) continue;
       const bool templates_given = !o.chat_template.empty() || !o.named_chat_templates.empty();
       if (templates_given && absl::StartsWith(key, "tokenizer.chat_template")) continue;
+      if (key == "tokenizer.ggml.tokens" && !o.rename_tokens.empty()) {
+        std::vector<std::string> pieces;
+        pieces.reserve(value.array_size());
+        for (uint64_t i = 0; i < value.array_size(); ++i) {
+          absl::StatusOr<absl::string_view> piece = value.ArrayString(i);
+          if (!piece.ok()) return piece.status();
+          pieces.emplace_back(*piece);
+        }
+        for (const auto& [id, piece] : o.rename_tokens) {
+          if (id < 0 || static_cast<uint64_t>(id) >= pieces.size()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "rename_tokens: token ", id, " is outside ", o.vocab_from, "'s ", pieces.size(),
+                " tokens"));
+          }
+          pieces[id] = piece;
+        }
+        w.AddStringArray(key, pieces);
+        continue;
+      }
       if (absl::Status s = w.AddValue(key, value); !s.ok()) return s;
     }
   }

@@ -51,6 +51,10 @@ struct RandomModelOptions {
   // token count (the option's value is ignored). chat_template and named_chat_templates,
   // when set, replace the file's.
   std::string vocab_from;
+  // With vocab_from: tokens given new pieces (id, piece), e.g. Llama 3.0's reserved control
+  // tokens named as Llama 3.1 names them (<|python_tag|>). InvalidArgument for an id
+  // outside the file's tokens.
+  std::vector<std::pair<int32_t, std::string>> rename_tokens;
 };
 
 // 3 control tokens + 256 byte tokens.

@@ -101,8 +101,31 @@ TEST(RandomModelVocabFromTest, CopiesTheTokenizerKeysOfAVocabularyFile) {
   ASSERT_TRUE(logits.ok()) << logits.status();
   EXPECT_EQ(logits->back().size(), 128256u);
 
+
+  // rename_tokens: Llama 3.0's reserved control token 5 named as Llama 3.1 names it; the
+  // rest of the vocabulary as it was.
+  o.rename_tokens = {{128010, "<|python_tag|>"}};
+  ASSERT_TRUE(WriteRandomModel(o, path).ok());
+  absl::StatusOr<Vocab> renamed = LoadGgufVocab(path);
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ(renamed->pieces[128010], "<|python_tag|>");
+  EXPECT_EQ(want->pieces[128010], "<|reserved_special_token_5|>");
+  renamed->pieces[128010] = want->pieces[128010];
+  EXPECT_EQ(renamed->pieces, want->pieces);
+  EXPECT_EQ(renamed->types, want->types);
+  o.rename_tokens = {{128256, "x"}};
+  absl::StatusOr<std::string> outside = MakeRandomModelGguf(o);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("rename_tokens: token 128256 is outside"),
+            std::string::npos) << outside.status();
+  o.rename_tokens.clear();
+
   o.vocab_from = ::testing::TempDir() + "/no_such_vocab.gguf";
   EXPECT_FALSE(MakeRandomModelGguf(o).ok());
+  o.vocab_from.clear();
+  o.vocab_size = 512;
+  o.rename_tokens = {{3, "x"}};
+  EXPECT_FALSE(MakeRandomModelGguf(o).ok());  // rename_tokens needs vocab_from
   std::remove(path.c_str());
 }
 

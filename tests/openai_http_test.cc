@@ -377,18 +377,21 @@ bool InstallOpenAiClient(std::string* skip) {
   }
   const std::string dir = FOLIO_OPENAI_NODE_DIR;
   const std::string src = FOLIO_OPENAI_CHECK_DIR;
+  // ctest runs this file's tests in parallel and they share `dir`: copy and install under
+  // an exclusive lock, never rewrite a file another test's node may be reading (cmp), and
+  // count the package as there only once npm has finished (.installed).
   testing::CommandResult copy = testing::RunCommand(absl::StrCat(
-      "mkdir -p ", dir, " && cp ", src, "/package.json ", src, "/package-lock.json ", src,
-      "/check.mjs ", dir, "/"));
+      "mkdir -p ", dir, " && flock ", dir, "/.install.lock sh -c 'for f in package.json "
+      "package-lock.json check.mjs; do cmp -s ", src, "/$f ", dir, "/$f || cp ", src, "/$f ",
+      dir, "/$f || exit 1; done'"));
   EXPECT_EQ(copy.exit_code, 0) << copy.output;
-  if (testing::RunCommand(absl::StrCat("test -d ", dir, "/node_modules/openai")).exit_code != 0) {
-    testing::CommandResult install = testing::RunCommand(
-        absl::StrCat("cd ", dir, " && npm ci --no-audit --no-fund --loglevel=error"));
-    if (install.exit_code != 0) {
-      *skip = "npm could not install the openai package (is the registry reachable?): " +
-              install.output;
-      return false;
-    }
+  testing::CommandResult install = testing::RunCommand(absl::StrCat(
+      "flock ", dir, "/.install.lock sh -c 'test -f ", dir, "/.installed || (cd ", dir,
+      " && npm ci --no-audit --no-fund --loglevel=error && touch .installed)'"));
+  if (install.exit_code != 0) {
+    *skip = "npm could not install the openai package (is the registry reachable?): " +
+            install.output;
+    return false;
   }
   return copy.exit_code == 0;
 }

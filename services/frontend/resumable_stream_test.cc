@@ -69,28 +69,5 @@ TEST(ResumableStreamTest, TheTrackerCountsTheStreamUntilGrpcLetsGoOfIt) {
   EXPECT_EQ(tracker.live(), 0);
 }
 
-TEST(ResumableStreamTest, WithoutATrackerNothingIsCounted) {
-  std::unique_ptr<FakeScheduler> fake = FakeScheduler::Start(ipb::ClusterInfo());
-  ASSERT_NE(fake, nullptr);
-  fake->SetScript(TokensScript({5}, ipb::FINISH_REASON_STOP, 1));
-  auto stub = ipb::Scheduler::NewStub(
-      grpc::CreateChannel(fake->address(), grpc::InsecureChannelCredentials()));
-  CallTracker unused;
-  CountingListener listener(&unused);
-  ipb::ScheduleRequest request;
-  request.add_prompt_token_ids(1);
-  std::shared_ptr<ResumableStream> s = ResumableStream::Start(
-      stub.get(), request, absl::InfiniteFuture(), ResumeOptions(), &listener);
-  listener.stream = s.get();
-  s->Read();
-  s->Release();
-  s.reset();
-  ASSERT_TRUE(listener.ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(listener.live_at_end, 0);
-  EXPECT_EQ(listener.events.load(), 1);
-  // The stream's own last callback may still run: wait for the fake's side.
-  EXPECT_TRUE(fake->WaitForDoneCalls(1, absl::Seconds(10)));
-}
-
 }  // namespace
 }  // namespace folio::frontend::testing

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -58,7 +59,10 @@ std::optional<std::string_view> HttpRequest::header(std::string_view name) const
 class SessionBase {
  public:
   virtual ~SessionBase() = default;
-  virtual void CloseFromServer() = 0;
+  // Posts a close to the session's strand. Returns a reference to the session (null when
+  // it is being destroyed) that the caller drops only outside the server's lock: the
+  // session may be destroyed with it, and its destructor takes that lock.
+  virtual std::shared_ptr<void> CloseFromServer() = 0;
 };
 
 struct HttpServer::Impl {
@@ -191,10 +195,11 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     }
   }
 
-  void CloseFromServer() override {
+  std::shared_ptr<void> CloseFromServer() override {
     std::shared_ptr<Session> self = this->weak_from_this().lock();
-    if (self == nullptr) return;  // being destroyed
+    if (self == nullptr) return nullptr;  // being destroyed
     net::post(executor(), [self] { self->Close(); });
+    return self;
   }
 
   void DoRespond(Exchange<Stream>* x, HttpResponse r) {
@@ -619,10 +624,13 @@ void HttpServer::Stop(absl::Duration grace) {
   });
   const absl::Time give_up = absl::Now() + grace;
   while (s.busy.load() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  std::vector<std::shared_ptr<void>> closing;
   {
     absl::MutexLock lock(&s.mu);
-    for (SessionBase* session : s.sessions) session->CloseFromServer();
+    for (SessionBase* session : s.sessions) closing.push_back(session->CloseFromServer());
   }
+  closing.clear();  // outside the lock: the last reference may destroy a session here
+
   const absl::Time closed_by = absl::Now() + absl::Seconds(2);
   while (s.connections.load() > 0 && absl::Now() < closed_by) {
     absl::SleepFor(absl::Milliseconds(5));

@@ -56,7 +56,8 @@ absl::StatusOr<Vocab> VocabFromSpec(const pb::TokenizerSpec& spec) {
   for (int i = 0; i + 1 < spec.merges_size(); i += 2) {
     vocab.merges.emplace_back(spec.merges(i), spec.merges(i + 1));
   }
-  if (bpe) vocab.pre_tokenizer = spec.pre_tokenizer();
+  // SentencePiece: where the dummy prefix goes ("" from an older worker: "default").
+  if (bpe || !spec.pre_tokenizer().empty()) vocab.pre_tokenizer = spec.pre_tokenizer();
   vocab.ignore_merges = spec.ignore_merges();
   vocab.chat_template = spec.chat_template();
   return vocab;

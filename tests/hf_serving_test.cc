@@ -157,12 +157,17 @@ TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
 // shape of Mistral v0.1's; npm has no Mistral tokenizer.json), else Folio's small one.
 // The tokenizer travels to the frontend as a SentencePiece TokenizerSpec: the chat prompt
 // (Mistral's [INST] template) has as many tokens as the worker's own tokenizer gives the
-// rendered text, the reply equals a gRPC completion of that text, and decoding the
+// rendered text, the reply equals a gRPC completion of those ids, and decoding the
 // reply's ids locally gives the served text.
-TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
+//
+// `metaspace` non-empty: the tokenizer.json is rewritten into the Metaspace form with that
+// prepend_scheme (worker::MetaspaceTokenizerJson, as transformers writes legacy false:
+// Mistral v0.3's form); the rule travels in TokenizerSpec.pre_tokenizer, and the
+// frontend's Tokenize RPC must give the worker-side tokenizer's ids where the rule matters.
+void ServeSentencePieceFolder(const std::string& metaspace) {
   const char* base = std::getenv("TEST_TMPDIR");
   const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
-                           absl::StrCat("folio-hf-serving-spm-", ::getpid()))
+                           absl::StrCat("folio-hf-serving-spm-", metaspace, ::getpid()))
                               .string();
   std::filesystem::remove_all(dir);
   worker::RandomHfOptions o;
@@ -184,10 +189,19 @@ TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
   absl::StatusOr<std::string> real = worker::ReadTextFile(llama2, int64_t{64} << 20);
   if (!real.ok() && reference::ReferenceRequired()) FAIL() << real.status();
   o.tokenizer_json = real.ok() ? *real : worker::MakeSentencePieceTokenizerJson();
-  LOG(INFO) << "tokenizer.json: " << (real.ok() ? llama2 : "Folio's small SentencePiece-style one");
+  LOG(INFO) << "tokenizer.json: " << (real.ok() ? llama2 : "Folio's small SentencePiece-style one")
+            << (metaspace.empty() ? "" : ", in the Metaspace form");
+  if (!metaspace.empty()) {
+    absl::StatusOr<std::string> m =
+        worker::MetaspaceTokenizerJson(o.tokenizer_json, metaspace, /*split=*/false);
+    ASSERT_TRUE(m.ok()) << m.status();
+    o.tokenizer_json = *m;
+  }
   ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
   absl::StatusOr<Vocab> vocab = worker::LoadHfVocab(dir);
   ASSERT_TRUE(vocab.ok()) << vocab.status();
+  EXPECT_EQ(vocab->pre_tokenizer,
+            metaspace.empty() ? std::string("default") : absl::StrCat("metaspace-", metaspace));
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(*vocab);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
 
@@ -207,10 +221,41 @@ TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
   // The user text has leading and double spaces and characters outside the vocabulary.
   const std::string user = " Tell me  about the cat \xC3\xA9t\xC3\xA9 \xE9\xBE\x98";
   const std::string rendered = "[INST] " + user + " [/INST]";
-  absl::StatusOr<std::vector<int32_t>> prompt = tokenizer->Encode(rendered, AddBos::kVocabDefault);
+  // As the chat path encodes the template's output: "<s>" parsed as BOS, then the text
+  // (after a special token: Metaspace "first" prepends nothing there).
+  absl::StatusOr<std::vector<int32_t>> prompt =
+      tokenizer->Encode("<s>" + rendered, AddBos::kNo, ParseSpecial::kYes);
   ASSERT_TRUE(prompt.ok()) << prompt.status();
+
+  // The frontend's own tokenizer follows the folder's rule: its ids are the worker-side
+  // tokenizer's on texts where the rules differ, and (Metaspace) differ from the legacy
+  // rule's on some of them.
+  Vocab legacy_vocab = *vocab;
+  legacy_vocab.pre_tokenizer = "default";
+  absl::StatusOr<Tokenizer> legacy = Tokenizer::Create(legacy_vocab);
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  int legacy_differs = 0;
+  for (const std::string text : {" leading", "</s>hello", "hello</s>world", "a  b"}) {
+    grpc::ClientContext tctx;
+    v1::TokenizeRequest treq;
+    treq.set_text(text);
+    treq.set_add_bos(true);
+    v1::TokenizeResponse tresp;
+    ASSERT_TRUE((*cluster)->frontend().Tokenize(&tctx, treq, &tresp).ok());
+    const std::vector<int32_t> served(tresp.token_ids().begin(), tresp.token_ids().end());
+    absl::StatusOr<std::vector<int32_t>> want = tokenizer->Encode(text, AddBos::kYes, ParseSpecial::kYes);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(served, *want) << "'" << text << "'";
+    if (served != *legacy->Encode(text, AddBos::kYes, ParseSpecial::kYes)) ++legacy_differs;
+  }
+  if (metaspace.empty()) {
+    EXPECT_EQ(legacy_differs, 0);
+  } else {
+    EXPECT_GT(legacy_differs, 0) << "the texts cannot tell Metaspace " << metaspace << " from the legacy rule";
+  }
   v1::GenerateRequest req;
-  req.set_prompt(rendered);
+  // The chat path's ids (a text prompt starts the text: Metaspace "first" would prepend).
+  for (int32_t id : *prompt) req.add_prompt_token_ids(id);
   req.mutable_sampling()->set_max_tokens(8);
   req.mutable_sampling()->set_temperature(0);
   grpc::ClientContext gctx;
@@ -236,6 +281,15 @@ TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
   EXPECT_EQ(chat["usage"]["prompt_tokens"], prompt->size()) << "the rendered prompt's tokens";
   EXPECT_EQ(chat["choices"][0]["message"]["content"], resp.text()) << "the folder's template";
   std::filesystem::remove_all(dir);
+}
+
+TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
+  ServeSentencePieceFolder("");
+}
+
+// The same folder with its tokenizer.json in the Metaspace form (prepend_scheme "first").
+TEST(HfServingTest, MistralFolderWithMetaspaceTokenizerServesChat) {
+  ServeSentencePieceFolder("first");
 }
 
 }  // namespace

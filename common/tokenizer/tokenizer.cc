@@ -69,6 +69,35 @@ struct CandidateLess {
 
 }  // namespace
 
+absl::StatusOr<SentencePiecePrefix> SentencePiecePrefix::Parse(std::string_view name,
+                                                              bool add_dummy_prefix) {
+  SentencePiecePrefix out;
+  if (name.empty() || name == "default") return out;
+  constexpr std::string_view kSplit = "-split";
+  std::string_view scheme = name;
+  if (scheme.ends_with(kSplit)) {
+    out.split = true;
+    scheme.remove_suffix(kSplit.size());
+  }
+  if (scheme == "metaspace-always") {
+    out.where = Where::kMetaspaceAlways;
+  } else if (scheme == "metaspace-first") {
+    out.where = Where::kMetaspaceFirst;
+  } else if (scheme == "metaspace-never") {
+    out.where = Where::kNever;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab SentencePiece pre-tokenizer \"", ToAbsl(name), "\" is unknown (default, "
+        "metaspace-always, metaspace-first or metaspace-never, each optionally with -split)"));
+  }
+  if (add_dummy_prefix != (out.where != Where::kNever)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab SentencePiece pre-tokenizer \"", ToAbsl(name), "\" does not agree with add_dummy_prefix ",
+        add_dummy_prefix ? "true" : "false"));
+  }
+  return out;
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::Create(Vocab vocab) {
   Tokenizer tokenizer(std::move(vocab));
   absl::Status status = tokenizer.BuildTables();
@@ -193,6 +222,11 @@ absl::Status Tokenizer::BuildSentencePieceTables() {
         ", want kUnknown"));
   }
 
+  absl::StatusOr<SentencePiecePrefix> prefix =
+      SentencePiecePrefix::Parse(v.pre_tokenizer, v.add_dummy_prefix);
+  if (!prefix.ok()) return prefix.status();
+  spm_prefix_ = *prefix;
+
   byte_to_id_.fill(-1);
   int num_byte_tokens = 0;
   texts_.assign(n, "");
@@ -274,11 +308,13 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, Ad
   std::vector<TextFragment> fragments;
   if (!text.empty()) special_.Split(text, parse_special, &fragments);
   bool after_special = true;  // the start of the text counts as after a special token
+  bool text_start = true;     // the fragment starts the text
   std::string normalized;     // a fragment's NFC form, when it differs
   for (const TextFragment& f : fragments) {
     if (f.id >= 0) {
       ids.push_back(f.id);
       after_special = true;
+      text_start = false;
       continue;
     }
     if (vocab_.kind == TokenizerKind::kByteLevelBpe) {
@@ -286,9 +322,11 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, Ad
       if (vocab_.normalizer == kNfcNormalizer && NormalizeNfc(text, &normalized)) text = normalized;
       if (absl::Status s = EncodeByteLevel(text, &ids); !s.ok()) return s;
     } else {
-      EncodeSentencePiece(f.text, vocab_.add_dummy_prefix && after_special, &ids);
+      EncodeSentencePiece(f.text, SentencePieceDummyPrefix(f.text, text_start, after_special),
+                          &ids);
     }
     after_special = false;
+    text_start = false;
   }
   if (add_bos == AddBos::kVocabDefault && vocab_.add_eos) ids.push_back(vocab_.eos_id);
   return ids;
@@ -304,6 +342,25 @@ absl::Status Tokenizer::EncodeByteLevel(std::string_view text, std::vector<int32
     bpe_->EncodeWord(mapped, ids);
   }
   return absl::OkStatus();
+}
+
+bool Tokenizer::SentencePieceDummyPrefix(std::string_view text, bool text_start,
+                                         bool after_special) const {
+  using Where = SentencePiecePrefix::Where;
+  // Metaspace replaces spaces first, then prepends only where the text does not already
+  // start with its replacement: a literal "▁" counts as well.
+  const bool starts_with_space = text.starts_with(' ') || text.starts_with(kSpaceSymbol);
+  switch (spm_prefix_.where) {
+    case Where::kLlamaCpp:
+      return vocab_.add_dummy_prefix && after_special;
+    case Where::kMetaspaceAlways:
+      return !starts_with_space;
+    case Where::kMetaspaceFirst:
+      return text_start && !starts_with_space;
+    case Where::kNever:
+      return false;
+  }
+  return false;
 }
 
 void Tokenizer::EncodeSentencePiece(std::string_view text, bool dummy_prefix,
@@ -337,6 +394,8 @@ void Tokenizer::EncodeSentencePiece(std::string_view text, bool dummy_prefix,
   auto maybe_add = [&](int left, int right) {
     if (left < 0 || right < 0) return;
     const std::string_view l = symbols[left].text;
+    // Metaspace split: every "▁" starts a word, and words are merged on their own.
+    if (spm_prefix_.split && symbols[right].text.starts_with(kSpaceSymbol)) return;
     // Neighbouring symbols are adjacent in `normalized`, so the merge is a view.
     const std::string_view merged(l.data(), l.size() + symbols[right].text.size());
     const auto it = piece_to_id_.find(ToAbsl(merged));

@@ -15,7 +15,8 @@
 // decode(encode(text)) == text.
 //
 // SentencePiece encoding: spaces become "▁" (U+2581), a dummy "▁" is prepended when the vocab asks
-// for it, the text is split into UTF-8 characters, and adjacent symbols are merged
+// for it (where: see SentencePiecePrefix), the text is split into UTF-8 characters, and
+// adjacent symbols are merged
 // greedily, always taking the pair whose merged piece has the highest score (ties go
 // to the leftmost pair). Symbols that are not pieces fall back to byte tokens <0xXX>,
 // or to the unknown token when the vocab has no byte tokens. This reproduces
@@ -56,6 +57,30 @@
 #include "common/tokenizer/vocab.h"
 
 namespace folio {
+
+// Where a SentencePiece vocabulary prepends its dummy "▁", from Vocab::pre_tokenizer and
+// Vocab::add_dummy_prefix. A stretch is a piece of plain text between special tokens.
+//   "default": llama.cpp's rule (GGUF add_space_prefix; a tokenizer.json Prepend("▁")
+//       normalizer): every stretch at the start of the text or after a special token,
+//       whether or not it starts with a space; only when add_dummy_prefix.
+//   "metaspace-always": Hugging Face's Metaspace pre-tokenizer, prepend_scheme "always":
+//       every stretch that does not already start with a space (or a literal "▁").
+//   "metaspace-first": prepend_scheme "first" (tokenizer.json files converted with
+//       legacy false: Mistral v0.3, newer Llama/Mistral conversions): only the stretch that
+//       starts the text, and only when it does not already start with a space or "▁";
+//       a stretch after a special token never gets one.
+//   "metaspace-never": no dummy prefix.
+//   A "-split" suffix (Metaspace split true): the text is cut before every "▁" and each
+//   word is merged on its own (no merge joins a symbol to a following "▁...").
+// add_dummy_prefix must be false for "metaspace-never*" and true for the other Metaspace
+// names; Tokenizer::Create refuses other names and mismatches by name.
+struct SentencePiecePrefix {
+  enum class Where { kLlamaCpp, kMetaspaceAlways, kMetaspaceFirst, kNever };
+  Where where = Where::kLlamaCpp;
+  bool split = false;
+  // Parses a pre_tokenizer name as above. InvalidArgument naming it otherwise.
+  static absl::StatusOr<SentencePiecePrefix> Parse(std::string_view name, bool add_dummy_prefix);
+};
 
 // Whether Encode prepends the BOS token.
 enum class AddBos {
@@ -134,6 +159,9 @@ class Tokenizer {
   // Encodes one plain-text stretch, appending to `ids`.
   void EncodeSentencePiece(std::string_view text, bool dummy_prefix,
                            std::vector<int32_t>* ids) const;
+  // Whether the plain stretch `text` gets the dummy prefix (SentencePiecePrefix).
+  bool SentencePieceDummyPrefix(std::string_view text, bool text_start,
+                                bool after_special) const;
   absl::Status EncodeByteLevel(std::string_view text, std::vector<int32_t>* ids) const;
   // Appends the ids for one symbol left after merging.
   void AppendSymbolIds(std::string_view symbol, std::vector<int32_t>* ids) const;
@@ -145,6 +173,8 @@ class Tokenizer {
   // Byte-level BPE only; shared by copies (immutable).
   std::shared_ptr<const BpeModel> bpe_;
   std::optional<PreTokenizer> pre_tokenizer_;
+  // SentencePiece only.
+  SentencePiecePrefix spm_prefix_;
   // Mergeable pieces (normal and user-defined) -> id.
   absl::flat_hash_map<std::string, int32_t> piece_to_id_;
   // [256] byte value -> id of its <0xXX> token; all -1 without byte fallback.

@@ -90,6 +90,44 @@ TEST(TokenizerCreateTest, RejectsBrokenVocabs) {
   expect_invalid(v, "255 byte tokens");
   v = SmallVocab({"a", ""});
   expect_invalid(v, "is empty");
+  v = SmallVocab({"a"});
+  v.pre_tokenizer = "metaspace-sometimes";
+  expect_invalid(v, "pre-tokenizer \"metaspace-sometimes\" is unknown");
+  v = SmallVocab({"a"});
+  v.pre_tokenizer = "metaspace-never";  // add_dummy_prefix is true
+  expect_invalid(v, "does not agree with add_dummy_prefix true");
+  v = SmallVocab({"a"});
+  v.pre_tokenizer = "metaspace-first-split";
+  v.add_dummy_prefix = false;
+  expect_invalid(v, "does not agree with add_dummy_prefix false");
+}
+
+// Where the dummy prefix goes (SentencePiecePrefix), on the engine itself: llama.cpp's
+// rule after every special token, Metaspace's only where no space leads, "first" only at
+// the start of the text; "-split" stops merges into a following "▁...".
+TEST(TokenizerTest, SentencePiecePrefixRules) {
+  auto make = [](const char* rule) {
+    Vocab v = SmallVocab({"a" + std::string(kSp), kSp + std::string("a"), kSp, "a"});
+    v.pre_tokenizer = rule;
+    return MakeTokenizer(v);
+  };
+  const Tokenizer llama = make("default"), first = make("metaspace-first"),
+                  always = make("metaspace-always"), split = make("metaspace-always-split");
+  auto ids = [](const Tokenizer& t, std::string_view text) {
+    return *t.Encode(text, AddBos::kNo, ParseSpecial::kYes);
+  };
+  const int32_t sa = IdOf(llama, std::string(kSp) + "a"), as = IdOf(llama, "a" + std::string(kSp)),
+                sp = IdOf(llama, kSp), a = IdOf(llama, "a"), eos = 2;
+  EXPECT_THAT(ids(llama, " a"), ElementsAre(sp, sa));
+  EXPECT_THAT(ids(first, " a"), ElementsAre(sa));
+  EXPECT_THAT(ids(llama, "a</s>a"), ElementsAre(sa, eos, sa));
+  EXPECT_THAT(ids(first, "a</s>a"), ElementsAre(sa, eos, a));
+  EXPECT_THAT(ids(always, "a</s>a"), ElementsAre(sa, eos, sa));
+  EXPECT_THAT(ids(always, "</s> a"), ElementsAre(eos, sa));
+  // "aa a" -> "▁aa▁a": "a▁" outscores "▁a", so unsplit the second "a" takes the "▁"
+  // after it; split never merges into a "▁".
+  EXPECT_THAT(ids(always, "aa a"), ElementsAre(sa, as, a));
+  EXPECT_THAT(ids(split, "aa a"), ElementsAre(sa, a, sa));
 }
 
 TEST(TokenizerTest, MergesHighestScoreFirst) {

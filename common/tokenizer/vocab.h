@@ -59,7 +59,11 @@ struct Vocab {
   std::string normalizer;
   // Byte-level BPE only: (left id, right id) by rank, lowest rank merges first.
   std::vector<std::pair<int32_t, int32_t>> merges;
-  // Byte-level BPE only: the pre-tokenizer name (GGUF tokenizer.ggml.pre).
+  // Byte-level BPE: the pre-tokenizer name (GGUF tokenizer.ggml.pre).
+  // SentencePiece: where the dummy-prefix "▁" goes (tokenizer.h, SentencePiecePrefix):
+  // "default" (or ""; every GGUF vocabulary, as llama.cpp: at the start of the text and
+  // after every special token, when add_dummy_prefix), or a Hugging Face Metaspace
+  // pre-tokenizer "metaspace-{always,first,never}[-split]".
   std::string pre_tokenizer = "default";
   // Byte-level BPE only: a pre-tokenized word found whole in the vocabulary is emitted
   // without merging (Llama 3, Tekken); set from the pre-tokenizer by the loader.

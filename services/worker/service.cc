@@ -179,13 +179,14 @@ pb::TokenizerSpec TokenizerSpecFromVocab(const Vocab& v) {
   tok->mutable_rstrip_ids()->Add(v.rstrip_ids.begin(), v.rstrip_ids.end());
   tok->mutable_lstrip_ids()->Add(v.lstrip_ids.begin(), v.lstrip_ids.end());
   tok->set_normalizer(v.normalizer);
+  // Byte-level BPE: the pre-tokenizer; SentencePiece: where the dummy prefix goes.
+  tok->set_pre_tokenizer(v.pre_tokenizer);
   if (bpe) {
     tok->mutable_merges()->Reserve(static_cast<int>(2 * v.merges.size()));
     for (const auto& [left, right] : v.merges) {
       tok->add_merges(left);
       tok->add_merges(right);
     }
-    tok->set_pre_tokenizer(v.pre_tokenizer);
     tok->set_ignore_merges(v.ignore_merges);
   }
   return spec;

@@ -13,7 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "folio/internal/v1/scheduler.pb.h"
 #include "services/worker/engine/test_models.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer_spec.h"
 #include "services/worker/model/gguf_vocab.h"
+#include "services/worker/model/hf_tokenizer.h"
+#include "services/worker/model/random_hf_model.h"
 #include "tests/reference/llama_ref.h"
 
 namespace folio::worker {
@@ -48,6 +52,35 @@ TEST(TokenizerSpecTest, ByteLevelVocabulariesFitTheWire) {
               << v->merges.size() << " merges)\n";
     EXPECT_LT(bytes, size_t{16} << 20);
   }
+}
+
+// A SentencePiece vocabulary's dummy-prefix rule (a tokenizer.json Metaspace pre-tokenizer)
+// travels in TokenizerSpec.pre_tokenizer and comes back the same; an older worker's empty
+// field reads as llama.cpp's rule.
+TEST(TokenizerSpecTest, SentencePiecePrefixRuleTravels) {
+  absl::StatusOr<Vocab> v = ParseHfTokenizerJson(
+      *MetaspaceTokenizerJson(MakeSentencePieceTokenizerJson(), "first", false), "tokenizer.json");
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->pre_tokenizer, "metaspace-first");
+  pb::TokenizerSpec spec = TokenizerSpecFromVocab(*v);
+  EXPECT_EQ(spec.kind(), pb::TOKENIZER_KIND_SENTENCEPIECE);
+  EXPECT_EQ(spec.pre_tokenizer(), "metaspace-first");
+  absl::StatusOr<Vocab> back = VocabFromSpec(spec);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pre_tokenizer, "metaspace-first");
+  absl::StatusOr<Tokenizer> t = Tokenizer::Create(*back);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // "</s>hello": no "▁" after the special token under "first".
+  EXPECT_EQ(t->vocab().pieces[(*t->Encode("</s>hello", AddBos::kNo, ParseSpecial::kYes))[1]], "hello");
+  spec.set_pre_tokenizer("");
+  back = VocabFromSpec(spec);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->pre_tokenizer, "default");
+  spec.set_pre_tokenizer("metaspace-sometimes");
+  back = VocabFromSpec(spec);
+  ASSERT_TRUE(back.ok());
+  EXPECT_THAT(std::string(Tokenizer::Create(*back).status().message()),
+              HasSubstr("\"metaspace-sometimes\" is unknown"));
 }
 
 TEST(ParseByteSizeTest, AcceptsIntegersAndUnits) {

@@ -15,7 +15,8 @@
 #   - or, for a SentencePiece-style tokenizer.json (byte_fallback, "▁" for spaces: Llama 2,
 #     Mistral), a llama vocabulary as the converter writes one from tokenizer.model: pieces,
 #     <0xXX> BYTE, unk UNKNOWN, added tokens CONTROL, add_space_prefix from the Prepend
-#     normalizer, and scores. tokenizer.model is not in the folder, so the scores are
+#     normalizer (or a Metaspace pre-tokenizer whose prepend_scheme is not "never": GGUF
+#     cannot say "first"; see below), and scores. tokenizer.model is not in the folder, so the scores are
 #     recovered from the merges: transformers' converter listed them by the score of the
 #     piece they form, so minus the rank of a piece's first merge orders the pieces as
 #     their scores did (single characters 0; longer pieces no merge forms UNUSED). This
@@ -145,7 +146,9 @@ for i in range(vocab_size):
         tokens.append(f"[PAD{i}]")
         toktypes.append(TokenType.UNUSED)
 merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
-spm = "\u2581" in json.dumps(tok.get("normalizer"), ensure_ascii=False)
+pre = tok.get("pre_tokenizer")
+metaspace = isinstance(pre, dict) and pre.get("type") == "Metaspace"
+spm = metaspace or "\u2581" in json.dumps(tok.get("normalizer"), ensure_ascii=False)
 if spm:
     vocab = tok["model"]["vocab"]
     first_rank = {}
@@ -170,7 +173,18 @@ if spm:
     w.add_token_list(tokens)
     w.add_token_scores(scores)
     w.add_token_types(toktypes)
-    w.add_add_space_prefix('"Prepend"' in json.dumps(tok.get("normalizer")))
+    if metaspace:
+        # GGUF has one flag, llama.cpp's rule: a space before the text and after every
+        # special token. Metaspace's "first" (only at the start, only where no space
+        # leads) and "always" (where no space leads) have no GGUF spelling; llama.cpp's
+        # converter writes add_space_prefix true for them too (LlamaHfVocab leaves it at
+        # its default), so the GGUF tokenizes as llama.cpp does, not as the folder.
+        scheme = pre.get("prepend_scheme", "always")
+        if pre.get("add_prefix_space") is False:
+            scheme = "never"
+        w.add_add_space_prefix(scheme != "never")
+    else:
+        w.add_add_space_prefix('"Prepend"' in json.dumps(tok.get("normalizer")))
 else:
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("llama-bpe")

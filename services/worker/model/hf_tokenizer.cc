@@ -197,46 +197,104 @@ bool IsReplace(const json& step, absl::string_view from, absl::string_view to) {
          Str(step["pattern"], "String") == from && Str(step, "content") == to;
 }
 
+// A Metaspace object (the pre-tokenizer under `key`, or the decoder), as tokenizers (>= 0.19)
+// reads one: replacement "▁"; prepend_scheme "always" (the default), "first" or "never";
+// the older add_prefix_space (false means "never", and then prepend_scheme must be "never"
+// too); split (default true); str_rep (older files; ignored by tokenizers too).
+absl::Status ReadMetaspace(const json& m, const char* key, const Errors& e, std::string* scheme,
+                           bool* split) {
+  for (const auto& [k, value] : m.items()) {
+    if (k != "type" && k != "replacement" && k != "prepend_scheme" && k != "add_prefix_space" &&
+        k != "split" && k != "str_rep") {
+      return e.Unsupported(key, absl::StrCat("Metaspace key '", k, "' is not supported"));
+    }
+  }
+  if (Str(m, "replacement") != kSpace) {
+    return e.Unsupported(key, absl::StrCat(Brief(m), ": a Metaspace replacement other than "
+                                           "\"\xE2\x96\x81\" is not supported"));
+  }
+  *scheme = "always";
+  if (m.contains("prepend_scheme")) {
+    *scheme = Str(m, "prepend_scheme");
+    if (*scheme != "always" && *scheme != "first" && *scheme != "never") {
+      return e.Bad(key, absl::StrCat(Brief(m), ": prepend_scheme must be \"always\", \"first\" "
+                                     "or \"never\""));
+    }
+  }
+  bool ok = true;
+  const bool add_prefix_space = BoolOr(m, "add_prefix_space", true, &ok);
+  *split = BoolOr(m, "split", true, &ok);
+  if (!ok) return e.Bad(key, absl::StrCat(Brief(m), ": add_prefix_space or split is not true or false"));
+  if (!add_prefix_space) {
+    if (m.contains("prepend_scheme") && *scheme != "never") {
+      return e.Bad(key, absl::StrCat(Brief(m), ": add_prefix_space false does not match "
+                                     "prepend_scheme \"", *scheme, "\""));
+    }
+    *scheme = "never";
+  }
+  return absl::OkStatus();
+}
+
 // The SentencePiece-style normalizer, pre-tokenizer and decoder, as the SentencePiece
-// engine implements them: the normalizer a Sequence of Prepend("▁") (optional: it sets
-// add_dummy_prefix) and Replace(" " -> "▁"), no pre-tokenizer, and the decoder a
-// Sequence of Replace("▁" -> " "), ByteFallback, Fuse and Strip(" ", 1, 0) (Strip may be
-// absent). Metaspace (its "prepend only when the text does not start with ▁" rule and
-// prepend_scheme "first" are not in the engine) and other steps are refused by name.
+// engine implements them. Two forms:
+//   - legacy (transformers' converter with legacy true: Llama 2, Mistral v0.1): the
+//     normalizer a Sequence of Prepend("▁") (optional: it sets add_dummy_prefix) and
+//     Replace(" " -> "▁"), no pre-tokenizer;
+//   - Metaspace (legacy false: Mistral v0.3, newer conversions): no normalizer, a
+//     Metaspace pre-tokenizer (ReadMetaspace).
+// The decoder either way a Sequence of Replace("▁" -> " "), ByteFallback, Fuse and
+// Strip(" ", 1, 0) (Strip may be absent). Other steps are refused by name.
 absl::Status ReadSentencePieceSteps(const json& root, const Errors& e, Vocab* vocab) {
   const json none;
   const json& norm = root.contains("normalizer") ? root["normalizer"] : none;
-  std::vector<const json*> steps;
-  if (norm.is_object() && Str(norm, "type") == "Sequence" && norm.contains("normalizers") &&
-      norm["normalizers"].is_array()) {
-    for (const json& n : norm["normalizers"]) steps.push_back(&n);
-  } else if (!norm.is_null()) {
-    steps.push_back(&norm);
-  }
-  bool prepend = false, replace = false;
-  for (const json* n : steps) {
-    if (n->is_object() && Str(*n, "type") == "Prepend" && Str(*n, "prepend") == kSpace && !prepend) {
-      prepend = true;
-    } else if (IsReplace(*n, " ", kSpace) && !replace) {
-      replace = true;
-    } else {
-      return e.Unsupported("normalizer", absl::StrCat(Brief(*n), " is not supported (a "
-                                                      "SentencePiece-style tokenizer needs "
-                                                      "Prepend \"\xE2\x96\x81\" and Replace "
-                                                      "\" \" -> \"\xE2\x96\x81\")"));
+  const json& pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : none;
+  if (pre.is_object() && Str(pre, "type") == "Metaspace") {
+    if (!norm.is_null()) {
+      return e.Unsupported("normalizer", absl::StrCat(Brief(norm), " is not supported with a "
+                                                      "Metaspace pre-tokenizer (null only)"));
     }
-  }
-  if (!replace) {
-    return e.Unsupported("normalizer", absl::StrCat(Brief(norm), ": a SentencePiece-style "
-                                                   "tokenizer needs Replace \" \" -> "
-                                                   "\"\xE2\x96\x81\" (Metaspace is not "
-                                                   "supported)"));
-  }
-  vocab->add_dummy_prefix = prepend;
-  if (!IsNullOr(root, "pre_tokenizer")) {
-    return e.Unsupported("pre_tokenizer", absl::StrCat(Brief(root["pre_tokenizer"]),
-                                                      " is not supported with a SentencePiece-"
-                                                      "style normalizer (null only)"));
+    std::string scheme;
+    bool split = true;
+    if (absl::Status s = ReadMetaspace(pre, "pre_tokenizer", e, &scheme, &split); !s.ok()) return s;
+    // The engine's name for the rule (tokenizer.h, SentencePiecePrefix).
+    vocab->add_dummy_prefix = scheme != "never";
+    vocab->pre_tokenizer = absl::StrCat("metaspace-", scheme, split ? "-split" : "");
+  } else {
+    std::vector<const json*> steps;
+    if (norm.is_object() && Str(norm, "type") == "Sequence" && norm.contains("normalizers") &&
+        norm["normalizers"].is_array()) {
+      for (const json& n : norm["normalizers"]) steps.push_back(&n);
+    } else if (!norm.is_null()) {
+      steps.push_back(&norm);
+    }
+    bool prepend = false, replace = false;
+    for (const json* n : steps) {
+      if (n->is_object() && Str(*n, "type") == "Prepend" && Str(*n, "prepend") == kSpace &&
+          !prepend) {
+        prepend = true;
+      } else if (IsReplace(*n, " ", kSpace) && !replace) {
+        replace = true;
+      } else {
+        return e.Unsupported("normalizer", absl::StrCat(Brief(*n), " is not supported (a "
+                                                        "SentencePiece-style tokenizer needs "
+                                                        "Prepend \"\xE2\x96\x81\" and Replace "
+                                                        "\" \" -> \"\xE2\x96\x81\", or a "
+                                                        "Metaspace pre-tokenizer)"));
+      }
+    }
+    if (!replace) {
+      return e.Unsupported("normalizer", absl::StrCat(Brief(norm), ": a SentencePiece-style "
+                                                     "tokenizer needs Replace \" \" -> "
+                                                     "\"\xE2\x96\x81\" or a Metaspace "
+                                                     "pre-tokenizer"));
+    }
+    vocab->add_dummy_prefix = prepend;
+    vocab->pre_tokenizer = "default";
+    if (!pre.is_null()) {
+      return e.Unsupported("pre_tokenizer", absl::StrCat(Brief(pre),
+                                                        " is not supported with a SentencePiece-"
+                                                        "style normalizer (null only)"));
+    }
   }
   if (!IsNullOr(root, "decoder")) {
     const json& d = root["decoder"];
@@ -250,9 +308,20 @@ absl::Status ReadSentencePieceSteps(const json& root, const Errors& e, Vocab* vo
       good = Str(strip, "type") == "Strip" && Str(strip, "content") == " " &&
              IntOr(strip, "start") == 1 && IntOr(strip, "stop") == 0;
     }
+    // A Metaspace decoder ("▁" -> " ", the first token's "▁" dropped): decoded as the
+    // Sequence is, by SentencePiece's rules. tokenizers' Metaspace decoder has no byte
+    // fallback (it prints a byte token as its "<0xXX>" text) and drops every "▁" of the
+    // first token; Folio decodes the bytes and drops one leading space after BOS.
+    if (!good && d.is_object() && Str(d, "type") == "Metaspace") {
+      std::string scheme;
+      bool split = true;
+      if (absl::Status s = ReadMetaspace(d, "decoder", e, &scheme, &split); !s.ok()) return s;
+      good = true;
+    }
     if (!good) {
       return e.Unsupported("decoder", absl::StrCat(Brief(d), " is not supported (a Sequence of "
-                                                   "Replace, ByteFallback, Fuse and Strip)"));
+                                                   "Replace, ByteFallback, Fuse and Strip, or "
+                                                   "Metaspace)"));
     }
   }
   return absl::OkStatus();

@@ -15,13 +15,19 @@
 //    token -> add_bos with that token.
 //  - tokenizer.json, SentencePiece style (Llama 2, TinyLlama, Mistral v0.1/v0.2: the
 //    normalizer writes spaces as "▁"): normalizer Prepend("▁") (-> add_dummy_prefix) and
-//    Replace(" " -> "▁"), pre_tokenizer null, decoder Replace("▁" -> " ") + ByteFallback
-//    + Fuse (+ Strip(" ", 1, 0)); model BPE with unk_token (kUnknown) and byte_fallback
+//    Replace(" " -> "▁"), pre_tokenizer null; or (legacy false: Mistral v0.3, newer
+//    Llama/Mistral conversions) normalizer null and pre_tokenizer Metaspace("▁",
+//    prepend_scheme always/first/never or the older add_prefix_space, split) -> the
+//    engine's "metaspace-*" rule (tokenizer.h, SentencePiecePrefix); decoder
+//    Replace("▁" -> " ") + ByteFallback + Fuse (+ Strip(" ", 1, 0)), or Metaspace
+//    (decoded by the same SentencePiece rules: byte tokens as bytes, where tokenizers'
+//    Metaspace decoder prints "<0xXX>"); model BPE with unk_token (kUnknown) and byte_fallback
 //    (the 256 "<0xXX>" pieces -> kByte; fuse_unk only with byte_fallback, where no unknown
 //    is ever produced). The engine merges by piece score, tokenizers by merge rank: each
 //    piece's score is minus the rank of the first merge forming it, and a multi-character
 //    piece no merge forms is kUnused (never produced). Vocab::merges stays empty.
-//    Metaspace, other normalizer steps and ignore_merges are refused by name.
+//    A Metaspace with a normalizer, another replacement or unknown keys, other
+//    normalizer steps and ignore_merges are refused by name.
 //  - tokenizer_config.json (optional): bos_token, eos_token (a string or an AddedToken
 //    object), add_bos_token, add_eos_token, chat_template (a string, or a list of named
 //    templates: "default" becomes chat_template, the others named_chat_templates).

@@ -3,7 +3,8 @@
 // return a Status, never crash or throw; a tokenizer.json they accept must build a
 // Tokenizer that encodes a fixed text into ids of the vocabulary and decodes them. The
 // seeds include a byte-level and a SentencePiece-style tokenizer.json (spm_tokenizer.json:
-// byte fallback, the Prepend/Replace normalizer). Built only with -DFOLIO_FUZZ=ON (clang);
+// byte fallback, the Prepend/Replace normalizer; metaspace_tokenizer.json: the same in the
+// Metaspace form, prepend_scheme "first"). Built only with -DFOLIO_FUZZ=ON (clang);
 // see tools/run_fuzz.sh.
 #include <cstddef>
 #include <cstdint>
@@ -26,12 +27,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<folio::Tokenizer> t = folio::Tokenizer::Create(*vocab);
   if (!t.ok()) return 0;
   constexpr std::string_view kText = " Hello,  world! e\u0301 \xe4\xb8\xad 123 <|eot_id|></s>";
-  absl::StatusOr<std::vector<int32_t>> ids =
-      t->Encode(kText, folio::AddBos::kNo, folio::ParseSpecial::kNo);
-  if (!ids.ok()) std::abort();
-  for (int32_t id : *ids) {
-    if (id < 0 || id >= t->vocab_size()) std::abort();
+  // Special tokens as text and parsed (where the Metaspace "first" rule bites).
+  for (const folio::ParseSpecial special : {folio::ParseSpecial::kNo, folio::ParseSpecial::kYes}) {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        t->Encode(kText, folio::AddBos::kVocabDefault, special);
+    if (!ids.ok()) std::abort();
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= t->vocab_size()) std::abort();
+    }
+    (void)t->Decode(*ids);
   }
-  (void)t->Decode(*ids);
   return 0;
 }

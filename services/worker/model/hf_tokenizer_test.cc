@@ -107,6 +107,105 @@ TEST(HfTokenizerTest, SentencePieceTokenizerJsonEncodesAndDecodes) {
   EXPECT_EQ(piece((*ids)[0]), "hello");
 }
 
+absl::StatusOr<Vocab> MetaspaceVocab(const std::string& scheme, bool split,
+                                     const std::function<void(json&)>& edit = nullptr) {
+  json j = json::parse(MakeSentencePieceTokenizerJson());
+  if (edit) edit(j);
+  absl::StatusOr<std::string> text = MetaspaceTokenizerJson(j.dump(), scheme, split);
+  if (!text.ok()) return text.status();
+  return ParseHfTokenizerJson(*text, "/m/tokenizer.json");
+}
+
+// The pieces of `text` encoded (no BOS, special tokens parsed), joined by '|'.
+std::string Pieces(const Vocab& v, const std::string& text) {
+  absl::StatusOr<std::vector<int32_t>> ids =
+      MakeTokenizer(v).Encode(text, AddBos::kNo, ParseSpecial::kYes);
+  if (!ids.ok()) return std::string(ids.status().message());
+  std::string out;
+  for (int32_t id : *ids) absl::StrAppend(&out, out.empty() ? "" : "|", v.pieces[id]);
+  return out;
+}
+
+// The Metaspace form (legacy false): where the dummy "▁" goes, by prepend_scheme, and
+// split. The expected pieces follow tokenizers' Metaspace rules (metaspace.rs): spaces
+// become "▁", then "▁" is prepended unless the stretch already starts with one, for
+// "first" only at offset 0 of the text; split cuts before every "▁".
+TEST(HfTokenizerTest, MetaspacePrependSchemesAndSplit) {
+  absl::StatusOr<Vocab> first = MetaspaceVocab("first", false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->pre_tokenizer, "metaspace-first");
+  EXPECT_TRUE(first->add_dummy_prefix);
+  absl::StatusOr<Vocab> always = MetaspaceVocab("always", false);
+  ASSERT_TRUE(always.ok()) << always.status();
+  EXPECT_EQ(always->pre_tokenizer, "metaspace-always");
+  absl::StatusOr<Vocab> never = MetaspaceVocab("never", false);
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_EQ(never->pre_tokenizer, "metaspace-never");
+  EXPECT_FALSE(never->add_dummy_prefix);
+  absl::StatusOr<Vocab> legacy = ParseHfTokenizerJson(MakeSentencePieceTokenizerJson(), "t");
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(legacy->pre_tokenizer, "default");
+
+  const std::string s = "\u2581";
+  EXPECT_EQ(Pieces(*first, "hello world"), s + "hello|" + s + "world");
+  // A leading space is the prefix itself (legacy prepends another one).
+  EXPECT_EQ(Pieces(*first, " hello"), s + "hello");
+  EXPECT_EQ(Pieces(*always, " hello"), s + "hello");
+  EXPECT_EQ(Pieces(*legacy, " hello"), s + "|" + s + "hello");
+  // So does a literal "▁".
+  EXPECT_EQ(Pieces(*first, s + "hello"), s + "hello");
+  // After a special token: "first" never prepends, "always" does unless a space is there,
+  // the legacy rule (llama.cpp's) always does.
+  EXPECT_EQ(Pieces(*first, "</s>hello"), "</s>|hello");
+  EXPECT_EQ(Pieces(*first, "hello</s>hello</s> hello"),
+            s + "hello|</s>|hello|</s>|" + s + "hello");
+  EXPECT_EQ(Pieces(*always, "</s>hello"), "</s>|" + s + "hello");
+  EXPECT_EQ(Pieces(*always, "</s> hello"), "</s>|" + s + "hello");
+  EXPECT_EQ(Pieces(*legacy, "</s> hello"), "</s>|" + s + "|" + s + "hello");
+  EXPECT_EQ(Pieces(*never, "hello world"), "hello|" + s + "world");
+  EXPECT_EQ(Pieces(*never, "</s>hello"), "</s>|hello");
+
+  // split: a merge across a "▁" (here "o" + "▁w", given the best rank) is taken only
+  // without it.
+  auto cross = [](json& j) {
+    json& vocab = j["model"]["vocab"];
+    vocab["o\u2581w"] = static_cast<int>(vocab.size());
+    j["model"]["merges"].insert(j["model"]["merges"].begin(), "o \u2581w");
+  };
+  absl::StatusOr<Vocab> joined = MetaspaceVocab("first", false, cross);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  absl::StatusOr<Vocab> split = MetaspaceVocab("first", true, cross);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->pre_tokenizer, "metaspace-first-split");
+  EXPECT_EQ(Pieces(*joined, "hello world").find("o" + s + "w") != std::string::npos, true)
+      << Pieces(*joined, "hello world");
+  EXPECT_EQ(Pieces(*split, "hello world"), s + "hello|" + s + "world");
+  // The older spelling: add_prefix_space without prepend_scheme or split means "always",
+  // split (tokenizers' defaults).
+  absl::StatusOr<Vocab> old = ParseHfTokenizerJson(
+      [] {
+        json j = json::parse(MakeSentencePieceTokenizerJson());
+        j["normalizer"] = nullptr;
+        j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                              {"add_prefix_space", true}, {"str_rep", "\u2581"}};
+        return j.dump();
+      }(),
+      "t");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->pre_tokenizer, "metaspace-always-split");
+  // A Metaspace decoder is read too (decoded by the same rules).
+  absl::StatusOr<Vocab> metaspace_decoder = MetaspaceVocab("first", false, [](json& j) {
+    j["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"},
+                    {"split", false}};
+  });
+  ASSERT_TRUE(metaspace_decoder.ok()) << metaspace_decoder.status();
+  // Decoding is the legacy form's: the decoder is the same Sequence.
+  absl::StatusOr<std::vector<int32_t>> ids =
+      MakeTokenizer(*first).Encode("hello  world", AddBos::kVocabDefault, ParseSpecial::kNo);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*MakeTokenizer(*first).Decode(*ids), "hello  world");
+}
+
 // A piece that no merge forms is never produced, as in tokenizers: with the merge that
 // forms "▁hello" removed, "hello" stops at the longest pieces the other merges reach.
 TEST(HfTokenizerTest, SentencePiecePieceWithoutMergeIsNeverProduced) {
@@ -252,13 +351,60 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"TypeConfusion", [](json& j) { j["model"]["vocab"] = 5; },
                 absl::StatusCode::kInvalidArgument, "key 'model.vocab'"},
         // SentencePiece style.
-        Refusal{"SpmMetaspace",
+        // Metaspace: with a normalizer, another replacement, an unknown scheme or key,
+        // add_prefix_space against prepend_scheme, inside a Sequence, a Metaspace decoder.
+        Refusal{"SpmMetaspaceWithNormalizer",
+                [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}}; },
+                absl::StatusCode::kUnimplemented, "key 'normalizer'", true},
+        Refusal{"SpmMetaspaceReplacement",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
+                },
+                absl::StatusCode::kUnimplemented, "Metaspace replacement", true},
+        Refusal{"SpmMetaspaceScheme",
                 [](json& j) {
                   j["normalizer"] = nullptr;
                   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
-                                        {"prepend_scheme", "first"}, {"split", false}};
+                                        {"prepend_scheme", "sometimes"}};
                 },
-                absl::StatusCode::kUnimplemented, "Metaspace is not supported", true},
+                absl::StatusCode::kInvalidArgument, "prepend_scheme must be", true},
+        Refusal{"SpmMetaspaceAddPrefixSpaceDisagrees",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                                        {"add_prefix_space", false}, {"prepend_scheme", "first"}};
+                },
+                absl::StatusCode::kInvalidArgument, "add_prefix_space false does not match", true},
+        Refusal{"SpmMetaspaceUnknownKey",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                                        {"legacy", false}};
+                },
+                absl::StatusCode::kUnimplemented, "Metaspace key 'legacy'", true},
+        Refusal{"SpmMetaspaceSplitNotBool",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                                        {"split", "no"}};
+                },
+                absl::StatusCode::kInvalidArgument, "split is not true or false", true},
+        Refusal{"SpmMetaspaceInSequence",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Sequence"},
+                                        {"pretokenizers",
+                                         {{{"type", "Metaspace"}, {"replacement", "\u2581"}}}}};
+                },
+                absl::StatusCode::kUnimplemented, "or a Metaspace pre-tokenizer", true},
+        Refusal{"SpmMetaspaceDecoderReplacement",
+                [](json& j) {
+                  j["normalizer"] = nullptr;
+                  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
+                  j["decoder"] = {{"type", "Metaspace"}, {"replacement", "_"}};
+                },
+                absl::StatusCode::kUnimplemented, "key 'decoder': ", true},
         Refusal{"SpmLowercase",
                 [](json& j) { j["normalizer"]["normalizers"].push_back({{"type", "Lowercase"}}); },
                 absl::StatusCode::kUnimplemented, "key 'normalizer'", true},
@@ -314,15 +460,17 @@ TEST(HfTokenizerTest, FolderWithoutBosOrEosTokenTakesGenerationConfigs) {
 TEST(HfTokenizerTest, FuzzSeedsAreAccepted) {
   const std::string dir = std::string(FOLIO_MODEL_SOURCE_DIR) + "/hf_tokenizer_fuzz_corpus";
   int kinds[2] = {0, 0};
-  for (const char* name : {"tiny_tokenizer.json", "gpt2_pairs_tokenizer.json", "spm_tokenizer.json"}) {
+  for (const char* name : {"tiny_tokenizer.json", "gpt2_pairs_tokenizer.json", "spm_tokenizer.json",
+                           "metaspace_tokenizer.json"}) {
     absl::StatusOr<std::string> text = ReadTextFile(dir + "/" + name, 1 << 20);
     ASSERT_TRUE(text.ok()) << text.status();
     absl::StatusOr<Vocab> v = ParseHfTokenizerJson(*text, name);
     ASSERT_TRUE(v.ok()) << v.status();
     ++kinds[static_cast<int>(v->kind)];
     MakeTokenizer(*v);
+    if (std::string(name) == "metaspace_tokenizer.json") EXPECT_EQ(v->pre_tokenizer, "metaspace-first");
   }
-  EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kSentencePiece)], 1);
+  EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kSentencePiece)], 2);
   EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kByteLevelBpe)], 2);
 }
 

@@ -202,6 +202,33 @@ std::string MakeSentencePieceTokenizerJson() {
   return tok.dump(2);
 }
 
+absl::StatusOr<std::string> MetaspaceTokenizerJson(const std::string& legacy_json,
+                                                   const std::string& prepend_scheme, bool split) {
+  constexpr char kSpace[] = "\xE2\x96\x81";  // "▁"
+  ordered_json tok = ordered_json::parse(legacy_json, nullptr, /*allow_exceptions=*/false);
+  if (tok.is_discarded() || !tok.is_object()) {
+    return absl::InvalidArgumentError("MetaspaceTokenizerJson: not a JSON object");
+  }
+  const auto norm = tok.find("normalizer");
+  if (norm == tok.end() || !norm->is_object() ||
+      norm->dump().find(absl::StrCat("\"", kSpace, "\"")) == std::string::npos ||
+      (tok.contains("pre_tokenizer") && !tok["pre_tokenizer"].is_null())) {
+    return absl::InvalidArgumentError(
+        "MetaspaceTokenizerJson: not a legacy SentencePiece-style tokenizer.json (a normalizer "
+        "writing \"\xE2\x96\x81\" and no pre-tokenizer)");
+  }
+  if (prepend_scheme != "always" && prepend_scheme != "first" && prepend_scheme != "never") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MetaspaceTokenizerJson: prepend_scheme '", prepend_scheme, "'"));
+  }
+  *norm = nullptr;
+  tok["pre_tokenizer"] = {{"type", "Metaspace"},
+                          {"replacement", kSpace},
+                          {"prepend_scheme", prepend_scheme},
+                          {"split", split}};
+  return tok.dump(2);
+}
+
 absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string& dir) {
   const Architecture* arch = FindHfArchitecture(o.hf_class);
   if (arch == nullptr) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "services/worker/model/weights.h"
 
 namespace folio::worker {
@@ -66,6 +67,16 @@ std::string MakeByteLevelTokenizerJson();
 // Prepend("▁") + Replace(" " -> "▁"), no pre-tokenizer, <s> added by the post-processor,
 // decoder Replace + ByteFallback + Fuse + Strip.
 std::string MakeSentencePieceTokenizerJson();
+
+// Rewrites a legacy SentencePiece-style tokenizer.json (normalizer Prepend("▁") +
+// Replace(" " -> "▁"), no pre-tokenizer: Llama 2's, MakeSentencePieceTokenizerJson()) into
+// the form transformers' LlamaConverter writes for legacy false (Mistral v0.3, newer
+// Llama/Mistral conversions): normalizer null, pre_tokenizer {"type": "Metaspace",
+// "replacement": "▁", "prepend_scheme": `prepend_scheme`, "split": `split`}; everything
+// else (vocab, merges, added tokens, post-processor, decoder) kept. InvalidArgument when
+// `legacy_json` is not such a file or `prepend_scheme` not always/first/never.
+absl::StatusOr<std::string> MetaspaceTokenizerJson(const std::string& legacy_json,
+                                                   const std::string& prepend_scheme, bool split);
 
 // Writes the folder `dir` (created if absent; files in it are replaced).
 // InvalidArgument for impossible options (unknown class, sizes, a vocabulary smaller

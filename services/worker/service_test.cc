@@ -61,6 +61,9 @@ TEST(TokenizerSpecTest, SentencePiecePrefixRuleTravels) {
   absl::StatusOr<Vocab> v = ParseHfTokenizerJson(
       *MetaspaceTokenizerJson(MakeSentencePieceTokenizerJson(), "first", false), "tokenizer.json");
   ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(ApplyHfTokenizerConfig(R"({"bos_token": "<s>", "eos_token": "</s>"})",
+                                     "tokenizer_config.json", &*v)
+                  .ok());
   ASSERT_EQ(v->pre_tokenizer, "metaspace-first");
   pb::TokenizerSpec spec = TokenizerSpecFromVocab(*v);
   EXPECT_EQ(spec.kind(), pb::TOKENIZER_KIND_SENTENCEPIECE);

@@ -8,11 +8,7 @@
 // call back as tool_calls, sent back with its result) and the official openai npm client.
 // The model's tool-call output as OpenAI's tool_calls: openai_tool_calls_test.cc. The
 // fixtures: chat_tools_test_env.h.
-#include <unistd.h>
-
 #include <cctype>
-#include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,8 +21,8 @@
 #include "services/frontend/http/chat_template.h"
 #include "services/frontend/http/chat_tools_test_env.h"
 #include "services/frontend/http/tool_call_parser.h"
+#include "tests/openai_client.h"
 #include "tests/reference/llama_ref.h"
-#include "tests/service_process.h"
 
 namespace folio::frontend::testing {
 namespace {
@@ -208,23 +204,10 @@ INSTANTIATE_TEST_SUITE_P(
 // not streamed, streamed and joined by the client's own stream helper, and sent back with
 // their result.
 TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
-  if (::folio::testing::RunCommand("command -v node && command -v npm").exit_code != 0) {
-    GTEST_SKIP() << "node and npm are needed for the openai client check";
-  }
   const std::string dir = FOLIO_OPENAI_NODE_DIR;
-  const std::string src = FOLIO_OPENAI_CHECK_DIR;
-  ::folio::testing::CommandResult copy = ::folio::testing::RunCommand(absl::StrCat(
-      "mkdir -p ", dir, " && cp ", src, "/package.json ", src, "/package-lock.json ", src,
-      "/check.mjs ", dir, "/"));
-  ASSERT_EQ(copy.exit_code, 0) << copy.output;
-  if (::folio::testing::RunCommand(absl::StrCat("test -d ", dir, "/node_modules/openai"))
-          .exit_code != 0) {
-    ::folio::testing::CommandResult install = ::folio::testing::RunCommand(
-        absl::StrCat("cd ", dir, " && npm ci --no-audit --no-fund --loglevel=error"));
-    if (install.exit_code != 0) {
-      GTEST_SKIP() << "npm could not install the openai package (is the registry reachable?): "
-                   << install.output;
-    }
+  std::string skip;
+  if (!::folio::testing::InstallOpenAiClient(dir, FOLIO_OPENAI_CHECK_DIR, &skip)) {
+    GTEST_SKIP() << skip;
   }
   FrontendOptions options;
   options.chat_template = ReadFile(TemplatePath(kQwen25));
@@ -246,11 +229,8 @@ TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
                              {"tools", Tools()}, {"max_tokens", 200},
                              {"tool_result", "{\"temp_c\": 21}"}, {"expected", expected}});
   }
-  const std::string spec_path = absl::StrCat(::testing::TempDir(), "/openai_tools_", getpid(), ".json");
-  std::ofstream(spec_path) << spec.dump();
   ::folio::testing::CommandResult run =
-      ::folio::testing::RunCommand(absl::StrCat("node ", dir, "/check.mjs ", spec_path));
-  std::remove(spec_path.c_str());
+      ::folio::testing::RunOpenAiClient(dir, spec.dump(), "openai_tools");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   for (const char* kind : {"OK   chat_tools:", "OK   chat_tools_stream:", "OK   chat_tools_round_trip:"}) {
     EXPECT_NE(run.output.find(kind), std::string::npos) << run.output;

@@ -32,15 +32,6 @@ std::string TemplatePath(const std::string& name) {
   return reference::LlamaCppSourceDir() + "/models/templates/" + name;
 }
 
-const ordered_json& Tools() {
-  static const auto* tools = new ordered_json(ordered_json::parse(R"([
-    {"type": "function", "function": {"name": "get_weather",
-      "description": "The weather in a city",
-      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                     "required": ["city"]}}}])"));
-  return *tools;
-}
-
 // The conversation as a client sends it: the tool call's arguments as JSON text.
 ordered_json ToolMessages() {
   return ordered_json::parse(R"([
@@ -178,7 +169,7 @@ std::string ToolCallsTest::SaidBefore(const std::string& text, const std::string
 }
 ordered_json ToolCallsTest::Body(const ordered_json& extra) {
   ordered_json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
-                       {"tools", Tools()},
+                       {"tools", WeatherTools()},
                        {"max_tokens", 200}};
   for (const auto& [k, v] : extra.items()) body[k] = v;
   return body;

@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "services/frontend/frontend_test_env.h"
 #include "services/frontend/http/openai_server.h"
+#include "tests/openai_tools.h"
 
 namespace folio::frontend::testing {
 
@@ -36,8 +37,8 @@ std::string ReadFile(const std::string& path);
 // llama.cpp's models/templates/<name>.
 std::string TemplatePath(const std::string& name);
 
-// The tool the tests give: get_weather(city).
-const nlohmann::ordered_json& Tools();
+// The tools list the tests give: get_weather(city).
+using ::folio::testing::WeatherTools;
 // The conversation as a client sends it: the tool call's arguments as JSON text.
 nlohmann::ordered_json ToolMessages();
 // What transformers' apply_chat_template gets (as vLLM gives it): arguments as the object.

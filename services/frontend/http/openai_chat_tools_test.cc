@@ -42,7 +42,7 @@ TEST_F(ChatToolsTest, ChatTemplateFlagRendersToolsAndToolResultsAsJinja2) {
   conversations.push_back(
       {{"name", "tools"},
        {"context",
-        {{"messages", AsTemplateSeesIt(ToolMessages())}, {"tools", Tools()},
+        {{"messages", AsTemplateSeesIt(ToolMessages())}, {"tools", WeatherTools()},
          {"add_generation_prompt", true}}}});
   auto jinja2 = Jinja2({kQwen25}, conversations);
   const std::string want = jinja2[kQwen25]["tools"];
@@ -52,7 +52,7 @@ TEST_F(ChatToolsTest, ChatTemplateFlagRendersToolsAndToolResultsAsJinja2) {
   ASSERT_NE(want.find("<tool_response>\n{\"temp_c\": 21}"), std::string::npos) << want;
 
   const std::vector<int32_t> got =
-      PromptIdsOf({{"messages", ToolMessages()}, {"tools", Tools()}, {"max_tokens", 4}});
+      PromptIdsOf({{"messages", ToolMessages()}, {"tools", WeatherTools()}, {"max_tokens", 4}});
   EXPECT_EQ(got, Encoded(want)) << "server's prompt: " << Decode(got) << "\njinja2: " << want;
 }
 
@@ -68,7 +68,7 @@ TEST_F(ChatToolsTest, ToolUseNamedTemplateWithToolsAndKwargsOtherwise) {
   const ordered_json tools_conv = {
       {"name", "tools"},
       {"context",
-       {{"messages", AsTemplateSeesIt(ToolMessages())}, {"tools", Tools()},
+       {{"messages", AsTemplateSeesIt(ToolMessages())}, {"tools", WeatherTools()},
         {"add_generation_prompt", true}}}};
   const ordered_json kwargs_conv = {{"name", "no_thinking"},
                                     {"context",
@@ -80,7 +80,7 @@ TEST_F(ChatToolsTest, ToolUseNamedTemplateWithToolsAndKwargsOtherwise) {
 
   const std::string tools_want = jinja2[kHermesToolUse]["tools"];
   ASSERT_NE(tools_want.find("<tools>"), std::string::npos) << tools_want;
-  EXPECT_EQ(PromptIdsOf({{"messages", ToolMessages()}, {"tools", Tools()}, {"max_tokens", 4}}),
+  EXPECT_EQ(PromptIdsOf({{"messages", ToolMessages()}, {"tools", WeatherTools()}, {"max_tokens", 4}}),
             Encoded(tools_want));
 
   // Without tools: the default (Qwen3), with chat_template_kwargs as template variables.
@@ -101,7 +101,7 @@ TEST_F(ChatToolsTest, ToolUseNamedTemplateWithToolsAndKwargsOtherwise) {
 TEST_F(ChatToolsTest, ToolsOnCompletionsAreRefused) {
   ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));
   httplib::Client client("127.0.0.1", http_->port());
-  const ordered_json body = {{"prompt", "Hi"}, {"tools", Tools()}};
+  const ordered_json body = {{"prompt", "Hi"}, {"tools", WeatherTools()}};
   httplib::Result r = client.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
@@ -149,7 +149,7 @@ TEST_P(ToolRoundTripTest, ToolResultRendersAsJinja2Renders) {
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
   Play(Encode(GetParam().output));
   const ordered_json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
-  auto [status, r] = Post({{"messages", {user}}, {"tools", Tools()}, {"max_tokens", 200}});
+  auto [status, r] = Post({{"messages", {user}}, {"tools", WeatherTools()}, {"max_tokens", 200}});
   ASSERT_EQ(status, 200) << r.dump();
   const ordered_json& message = r["choices"][0]["message"];
   ASSERT_EQ(message["tool_calls"].size(), 1u) << r.dump();
@@ -166,14 +166,14 @@ TEST_P(ToolRoundTripTest, ToolResultRendersAsJinja2Renders) {
   ordered_json conversations = ordered_json::array(
       {{{"name", "result"},
         {"context",
-         {{"messages", AsTemplateSeesIt(messages)}, {"tools", Tools()},
+         {{"messages", AsTemplateSeesIt(messages)}, {"tools", WeatherTools()},
           {"add_generation_prompt", true}}}}});
   auto jinja2 = Jinja2({GetParam().template_file}, conversations);
   const std::string want = jinja2[GetParam().template_file]["result"];
   ASSERT_NE(want.find("temp_c"), std::string::npos) << want;
   ASSERT_NE(want.find("get_weather"), std::string::npos) << want;
   const std::vector<int32_t> got =
-      PromptIdsOf({{"messages", messages}, {"tools", Tools()}, {"max_tokens", 4}});
+      PromptIdsOf({{"messages", messages}, {"tools", WeatherTools()}, {"max_tokens", 4}});
   EXPECT_EQ(got, Encoded(want)) << "server's prompt: " << Decode(got) << "\njinja2: " << want;
 }
 
@@ -226,7 +226,7 @@ TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
                        {"cases", ordered_json::array()}};
   for (const char* kind : {"chat_tools", "chat_tools_stream", "chat_tools_round_trip"}) {
     spec["cases"].push_back({{"name", kind}, {"kind", kind}, {"messages", messages},
-                             {"tools", Tools()}, {"max_tokens", 200},
+                             {"tools", WeatherTools()}, {"max_tokens", 200},
                              {"tool_result", "{\"temp_c\": 21}"}, {"expected", expected}});
   }
   ::folio::testing::CommandResult run =

@@ -238,7 +238,7 @@ TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
   EXPECT_EQ(s1, 400);
   EXPECT_EQ(both["error"]["param"], "tool_choice") << both.dump();
   // A parameters schema the grammar compiler does not take is named.
-  ordered_json tools = Tools();
+  ordered_json tools = WeatherTools();
   tools[0]["function"]["parameters"]["patternProperties"] = ordered_json::object();
   for (const char* mode : {"required", "auto"}) {
     auto [s2, bad] = Post(Body({{"tool_choice", mode}, {"tools", tools}}));

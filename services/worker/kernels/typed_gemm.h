@@ -89,9 +89,11 @@ void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool, const CpuFeatures& features);
 // Test hook: segments whose kind has a kernel on `path` use it, the others their portable
-// kernel (or `dequantize`). CHECK-fails when this CPU cannot run `path`.
+// kernel (or `dequantize`). CHECK-fails when this CPU cannot run `path`. tiles = false
+// drops the kernels' register tiles (dot[] alone), for tests and benchmarks.
 void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
-                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path);
+                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path,
+                       bool tiles = true);
 
 // The paths with a kernel for `kind`, portable first (just portable for kOther).
 std::vector<SimdPath> TypedPathsOf(StoredKind kind);

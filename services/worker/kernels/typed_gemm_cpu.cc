@@ -275,7 +275,8 @@ void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w
 }
 
 void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
-                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path) {
+                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path,
+                       bool tiles) {
   const char* missing = MissingFeature(path, DetectedCpuFeatures());
   CHECK(missing == nullptr) << "path " << SimdPathName(path) << " needs " << missing;
   std::vector<typed::DotKernel> kernels;
@@ -285,7 +286,12 @@ void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMat
       continue;
     }
     typed::DotKernel k = typed::KernelFor(s.kind, path);
-    kernels.push_back(k.ok() ? k : typed::PortableKernel(s.kind));
+    if (!k.ok()) k = typed::PortableKernel(s.kind);
+    if (!tiles) {
+      for (typed::TileFn& t : k.tile) t = nullptr;
+      k.tile_w = 0;
+    }
+    kernels.push_back(k);
   }
   Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);
 }

@@ -215,6 +215,70 @@ TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
   EXPECT_EQ(batch, single);
 }
 
+// Each register tile (typed_dot.h TileFn) directly against dot[]: every output of a
+// tile equals, bit for bit, what dot[] gives it, for 1..8 token rows from two row
+// offsets and rows whose lengths end at and around every step of the kernels' loops.
+TEST_P(TypedKernelTest, TilesEqualDot) {
+  const auto [kind, path] = GetParam();
+  const typed::DotKernel kernel = typed::KernelFor(kind, path);
+  if (kernel.tile_w == 0) GTEST_SKIP() << StoredKindName(kind) << " has no tiles on " << SimdPathName(path);
+  std::vector<int64_t> ins;
+  if (BlockOf(kind) == 1) {
+    ins = {1, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 95, 96, 129, 257, 1000};
+  } else {
+    for (int64_t b : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64}) ins.push_back(b * BlockOf(kind));
+  }
+  const int64_t total_rows = 11, w = kernel.tile_w;
+  int seed = 40;
+  for (const int64_t in : ins) {
+    SCOPED_TRACE("in " + std::to_string(in));
+    StoredMatrix m(kind, w, in, 0, ++seed);
+    const int64_t ldx = in + 3;
+    const std::vector<float> x = RandomNormal(total_rows * ldx, ++seed);
+    // The activations in every form, as TypedLinear prepares them.
+    std::vector<uint16_t> xb(total_rows * in);
+    std::vector<int8_t> q(total_rows * in);
+    std::vector<float> qd(total_rows * in / 32 + 1), qs(total_rows * in / 32 + 1);
+    typed::Activations acts;
+    acts.in = in;
+    acts.f32 = x.data();
+    acts.ldx = ldx;
+    for (int64_t r = 0; r < total_rows; ++r) {
+      typed::RoundToBf16(x.data() + r * ldx, in, xb.data() + r * in);
+      if (kernel.needs_q8) {
+        typed::QuantizeQ8_0(x.data() + r * ldx, in, q.data() + r * in, qd.data() + r * (in / 32),
+                            qs.data() + r * (in / 32));
+      }
+    }
+    acts.bf16 = xb.data();
+    acts.q8 = q.data();
+    acts.q8_d = qd.data();
+    acts.q8_s = qs.data();
+    const TypedRows& seg = m.view.segments()[0];
+    for (int r = 1; r <= typed::kMaxTileRows; ++r) {
+      const typed::TileFn tile = kernel.tile[r - 1];
+      if (tile == nullptr) continue;
+      for (const int64_t r0 : {int64_t{0}, total_rows - r}) {
+        std::vector<float> got(w * typed::kMaxTileRows, -1.0f);
+        tile(seg.data, seg.row_stride_bytes, acts, r0, got.data());
+        for (int64_t j = 0; j < w; ++j) {
+          for (int64_t q0 = 0; q0 < r; q0 += typed::kMaxDotRows) {
+            const int64_t qn = std::min<int64_t>(typed::kMaxDotRows, r - q0);
+            float want[typed::kMaxDotRows];
+            kernel.dot[qn - 1](seg.data + j * seg.row_stride_bytes, acts, r0 + q0, want);
+            for (int64_t i = 0; i < qn; ++i) {
+              const float g = got[j * typed::kMaxTileRows + q0 + i];
+              EXPECT_EQ(std::memcmp(&g, &want[i], sizeof(float)), 0)
+                  << "R " << r << " r0 " << r0 << " weight row " << j << " token row "
+                  << q0 + i << ": tile " << g << " dot " << want[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 std::vector<Param> AllParams() {
   std::vector<Param> p;
   for (StoredKind k : KernelKinds()) {

@@ -17,6 +17,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
+
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -74,39 +76,99 @@ FOLIO_T_AVX512 FOLIO_INLINE void HalfStep(const uint8_t* w, int64_t stride,
   }
 }
 
-template <StoredKind kKind, int R>
-FOLIO_T_AVX512 void TileHalf(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
-                             float* out) {
-  constexpr int W = kTileW;
-  const int64_t n = x.in, main_end = n / 32 * 32;
-  const float* xr[R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) xr[i] = x.f32 + (r0 + i) * x.ldx;
-  __m512 acc[W][R], acc0[W][R];
-  Zero<W, R>(acc, _mm512_setzero_ps());
-  for (int64_t k = 0; k < main_end; k += 32) {
-    HalfStep<kKind, W, R, false>(w, stride, xr, k, 0xffff, acc);
-  }
-  for (int64_t k = main_end; k < n; k += 16) {
-    const __mmask16 m = n - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - k)) - 1);
-    HalfStep<kKind, W, R, true>(w, stride, xr, k, m, acc);
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < W; ++j) {
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
-  }
-  Zero<W, R>(acc, _mm512_setzero_ps());
-  for (int64_t k = 16; k < main_end; k += 32) {
-    HalfStep<kKind, W, R, false>(w, stride, xr, k, 0xffff, acc);
-  }
+// The state of a k-blocked tile between blocks: acc0 then acc1, [W][kMaxTileRows] zmm
+// each (typed_dot.h kTileStateFloats).
+constexpr int kAccFloats = 16;
+template <typename Acc, int W, int R>
+FOLIO_T_AVX512 FOLIO_INLINE void LoadAcc(const float* state, int half, Acc (&acc)[W][R]) {
 #pragma GCC unroll 8
   for (int j = 0; j < W; ++j) {
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      out[j * kMaxTileRows + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j][i], acc[j][i]));
+      acc[j][i] = _mm512_loadu_ps(state + ((half * W + j) * kMaxTileRows + i) * kAccFloats);
     }
   }
+}
+template <typename Acc, int W, int R>
+FOLIO_T_AVX512 FOLIO_INLINE void StoreAcc(float* state, int half, const Acc (&acc)[W][R]) {
+#pragma GCC unroll 8
+  for (int j = 0; j < W; ++j) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      _mm512_storeu_ps(state + ((half * W + j) * kMaxTileRows + i) * kAccFloats, acc[j][i]);
+    }
+  }
+}
+template <int W, int R>
+FOLIO_T_AVX512 FOLIO_INLINE void Finish(const __m512 (&acc0)[W][R], const __m512 (&acc1)[W][R], float* out) {
+#pragma GCC unroll 8
+  for (int j = 0; j < W; ++j) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      out[j * kMaxTileRows + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j][i], acc1[j][i]));
+    }
+  }
+}
+
+// Columns [k0, k1) of the tile (k0 a multiple of 32, k1 too or x.in). k0 == 0 starts from
+// zero, else from `state`; k1 == x.in runs the tail and writes `out`, else leaves the sums
+// in `state`. state == nullptr only with k0 == 0 and k1 == x.in.
+template <StoredKind kKind, int R>
+FOLIO_T_AVX512 FOLIO_INLINE void HalfBody(const uint8_t* w, int64_t stride, const Activations& x,
+                                          int64_t r0, int64_t k0, int64_t k1, float* state,
+                                          float* out) {
+  constexpr int W = kTileW;
+  const int64_t n = x.in, main_end = n / 32 * 32, m_end = std::min(k1, main_end);
+  const bool last = k1 == n;
+  const float* xr[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) xr[i] = x.f32 + (r0 + i) * x.ldx;
+  __m512 acc[W][R], acc0[W][R];
+  if (k0 == 0) {
+    Zero<W, R>(acc, _mm512_setzero_ps());
+  } else {
+    LoadAcc(state, 0, acc);
+  }
+  for (int64_t k = k0; k < m_end; k += 32) {
+    HalfStep<kKind, W, R, false>(w, stride, xr, k, 0xffff, acc);
+  }
+  if (last) {
+    for (int64_t k = main_end; k < n; k += 16) {
+      const __mmask16 m = n - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - k)) - 1);
+      HalfStep<kKind, W, R, true>(w, stride, xr, k, m, acc);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < W; ++j) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
+    }
+  } else {
+    StoreAcc(state, 0, acc);
+  }
+  if (k0 == 0) {
+    Zero<W, R>(acc, _mm512_setzero_ps());
+  } else {
+    LoadAcc(state, 1, acc);
+  }
+  for (int64_t k = k0 + 16; k < m_end; k += 32) {
+    HalfStep<kKind, W, R, false>(w, stride, xr, k, 0xffff, acc);
+  }
+  if (last) {
+    Finish(acc0, acc, out);
+  } else {
+    StoreAcc(state, 1, acc);
+  }
+}
+
+template <StoredKind kKind, int R>
+FOLIO_T_AVX512 void TileHalf(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
+                             float* out) {
+  HalfBody<kKind, R>(w, stride, x, r0, 0, x.in, nullptr, out);
+}
+template <StoredKind kKind, int R>
+FOLIO_T_AVX512 void TileHalfK(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
+                              int64_t k0, int64_t k1, float* state, float* out) {
+  HalfBody<kKind, R>(w, stride, x, r0, k0, k1, state, out);
 }
 
 // ---- bf16 weights, bf16 activations, vdpbf16ps (DotBf16Dp's order: steps of 32 values,
@@ -134,39 +196,62 @@ FOLIO_T_AVX512BF16 FOLIO_INLINE void Bf16Step(const uint8_t* w, int64_t stride,
 }
 
 template <int R>
-FOLIO_T_AVX512BF16 void TileBf16Dp(const uint8_t* w, int64_t stride, const Activations& x,
-                                   int64_t r0, float* out) {
+FOLIO_T_AVX512BF16 FOLIO_INLINE void Bf16Body(const uint8_t* w, int64_t stride,
+                                              const Activations& x, int64_t r0, int64_t k0,
+                                              int64_t k1, float* state, float* out) {
   constexpr int W = kTileW;
-  const int64_t n = x.in, main_end = n / 64 * 64;
+  const int64_t n = x.in, main_end = n / 64 * 64, m_end = std::min(k1, main_end);
+  const bool last = k1 == n;
   const uint16_t* xr[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) xr[i] = x.bf16 + (r0 + i) * n;
   __m512 acc[W][R], acc0[W][R];
-  Zero<W, R>(acc, _mm512_setzero_ps());
-  for (int64_t k = 0; k < main_end; k += 64) {
+  if (k0 == 0) {
+    Zero<W, R>(acc, _mm512_setzero_ps());
+  } else {
+    LoadAcc(state, 0, acc);
+  }
+  for (int64_t k = k0; k < m_end; k += 64) {
     Bf16Step<W, R, false>(w, stride, xr, k, ~__mmask32{0}, acc);
   }
-  for (int64_t k = main_end; k < n; k += 32) {
-    const __mmask32 m =
-        n - k >= 32 ? __mmask32(0xffffffffu) : __mmask32((uint32_t{1} << (n - k)) - 1);
-    Bf16Step<W, R, true>(w, stride, xr, k, m, acc);
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < W; ++j) {
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
-  }
-  Zero<W, R>(acc, _mm512_setzero_ps());
-  for (int64_t k = 32; k < main_end; k += 64) {
-    Bf16Step<W, R, false>(w, stride, xr, k, ~__mmask32{0}, acc);
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < W; ++j) {
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      out[j * kMaxTileRows + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j][i], acc[j][i]));
+  if (last) {
+    for (int64_t k = main_end; k < n; k += 32) {
+      const __mmask32 m =
+          n - k >= 32 ? __mmask32(0xffffffffu) : __mmask32((uint32_t{1} << (n - k)) - 1);
+      Bf16Step<W, R, true>(w, stride, xr, k, m, acc);
     }
+#pragma GCC unroll 8
+    for (int j = 0; j < W; ++j) {
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
+    }
+  } else {
+    StoreAcc(state, 0, acc);
   }
+  if (k0 == 0) {
+    Zero<W, R>(acc, _mm512_setzero_ps());
+  } else {
+    LoadAcc(state, 1, acc);
+  }
+  for (int64_t k = k0 + 32; k < m_end; k += 64) {
+    Bf16Step<W, R, false>(w, stride, xr, k, ~__mmask32{0}, acc);
+  }
+  if (last) {
+    Finish(acc0, acc, out);
+  } else {
+    StoreAcc(state, 1, acc);
+  }
+}
+
+template <int R>
+FOLIO_T_AVX512BF16 void TileBf16Dp(const uint8_t* w, int64_t stride, const Activations& x,
+                                   int64_t r0, float* out) {
+  Bf16Body<R>(w, stride, x, r0, 0, x.in, nullptr, out);
+}
+template <int R>
+FOLIO_T_AVX512BF16 void TileBf16DpK(const uint8_t* w, int64_t stride, const Activations& x,
+                                    int64_t r0, int64_t k0, int64_t k1, float* state, float* out) {
+  Bf16Body<R>(w, stride, x, r0, k0, k1, state, out);
 }
 
 // ---- q8_0 weights, q8_0 activations, vpdpbusd (DotQ8_0Vnni's order: steps of two
@@ -221,11 +306,15 @@ FOLIO_T_AVX512VNNI FOLIO_INLINE void Q8Step(const uint8_t* w, int64_t stride,
   }
 }
 
+// k0, k1 in values (k0 a multiple of 128: four blocks).
 template <int R>
-FOLIO_T_AVX512VNNI void TileQ8_0Vnni(const uint8_t* w, int64_t stride, const Activations& x,
-                                     int64_t r0, float* out) {
+FOLIO_T_AVX512VNNI FOLIO_INLINE void Q8Body(const uint8_t* w, int64_t stride,
+                                            const Activations& x, int64_t r0, int64_t k0,
+                                            int64_t k1, float* state, float* out) {
   constexpr int W = kTileW;
   const int64_t blocks = x.in / kQ8Block, main_end = blocks / 4 * 4;
+  const int64_t b0 = k0 / kQ8Block, m_end = std::min(k1 / kQ8Block, main_end);
+  const bool last = k1 == x.in;
   const int8_t* xq[R];
   const float* xd[R];
 #pragma GCC unroll 8
@@ -234,59 +323,92 @@ FOLIO_T_AVX512VNNI void TileQ8_0Vnni(const uint8_t* w, int64_t stride, const Act
     xd[i] = x.q8_d + (r0 + i) * blocks;
   }
   __m512 acc[W][R], acc0[W][R];
-  Zero<W, R>(acc, _mm512_setzero_ps());
-  for (int64_t b = 0; b < main_end; b += 4) Q8Step<W, R, false>(w, stride, xq, xd, b, acc);
-  int64_t b = main_end;
-  for (; b + 2 <= blocks; b += 2) Q8Step<W, R, false>(w, stride, xq, xd, b, acc);
-  if (b < blocks) Q8Step<W, R, true>(w, stride, xq, xd, b, acc);
-#pragma GCC unroll 8
-  for (int j = 0; j < W; ++j) {
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
+  if (k0 == 0) {
+    Zero<W, R>(acc, _mm512_setzero_ps());
+  } else {
+    LoadAcc(state, 0, acc);
   }
-  Zero<W, R>(acc, _mm512_setzero_ps());
-  for (int64_t b2 = 2; b2 < main_end; b2 += 4) Q8Step<W, R, false>(w, stride, xq, xd, b2, acc);
+  for (int64_t b = b0; b < m_end; b += 4) Q8Step<W, R, false>(w, stride, xq, xd, b, acc);
+  if (last) {
+    int64_t b = main_end;
+    for (; b + 2 <= blocks; b += 2) Q8Step<W, R, false>(w, stride, xq, xd, b, acc);
+    if (b < blocks) Q8Step<W, R, true>(w, stride, xq, xd, b, acc);
 #pragma GCC unroll 8
-  for (int j = 0; j < W; ++j) {
+    for (int j = 0; j < W; ++j) {
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      out[j * kMaxTileRows + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j][i], acc[j][i]));
+      for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
     }
+  } else {
+    StoreAcc(state, 0, acc);
   }
+  if (k0 == 0) {
+    Zero<W, R>(acc, _mm512_setzero_ps());
+  } else {
+    LoadAcc(state, 1, acc);
+  }
+  for (int64_t b = b0 + 2; b < m_end; b += 4) Q8Step<W, R, false>(w, stride, xq, xd, b, acc);
+  if (last) {
+    Finish(acc0, acc, out);
+  } else {
+    StoreAcc(state, 1, acc);
+  }
+}
+
+template <int R>
+FOLIO_T_AVX512VNNI void TileQ8_0Vnni(const uint8_t* w, int64_t stride, const Activations& x,
+                                     int64_t r0, float* out) {
+  Q8Body<R>(w, stride, x, r0, 0, x.in, nullptr, out);
+}
+template <int R>
+FOLIO_T_AVX512VNNI void TileQ8_0VnniK(const uint8_t* w, int64_t stride, const Activations& x,
+                                      int64_t r0, int64_t k0, int64_t k1, float* state,
+                                      float* out) {
+  Q8Body<R>(w, stride, x, r0, k0, k1, state, out);
 }
 
 }  // namespace
 
+#define FOLIO_TILES8(F, ...)                                                                \
+  {F<__VA_ARGS__ 1>, F<__VA_ARGS__ 2>, F<__VA_ARGS__ 3>, F<__VA_ARGS__ 4>,                 \
+   F<__VA_ARGS__ 5>, F<__VA_ARGS__ 6>, F<__VA_ARGS__ 7>, F<__VA_ARGS__ 8>}
+
 void AddAvx512Tiles(StoredKind kind, SimdPath path, DotKernel* k) {
   if (!k->ok()) return;
-  TileFn t[kMaxTileRows] = {};
+  const TileFn* t = nullptr;
+  const TileKFn* tk = nullptr;
+  int64_t k_step = 0, k_block = 0;
+  // k_block: activation columns of 8 token rows in about 8 KiB (L1 with the state); 0 where
+  // column blocking measured slower (f16 and q8_0: 5-10% more CPU time at M = 32 / 128;
+  // bf16 F/BW 12-15% less, bf16 vdpbf16ps 0-10% less; docs/benchmarks.md).
   if (path == SimdPath::kAvx512 && kind == StoredKind::kF16) {
-    TileFn f[] = {TileHalf<StoredKind::kF16, 1>, TileHalf<StoredKind::kF16, 2>,
-                  TileHalf<StoredKind::kF16, 3>, TileHalf<StoredKind::kF16, 4>,
-                  TileHalf<StoredKind::kF16, 5>, TileHalf<StoredKind::kF16, 6>,
-                  TileHalf<StoredKind::kF16, 7>, TileHalf<StoredKind::kF16, 8>};
-    std::memcpy(t, f, sizeof(t));
+    static constexpr TileFn f[] = FOLIO_TILES8(TileHalf, StoredKind::kF16,);
+    static constexpr TileKFn fk[] = FOLIO_TILES8(TileHalfK, StoredKind::kF16,);
+    t = f, tk = fk, k_step = 32, k_block = 0;
   } else if (path == SimdPath::kAvx512 && kind == StoredKind::kBF16) {
-    TileFn f[] = {TileHalf<StoredKind::kBF16, 1>, TileHalf<StoredKind::kBF16, 2>,
-                  TileHalf<StoredKind::kBF16, 3>, TileHalf<StoredKind::kBF16, 4>,
-                  TileHalf<StoredKind::kBF16, 5>, TileHalf<StoredKind::kBF16, 6>,
-                  TileHalf<StoredKind::kBF16, 7>, TileHalf<StoredKind::kBF16, 8>};
-    std::memcpy(t, f, sizeof(t));
+    static constexpr TileFn f[] = FOLIO_TILES8(TileHalf, StoredKind::kBF16,);
+    static constexpr TileKFn fk[] = FOLIO_TILES8(TileHalfK, StoredKind::kBF16,);
+    t = f, tk = fk, k_step = 32, k_block = 256;
   } else if (path == SimdPath::kAvx512Bf16 && kind == StoredKind::kBF16) {
-    TileFn f[] = {TileBf16Dp<1>, TileBf16Dp<2>, TileBf16Dp<3>, TileBf16Dp<4>,
-                  TileBf16Dp<5>, TileBf16Dp<6>, TileBf16Dp<7>, TileBf16Dp<8>};
-    std::memcpy(t, f, sizeof(t));
+    static constexpr TileFn f[] = FOLIO_TILES8(TileBf16Dp,);
+    static constexpr TileKFn fk[] = FOLIO_TILES8(TileBf16DpK,);
+    t = f, tk = fk, k_step = 64, k_block = 512;
   } else if (path == SimdPath::kAvx512Vnni && kind == StoredKind::kQ8_0) {
-    TileFn f[] = {TileQ8_0Vnni<1>, TileQ8_0Vnni<2>, TileQ8_0Vnni<3>, TileQ8_0Vnni<4>,
-                  TileQ8_0Vnni<5>, TileQ8_0Vnni<6>, TileQ8_0Vnni<7>, TileQ8_0Vnni<8>};
-    std::memcpy(t, f, sizeof(t));
+    static constexpr TileFn f[] = FOLIO_TILES8(TileQ8_0Vnni,);
+    static constexpr TileKFn fk[] = FOLIO_TILES8(TileQ8_0VnniK,);
+    t = f, tk = fk, k_step = 4 * kQ8Block, k_block = 0;
   } else {
     return;
   }
   // One token row stays on dot[0] (a decode step: streams the weights once either way).
-  for (int r = 2; r <= kMaxTileRows; ++r) k->tile[r - 1] = t[r - 1];
+  for (int r = 2; r <= kMaxTileRows; ++r) {
+    k->tile[r - 1] = t[r - 1];
+    k->ktile[r - 1] = tk[r - 1];
+  }
   k->tile_w = kTileW;
+  k->k_step = k_step;
+  k->k_block = k_block;
 }
+#undef FOLIO_TILES8
 
 }  // namespace folio::worker::kernels::typed
 

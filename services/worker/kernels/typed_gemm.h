@@ -82,7 +82,8 @@ class TypedMatrix {
 
 // y = x . W^T + beta * y for x [rows, w.in()] (row stride ldx), y [rows, w.out()] (row
 // stride ldy); beta = 0 never reads y. Output features are split over `pool` (null: the
-// caller alone).
+// caller alone). FOLIO_TYPED_TILES=0 in the environment (read once) runs the kernels'
+// dot[] alone, without their register tiles (same results; for measuring the tiles).
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool);
 // The same with the kernels' paths picked from `features` (NoCpuFeatures(): portable).

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "glog/logging.h"
@@ -118,6 +120,13 @@ void RunDequantized(const TypedMatrix& w, int64_t lo, int64_t hi, const float* x
       for (int64_t j = 0; j < n; ++j) Store(Dot(xr, buf.data() + j * in, in), beta, yr + j);
     }
   }
+}
+
+// `k` with dot[] alone (no register tiles).
+void DropTiles(typed::DotKernel* k) {
+  for (typed::TileFn& t : k->tile) t = nullptr;
+  for (typed::TileKFn& t : k->ktile) t = nullptr;
+  k->tile_w = 0;
 }
 
 // TypedLinear with segment s running kernels[s] (!ok(): the dequantize path).
@@ -288,11 +297,16 @@ void TypedMatrix::RowToF32(int64_t row, float* out) const {
 
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool, const CpuFeatures& features) {
+  static const bool tiles = [] {
+    const char* e = std::getenv("FOLIO_TYPED_TILES");
+    return e == nullptr || std::string(e) != "0";
+  }();
   std::vector<typed::DotKernel> kernels;
   for (const TypedRows& s : w.segments()) {
     kernels.push_back(s.kind == StoredKind::kOther
                           ? typed::DotKernel{}
                           : typed::KernelFor(s.kind, TypedPathFor(s.kind, features)));
+    if (!tiles) DropTiles(&kernels.back());
   }
   Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);
 }
@@ -315,11 +329,7 @@ void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMat
     }
     typed::DotKernel k = typed::KernelFor(s.kind, path);
     if (!k.ok()) k = typed::PortableKernel(s.kind);
-    if (!tiles) {
-      for (typed::TileFn& t : k.tile) t = nullptr;
-      for (typed::TileKFn& t : k.ktile) t = nullptr;
-      k.tile_w = 0;
-    }
+    if (!tiles) DropTiles(&k);
     kernels.push_back(k);
   }
   Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);

@@ -253,12 +253,10 @@ void Register() {
     for (k::SimdPath path : k::TypedPathsOf(kind)) {
       // rows:1 is a decode step of one sequence; 8 / 32 a batch of sequences; 128 a
       // prefill chunk.
-      // The AVX-512 paths of f16 / bf16 / q8_0 have register tiles: their "/dot" twins
-      // run dot[] alone (the kernels before the tiles), for a same-run ratio.
-      const bool tiled = (kind == k::StoredKind::kF16 || kind == k::StoredKind::kBF16 ||
-                          kind == k::StoredKind::kQ8_0) &&
-                         (path == k::SimdPath::kAvx512 || path == k::SimdPath::kAvx512Bf16 ||
-                          path == k::SimdPath::kAvx512Vnni);
+      // The paths with register tiles (bf16 avx512_bf16, q8_0 avx512_vnni): their "/dot"
+      // twins run dot[] alone (the kernels before the tiles), for a same-run ratio.
+      const bool tiled = (kind == k::StoredKind::kBF16 && path == k::SimdPath::kAvx512Bf16) ||
+                         (kind == k::StoredKind::kQ8_0 && path == k::SimdPath::kAvx512Vnni);
       for (int64_t rows : {1, 8, 32, 128}) {
         for (int64_t tiles : {1, 0}) {
           if (tiles == 0 && !tiled) continue;

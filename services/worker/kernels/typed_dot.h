@@ -95,8 +95,7 @@ DotKernel Avx2Kernel(StoredKind kind, SimdPath path);    // kAvx2, kAvxVnni
 DotKernel Avx512Kernel(StoredKind kind, SimdPath path);  // kAvx512, kAvx512Vnni, kAvx512Bf16
 DotKernel KernelFor(StoredKind kind, SimdPath path);
 // Adds to *k (the dot[] kernel of `kind` on `path`) its AVX-512 register tiles
-// (typed_tile_avx512.cc) where there are some: f16 / bf16 on kAvx512, bf16 on
-// kAvx512Bf16, q8_0 on kAvx512Vnni.
+// (typed_tile_avx512.cc) where there are some: bf16 on kAvx512Bf16, q8_0 on kAvx512Vnni.
 void AddAvx512Tiles(StoredKind kind, SimdPath path, DotKernel* k);
 
 // The kernels of the 4/5/6-bit block types (typed_quant_*.cc); !ok() for other kinds.

@@ -45,37 +45,6 @@ FOLIO_INLINE void Zero(Acc (&acc)[W][R], Acc zero) {
   }
 }
 
-// ---- f16 / bf16 weights, f32 activations (DotHalf's order: steps of 16 values, main
-// loop pairs of steps while 32 remain, then masked steps of 16 into acc0).
-
-template <StoredKind kKind>
-FOLIO_T_AVX512 FOLIO_INLINE __m512 Widen(__m256i h) {
-  if constexpr (kKind == StoredKind::kF16) {
-    return _mm512_cvtph_ps(h);
-  } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
-template <StoredKind kKind, int W, int R, bool kMasked>
-FOLIO_T_AVX512 FOLIO_INLINE void HalfStep(const uint8_t* w, int64_t stride,
-                                          const float* const* xr, int64_t k, __mmask16 m,
-                                          __m512 (&acc)[W][R]) {
-  __m512 wv[W];
-#pragma GCC unroll 8
-  for (int j = 0; j < W; ++j) {
-    const uint8_t* p = w + j * stride + 2 * k;
-    wv[j] = Widen<kKind>(kMasked ? _mm256_maskz_loadu_epi16(m, p)
-                                 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(m, xr[i] + k) : _mm512_loadu_ps(xr[i] + k);
-#pragma GCC unroll 8
-    for (int j = 0; j < W; ++j) acc[j][i] = _mm512_fmadd_ps(wv[j], xv, acc[j][i]);
-  }
-}
-
 // The state of a k-blocked tile between blocks: acc0 then acc1, [W][kMaxTileRows] zmm
 // each (typed_dot.h kTileStateFloats).
 constexpr int kAccFloats = 16;
@@ -108,67 +77,6 @@ FOLIO_T_AVX512 FOLIO_INLINE void Finish(const __m512 (&acc0)[W][R], const __m512
       out[j * kMaxTileRows + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j][i], acc1[j][i]));
     }
   }
-}
-
-// Columns [k0, k1) of the tile (k0 a multiple of 32, k1 too or x.in). k0 == 0 starts from
-// zero, else from `state`; k1 == x.in runs the tail and writes `out`, else leaves the sums
-// in `state`. state == nullptr only with k0 == 0 and k1 == x.in.
-template <StoredKind kKind, int R>
-FOLIO_T_AVX512 FOLIO_INLINE void HalfBody(const uint8_t* w, int64_t stride, const Activations& x,
-                                          int64_t r0, int64_t k0, int64_t k1, float* state,
-                                          float* out) {
-  constexpr int W = kTileW;
-  const int64_t n = x.in, main_end = n / 32 * 32, m_end = std::min(k1, main_end);
-  const bool last = k1 == n;
-  const float* xr[R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) xr[i] = x.f32 + (r0 + i) * x.ldx;
-  __m512 acc[W][R], acc0[W][R];
-  if (k0 == 0) {
-    Zero<W, R>(acc, _mm512_setzero_ps());
-  } else {
-    LoadAcc(state, 0, acc);
-  }
-  for (int64_t k = k0; k < m_end; k += 32) {
-    HalfStep<kKind, W, R, false>(w, stride, xr, k, 0xffff, acc);
-  }
-  if (last) {
-    for (int64_t k = main_end; k < n; k += 16) {
-      const __mmask16 m = n - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - k)) - 1);
-      HalfStep<kKind, W, R, true>(w, stride, xr, k, m, acc);
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < W; ++j) {
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) acc0[j][i] = acc[j][i];
-    }
-  } else {
-    StoreAcc(state, 0, acc);
-  }
-  if (k0 == 0) {
-    Zero<W, R>(acc, _mm512_setzero_ps());
-  } else {
-    LoadAcc(state, 1, acc);
-  }
-  for (int64_t k = k0 + 16; k < m_end; k += 32) {
-    HalfStep<kKind, W, R, false>(w, stride, xr, k, 0xffff, acc);
-  }
-  if (last) {
-    Finish(acc0, acc, out);
-  } else {
-    StoreAcc(state, 1, acc);
-  }
-}
-
-template <StoredKind kKind, int R>
-FOLIO_T_AVX512 void TileHalf(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
-                             float* out) {
-  HalfBody<kKind, R>(w, stride, x, r0, 0, x.in, nullptr, out);
-}
-template <StoredKind kKind, int R>
-FOLIO_T_AVX512 void TileHalfK(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
-                              int64_t k0, int64_t k1, float* state, float* out) {
-  HalfBody<kKind, R>(w, stride, x, r0, k0, k1, state, out);
 }
 
 // ---- bf16 weights, bf16 activations, vdpbf16ps (DotBf16Dp's order: steps of 32 values,
@@ -378,17 +286,9 @@ void AddAvx512Tiles(StoredKind kind, SimdPath path, DotKernel* k) {
   const TileKFn* tk = nullptr;
   int64_t k_step = 0, k_block = 0;
   // k_block: activation columns of 8 token rows in about 8 KiB (L1 with the state); 0 where
-  // column blocking measured slower (f16 and q8_0: 5-10% more CPU time at M = 32 / 128;
-  // bf16 F/BW 12-15% less, bf16 vdpbf16ps 0-10% less; docs/benchmarks.md).
-  if (path == SimdPath::kAvx512 && kind == StoredKind::kF16) {
-    static constexpr TileFn f[] = FOLIO_TILES8(TileHalf, StoredKind::kF16,);
-    static constexpr TileKFn fk[] = FOLIO_TILES8(TileHalfK, StoredKind::kF16,);
-    t = f, tk = fk, k_step = 32, k_block = 0;
-  } else if (path == SimdPath::kAvx512 && kind == StoredKind::kBF16) {
-    static constexpr TileFn f[] = FOLIO_TILES8(TileHalf, StoredKind::kBF16,);
-    static constexpr TileKFn fk[] = FOLIO_TILES8(TileHalfK, StoredKind::kBF16,);
-    t = f, tk = fk, k_step = 32, k_block = 256;
-  } else if (path == SimdPath::kAvx512Bf16 && kind == StoredKind::kBF16) {
+  // column blocking measured slower (q8_0: 5-10% more CPU time at M = 32 / 128; bf16
+  // vdpbf16ps 0-10% less; docs/benchmarks.md).
+  if (path == SimdPath::kAvx512Bf16 && kind == StoredKind::kBF16) {
     static constexpr TileFn f[] = FOLIO_TILES8(TileBf16Dp,);
     static constexpr TileKFn fk[] = FOLIO_TILES8(TileBf16DpK,);
     t = f, tk = fk, k_step = 64, k_block = 512;

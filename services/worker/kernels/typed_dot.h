@@ -77,6 +77,8 @@ struct DotKernel {
   TileFn tile[kMaxTileRows] = {nullptr, nullptr, nullptr, nullptr,
                                nullptr, nullptr, nullptr, nullptr};
   int tile_w = 0;
+  // Calls of at most this many token rows run dot[] alone (the tiles serve bigger batches).
+  int tile_min_rows = 0;
   // Optional k-blocked tiles (ktile[R - 1], tile_w rows, as tile[]): RunKernel splits the
   // activation columns into blocks of k_block (a multiple of k_step) when it has them.
   TileKFn ktile[kMaxTileRows] = {nullptr, nullptr, nullptr, nullptr,

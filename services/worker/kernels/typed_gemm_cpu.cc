@@ -55,7 +55,7 @@ void RunDots(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, i
 // gained nothing at M = 32 / 128 on the 1.1B shape, so all token rows meet each chunk.
 void RunKernel(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, int64_t n,
                const typed::Activations& x, int64_t rows, float beta, float* y, int64_t ldy) {
-  const int64_t tw = kernel.tile_w;
+  const int64_t tw = rows > kernel.tile_min_rows ? kernel.tile_w : 0;
   DCHECK(tw == 0 || (tw <= 16 && kKernelRowsPerChunk % tw == 0)) << tw;
   const int64_t group = tw > 0 ? typed::kMaxTileRows : typed::kMaxDotRows;
   float d[kKernelRowsPerChunk * typed::kMaxTileRows];

@@ -223,7 +223,9 @@ TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
 TEST_P(TypedKernelTest, TilesEqualDot) {
   const auto [kind, path] = GetParam();
   const typed::DotKernel kernel = typed::KernelFor(kind, path);
-  if (kernel.tile_w == 0) GTEST_SKIP() << StoredKindName(kind) << " has no tiles on " << SimdPathName(path);
+  if (kernel.tile_w == 0) {
+    GTEST_SKIP() << StoredKindName(kind) << " has no tiles on " << SimdPathName(path);
+  }
   std::vector<int64_t> ins;
   if (BlockOf(kind) == 1) {
     ins = {1, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 95, 96, 129, 257, 1000, 1100};

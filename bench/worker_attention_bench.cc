@@ -18,8 +18,16 @@
 // inputs, timed apart by process CPU time: per_query_ms, tiled_ms and
 // speedup = per_query_ms / tiled_ms.
 //
+// BM_DecodeKernels/<seqs>/<context>/<group>: one decode step of `seqs` sequences at
+// `context` tokens each (the serving shape: bench-28m at 32 clients is seqs 32, group 2),
+// 4 kv heads x head_dim 64, f16 KV in scattered 16-token blocks, 2 threads. Each
+// iteration runs the AVX2 and the AVX-512 per-query kernels (PagedAttentionArgs::avx512)
+// on the same inputs, alternating which goes first, timed apart by process CPU time:
+// avx2_us, avx512_us and speedup = avx2_us / avx512_us (skipped without AVX-512).
+//
 //   build/bin/worker_attention_bench
 //   build/bin/worker_attention_bench --benchmark_filter=Prefill
+//   build/bin/worker_attention_bench --benchmark_filter=DecodeKernels
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -187,6 +195,77 @@ void BM_PrefillAttention(benchmark::State& state) {
   state.SetLabel(CpuIsaName(args.isa));
 }
 
+// K and V of `num_blocks` 16-token blocks, values on a grid of 1/32 steps (exact in f16).
+struct BenchKv {
+  BenchKv(int num_blocks, std::mt19937& rng)
+      : elems(static_cast<size_t>(num_blocks) * 16 * kNumKvHeads * kHeadDim), k(elems), v(elems) {
+    std::uniform_int_distribution<int> level(-64, 64);
+    for (size_t i = 0; i < elems; ++i) {
+      k[i] = FloatToHalf(level(rng) / 32.0f);
+      v[i] = FloatToHalf(level(rng) / 32.0f);
+    }
+    view.dtype = KvDType::kF16;
+    view.num_blocks = num_blocks;
+    view.block_size = 16;
+    view.num_kv_heads = kNumKvHeads;
+    view.head_dim = kHeadDim;
+    view.k = k.data();
+    view.v = v.data();
+  }
+  size_t elems;
+  HugeBuffer k, v;
+  KvCacheView view;
+};
+
+void BM_DecodeKernels(benchmark::State& state) {
+  if (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
+  const int num_seqs = static_cast<int>(state.range(0));
+  const int context = static_cast<int>(state.range(1));
+  const int group = static_cast<int>(state.range(2));
+  const int num_heads = kNumKvHeads * group;
+  const int blocks_per_seq = (context + 15) / 16;
+  std::mt19937 rng(3);
+  BenchKv kv(num_seqs * blocks_per_seq, rng);
+  std::vector<int32_t> ids(num_seqs * blocks_per_seq);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<AttentionSeq> seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    seqs.push_back({s, 1, context, ids.data() + s * blocks_per_seq});
+  }
+  const int width = num_heads * kHeadDim;
+  std::vector<float> q(static_cast<size_t>(num_seqs) * width), out(q.size());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : q) x = normal(rng);
+  PagedAttentionArgs args;
+  args.q = q.data();
+  args.q_row_stride = width;
+  args.out = out.data();
+  args.out_row_stride = width;
+  args.num_heads = num_heads;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  args.isa = CpuIsa::kAvx2;
+  ThreadPool pool(kThreads);
+  double avx2_s = 0, avx512_s = 0;
+  for (auto _ : state) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool wide = (pass == 0) == (state.iterations() % 2 == 0);
+      args.avx512 = wide;
+      const double t0 = ProcessCpuSeconds();
+      PagedAttention(args, seqs, kv.view, &pool);
+      benchmark::DoNotOptimize(out.data());
+      (wide ? avx512_s : avx2_s) += ProcessCpuSeconds() - t0;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["avx2_us"] = avx2_s / n * 1e6;
+  state.counters["avx512_us"] = avx512_s / n * 1e6;
+  state.counters["speedup"] = avx2_s / avx512_s;
+}
+
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
 void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(state, false); }
 
@@ -197,6 +276,18 @@ void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(
 FOLIO_ATTENTION_PAIR(512);
 FOLIO_ATTENTION_PAIR(2048);
 FOLIO_ATTENTION_PAIR(8192);
+
+// {seqs, context, group}: the serving step of bench-28m (32 x GQA 2) and the 1.1B shape
+// (GQA 8), at short and long contexts.
+BENCHMARK(BM_DecodeKernels)
+    ->ArgNames({"seqs", "context", "group"})
+    ->Args({32, 256, 2})
+    ->Args({32, 1024, 2})
+    ->Args({4, 2048, 2})
+    ->Args({32, 256, 8})
+    ->Args({32, 1024, 8})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // {chunk, prefix, group}: chunks from position 0 and after a cached prefix, GQA 2 and 8.
 BENCHMARK(BM_PrefillAttention)

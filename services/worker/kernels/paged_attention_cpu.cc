@@ -398,9 +398,7 @@ FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const A
 }
 #endif
 
-// (args, seq, query, first kv head, kv head count, kv)
-using AttendFn = void (*)(const PagedAttentionArgs&, const AttentionSeq&, int32_t, int32_t,
-                          int32_t, const KvCacheView&);
+using internal::AttendFn;
 
 template <typename KvT>
 AttendFn PickBlocked(int group) {
@@ -497,7 +495,11 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   // end do not arrive last.
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  const AttendFn attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
+  AttendFn attend = nullptr;
+  if (args.isa == CpuIsa::kAvx2 && args.avx512) {
+    attend = internal::PickAttendAvx512Fn(kv.dtype, group, kv.head_dim);
+  }
+  if (attend == nullptr) attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
   const internal::AttendTileFn attend_tile =
       internal::PickAttendTileFn(args.isa, kv.dtype, kv.head_dim);
   ParallelFor(pool, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {

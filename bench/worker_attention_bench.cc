@@ -18,6 +18,9 @@
 // inputs, timed apart by process CPU time: per_query_ms, tiled_ms and
 // speedup = per_query_ms / tiled_ms.
 //
+// BM_PrefillKernels/<chunk>/<prefix>/<group>: the same inputs, the tiled kernel on AVX2
+// against the tiled kernel on AVX-512 (avx2_ms, avx512_ms, speedup).
+//
 // BM_DecodeKernels/<seqs>/<context>/<group>: one decode step of `seqs` sequences at
 // `context` tokens each (the serving shape: bench-28m at 32 clients is seqs 32, group 2),
 // 4 kv heads x head_dim 64, f16 KV in scattered 16-token blocks, 2 threads. Each
@@ -134,7 +137,13 @@ double ProcessCpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void BM_PrefillAttention(benchmark::State& state) {
+// kernels == false: the per-query kernel against the tiled kernel (the default ISA path);
+// true: the tiled kernel on AVX2 against the tiled kernel on AVX-512.
+void RunPrefill(benchmark::State& state, bool kernels) {
+  if (kernels && (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2)) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
   const int chunk = static_cast<int>(state.range(0));
   const int prefix = static_cast<int>(state.range(1));
   const int group = static_cast<int>(state.range(2));
@@ -176,24 +185,32 @@ void BM_PrefillAttention(benchmark::State& state) {
   args.num_heads = num_heads;
   args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
   ThreadPool pool(kThreads);
-  double per_query_s = 0, tiled_s = 0;
+  double a_s = 0, b_s = 0;  // per-query / tiled, or AVX2 / AVX-512 tiled
   for (auto _ : state) {
     // Alternate which kernel goes first, so neither always finds the other's cache state.
     for (int pass = 0; pass < 2; ++pass) {
-      const bool tiled = (pass == 0) == (state.iterations() % 2 == 0);
-      args.tiled_prefill = tiled;
+      const bool second = (pass == 0) == (state.iterations() % 2 == 0);
+      if (kernels) {
+        args.isa = CpuIsa::kAvx2;
+        args.avx512 = second;
+      } else {
+        args.tiled_prefill = second;
+      }
       const double t0 = ProcessCpuSeconds();
       PagedAttention(args, seqs, kv, &pool);
       benchmark::DoNotOptimize(out.data());
-      (tiled ? tiled_s : per_query_s) += ProcessCpuSeconds() - t0;
+      (second ? b_s : a_s) += ProcessCpuSeconds() - t0;
     }
   }
   const double n = static_cast<double>(state.iterations());
-  state.counters["per_query_ms"] = per_query_s / n * 1e3;
-  state.counters["tiled_ms"] = tiled_s / n * 1e3;
-  state.counters["speedup"] = per_query_s / tiled_s;
-  state.SetLabel(CpuIsaName(args.isa));
+  state.counters[kernels ? "avx2_ms" : "per_query_ms"] = a_s / n * 1e3;
+  state.counters[kernels ? "avx512_ms" : "tiled_ms"] = b_s / n * 1e3;
+  state.counters["speedup"] = a_s / b_s;
+  if (!kernels) state.SetLabel(args.avx512 ? "avx512" : CpuIsaName(args.isa));
 }
+
+void BM_PrefillAttention(benchmark::State& state) { RunPrefill(state, false); }
+void BM_PrefillKernels(benchmark::State& state) { RunPrefill(state, true); }
 
 // K and V of `num_blocks` 16-token blocks, values on a grid of 1/32 steps (exact in f16).
 struct BenchKv {
@@ -290,18 +307,22 @@ BENCHMARK(BM_DecodeKernels)
     ->Unit(benchmark::kMicrosecond);
 
 // {chunk, prefix, group}: chunks from position 0 and after a cached prefix, GQA 2 and 8.
-BENCHMARK(BM_PrefillAttention)
-    ->ArgNames({"chunk", "prefix", "group"})
-    ->Args({128, 0, 2})
-    ->Args({512, 0, 2})
-    ->Args({128, 1024, 2})
-    ->Args({512, 1536, 2})
-    ->Args({128, 0, 8})
-    ->Args({512, 0, 8})
-    ->Args({128, 1024, 8})
-    ->Args({512, 1536, 8})
-    ->MeasureProcessCPUTime()
-    ->Unit(benchmark::kMillisecond);
+#define FOLIO_PREFILL_ARGS(b)                                                           \
+  BENCHMARK(b)                                                                          \
+      ->ArgNames({"chunk", "prefix", "group"})                                          \
+      ->Args({128, 0, 2})                                                               \
+      ->Args({512, 0, 2})                                                               \
+      ->Args({128, 1024, 2})                                                            \
+      ->Args({512, 1536, 2})                                                            \
+      ->Args({128, 0, 8})                                                               \
+      ->Args({512, 0, 8})                                                               \
+      ->Args({128, 1024, 8})                                                            \
+      ->Args({512, 1536, 8})                                                            \
+      ->MeasureProcessCPUTime()                                                         \
+      ->Unit(benchmark::kMillisecond)
+FOLIO_PREFILL_ARGS(BM_PrefillAttention);
+FOLIO_PREFILL_ARGS(BM_PrefillKernels);
+
 
 }  // namespace
 }  // namespace folio::worker::kernels

@@ -500,8 +500,11 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
     attend = internal::PickAttendAvx512Fn(kv.dtype, group, kv.head_dim);
   }
   if (attend == nullptr) attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
-  const internal::AttendTileFn attend_tile =
-      internal::PickAttendTileFn(args.isa, kv.dtype, kv.head_dim);
+  internal::AttendTileFn attend_tile = nullptr;
+  if (args.isa == CpuIsa::kAvx2 && args.avx512) {
+    attend_tile = internal::PickAttendTileAvx512Fn(kv.dtype, kv.head_dim);
+  }
+  if (attend_tile == nullptr) attend_tile = internal::PickAttendTileFn(args.isa, kv.dtype, kv.head_dim);
   ParallelFor(pool, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Item& it = items[i];

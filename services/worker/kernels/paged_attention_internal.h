@@ -47,6 +47,10 @@ AttendFn PickAttendAvx512Fn(KvDType dtype, int group, int head_dim);
 // portable kernel).
 AttendTileFn PickAttendTileFn(CpuIsa isa, KvDType dtype, int head_dim);
 
+// The AVX-512 tile kernel (paged_attention_prefill_avx512.cc), or nullptr when
+// head_dim % 16 != 0 (or not x86-64). Only for a CPU with AVX-512 F/BW/VL.
+AttendTileFn PickAttendTileAvx512Fn(KvDType dtype, int head_dim);
+
 }  // namespace folio::worker::kernels::internal
 
 #endif  // FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_INTERNAL_H_

@@ -8,7 +8,9 @@
 // The body is written once (AttendBody) over a "primitives" policy: portable C++ or
 // AVX2/FMA/F16C intrinsics. The AVX2 instantiation is compiled through a function with a
 // target attribute and chosen at run time from CpuIsa, so the library still runs on any
-// x86-64 (and builds on other architectures, where only the portable path exists).
+// x86-64 (and builds on other architectures, where only the portable path exists). With
+// PagedAttentionArgs::avx512 the AVX-512 kernels (paged_attention_avx512.cc,
+// paged_attention_prefill_avx512.cc) take the shapes they have (head_dim % 16 == 0).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

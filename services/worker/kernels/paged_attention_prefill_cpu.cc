@@ -12,8 +12,9 @@
 //               acc_r = a acc_r + sum_j p_rj v_j;  m_r = m'
 //   at the end: out_r = acc_r / l_r
 //
-// The body is written once over a primitives policy (portable C++ or AVX2/FMA/F16C,
-// chosen at run time like the per-query kernel). Scratch is per thread.
+// The body (paged_attention_tile_body.h) is written once over a primitives policy:
+// portable C++ or AVX2/FMA/F16C here, AVX-512 in paged_attention_prefill_avx512.cc,
+// chosen at run time like the per-query kernel. Scratch is per thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -30,7 +30,8 @@
 // queries of one sequence) run the tiled kernel: a tile of several query positions x the
 // query heads of one kv group walks the keys once, block by block, with an online
 // softmax and the causal mask inside the chunk, so each key/value block is read (and
-// widened) once per tile rather than once per query.
+// widened) once per tile rather than once per query. Both kernels have portable, AVX2
+// and (for head_dim % 16 == 0) AVX-512 versions, picked at run time.
 //
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
 // items on the given pool, costliest first: prefill tiles (sequence, query tile, kv head),

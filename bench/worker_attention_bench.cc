@@ -119,6 +119,11 @@ PagedAttentionArgs AttentionArgs(const std::vector<float>& q, std::vector<float>
   return args;
 }
 
+// The kernels' path, for labels: the AVX-512 kernels when args take them.
+const char* PathLabel(const PagedAttentionArgs& args) {
+  return args.isa == CpuIsa::kAvx2 && args.avx512 ? "avx512" : CpuIsaName(args.isa);
+}
+
 void RunDecodeAttention(benchmark::State& state, bool paged) {
   const int context = static_cast<int>(state.range(0));
   const int block_size = paged ? 16 : context;
@@ -147,7 +152,7 @@ void RunDecodeAttention(benchmark::State& state, bool paged) {
       benchmark::Counter(kNumSeqs, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["KV_GB/s"] =
       benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(CpuIsaName(args.isa));
+  state.SetLabel(PathLabel(args));
 }
 
 double ProcessCpuSeconds() {
@@ -203,33 +208,11 @@ void RunPrefill(benchmark::State& state, bool kernels) {
   state.counters[kernels ? "avx2_ms" : "per_query_ms"] = a_s / n * 1e3;
   state.counters[kernels ? "avx512_ms" : "tiled_ms"] = b_s / n * 1e3;
   state.counters["speedup"] = a_s / b_s;
-  if (!kernels) state.SetLabel(args.avx512 ? "avx512" : CpuIsaName(args.isa));
+  if (!kernels) state.SetLabel(PathLabel(args));
 }
 
 void BM_PrefillAttention(benchmark::State& state) { RunPrefill(state, false); }
 void BM_PrefillKernels(benchmark::State& state) { RunPrefill(state, true); }
-
-// K and V of `num_blocks` 16-token blocks, values on a grid of 1/32 steps (exact in f16).
-struct BenchKv {
-  BenchKv(int num_blocks, std::mt19937& rng)
-      : elems(static_cast<size_t>(num_blocks) * 16 * kNumKvHeads * kHeadDim), k(elems), v(elems) {
-    std::uniform_int_distribution<int> level(-64, 64);
-    for (size_t i = 0; i < elems; ++i) {
-      k[i] = FloatToHalf(level(rng) / 32.0f);
-      v[i] = FloatToHalf(level(rng) / 32.0f);
-    }
-    view.dtype = KvDType::kF16;
-    view.num_blocks = num_blocks;
-    view.block_size = 16;
-    view.num_kv_heads = kNumKvHeads;
-    view.head_dim = kHeadDim;
-    view.k = k.data();
-    view.v = v.data();
-  }
-  size_t elems;
-  HugeBuffer k, v;
-  KvCacheView view;
-};
 
 void BM_DecodeKernels(benchmark::State& state) {
   if (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2) {
@@ -242,25 +225,15 @@ void BM_DecodeKernels(benchmark::State& state) {
   const int num_heads = kNumKvHeads * group;
   const int blocks_per_seq = (context + 15) / 16;
   std::mt19937 rng(3);
-  BenchKv kv(num_seqs * blocks_per_seq, rng);
-  std::vector<int32_t> ids(num_seqs * blocks_per_seq);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  KvPool pool_kv(num_seqs * blocks_per_seq, 16, /*scatter=*/true, rng);
   std::vector<AttentionSeq> seqs;
   for (int s = 0; s < num_seqs; ++s) {
-    seqs.push_back({s, 1, context, ids.data() + s * blocks_per_seq});
+    seqs.push_back({s, 1, context, pool_kv.ids.data() + s * blocks_per_seq});
   }
-  const int width = num_heads * kHeadDim;
-  std::vector<float> q(static_cast<size_t>(num_seqs) * width), out(q.size());
+  std::vector<float> q(static_cast<size_t>(num_seqs) * num_heads * kHeadDim), out(q.size());
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& x : q) x = normal(rng);
-  PagedAttentionArgs args;
-  args.q = q.data();
-  args.q_row_stride = width;
-  args.out = out.data();
-  args.out_row_stride = width;
-  args.num_heads = num_heads;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
   args.isa = CpuIsa::kAvx2;
   ThreadPool pool(kThreads);
   double avx2_s = 0, avx512_s = 0;
@@ -269,7 +242,7 @@ void BM_DecodeKernels(benchmark::State& state) {
       const bool wide = (pass == 0) == (state.iterations() % 2 == 0);
       args.avx512 = wide;
       const double t0 = ProcessCpuSeconds();
-      PagedAttention(args, seqs, kv.view, &pool);
+      PagedAttention(args, seqs, pool_kv.kv, &pool);
       benchmark::DoNotOptimize(out.data());
       (wide ? avx512_s : avx2_s) += ProcessCpuSeconds() - t0;
     }
@@ -319,7 +292,6 @@ BENCHMARK(BM_DecodeKernels)
       ->Unit(benchmark::kMillisecond)
 FOLIO_PREFILL_ARGS(BM_PrefillAttention);
 FOLIO_PREFILL_ARGS(BM_PrefillKernels);
-
 
 }  // namespace
 }  // namespace folio::worker::kernels

@@ -256,6 +256,9 @@ void Register() {
                                          .c_str(),
                                      BM_StepMatmuls)
             ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path), rows})
+            // CPU: the process's (both pool threads; the pool blocks, never spins), the
+            // figure that a loaded machine disturbs least.
+            ->MeasureProcessCPUTime()
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
       }

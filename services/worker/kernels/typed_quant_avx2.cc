@@ -11,8 +11,6 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include <utility>
-
 #define FOLIO_T_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace folio::worker::kernels::typed {
@@ -92,7 +90,7 @@ FOLIO_T_AVX2 void DotLegacy(const uint8_t* w, const Activations& x, int64_t r0, 
   const float* xs[R];
   __m256 acc[R];
   float accm[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     xq[i] = x.q8 + (r0 + i) * x.in;
     xd[i] = x.q8_d + (r0 + i) * blocks;
@@ -105,14 +103,14 @@ FOLIO_T_AVX2 void DotLegacy(const uint8_t* w, const Activations& x, int64_t r0, 
     const __m256i wq = UnpackLegacy<kKind>(blk);
     const float d = HalfAt(blk);
     const float m = L.has_min ? HalfAt(blk + 2) : 0.0f;
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const __m256i s = BlockDot<!L.has_min>(wq, Load32(xq[i] + b * kQ8Block));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xd[i][b]), acc[i]);
       if (L.has_min) accm[i] += m * xs[i][b];
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) out[i] = Hsum(acc[i]) + accm[i];
 }
 
@@ -140,7 +138,7 @@ FOLIO_T_AVX2 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, fl
   const float* xd[R];
   const int16_t* bs[R];
   __m256 acc[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     xq[i] = x.k8 + (r0 + i) * x.in;
     xd[i] = x.k8_d + (r0 + i) * blocks;
@@ -165,7 +163,7 @@ FOLIO_T_AVX2 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, fl
     }
     const float d = HalfAt(blk), dmin = HalfAt(blk + 2);
     __m256i wlo[4], whi[4];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load32(qs + 32 * c);
       wlo[c] = _mm256_and_si256(q, low4);
@@ -180,11 +178,11 @@ FOLIO_T_AVX2 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, fl
             whi[c], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
       }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const int8_t* xb = xq[i] + b * kQ8KBlock;
       __m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         const __m256i plo = _mm256_maddubs_epi16(wlo[c], Load32(xb + 64 * c));
         const __m256i phi = _mm256_maddubs_epi16(whi[c], Load32(xb + 64 * c + 32));
@@ -196,7 +194,7 @@ FOLIO_T_AVX2 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, fl
       acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * xd[i][b]), acc[i]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) out[i] = Hsum(acc[i]);
 }
 
@@ -207,7 +205,7 @@ FOLIO_T_AVX2 void DotQ6K(const uint8_t* w, const Activations& x, int64_t r0, flo
   const float* xd[R];
   const int16_t* bs[R];
   __m256 acc[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     xq[i] = x.k8 + (r0 + i) * x.in;
     xd[i] = x.k8_d + (r0 + i) * blocks;
@@ -241,7 +239,7 @@ FOLIO_T_AVX2 void DotQ6K(const uint8_t* w, const Activations& x, int64_t r0, flo
     for (int k = 0; k < 8; ++k) {
       scale[k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const int8_t* xb = xq[i] + b * kQ8KBlock;
       // The weights carry +32: take 32 * sum_g sc_g * bsum_g back out.
@@ -256,7 +254,7 @@ FOLIO_T_AVX2 void DotQ6K(const uint8_t* w, const Activations& x, int64_t r0, flo
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * xd[i][b]), acc[i]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int i = 0; i < R; ++i) out[i] = Hsum(acc[i]);
 }
 
@@ -273,22 +271,6 @@ FOLIO_T_AVX2 void DotLowBit(const uint8_t* w, const Activations& x, int64_t r0, 
   }
 }
 
-// The tiles of one weight row (tile_w 1: AVX2's 16 registers hold no more) and R = 5..8
-// token rows: dot[]'s own body at R up to 8, so each block is unpacked once for up to 8
-// token rows instead of 4, and every output gets dot[]'s operations.
-template <StoredKind kKind, int R>
-FOLIO_T_AVX2 void TileLowBit(const uint8_t* w, int64_t, const Activations& x, int64_t r0,
-                             float* out) {
-  DotLowBit<kKind, R>(w, x, r0, out);
-}
-
-constexpr int kMinTileRows = 5;
-template <StoredKind kKind, int... Rs>
-void SetTiles(DotKernel& k, std::integer_sequence<int, Rs...>) {
-  ((k.tile[Rs + kMinTileRows - 1] = TileLowBit<kKind, Rs + kMinTileRows>), ...);
-  k.tile_w = 1;
-}
-
 template <StoredKind kKind>
 DotKernel Make() {
   DotKernel k;
@@ -296,7 +278,6 @@ DotKernel Make() {
   k.dot[1] = DotLowBit<kKind, 2>;
   k.dot[2] = DotLowBit<kKind, 3>;
   k.dot[3] = DotLowBit<kKind, 4>;
-  SetTiles<kKind>(k, std::make_integer_sequence<int, kMaxTileRows - kMinTileRows + 1>{});
   const bool super = kKind == StoredKind::kQ4_K || kKind == StoredKind::kQ5_K ||
                      kKind == StoredKind::kQ6_K;
   k.needs_q8 = !super;

@@ -65,51 +65,70 @@ class HugeBuffer {
   uint16_t* data_;
 };
 
+// An f16 KV pool of `num_blocks` blocks of `block_size` tokens (kNumKvHeads x kHeadDim),
+// filled from `rng` with values on a coarse half grid, and its block ids: in order, or
+// shuffled by `rng` (`scatter`) as a paged cache scatters a sequence's blocks.
+struct KvPool {
+  KvPool(int num_blocks, int block_size, bool scatter, std::mt19937& rng)
+      : elems(static_cast<size_t>(num_blocks) * block_size * kNumKvHeads * kHeadDim),
+        k(elems),
+        v(elems),
+        ids(num_blocks) {
+    kv.dtype = KvDType::kF16;
+    kv.num_blocks = num_blocks;
+    kv.block_size = block_size;
+    kv.num_kv_heads = kNumKvHeads;
+    kv.head_dim = kHeadDim;
+    std::uniform_int_distribution<int> level(-64, 64);
+    for (size_t i = 0; i < elems; ++i) {
+      k[i] = FloatToHalf(level(rng) / 32.0f);
+      v[i] = FloatToHalf(level(rng) / 32.0f);
+    }
+    kv.k = k.data();
+    kv.v = v.data();
+    std::iota(ids.begin(), ids.end(), 0);
+    if (scatter) std::shuffle(ids.begin(), ids.end(), rng);
+  }
+  size_t elems;
+  HugeBuffer k, v;
+  std::vector<int32_t> ids;
+  KvCacheView kv;
+};
+
+// Attention over `num_heads` query heads of kHeadDim, rows of q and out packed.
+PagedAttentionArgs AttentionArgs(const std::vector<float>& q, std::vector<float>& out,
+                                 int num_heads) {
+  PagedAttentionArgs args;
+  args.q = q.data();
+  args.q_row_stride = num_heads * kHeadDim;
+  args.out = out.data();
+  args.out_row_stride = num_heads * kHeadDim;
+  args.num_heads = num_heads;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  return args;
+}
+
 void RunDecodeAttention(benchmark::State& state, bool paged) {
   const int context = static_cast<int>(state.range(0));
   const int block_size = paged ? 16 : context;
   const int blocks_per_seq = (context + block_size - 1) / block_size;
   const int num_blocks = kNumSeqs * blocks_per_seq;
 
-  KvCacheView kv;
-  kv.dtype = KvDType::kF16;
-  kv.num_blocks = num_blocks;
-  kv.block_size = block_size;
-  kv.num_kv_heads = kNumKvHeads;
-  kv.head_dim = kHeadDim;
-  const size_t elems = static_cast<size_t>(num_blocks) * kv.block_stride();
-  HugeBuffer k(elems), v(elems);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> level(-64, 64);
-  for (size_t i = 0; i < elems; ++i) {
-    k[i] = FloatToHalf(level(rng) / 32.0f);
-    v[i] = FloatToHalf(level(rng) / 32.0f);
-  }
-  kv.k = k.data();
-  kv.v = v.data();
-
-  std::vector<int32_t> ids(num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  if (paged) std::shuffle(ids.begin(), ids.end(), rng);
+  KvPool pool_kv(num_blocks, block_size, /*scatter=*/paged, rng);
   std::vector<AttentionSeq> seqs;
   for (int s = 0; s < kNumSeqs; ++s) {
-    seqs.push_back({s, 1, context, ids.data() + s * blocks_per_seq});
+    seqs.push_back({s, 1, context, pool_kv.ids.data() + s * blocks_per_seq});
   }
   const int width = kNumHeads * kHeadDim;
   std::vector<float> q(kNumSeqs * width), out(kNumSeqs * width);
   for (float& x : q) x = normal(rng);
 
-  PagedAttentionArgs args;
-  args.q = q.data();
-  args.q_row_stride = width;
-  args.out = out.data();
-  args.out_row_stride = width;
-  args.num_heads = kNumHeads;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  const PagedAttentionArgs args = AttentionArgs(q, out, kNumHeads);
   ThreadPool pool(kThreads);
   for (auto _ : state) {
-    PagedAttention(args, seqs, kv, &pool);
+    PagedAttention(args, seqs, pool_kv.kv, &pool);
     benchmark::DoNotOptimize(out.data());
   }
   const double kv_bytes = 2.0 * kNumSeqs * context * kNumKvHeads * kHeadDim * sizeof(uint16_t);
@@ -135,38 +154,16 @@ void BM_PrefillAttention(benchmark::State& state) {
   const int block_size = 16;
   const int num_blocks = (context + block_size - 1) / block_size;
 
-  KvCacheView kv;
-  kv.dtype = KvDType::kF16;
-  kv.num_blocks = num_blocks;
-  kv.block_size = block_size;
-  kv.num_kv_heads = kNumKvHeads;
-  kv.head_dim = kHeadDim;
-  const size_t elems = static_cast<size_t>(num_blocks) * kv.block_stride();
-  HugeBuffer k(elems), v(elems);
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> level(-64, 64);
-  for (size_t i = 0; i < elems; ++i) {
-    k[i] = FloatToHalf(level(rng) / 32.0f);
-    v[i] = FloatToHalf(level(rng) / 32.0f);
-  }
-  kv.k = k.data();
-  kv.v = v.data();
-  std::vector<int32_t> ids(num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  const std::vector<AttentionSeq> seqs = {{0, chunk, context, ids.data()}};
+  KvPool pool_kv(num_blocks, block_size, /*scatter=*/true, rng);
+  const KvCacheView& kv = pool_kv.kv;
+  const std::vector<AttentionSeq> seqs = {{0, chunk, context, pool_kv.ids.data()}};
   const int width = num_heads * kHeadDim;
   std::vector<float> q(static_cast<size_t>(chunk) * width), out(q.size());
   for (float& x : q) x = normal(rng);
 
-  PagedAttentionArgs args;
-  args.q = q.data();
-  args.q_row_stride = width;
-  args.out = out.data();
-  args.out_row_stride = width;
-  args.num_heads = num_heads;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
   ThreadPool pool(kThreads);
   double per_query_s = 0, tiled_s = 0;
   for (auto _ : state) {

@@ -243,6 +243,9 @@ TEST_P(TypedKernelTest, TilesEqualDot) {
     std::vector<uint16_t> xb(total_rows * in);
     std::vector<int8_t> q(total_rows * in);
     std::vector<float> qd(total_rows * in / 32 + 1), qs(total_rows * in / 32 + 1);
+    std::vector<int8_t> k8(total_rows * in);
+    std::vector<float> k8d(total_rows * in / 256 + 1);
+    std::vector<int16_t> k8s(total_rows * in / 16 + 1);
     typed::Activations acts;
     acts.in = in;
     acts.f32 = x.data();
@@ -253,7 +256,14 @@ TEST_P(TypedKernelTest, TilesEqualDot) {
         typed::QuantizeQ8_0(x.data() + r * ldx, in, q.data() + r * in, qd.data() + r * (in / 32),
                             qs.data() + r * (in / 32));
       }
+      if (kernel.needs_q8k) {
+        typed::QuantizeQ8_K(x.data() + r * ldx, in, k8.data() + r * in,
+                            k8d.data() + r * (in / 256), k8s.data() + r * (in / 16));
+      }
     }
+    acts.k8 = k8.data();
+    acts.k8_d = k8d.data();
+    acts.k8_bsums = k8s.data();
     acts.bf16 = xb.data();
     acts.q8 = q.data();
     acts.q8_d = qd.data();

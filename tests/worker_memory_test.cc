@@ -7,7 +7,8 @@
 // Widening the weights to f32 (2x the f16 file, 7x the Q4_K_M one) or keeping repacked
 // panels beside the file pages they came from would exceed it: the F16 file's
 // projections are packed into f16 panels, and packing them all before releasing any
-// file page peaked at file + panels, about 2x the file (630 MiB against a 559 MiB bound).
+// file page peaked at file + panels, about 2x the file (VmHWM 628 MiB against a 559 MiB
+// bound; 396 MiB when each matrix's pages go as soon as it is packed).
 //
 // A Hugging Face checkpoint folder of the same shape in BF16 (three safetensors shards)
 // is held to the same bound, the file being the shards together.

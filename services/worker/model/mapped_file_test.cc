@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -43,18 +42,23 @@ bool Cached(const void* p) {
   return (v & 1) != 0;
 }
 
-// A file of `pages` pages, byte i = i * 7 mod 251, written and synced (clean pages).
+// A file of `pages` pages, byte i = i * 7 mod 251, written one page per write() and
+// synced: clean pages, each its own page-cache folio (one large write can make large
+// folios, which the kernel drops from the cache only when a released range covers the
+// whole folio; the resident-set part of ReleasePages is per page either way).
 std::string WriteTestFile(const std::string& dir, size_t pages) {
-  std::vector<uint8_t> bytes(pages * PageSize());
+  const size_t page = PageSize();
+  std::vector<uint8_t> bytes(pages * page);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 % 251);
   const std::string path = dir + "/pages.bin";
-  FILE* f = std::fopen(path.c_str(), "wb");
-  EXPECT_NE(f, nullptr);
-  if (f == nullptr) return path;
-  EXPECT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-  std::fflush(f);
-  ::fsync(::fileno(f));
-  std::fclose(f);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EXPECT_GE(fd, 0) << path;
+  if (fd < 0) return path;
+  for (size_t p = 0; p < pages; ++p) {
+    EXPECT_EQ(::write(fd, bytes.data() + p * page, page), static_cast<ssize_t>(page));
+  }
+  EXPECT_EQ(::fsync(fd), 0);
+  ::close(fd);
   return path;
 }
 

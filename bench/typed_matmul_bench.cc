@@ -118,18 +118,25 @@ void BM_StepMatmuls(benchmark::State& state) {
     state.SkipWithError((std::string("this CPU lacks ") + missing).c_str());
     return;
   }
+  const int64_t rows = state.range(2);
   const Step& s = StepOf(kind);
-  std::vector<float> x(s.widest, 0.5f), y(s.widest);
+  std::vector<float> x(rows * s.widest, 0.5f), y(rows * s.widest);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+  int64_t weights = 0;
+  for (const k::TypedMatrix& m : s.matrices) weights += m.in() * m.out();
   for (auto _ : state) {
     for (const k::TypedMatrix& m : s.matrices) {
-      k::TypedLinearOnPath(x.data(), m.in(), 1, m, 0.0f, y.data(), m.out(), &Pool(), path);
+      k::TypedLinearOnPath(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), &Pool(), path);
     }
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(state.iterations() * s.bytes);
+  // Multiply-adds of the step as GFLOP/s (2 per weight per token row).
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(weights * rows) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(k::StoredKindName(kind)) + " " + k::SimdPathName(path) + ", " +
-                 std::to_string(s.bytes >> 20) + " MiB of weights");
+                 std::to_string(rows) + " token rows, " + std::to_string(s.bytes >> 20) +
+                 " MiB of weights");
 }
 
 // The same step on f32 panels, as the runner holds an f32 model (PackedLinear).
@@ -241,11 +248,17 @@ void Register() {
         k::StoredKind::kQ5_K, k::StoredKind::kQ6_K}) {
     const std::string name = k::StoredKindName(kind);
     for (k::SimdPath path : k::TypedPathsOf(kind)) {
-      benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path)).c_str(),
-                                   BM_StepMatmuls)
-          ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path)})
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
+      // rows:1 is a decode step of one sequence; 8 / 32 a batch of sequences; 128 a
+      // prefill chunk.
+      for (int64_t rows : {1, 8, 32, 128}) {
+        benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path) +
+                                      "/rows:" + std::to_string(rows))
+                                         .c_str(),
+                                     BM_StepMatmuls)
+            ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path), rows})
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
     benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy)
         ->Args({static_cast<int64_t>(kind)})

@@ -3,7 +3,8 @@
 //
 // A DotKernel computes, for one weight row stored as its type (f16, bf16, q8_0, and the
 // 4/5/6-bit block types of typed_quant_*.cc) and R
-// = 1..4 consecutive activation rows, the R dot products. Every R gives each output the
+// = 1..4 consecutive activation rows, the R dot products; a kernel may also have register
+// tiles (TileFn: several weight rows against up to 8 activation rows at once). Every R gives each output the
 // same operations in the same order (the R rows share only the weight loads), so results
 // do not depend on how many token rows a step has. The portable kernels are the
 // reference; the vector kernels (typed_dot_avx2.cc, typed_dot_avx512.cc) carry target
@@ -50,8 +51,22 @@ struct Activations {
 // out[i] = dot(weight row w, activation row r0 + i) for i < R.
 using DotFn = void (*)(const uint8_t* w, const Activations& x, int64_t r0, float* out);
 
+// A register tile, optional: for W = DotKernel::tile_w consecutive weight rows (row j at
+// w + j * stride) and R consecutive activation rows, out[j * kMaxTileRows + i] =
+// dot(weight row j, activation row r0 + i), j < W, i < R. It must give every output
+// exactly (bit for bit) what dot[] gives it: the tile only shares loads, never reorders
+// an output's sum (typed_kernels_test checks this).
+constexpr int kMaxTileRows = 8;
+using TileFn = void (*)(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
+                        float* out);
+
 struct DotKernel {
   DotFn dot[kMaxDotRows] = {nullptr, nullptr, nullptr, nullptr};  // dot[R - 1]
+  // tile[R - 1] for R = 1..kMaxTileRows, each may be null (then dot[] runs those rows);
+  // tile_w weight rows each (1..16, dividing 16); 0: no tiles.
+  TileFn tile[kMaxTileRows] = {nullptr, nullptr, nullptr, nullptr,
+                               nullptr, nullptr, nullptr, nullptr};
+  int tile_w = 0;
   bool needs_bf16 = false;  // reads x.bf16
   bool needs_q8 = false;    // reads x.q8 / x.q8_d / x.q8_s
   bool needs_q8k = false;   // reads x.k8 / x.k8_d / x.k8_bsums

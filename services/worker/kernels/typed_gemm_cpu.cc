@@ -28,19 +28,48 @@ float Dot(const float* a, const float* b, int64_t n) {
 
 inline void Store(float d, float beta, float* y) { *y = beta == 0.0f ? d : d + beta * *y; }
 
-// Rows [0, n) of a segment (starting at w) through `kernel`, into y's columns [0, n).
+// Weight rows [j0, j0 + jn) against token rows [r0, r0 + nr) by dot[] (nr <= kMaxDotRows
+// at a time).
+void RunDots(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, int64_t j0,
+             int64_t jn, const typed::Activations& x, int64_t r0, int64_t nr, float beta,
+             float* y, int64_t ldy) {
+  float d[typed::kMaxDotRows];
+  for (int64_t q0 = r0; q0 < r0 + nr; q0 += typed::kMaxDotRows) {
+    const int64_t qn = std::min<int64_t>(typed::kMaxDotRows, r0 + nr - q0);
+    const typed::DotFn dot = kernel.dot[qn - 1];
+    for (int64_t j = j0; j < j0 + jn; ++j) {
+      dot(w + j * stride, x, q0, d);
+      for (int64_t i = 0; i < qn; ++i) Store(d[i], beta, y + (q0 + i) * ldy + j);
+    }
+  }
+}
+
+// Rows [0, n) of a segment (starting at w) through `kernel`, into y's columns [0, n): a
+// chunk of weight rows at a time (kept in L2) against every group of token rows, by the
+// kernel's tiles where it has them (whole tiles of tile_w rows) and dot[] otherwise.
 void RunKernel(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, int64_t n,
                const typed::Activations& x, int64_t rows, float beta, float* y, int64_t ldy) {
-  float d[typed::kMaxDotRows];
+  const int64_t tw = kernel.tile_w;
+  DCHECK(tw == 0 || (tw <= 16 && kKernelRowsPerChunk % tw == 0)) << tw;
+  const int64_t group = tw > 0 ? typed::kMaxTileRows : typed::kMaxDotRows;
+  float d[16 * typed::kMaxTileRows];
   for (int64_t j0 = 0; j0 < n; j0 += kKernelRowsPerChunk) {
     const int64_t jn = std::min(kKernelRowsPerChunk, n - j0);
-    for (int64_t r0 = 0; r0 < rows; r0 += typed::kMaxDotRows) {
-      const int64_t nr = std::min<int64_t>(typed::kMaxDotRows, rows - r0);
-      const typed::DotFn dot = kernel.dot[nr - 1];
-      for (int64_t j = j0; j < j0 + jn; ++j) {
-        dot(w + j * stride, x, r0, d);
-        for (int64_t i = 0; i < nr; ++i) Store(d[i], beta, y + (r0 + i) * ldy + j);
+    for (int64_t r0 = 0; r0 < rows; r0 += group) {
+      const int64_t nr = std::min<int64_t>(group, rows - r0);
+      const typed::TileFn tile = tw > 0 ? kernel.tile[nr - 1] : nullptr;
+      int64_t j = j0;
+      if (tile != nullptr) {
+        for (; j + tw <= j0 + jn; j += tw) {
+          tile(w + j * stride, stride, x, r0, d);
+          for (int64_t jj = 0; jj < tw; ++jj) {
+            for (int64_t i = 0; i < nr; ++i) {
+              Store(d[jj * typed::kMaxTileRows + i], beta, y + (r0 + i) * ldy + j + jj);
+            }
+          }
+        }
       }
+      if (j < j0 + jn) RunDots(kernel, w, stride, j, j0 + jn - j, x, r0, nr, beta, y, ldy);
     }
   }
 }

@@ -196,11 +196,13 @@ TEST_P(TypedKernelTest, MatchesPortable) {
 }
 
 // One token row at a time gives exactly what a batch gives (each output is one ordered
-// sum whatever R), and a pool changes nothing.
+// sum whatever R, through dot[] or a kernel's register tiles: 19 rows are two whole groups
+// of kMaxTileRows and a ragged one, 37 outputs whole tiles and a remainder), and a pool
+// changes nothing.
 TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
   const auto [kind, path] = GetParam();
   ThreadPool pool(3);
-  const int64_t out = 37, rows = 7;
+  const int64_t out = 37, rows = 19;
   const int64_t in = IsKQuant(kind) ? 768 : BlockOf(kind) == 32 ? 352 : 345;
   StoredMatrix m(kind, out, in, 0, 11);
   const std::vector<float> x = RandomNormal(rows * in, 12);

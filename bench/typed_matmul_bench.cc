@@ -119,6 +119,7 @@ void BM_StepMatmuls(benchmark::State& state) {
     return;
   }
   const int64_t rows = state.range(2);
+  const bool tiles = state.range(3) != 0;
   const Step& s = StepOf(kind);
   std::vector<float> x(rows * s.widest, 0.5f), y(rows * s.widest);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
@@ -126,7 +127,8 @@ void BM_StepMatmuls(benchmark::State& state) {
   for (const k::TypedMatrix& m : s.matrices) weights += m.in() * m.out();
   for (auto _ : state) {
     for (const k::TypedMatrix& m : s.matrices) {
-      k::TypedLinearOnPath(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), &Pool(), path);
+      k::TypedLinearOnPath(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), &Pool(), path,
+                           tiles);
     }
     benchmark::DoNotOptimize(y.data());
   }
@@ -135,7 +137,8 @@ void BM_StepMatmuls(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(weights * rows) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(k::StoredKindName(kind)) + " " + k::SimdPathName(path) + ", " +
-                 std::to_string(rows) + " token rows, " + std::to_string(s.bytes >> 20) +
+                 std::to_string(rows) + " token rows" + (tiles ? "" : " (dot[] only)") + ", " +
+                 std::to_string(s.bytes >> 20) +
                  " MiB of weights");
 }
 
@@ -250,14 +253,22 @@ void Register() {
     for (k::SimdPath path : k::TypedPathsOf(kind)) {
       // rows:1 is a decode step of one sequence; 8 / 32 a batch of sequences; 128 a
       // prefill chunk.
+      // The paths with register tiles (bf16 avx512_bf16, q8_0 avx512_vnni): their "/dot"
+      // twins run dot[] alone (the kernels before the tiles), for a same-run ratio.
+      const bool tiled = (kind == k::StoredKind::kBF16 && path == k::SimdPath::kAvx512Bf16) ||
+                         (kind == k::StoredKind::kQ8_0 && path == k::SimdPath::kAvx512Vnni);
       for (int64_t rows : {1, 8, 32, 128}) {
-        benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path) +
-                                      "/rows:" + std::to_string(rows))
-                                         .c_str(),
-                                     BM_StepMatmuls)
-            ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path), rows})
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        for (int64_t tiles : {1, 0}) {
+          if (tiles == 0 && !tiled) continue;
+          benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path) +
+                                        "/rows:" + std::to_string(rows) + (tiles ? "" : "/dot"))
+                                           .c_str(),
+                                       BM_StepMatmuls)
+              ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path), rows, tiles})
+              ->UseRealTime()
+              ->MeasureProcessCPUTime()
+              ->Unit(benchmark::kMillisecond);
+        }
       }
     }
     benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy)

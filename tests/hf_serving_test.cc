@@ -10,12 +10,9 @@
 //     generation: the folder is rewritten so that the token greedy decoding produces third
 //     is such an id, and the served reply ends there with finish_reason "stop";
 //   - a Mistral folder with a SentencePiece-style tokenizer.json serves chat (below).
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "folio/v1/folio.grpc.pb.h"
@@ -29,6 +26,7 @@
 #include "services/worker/model/random_hf_model.h"
 #include "tests/cluster.h"
 #include "tests/reference/llama_ref.h"
+#include "tests/served_model_test_env.h"
 
 namespace folio::testing {
 namespace {
@@ -41,12 +39,15 @@ constexpr char kTemplate[] =
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
 // The rendering, less its leading <|begin_of_text|>: a completion prompt gets BOS from the
 // tokenizer (add_bos), a chat prompt that starts with BOS does not get a second one.
+constexpr char kUser[] = "Tell me about the cat";
 constexpr char kRendered[] = "user: Tell me about the cat<|eot_id|>assistant:";
 
-json PostChat(int port, int max_tokens) {
+// POST /v1/chat/completions of one user message, greedy; the parsed body with the HTTP
+// status in "http_status".
+json PostChat(int port, const std::string& user, int max_tokens) {
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(120, 0);
-  const json body = {{"messages", {{{"role", "user"}, {"content", "Tell me about the cat"}}}},
+  const json body = {{"messages", {{{"role", "user"}, {"content", user}}}},
                      {"max_tokens", max_tokens},
                      {"temperature", 0}};
   httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
@@ -63,28 +64,29 @@ struct Completion {
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
 };
 
-Completion GrpcComplete(Cluster& cluster, int max_tokens) {
+class HfServingTest : public ServedModelTest {
+ protected:
+  // A greedy gRPC completion of `prompt`.
+  static Completion GrpcComplete(Cluster& cluster, const std::string& prompt, int max_tokens);
+};
+
+Completion HfServingTest::GrpcComplete(Cluster& cluster, const std::string& prompt,
+                                       int max_tokens) {
   v1::GenerateRequest req;
-  req.set_prompt(kRendered);
+  req.set_prompt(prompt);
   req.mutable_sampling()->set_max_tokens(max_tokens);
   req.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   v1::CompleteResponse resp;
   Completion c;
-  c.status = cluster.frontend().Complete(&ctx, req, &resp);
+  c.status = Complete(cluster, req, &resp);
   c.text = resp.text();
   for (const v1::TokenInfo& t : resp.tokens()) c.ids.push_back(t.token_id());
   c.finish = resp.finish_reason();
   return c;
 }
 
-TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
-                           absl::StrCat("folio-hf-serving-", ::getpid()))
-                              .string();
-  std::filesystem::remove_all(dir);
+TEST_F(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
+  const std::string& dir = dir_;
   worker::RandomHfOptions o;
   o.dim = 128;
   o.hidden_dim = 256;
@@ -101,26 +103,22 @@ TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
   o.eos_token_ids = {end_of_text, eot};
   ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
 
-  ClusterOptions options;
-  options.model = dir;
-  options.worker_args = {"--kv_cache_bytes=16MiB", "--num_threads=1"};
   std::vector<int32_t> greedy;
   {
-    auto cluster = Cluster::Start(options);
+    auto cluster = Serve(dir);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    grpc::ClientContext ctx;
-    v1::ModelInfo info;
-    ASSERT_TRUE((*cluster)->frontend().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
-    EXPECT_EQ(info.architecture(), "llama");
-    EXPECT_EQ(info.stored_type(), "BF16");
-    EXPECT_EQ(info.tokenizer_kind(), "byte_level_bpe");
-    EXPECT_EQ(info.eos_id(), end_of_text);
-    EXPECT_EQ(std::vector<int32_t>(info.eog_ids().begin(), info.eog_ids().end()),
+    absl::StatusOr<v1::ModelInfo> info = ModelInfo(**cluster);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->architecture(), "llama");
+    EXPECT_EQ(info->stored_type(), "BF16");
+    EXPECT_EQ(info->tokenizer_kind(), "byte_level_bpe");
+    EXPECT_EQ(info->eos_id(), end_of_text);
+    EXPECT_EQ(std::vector<int32_t>(info->eog_ids().begin(), info->eog_ids().end()),
               (std::vector<int32_t>{end_of_text, eot}));
 
-    const Completion g = GrpcComplete(**cluster, 8);
+    const Completion g = GrpcComplete(**cluster, kRendered, 8);
     ASSERT_TRUE(g.status.ok()) << g.status.error_message();
-    const json chat = PostChat((*cluster)->frontend_process().http_port(), 8);
+    const json chat = PostChat((*cluster)->frontend_process().http_port(), kUser, 8);
     ASSERT_EQ(chat["http_status"], 200) << chat.dump();
     EXPECT_EQ(chat["choices"][0]["message"]["content"], g.text) << "the folder's template";
     greedy = g.ids;
@@ -138,18 +136,17 @@ TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
   o.eos_token_ids = {eot, greedy[stop_at]};  // eos_token stays <|end_of_text|>
   ASSERT_TRUE(worker::WriteRandomHfCheckpoint(o, dir).ok());
   {
-    auto cluster = Cluster::Start(options);
+    auto cluster = Serve(dir);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    const Completion g = GrpcComplete(**cluster, 8);
+    const Completion g = GrpcComplete(**cluster, kRendered, 8);
     ASSERT_TRUE(g.status.ok()) << g.status.error_message();
     EXPECT_EQ(g.finish, v1::FINISH_REASON_STOP);
     EXPECT_EQ(g.ids, std::vector<int32_t>(greedy.begin(), greedy.begin() + stop_at + 1));
-    const json chat = PostChat((*cluster)->frontend_process().http_port(), 8);
+    const json chat = PostChat((*cluster)->frontend_process().http_port(), kUser, 8);
     ASSERT_EQ(chat["http_status"], 200) << chat.dump();
     EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
     EXPECT_EQ(chat["choices"][0]["message"]["content"], g.text);
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A MistralForCausalLM folder (GQA 4:1) with a SentencePiece-style tokenizer.json, served:
@@ -159,12 +156,8 @@ TEST(HfServingTest, ChatUsesTheFolderTemplateAndEveryGenerationConfigIdStops) {
 // (Mistral's [INST] template) has as many tokens as the worker's own tokenizer gives the
 // rendered text, the reply equals a gRPC completion of that text, and decoding the
 // reply's ids locally gives the served text.
-TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir = (std::filesystem::path(base != nullptr ? base : "/tmp") /
-                           absl::StrCat("folio-hf-serving-spm-", ::getpid()))
-                              .string();
-  std::filesystem::remove_all(dir);
+TEST_F(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
+  const std::string& dir = dir_;
   worker::RandomHfOptions o;
   o.hf_class = "MistralForCausalLM";
   o.dim = 128;
@@ -191,51 +184,31 @@ TEST(HfServingTest, MistralFolderWithSentencePieceTokenizerServesChat) {
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(*vocab);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
 
-  ClusterOptions options;
-  options.model = dir;
-  options.worker_args = {"--kv_cache_bytes=16MiB", "--num_threads=1"};
-  auto cluster = Cluster::Start(options);
+  auto cluster = Serve(dir);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  grpc::ClientContext ctx;
-  v1::ModelInfo info;
-  ASSERT_TRUE((*cluster)->frontend().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
-  EXPECT_EQ(info.architecture(), "llama");
-  EXPECT_EQ(info.tokenizer_kind(), "sentencepiece");
-  EXPECT_EQ(info.bos_id(), 1);
-  EXPECT_EQ(info.eos_id(), 2);
+  absl::StatusOr<v1::ModelInfo> info = ModelInfo(**cluster);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->architecture(), "llama");
+  EXPECT_EQ(info->tokenizer_kind(), "sentencepiece");
+  EXPECT_EQ(info->bos_id(), 1);
+  EXPECT_EQ(info->eos_id(), 2);
 
   // The user text has leading and double spaces and characters outside the vocabulary.
   const std::string user = " Tell me  about the cat \xC3\xA9t\xC3\xA9 \xE9\xBE\x98";
   const std::string rendered = "[INST] " + user + " [/INST]";
   absl::StatusOr<std::vector<int32_t>> prompt = tokenizer->Encode(rendered, AddBos::kVocabDefault);
   ASSERT_TRUE(prompt.ok()) << prompt.status();
-  v1::GenerateRequest req;
-  req.set_prompt(rendered);
-  req.mutable_sampling()->set_max_tokens(8);
-  req.mutable_sampling()->set_temperature(0);
-  grpc::ClientContext gctx;
-  gctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  v1::CompleteResponse resp;
-  ASSERT_TRUE((*cluster)->frontend().Complete(&gctx, req, &resp).ok());
-  std::vector<int32_t> ids;
-  for (const v1::TokenInfo& t : resp.tokens()) ids.push_back(t.token_id());
-  ASSERT_FALSE(ids.empty());
-  absl::StatusOr<std::string> decoded = tokenizer->Decode(ids);
+  const Completion g = GrpcComplete(**cluster, rendered, 8);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  ASSERT_FALSE(g.ids.empty());
+  absl::StatusOr<std::string> decoded = tokenizer->Decode(g.ids);
   ASSERT_TRUE(decoded.ok());
-  EXPECT_EQ(resp.text(), *decoded);
+  EXPECT_EQ(g.text, *decoded);
 
-  httplib::Client client("127.0.0.1", (*cluster)->frontend_process().http_port());
-  client.set_read_timeout(120, 0);
-  const json body = {{"messages", {{{"role", "user"}, {"content", user}}}},
-                     {"max_tokens", 8},
-                     {"temperature", 0}};
-  httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  const json chat = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  const json chat = PostChat((*cluster)->frontend_process().http_port(), user, 8);
+  ASSERT_EQ(chat["http_status"], 200) << chat.dump();
   EXPECT_EQ(chat["usage"]["prompt_tokens"], prompt->size()) << "the rendered prompt's tokens";
-  EXPECT_EQ(chat["choices"][0]["message"]["content"], resp.text()) << "the folder's template";
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], g.text) << "the folder's template";
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "services/worker/model/random_model.h"
 #include "tests/cluster.h"
+#include "tests/openai_tools.h"
 #include "tests/reference/llama_ref.h"
 
 namespace folio::testing {
@@ -46,15 +47,6 @@ std::string ReadFile(const std::string& path) {
 
 std::string TemplatePath() {
   return reference::LlamaCppSourceDir() + "/models/templates/" + kTemplate;
-}
-
-const ordered_json& Tools() {
-  static const auto* tools = new ordered_json(ordered_json::parse(R"([
-    {"type": "function", "function": {"name": "get_weather",
-      "description": "The weather in a city",
-      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                     "required": ["city"]}}}])"));
-  return *tools;
 }
 
 // Conversations as a client sends them (tool-call arguments as JSON text).
@@ -85,7 +77,7 @@ std::map<std::string, std::string> Jinja2(const ordered_json& conversations, con
       }
     }
     ordered_json context = {{"messages", messages}, {"add_generation_prompt", true}};
-    if (c.value("tools", false)) context["tools"] = Tools();
+    if (c.value("tools", false)) context["tools"] = WeatherTools();
     fixtures.push_back({{"name", c["name"]}, {"context", context}});
   }
   const std::string path =
@@ -236,7 +228,7 @@ TEST(Llama3ChatPromptTest, ServedChatPromptIsLlamaCppsTokensOfJinja2sRendering) 
                               {"temperature", 0}, {"ignore_eos", true}, {"logprobs", true},
                               {"top_logprobs", 5}};
     if (c.value("tools", false)) {
-      chat_body["tools"] = Tools();
+      chat_body["tools"] = WeatherTools();
       chat_body["tool_choice"] = "none";  // the random model's text is not parsed
     }
     const ordered_json chat = Post(port, "/v1/chat/completions", chat_body);

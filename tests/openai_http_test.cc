@@ -21,6 +21,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tests/cluster.h"
+#include "tests/openai_client.h"
 
 namespace folio {
 namespace {
@@ -367,43 +368,15 @@ TEST_F(OpenAiHttpTest, ApiKeysGuardHttpAndGrpc) {
             grpc::StatusCode::UNAUTHENTICATED);
 }
 
-// The official openai npm client, installed into the build folder on first use.
-// tests/openai/check.mjs with the openai npm client installed beside it (in the build
-// folder, on first use): true, or false with *skip saying why not (no node/npm, no registry).
+// The official openai npm client (tests/openai/check.mjs), installed into the build folder
+// on first use: true, or false with *skip saying why not (no node/npm, no registry).
 bool InstallOpenAiClient(std::string* skip) {
-  if (testing::RunCommand("command -v node && command -v npm").exit_code != 0) {
-    *skip = "node and npm are needed for the openai client check";
-    return false;
-  }
-  const std::string dir = FOLIO_OPENAI_NODE_DIR;
-  const std::string src = FOLIO_OPENAI_CHECK_DIR;
-  // ctest runs this file's tests in parallel and they share `dir`: copy and install under
-  // an exclusive lock, never rewrite a file another test's node may be reading (cmp), and
-  // count the package as there only once npm has finished (.installed).
-  testing::CommandResult copy = testing::RunCommand(absl::StrCat(
-      "mkdir -p ", dir, " && flock ", dir, "/.install.lock sh -c 'for f in package.json "
-      "package-lock.json check.mjs; do cmp -s ", src, "/$f ", dir, "/$f || cp ", src, "/$f ",
-      dir, "/$f || exit 1; done'"));
-  EXPECT_EQ(copy.exit_code, 0) << copy.output;
-  testing::CommandResult install = testing::RunCommand(absl::StrCat(
-      "flock ", dir, "/.install.lock sh -c 'test -f ", dir, "/.installed || (cd ", dir,
-      " && npm ci --no-audit --no-fund --loglevel=error && touch .installed)'"));
-  if (install.exit_code != 0) {
-    *skip = "npm could not install the openai package (is the registry reachable?): " +
-            install.output;
-    return false;
-  }
-  return copy.exit_code == 0;
+  return testing::InstallOpenAiClient(FOLIO_OPENAI_NODE_DIR, FOLIO_OPENAI_CHECK_DIR, skip);
 }
 
 // Runs check.mjs on `spec` (its JSON format is in check.mjs).
 testing::CommandResult RunOpenAiClient(const json& spec, const std::string& name) {
-  const std::string spec_path = absl::StrCat(::testing::TempDir(), "/", name, "_", getpid(), ".json");
-  std::ofstream(spec_path) << spec.dump();
-  testing::CommandResult run = testing::RunCommand(
-      absl::StrCat("node ", FOLIO_OPENAI_NODE_DIR, "/check.mjs ", spec_path));
-  std::remove(spec_path.c_str());
-  return run;
+  return testing::RunOpenAiClient(FOLIO_OPENAI_NODE_DIR, spec.dump(), name);
 }
 
 TEST_F(OpenAiHttpTest, OfficialOpenAiClientGetsTheGrpcText) {

@@ -4,14 +4,10 @@
 // whole local cluster (tests/cluster.h). The completion must be the same greedy tokens
 // as Folio's CPU runner gives in-process on the same file, and GetModelInfo must report
 // the stored type llama.cpp wrote (general.file_type 15: Q4_K_M).
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-#include "absl/strings/str_cat.h"
 #include "folio/v1/folio.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "services/worker/engine/cpu_model_runner.h"
@@ -20,6 +16,7 @@
 #include "services/worker/model/random_model.h"
 #include "tests/cluster.h"
 #include "tests/reference/llama_ref.h"
+#include "tests/served_model_test_env.h"
 
 namespace folio::testing {
 namespace {
@@ -28,19 +25,7 @@ namespace v1 = folio::v1;
 
 constexpr int kSteps = 12;
 
-class QuantizedServingTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const char* base = std::getenv("TEST_TMPDIR");
-    dir_ = (std::filesystem::path(base != nullptr ? base : "/tmp") /
-            absl::StrCat("folio-quantized-serving-", ::getpid()))
-               .string();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
-};
+class QuantizedServingTest : public ServedModelTest {};
 
 TEST_F(QuantizedServingTest, LlamaCppQ4KMServesTheRunnersGreedyTokens) {
   FOLIO_SKIP_WITHOUT_REFERENCE();
@@ -80,29 +65,21 @@ TEST_F(QuantizedServingTest, LlamaCppQ4KMServesTheRunnersGreedyTokens) {
   EXPECT_GE(std::set<int32_t>(want.begin(), want.end()).size(), 4u) << ::testing::PrintToString(want);
 
   // Served.
-  ClusterOptions options;
-  options.model = q4;
-  options.worker_args = {"--kv_cache_bytes=16MiB", "--num_threads=1"};
-  auto cluster = Cluster::Start(options);
+  auto cluster = Serve(q4);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  {
-    grpc::ClientContext ctx;
-    v1::ModelInfo info;
-    ASSERT_TRUE((*cluster)->frontend().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
-    EXPECT_EQ(info.name(), "q4km-llama3");
-    EXPECT_EQ(info.architecture(), "llama");
-    EXPECT_EQ(info.stored_type(), "Q4_K_M");
-    EXPECT_EQ(info.dim(), 256);
-  }
+  absl::StatusOr<v1::ModelInfo> info = ModelInfo(**cluster);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->name(), "q4km-llama3");
+  EXPECT_EQ(info->architecture(), "llama");
+  EXPECT_EQ(info->stored_type(), "Q4_K_M");
+  EXPECT_EQ(info->dim(), 256);
   v1::GenerateRequest req;
   req.add_prompt_token_ids(bos);
   req.mutable_sampling()->set_max_tokens(kSteps);
   req.mutable_sampling()->set_temperature(0);
   req.mutable_sampling()->set_ignore_eos(true);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   v1::CompleteResponse resp;
-  grpc::Status s = (*cluster)->frontend().Complete(&ctx, req, &resp);
+  grpc::Status s = Complete(**cluster, req, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.finish_reason(), v1::FINISH_REASON_LENGTH);
   std::vector<int32_t> got = {bos};

@@ -1,9 +1,10 @@
 // ToolCallParser on outputs in each format, whole and streamed: every output is also fed
 // cut at every byte (two pieces) and one byte at a time, and must give the same content
 // and calls; the deltas must follow OpenAI's streaming shape (a call's id and name on its
-// first delta only, indexes in order).
+// first delta only, indexes in order). The outputs are a table (ParseCase), one test each.
 #include "services/frontend/http/tool_call_parser.h"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,6 @@
 
 namespace folio::frontend {
 namespace {
-
-using ::testing::ElementsAre;
 
 struct Call {
   std::string id, name, arguments;
@@ -80,82 +79,155 @@ Parsed RunEveryWay(ToolCallFormat format, const std::string& text, int max_calls
   return whole;
 }
 
-void ExpectArgumentsAreJson(const std::vector<Call>& calls) {
-  for (const Call& c : calls) {
-    EXPECT_TRUE(nlohmann::json::accept(c.arguments)) << c;
+// One output in one format: what the parser must make of it, whole, cut in two at every
+// byte and byte by byte (RunEveryWay).
+struct ParseCase {
+  const char* name;  // the test's name
+  ToolCallFormat format;
+  std::string output;
+  std::string content;      // the content it leaves
+  std::vector<Call> calls;  // the calls it finds (ids aside)
+  int max_calls = 1 << 30;  // parallel_tool_calls: false gives 1
+};
+
+std::ostream& operator<<(std::ostream& os, const ParseCase& c) { return os << c.name; }
+
+class ToolCallParserCaseTest : public ::testing::TestWithParam<ParseCase> {};
+
+TEST_P(ToolCallParserCaseTest, WholeCutAndByteByByte) {
+  const ParseCase& c = GetParam();
+  const Parsed p = RunEveryWay(c.format, c.output, c.max_calls);
+  EXPECT_EQ(p.content, c.content);
+  EXPECT_EQ(p.calls, c.calls);
+  // A call that closed has arguments that are JSON (one cut short need not).
+  for (size_t i = 0; i < p.calls.size() && i < c.calls.size(); ++i) {
+    if (nlohmann::json::accept(c.calls[i].arguments)) {
+      EXPECT_TRUE(nlohmann::json::accept(p.calls[i].arguments)) << p.calls[i];
+    }
   }
 }
+
+// Text that is not a call in `format`: content byte for byte, no calls.
+ParseCase NotACall(const char* name, ToolCallFormat format, const std::string& output) {
+  return {name, format, output, output, {}};
+}
+
+constexpr ToolCallFormat kHermes = ToolCallFormat::kHermes;
+constexpr ToolCallFormat kLlama3 = ToolCallFormat::kLlama3Json;
+constexpr ToolCallFormat kMistral = ToolCallFormat::kMistral;
+
+constexpr char kQwenCallAfterContent[] =
+    "Let me check the weather.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+    "{\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
+constexpr char kQwenParallelCalls[] =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+    "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": "
+    "\"Europe/Paris\"}}\n</tool_call>\n";
 
 // --- Hermes 2 Pro / Qwen2.5 / Qwen3 ---
+INSTANTIATE_TEST_SUITE_P(
+    Hermes, ToolCallParserCaseTest,
+    ::testing::Values(
+        ParseCase{"QwenCallAfterContent", kHermes, kQwenCallAfterContent,
+                  "Let me check the weather.",
+                  {{"", "get_weather", "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}},
+        // Parallel calls drop the whitespace between them.
+        ParseCase{"QwenParallelCalls", kHermes, kQwenParallelCalls, "",
+                  {{"", "get_weather", "{\"city\": \"Paris\"}"},
+                   {"", "get_time", "{\"tz\": \"Europe/Paris\"}"}}},
+        ParseCase{"QwenParallelCallsMaxOneKeepsTheFirst", kHermes, kQwenParallelCalls, "",
+                  {{"", "get_weather", "{\"city\": \"Paris\"}"}}, /*max_calls=*/1},
+        // Hermes 2 Pro's template asks for {"arguments": ..., "name": ...}.
+        ParseCase{"HermesArgumentsBeforeNameAndNestedValues", kHermes,
+                  "<tool_call>\n{\"arguments\": {\"query\": \"a \\\"quoted\\\" {brace}\", "
+                  "\"filters\": [1, 2.5e3, {\"x\": null}], \"deep\": true}, \"name\": "
+                  "\"search\"}\n</tool_call>",
+                  "",
+                  {{"", "search",
+                    "{\"query\": \"a \\\"quoted\\\" {brace}\", \"filters\": [1, 2.5e3, {\"x\": "
+                    "null}], \"deep\": true}"}}},
+        NotACall("NotACallTagInProse", kHermes, "I would use <tool_call> tags, but not now.\n"),
+        NotACall("NotACallNotJson", kHermes, "<tool_call>\nnot json at all\n</tool_call> done"),
+        NotACall("NotACallNoName", kHermes,
+                 "<tool_call>\n{\"arguments\": {\"a\": 1}}\n</tool_call>"),
+        NotACall("NotACallNameNotAString", kHermes, "<tool_call>{\"name\": 12}</tool_call>"),
+        NotACall("NotACallCutMarker", kHermes, "  spaces, <tool_ca and a cut marker  \n"),
+        NotACall("NotACallMarkersOnly", kHermes, "<tool_call><tool_call><tool_cal"),
+        NotACall("NotACallEmpty", kHermes, ""),
+        NotACall("NotACallNewlines", kHermes, "\n\n"),
+        ParseCase{"FailedAttemptThenARealCall", kHermes,
+                  "<tool_call>oops</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                  "{}}\n</tool_call>",
+                  "<tool_call>oops</tool_call>", {{"", "f", "{}"}}},
+        ParseCase{"CallWithoutArguments", kHermes,
+                  "<tool_call>\n{\"name\": \"now\"}\n</tool_call>", "", {{"", "now", "{}"}}},
+        // max_tokens cut the call: it keeps what it had.
+        ParseCase{"CallCutShort", kHermes,
+                  "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", "",
+                  {{"", "get_weather", "{\"city\": \"Pa"}}},
+        // Arguments sent as a JSON string are the text they hold.
+        ParseCase{"ArgumentsAsAJsonString", kHermes,
+                  "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>",
+                  "", {{"", "f", "{\"a\": 1}"}}}),
+    [](const ::testing::TestParamInfo<ParseCase>& info) { return info.param.name; });
 
-TEST(ToolCallParserTest, QwenCallAfterContent) {
-  const std::string out =
-      "Let me check the weather.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-      "{\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
-  const Parsed p = RunEveryWay(ToolCallFormat::kHermes, out);
-  EXPECT_EQ(p.content, "Let me check the weather.");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather",
-                                        "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}));
-  // Streamed byte by byte, the arguments come in many fragments, not at the end.
+// --- Llama 3.x ---
+INSTANTIATE_TEST_SUITE_P(
+    Llama3, ToolCallParserCaseTest,
+    ::testing::Values(
+        ParseCase{"Llama3JsonCall", kLlama3,
+                  "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"San Francisco, "
+                  "CA\"}}",
+                  "", {{"", "get_weather", "{\"city\": \"San Francisco, CA\"}"}}},
+        ParseCase{"Llama3PythonTagTypeFunctionAndSeveralCalls", kLlama3,
+                  "<|python_tag|>{\"type\": \"function\", \"name\": \"get_weather\", "
+                  "\"parameters\": {\"city\": \"Paris\"}}; {\"name\": \"get_time\", "
+                  "\"parameters\": {}}",
+                  "",
+                  {{"", "get_weather", "{\"city\": \"Paris\"}"}, {"", "get_time", "{}"}}},
+        // The tag after some text.
+        ParseCase{"Llama3PythonTagAfterContent", kLlama3,
+                  "Checking.<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": [1, 2]}}",
+                  "Checking.", {{"", "f", "{\"x\": [1, 2]}"}}},
+        NotACall("Llama3FirstKeyIsNotName", kLlama3, "{\"answer\": 42, \"name\": \"x\"}"),
+        NotACall("Llama3NotAtTheStart", kLlama3, "The answer is {\"name\": \"f\"}"),
+        NotACall("Llama3PythonTagBuiltinCall", kLlama3,
+                 "<|python_tag|>brave_search.call(query=\"x\")"),
+        NotACall("Llama3LoneBrace", kLlama3, "{"),
+        // A call whose object never closes but has a name: it is a call, cut short (what
+        // follows its arguments is content).
+        ParseCase{"Llama3UnclosedCallWithTrailingText", kLlama3,
+                  "  {\"name\": \"f\", \"parameters\": {\"a\": 1} trailing", "trailing",
+                  {{"", "f", "{\"a\": 1}"}}}),
+    [](const ::testing::TestParamInfo<ParseCase>& info) { return info.param.name; });
+
+// --- Mistral ---
+INSTANTIATE_TEST_SUITE_P(
+    Mistral, ToolCallParserCaseTest,
+    ::testing::Values(
+        ParseCase{"MistralNemoList", kMistral,
+                  "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                  "\"Paris\"}, \"id\": \"a1b2c3d4e\"}, {\"name\": \"get_time\", \"arguments\": "
+                  "{\"tz\": \"CET\"}, \"id\": \"f5g6h7i8j\"}]",
+                  "",
+                  {{"", "get_weather", "{\"city\": \"Paris\"}"},
+                   {"", "get_time", "{\"tz\": \"CET\"}"}}},
+        ParseCase{"MistralNameArgsFormat", kMistral,
+                  "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time"
+                  "[CALL_ID]abc123XYZ[ARGS]{}",
+                  "Sure.",
+                  {{"", "get_weather", "{\"city\": \"Paris\"}"}, {"", "get_time", "{}"}}},
+        NotACall("MistralNotAName", kMistral, "[TOOL_CALLS]not a name[ARGS]{}"),
+        NotACall("MistralNoName", kMistral, "[TOOL_CALLS][ARGS]{}"),
+        NotACall("MistralEmptyList", kMistral, "[TOOL_CALLS][]"),
+        NotACall("MistralCutMarker", kMistral, "[TOOL_CALLS")),
+    [](const ::testing::TestParamInfo<ParseCase>& info) { return info.param.name; });
+
+// Streamed byte by byte, the arguments come in many fragments, not at the end.
+TEST(ToolCallParserTest, QwenArgumentsStreamInManyFragments) {
   std::vector<std::string> bytes;
-  for (char c : out) bytes.emplace_back(1, c);
+  for (char c : std::string(kQwenCallAfterContent)) bytes.emplace_back(1, c);
   EXPECT_GT(Parse(ToolCallFormat::kHermes, bytes).num_deltas, 20);
-}
-
-TEST(ToolCallParserTest, QwenParallelCallsDropTheWhitespaceBetween) {
-  const std::string out =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-      "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": "
-      "\"Europe/Paris\"}}\n</tool_call>\n";
-  const Parsed p = RunEveryWay(ToolCallFormat::kHermes, out);
-  EXPECT_EQ(p.content, "");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Paris\"}"},
-                                   Call{"", "get_time", "{\"tz\": \"Europe/Paris\"}"}));
-  // parallel_tool_calls: false keeps the first.
-  const Parsed one = RunEveryWay(ToolCallFormat::kHermes, out, /*max_calls=*/1);
-  EXPECT_THAT(one.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Paris\"}"}));
-  EXPECT_EQ(one.content, "");
-}
-
-TEST(ToolCallParserTest, HermesArgumentsBeforeNameAndNestedValues) {
-  // Hermes 2 Pro's template asks for {"arguments": ..., "name": ...}.
-  const std::string out =
-      "<tool_call>\n{\"arguments\": {\"query\": \"a \\\"quoted\\\" {brace}\", \"filters\": "
-      "[1, 2.5e3, {\"x\": null}], \"deep\": true}, \"name\": \"search\"}\n</tool_call>";
-  const Parsed p = RunEveryWay(ToolCallFormat::kHermes, out);
-  EXPECT_EQ(p.content, "");
-  ASSERT_EQ(p.calls.size(), 1u);
-  EXPECT_EQ(p.calls[0].name, "search");
-  EXPECT_EQ(p.calls[0].arguments,
-            "{\"query\": \"a \\\"quoted\\\" {brace}\", \"filters\": [1, 2.5e3, {\"x\": null}], "
-            "\"deep\": true}");
-  ExpectArgumentsAreJson(p.calls);
-}
-
-TEST(ToolCallParserTest, NotACallStaysContentByteForByte) {
-  for (const std::string out : {
-           std::string("I would use <tool_call> tags, but not now.\n"),
-           std::string("<tool_call>\nnot json at all\n</tool_call> done"),
-           std::string("<tool_call>\n{\"arguments\": {\"a\": 1}}\n</tool_call>"),  // no name
-           std::string("<tool_call>{\"name\": 12}</tool_call>"),
-           std::string("  spaces, <tool_ca and a cut marker  \n"),
-           std::string("<tool_call><tool_call><tool_cal"),
-           std::string(""),
-           std::string("\n\n"),
-       }) {
-    const Parsed p = RunEveryWay(ToolCallFormat::kHermes, out);
-    EXPECT_EQ(p.content, out);
-    EXPECT_TRUE(p.calls.empty()) << out;
-  }
-}
-
-TEST(ToolCallParserTest, FailedAttemptThenARealCall) {
-  const std::string out =
-      "<tool_call>oops</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
-      "</tool_call>";
-  const Parsed p = RunEveryWay(ToolCallFormat::kHermes, out);
-  EXPECT_EQ(p.content, "<tool_call>oops</tool_call>");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "f", "{}"}));
 }
 
 TEST(ToolCallParserTest, ContentIsNotHeldBackLongerThanAMarkerPrefix) {
@@ -166,94 +238,6 @@ TEST(ToolCallParserTest, ContentIsNotHeldBackLongerThanAMarkerPrefix) {
   EXPECT_EQ(parser.Feed("ld <tool").content, "ld");  // " <tool" may open a call
   EXPECT_EQ(parser.Feed("box> ok").content, " <toolbox> ok");
   EXPECT_EQ(parser.Finish().content, "");
-}
-
-TEST(ToolCallParserTest, CallWithoutArgumentsOrCutShort) {
-  Parsed p = RunEveryWay(ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"now\"}\n</tool_call>");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "now", "{}"}));
-  // max_tokens cut the call: it keeps what it had.
-  p = RunEveryWay(ToolCallFormat::kHermes,
-                  "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Pa"}));
-  // Arguments sent as a JSON string are the text they hold.
-  p = RunEveryWay(ToolCallFormat::kHermes,
-                  "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "f", "{\"a\": 1}"}));
-}
-
-// --- Llama 3.x ---
-
-TEST(ToolCallParserTest, Llama3JsonCall) {
-  const std::string out =
-      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"San Francisco, CA\"}}";
-  const Parsed p = RunEveryWay(ToolCallFormat::kLlama3Json, out);
-  EXPECT_EQ(p.content, "");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"San Francisco, CA\"}"}));
-}
-
-TEST(ToolCallParserTest, Llama3PythonTagTypeFunctionAndSeveralCalls) {
-  const std::string out =
-      "<|python_tag|>{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": "
-      "{\"city\": \"Paris\"}}; {\"name\": \"get_time\", \"parameters\": {}}";
-  const Parsed p = RunEveryWay(ToolCallFormat::kLlama3Json, out);
-  EXPECT_EQ(p.content, "");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Paris\"}"},
-                                   Call{"", "get_time", "{}"}));
-  // The tag after some text.
-  const Parsed q = RunEveryWay(
-      ToolCallFormat::kLlama3Json,
-      "Checking.<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": [1, 2]}}");
-  EXPECT_EQ(q.content, "Checking.");
-  EXPECT_THAT(q.calls, ElementsAre(Call{"", "f", "{\"x\": [1, 2]}"}));
-}
-
-TEST(ToolCallParserTest, Llama3JsonThatIsNotACallIsContent) {
-  for (const std::string out : {
-           std::string("{\"answer\": 42, \"name\": \"x\"}"),  // first key is not name
-           std::string("  {\"name\": \"f\", \"parameters\": {\"a\": 1} trailing"),
-           std::string("The answer is {\"name\": \"f\"}"),  // not at the start
-           std::string("<|python_tag|>brave_search.call(query=\"x\")"),
-           std::string("{"),
-       }) {
-    const Parsed p = RunEveryWay(ToolCallFormat::kLlama3Json, out);
-    if (out.find("trailing") != std::string::npos) {
-      // A call whose object never closes but has a name: it is a call, cut short.
-      EXPECT_EQ(p.calls.size(), 1u) << out;
-      continue;
-    }
-    EXPECT_EQ(p.content, out);
-    EXPECT_TRUE(p.calls.empty()) << out;
-  }
-}
-
-// --- Mistral ---
-
-TEST(ToolCallParserTest, MistralNemoList) {
-  const std::string out =
-      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
-      "\"a1b2c3d4e\"}, {\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}, \"id\": "
-      "\"f5g6h7i8j\"}]";
-  const Parsed p = RunEveryWay(ToolCallFormat::kMistral, out);
-  EXPECT_EQ(p.content, "");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Paris\"}"},
-                                   Call{"", "get_time", "{\"tz\": \"CET\"}"}));
-}
-
-TEST(ToolCallParserTest, MistralNameArgsFormat) {
-  const std::string out =
-      "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]"
-      "abc123XYZ[ARGS]{}";
-  const Parsed p = RunEveryWay(ToolCallFormat::kMistral, out);
-  EXPECT_EQ(p.content, "Sure.");
-  EXPECT_THAT(p.calls, ElementsAre(Call{"", "get_weather", "{\"city\": \"Paris\"}"},
-                                   Call{"", "get_time", "{}"}));
-  for (const std::string& bad : {std::string("[TOOL_CALLS]not a name[ARGS]{}"),
-                                std::string("[TOOL_CALLS][ARGS]{}"),
-                                std::string("[TOOL_CALLS][]"), std::string("[TOOL_CALLS")}) {
-    const Parsed q = RunEveryWay(ToolCallFormat::kMistral, bad);
-    EXPECT_EQ(q.content, bad);
-    EXPECT_TRUE(q.calls.empty()) << bad;
-  }
 }
 
 TEST(ToolCallParserTest, IdsAreOpenAisShapeAndMistralsNineCharacters) {

@@ -15,12 +15,18 @@
 // --rounds rounds (default 5): on a shared machine compare medians, and note the load
 // (each line's label carries /proc/loadavg at its start).
 //
+// Besides tokens/s each line reports cpu_s/32tok: the CPU seconds the whole process
+// (every thread: Folio's pool, llama.cpp's threadpool, spinning included) spent over the
+// 32 timed steps, which says more than wall time on a loaded machine.
+//
 // --threads (default 2) sets both engines' threads; --types (default F16,Q8_0) the files
-// measured, any of llama.cpp's quantizer names (Q4_0, Q4_K_M, ...), each quantized from
-// the F16 file once.
+// measured, any of llama.cpp's quantizer names (BF16, Q4_0, Q4_K_M, ...), each converted
+// from the F16 file once.
 //
 //   build/bin/decode_1b_bench [--rounds=5] [--threads=2] [--types=F16,Q8_0,Q4_0,Q4_K_M]
 //       [--benchmark_format=json]
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -134,8 +140,16 @@ reference::LlamaModel& Llama(const std::string& type) {
   return *m;
 }
 
-// One generation on Folio: prompt {bos}, then kGenerate timed single-token steps.
-double FolioGenerate(CpuModelRunner& runner, int32_t bos) {
+// CPU seconds every thread of this process has used (pool threads included).
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// One generation on Folio: prompt {bos}, then kGenerate timed single-token steps; their
+// wall seconds are returned, their process CPU seconds go to *cpu_seconds when set.
+double FolioGenerate(CpuModelRunner& runner, int32_t bos, double* cpu_seconds = nullptr) {
   SequenceStep seq;
   seq.seq_id = 1;
   seq.sampling.temperature = 0;
@@ -145,6 +159,7 @@ double FolioGenerate(CpuModelRunner& runner, int32_t bos) {
   step.seqs = {seq};
   absl::StatusOr<StepOutput> out = runner.Execute(step);
   CHECK(out.ok()) << out.status();
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kGenerate; ++i) {
     step.seqs[0].start_pos += static_cast<int32_t>(step.seqs[0].token_ids.size());
@@ -152,29 +167,44 @@ double FolioGenerate(CpuModelRunner& runner, int32_t bos) {
     out = runner.Execute(step);
     CHECK(out.ok()) << out.status();
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (cpu_seconds != nullptr) *cpu_seconds = ProcessCpuSeconds() - cpu0;
+  return wall;
 }
 
 void BM_FolioDecode(benchmark::State& state, std::string type) {
   FolioEngine& e = Folio(type);
   const std::string load = LoadAverage();
-  for (auto _ : state) state.SetIterationTime(FolioGenerate(*e.runner, kBos));
+  double cpu = 0;
+  for (auto _ : state) {
+    double seconds = 0;
+    state.SetIterationTime(FolioGenerate(*e.runner, kBos, &seconds));
+    cpu += seconds;
+  }
   state.counters["tokens/s"] =
       benchmark::Counter(kGenerate, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["cpu_s/32tok"] =
+      benchmark::Counter(cpu / static_cast<double>(state.iterations()));
   state.SetLabel("folio " + type + ", " + std::to_string(g_threads) + " threads, " + load);
 }
 
 void BM_LlamaCppDecode(benchmark::State& state, std::string type) {
   reference::LlamaModel& m = Llama(type);
   const std::string load = LoadAverage();
+  double cpu = 0;
   for (auto _ : state) {
     double seconds = 0;
-    absl::StatusOr<std::vector<int32_t>> t = m.GreedyIncremental({m.bos()}, kGenerate + 1, &seconds);
+    double cpu_seconds = 0;
+    absl::StatusOr<std::vector<int32_t>> t =
+        m.GreedyIncremental({m.bos()}, kGenerate + 1, &seconds, &cpu_seconds);
     CHECK(t.ok()) << t.status();
     state.SetIterationTime(seconds);
+    cpu += cpu_seconds;
   }
   state.counters["tokens/s"] =
       benchmark::Counter(kGenerate, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["cpu_s/32tok"] =
+      benchmark::Counter(cpu / static_cast<double>(state.iterations()));
   state.SetLabel("llama.cpp " + type + ", " + std::to_string(g_threads) + " threads, " + load);
 }
 

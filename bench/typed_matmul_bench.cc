@@ -9,7 +9,8 @@
 // row) streams every weight byte from memory once: 478 MB in f32, 240 MB in f16/bf16,
 // 128 MB in q8_0, 67-90 MB in the 4/5/6-bit types, well past any cache.
 // BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD path the CPU has
-// (portable too) on a 2-thread pool; BM_StepF32Panels runs the same shapes as f32
+// (portable too) on a 2-thread pool (the /threads:1 variants: on the calling thread
+// alone); BM_StepF32Panels runs the same shapes as f32
 // PackedMatrix panels (PackedLinear, AVX2); BM_Memcpy copies a type's bytes (the weights
 // themselves, into a scratch buffer) on the same pool, split the same way.
 // The time per step is the figure to compare across types (q4_K's step against f32's
@@ -25,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -119,6 +121,7 @@ void BM_StepMatmuls(benchmark::State& state) {
     return;
   }
   const int64_t rows = state.range(2);
+  const bool tiles = state.range(3) != 0;
   const Step& s = StepOf(kind);
   std::vector<float> x(rows * s.widest, 0.5f), y(rows * s.widest);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
@@ -126,7 +129,8 @@ void BM_StepMatmuls(benchmark::State& state) {
   for (const k::TypedMatrix& m : s.matrices) weights += m.in() * m.out();
   for (auto _ : state) {
     for (const k::TypedMatrix& m : s.matrices) {
-      k::TypedLinearOnPath(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), &Pool(), path);
+      k::TypedLinearOnPath(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(),
+                           state.range(4) == 1 ? nullptr : &Pool(), path, tiles);
     }
     benchmark::DoNotOptimize(y.data());
   }
@@ -135,7 +139,8 @@ void BM_StepMatmuls(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(weights * rows) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(k::StoredKindName(kind)) + " " + k::SimdPathName(path) + ", " +
-                 std::to_string(rows) + " token rows, " + std::to_string(s.bytes >> 20) +
+                 std::to_string(rows) + " token rows" + (tiles ? "" : " (dot[] only)") + ", " +
+                 std::to_string(s.bytes >> 20) +
                  " MiB of weights");
 }
 
@@ -250,14 +255,33 @@ void Register() {
     for (k::SimdPath path : k::TypedPathsOf(kind)) {
       // rows:1 is a decode step of one sequence; 8 / 32 a batch of sequences; 128 a
       // prefill chunk.
-      for (int64_t rows : {1, 8, 32, 128}) {
-        benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path) +
-                                      "/rows:" + std::to_string(rows))
-                                         .c_str(),
-                                     BM_StepMatmuls)
-            ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path), rows})
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+      // The paths with register tiles (bf16 avx512_bf16, q8_0 avx512_vnni, the 4/5/6-bit
+      // types on avx512 and avx512_vnni): their "/dot" twins run dot[] alone (the kernels
+      // before the tiles), for a same-run ratio. threads:1 (no pool): the kernels alone,
+      // whose process CPU time a loaded machine disturbs least.
+      const bool low_bit = kind != k::StoredKind::kF16 && kind != k::StoredKind::kBF16 &&
+                           kind != k::StoredKind::kQ8_0;
+      const bool tiled =
+          (kind == k::StoredKind::kBF16 && path == k::SimdPath::kAvx512Bf16) ||
+          (kind == k::StoredKind::kQ8_0 && path == k::SimdPath::kAvx512Vnni) ||
+          (low_bit && (path == k::SimdPath::kAvx512 || path == k::SimdPath::kAvx512Vnni));
+      for (const auto& [rows, threads] : std::vector<std::pair<int64_t, int64_t>>{
+               {1, 2}, {8, 2}, {32, 2}, {128, 2}, {1, 1}, {8, 1}, {32, 1}}) {
+        for (int64_t tiles : {1, 0}) {
+          if (tiles == 0 && !tiled) continue;
+          benchmark::RegisterBenchmark(("BM_StepMatmuls/" + name + "/" + k::SimdPathName(path) +
+                                        "/rows:" + std::to_string(rows) +
+                                        (threads == 1 ? "/threads:1" : "") + (tiles ? "" : "/dot"))
+                                           .c_str(),
+                                       BM_StepMatmuls)
+              ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path), rows, tiles,
+                      threads})
+              // CPU: the process's (both pool threads; the pool blocks, never spins), the
+              // figure that a loaded machine disturbs least.
+              ->MeasureProcessCPUTime()
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
       }
     }
     benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy)

@@ -18,8 +18,19 @@
 // inputs, timed apart by process CPU time: per_query_ms, tiled_ms and
 // speedup = per_query_ms / tiled_ms.
 //
+// BM_PrefillKernels/<chunk>/<prefix>/<group>: the same inputs, the tiled kernel on AVX2
+// against the tiled kernel on AVX-512 (avx2_ms, avx512_ms, speedup).
+//
+// BM_DecodeKernels/<seqs>/<context>/<group>: one decode step of `seqs` sequences at
+// `context` tokens each (the serving shape: bench-28m at 32 clients is seqs 32, group 2),
+// 4 kv heads x head_dim 64, f16 KV in scattered 16-token blocks, 2 threads. Each
+// iteration runs the AVX2 and the AVX-512 per-query kernels (PagedAttentionArgs::avx512)
+// on the same inputs, alternating which goes first, timed apart by process CPU time:
+// avx2_us, avx512_us and speedup = avx2_us / avx512_us (skipped without AVX-512).
+//
 //   build/bin/worker_attention_bench
 //   build/bin/worker_attention_bench --benchmark_filter=Prefill
+//   build/bin/worker_attention_bench --benchmark_filter=DecodeKernels
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -108,6 +119,11 @@ PagedAttentionArgs AttentionArgs(const std::vector<float>& q, std::vector<float>
   return args;
 }
 
+// The kernels' path, for labels: the AVX-512 kernels when args take them.
+const char* PathLabel(const PagedAttentionArgs& args) {
+  return args.isa == CpuIsa::kAvx2 && args.avx512 ? "avx512" : CpuIsaName(args.isa);
+}
+
 void RunDecodeAttention(benchmark::State& state, bool paged) {
   const int context = static_cast<int>(state.range(0));
   const int block_size = paged ? 16 : context;
@@ -136,7 +152,7 @@ void RunDecodeAttention(benchmark::State& state, bool paged) {
       benchmark::Counter(kNumSeqs, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["KV_GB/s"] =
       benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(CpuIsaName(args.isa));
+  state.SetLabel(PathLabel(args));
 }
 
 double ProcessCpuSeconds() {
@@ -145,7 +161,13 @@ double ProcessCpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void BM_PrefillAttention(benchmark::State& state) {
+// kernels == false: the per-query kernel against the tiled kernel (the default ISA path);
+// true: the tiled kernel on AVX2 against the tiled kernel on AVX-512.
+void RunPrefill(benchmark::State& state, bool kernels) {
+  if (kernels && (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2)) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
   const int chunk = static_cast<int>(state.range(0));
   const int prefix = static_cast<int>(state.range(1));
   const int group = static_cast<int>(state.range(2));
@@ -165,23 +187,70 @@ void BM_PrefillAttention(benchmark::State& state) {
 
   PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
   ThreadPool pool(kThreads);
-  double per_query_s = 0, tiled_s = 0;
+  double a_s = 0, b_s = 0;  // per-query / tiled, or AVX2 / AVX-512 tiled
   for (auto _ : state) {
     // Alternate which kernel goes first, so neither always finds the other's cache state.
     for (int pass = 0; pass < 2; ++pass) {
-      const bool tiled = (pass == 0) == (state.iterations() % 2 == 0);
-      args.tiled_prefill = tiled;
+      const bool second = (pass == 0) == (state.iterations() % 2 == 0);
+      if (kernels) {
+        args.isa = CpuIsa::kAvx2;
+        args.avx512 = second;
+      } else {
+        args.tiled_prefill = second;
+      }
       const double t0 = ProcessCpuSeconds();
       PagedAttention(args, seqs, kv, &pool);
       benchmark::DoNotOptimize(out.data());
-      (tiled ? tiled_s : per_query_s) += ProcessCpuSeconds() - t0;
+      (second ? b_s : a_s) += ProcessCpuSeconds() - t0;
     }
   }
   const double n = static_cast<double>(state.iterations());
-  state.counters["per_query_ms"] = per_query_s / n * 1e3;
-  state.counters["tiled_ms"] = tiled_s / n * 1e3;
-  state.counters["speedup"] = per_query_s / tiled_s;
-  state.SetLabel(CpuIsaName(args.isa));
+  state.counters[kernels ? "avx2_ms" : "per_query_ms"] = a_s / n * 1e3;
+  state.counters[kernels ? "avx512_ms" : "tiled_ms"] = b_s / n * 1e3;
+  state.counters["speedup"] = a_s / b_s;
+  if (!kernels) state.SetLabel(PathLabel(args));
+}
+
+void BM_PrefillAttention(benchmark::State& state) { RunPrefill(state, false); }
+void BM_PrefillKernels(benchmark::State& state) { RunPrefill(state, true); }
+
+void BM_DecodeKernels(benchmark::State& state) {
+  if (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
+  const int num_seqs = static_cast<int>(state.range(0));
+  const int context = static_cast<int>(state.range(1));
+  const int group = static_cast<int>(state.range(2));
+  const int num_heads = kNumKvHeads * group;
+  const int blocks_per_seq = (context + 15) / 16;
+  std::mt19937 rng(3);
+  KvPool pool_kv(num_seqs * blocks_per_seq, 16, /*scatter=*/true, rng);
+  std::vector<AttentionSeq> seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    seqs.push_back({s, 1, context, pool_kv.ids.data() + s * blocks_per_seq});
+  }
+  std::vector<float> q(static_cast<size_t>(num_seqs) * num_heads * kHeadDim), out(q.size());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : q) x = normal(rng);
+  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
+  args.isa = CpuIsa::kAvx2;
+  ThreadPool pool(kThreads);
+  double avx2_s = 0, avx512_s = 0;
+  for (auto _ : state) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool wide = (pass == 0) == (state.iterations() % 2 == 0);
+      args.avx512 = wide;
+      const double t0 = ProcessCpuSeconds();
+      PagedAttention(args, seqs, pool_kv.kv, &pool);
+      benchmark::DoNotOptimize(out.data());
+      (wide ? avx512_s : avx2_s) += ProcessCpuSeconds() - t0;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["avx2_us"] = avx2_s / n * 1e6;
+  state.counters["avx512_us"] = avx512_s / n * 1e6;
+  state.counters["speedup"] = avx2_s / avx512_s;
 }
 
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
@@ -195,19 +264,34 @@ FOLIO_ATTENTION_PAIR(512);
 FOLIO_ATTENTION_PAIR(2048);
 FOLIO_ATTENTION_PAIR(8192);
 
-// {chunk, prefix, group}: chunks from position 0 and after a cached prefix, GQA 2 and 8.
-BENCHMARK(BM_PrefillAttention)
-    ->ArgNames({"chunk", "prefix", "group"})
-    ->Args({128, 0, 2})
-    ->Args({512, 0, 2})
-    ->Args({128, 1024, 2})
-    ->Args({512, 1536, 2})
-    ->Args({128, 0, 8})
-    ->Args({512, 0, 8})
-    ->Args({128, 1024, 8})
-    ->Args({512, 1536, 8})
+// {seqs, context, group}: the serving step of bench-28m (32 x GQA 2) and the 1.1B shape
+// (GQA 8), at short and long contexts.
+BENCHMARK(BM_DecodeKernels)
+    ->ArgNames({"seqs", "context", "group"})
+    ->Args({32, 256, 2})
+    ->Args({32, 1024, 2})
+    ->Args({4, 2048, 2})
+    ->Args({32, 256, 8})
+    ->Args({32, 1024, 8})
     ->MeasureProcessCPUTime()
-    ->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMicrosecond);
+
+// {chunk, prefix, group}: chunks from position 0 and after a cached prefix, GQA 2 and 8.
+#define FOLIO_PREFILL_ARGS(b)                                                           \
+  BENCHMARK(b)                                                                          \
+      ->ArgNames({"chunk", "prefix", "group"})                                          \
+      ->Args({128, 0, 2})                                                               \
+      ->Args({512, 0, 2})                                                               \
+      ->Args({128, 1024, 2})                                                            \
+      ->Args({512, 1536, 2})                                                            \
+      ->Args({128, 0, 8})                                                               \
+      ->Args({512, 0, 8})                                                               \
+      ->Args({128, 1024, 8})                                                            \
+      ->Args({512, 1536, 8})                                                            \
+      ->MeasureProcessCPUTime()                                                         \
+      ->Unit(benchmark::kMillisecond)
+FOLIO_PREFILL_ARGS(BM_PrefillAttention);
+FOLIO_PREFILL_ARGS(BM_PrefillKernels);
 
 }  // namespace
 }  // namespace folio::worker::kernels

@@ -11,6 +11,7 @@
 // frac_of_sgemm = tokens/s / sgemm_tok/s; GFLOP/s at the model's 51.4 MFLOP per token.
 //
 //   FOLIO_MODELS_DIR=/work/shared/models build-engine/bin/worker_decode_bench
+//   FOLIO_MODELS_DIR=DIR FOLIO_BENCH_MODEL=bench-28m-q8_0.gguf ...: another file of DIR
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -40,8 +41,11 @@ const ModelWeights* Weights() {
   static const ModelWeights* weights = [] () -> const ModelWeights* {
     const char* dir = std::getenv("FOLIO_MODELS_DIR");
     if (dir == nullptr) return nullptr;
+    // FOLIO_BENCH_MODEL: another file of that folder (e.g. a bench-28m-shaped Q8_0 or
+    // BF16 file written by folio-make-model) in place of bench-28m-f16.gguf.
+    const char* file = std::getenv("FOLIO_BENCH_MODEL");
     absl::StatusOr<std::unique_ptr<ModelWeights>> w =
-        LoadModel(std::string(dir) + "/bench-28m-f16.gguf");
+        LoadModel(std::string(dir) + "/" + (file != nullptr ? file : "bench-28m-f16.gguf"));
     CHECK(w.ok()) << w.status();
     return w->release();
   }();

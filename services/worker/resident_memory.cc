@@ -21,7 +21,8 @@ absl::StatusOr<ResidentMemory> ReadResidentMemory() {
   while (std::getline(in, line)) {
     // "VmRSS:	  123456 kB"
     std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(':', 1));
-    int64_t* field = kv.first == "VmRSS"     ? &m.rss_bytes
+    int64_t* field = kv.first == "VmHWM"     ? &m.peak_bytes
+                     : kv.first == "VmRSS"   ? &m.rss_bytes
                      : kv.first == "RssFile" ? &m.rss_file_bytes
                      : kv.first == "RssAnon" ? &m.rss_anon_bytes
                                              : nullptr;
@@ -47,7 +48,9 @@ std::string DescribeResident(const ResidentMemory& m, const ResidentBound& b) {
                       ", anon ", mib(m.rss_anon_bytes), ") ",
                       m.rss_bytes <= b.limit_bytes() ? "<=" : "EXCEEDS", " limit ",
                       mib(b.limit_bytes()), " MiB (model file ", mib(b.file_bytes), " + KV ",
-                      mib(b.kv_bytes), " + allowance ", mib(b.allowance_bytes()), ")");
+                      mib(b.kv_bytes), " + allowance ", mib(b.allowance_bytes()), "); peak ",
+                      mib(m.peak_bytes), " MiB ",
+                      m.peak_bytes <= b.limit_bytes() ? "<=" : "EXCEEDS", " limit");
 }
 
 }  // namespace folio::worker

@@ -15,6 +15,7 @@
 namespace folio::worker {
 
 struct ResidentMemory {
+  int64_t peak_bytes = 0;      // VmHWM: the largest VmRSS so far (the load's peak)
   int64_t rss_bytes = 0;       // VmRSS
   int64_t rss_file_bytes = 0;  // RssFile: mapped file pages (the model's, libraries')
   int64_t rss_anon_bytes = 0;  // RssAnon: heap, KV pool, activations
@@ -31,7 +32,7 @@ struct ResidentBound {
 };
 
 // "VmRSS 812 MiB (file 700, anon 112) <= limit 1034 MiB (file 690 + KV 88 + allowance
-// 256)", with "EXCEEDS" in place of "<=" when over.
+// 256); peak 900 MiB <= limit", with "EXCEEDS" in place of "<=" when over.
 std::string DescribeResident(const ResidentMemory& m, const ResidentBound& bound);
 
 }  // namespace folio::worker

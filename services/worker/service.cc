@@ -340,6 +340,10 @@ WorkerService::Metrics::Metrics(MetricsRegistry* r)
       resident_bytes(r->AddGauge("folio_worker_resident_bytes",
                                  "This worker's resident memory (VmRSS, mapped model pages "
                                  "included), read at KV allocation and every 64 steps.")),
+      resident_peak_bytes(r->AddGauge("folio_worker_resident_peak_bytes",
+                                      "This worker's peak resident memory so far (VmHWM: "
+                                      "the weights' load included), read with "
+                                      "folio_worker_resident_bytes.")),
       resident_limit_bytes(r->AddGauge(
           "folio_worker_resident_limit_bytes",
           "The bound on folio_worker_resident_bytes: model file + KV pool + max(10% of the "
@@ -569,6 +573,7 @@ void WorkerService::UpdateResident(bool log) {
     return;
   }
   metrics_.resident_bytes.Set(static_cast<double>(m->rss_bytes));
+  metrics_.resident_peak_bytes.Set(static_cast<double>(m->peak_bytes));
   if (log) LOG(INFO) << "resident memory: " << DescribeResident(*m, resident_bound_);
 }
 

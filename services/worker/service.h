@@ -140,12 +140,13 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
     Gauge& kv_block_size;
     Gauge& weight_bytes;
     Gauge& resident_bytes;
+    Gauge& resident_peak_bytes;
     Gauge& resident_limit_bytes;
     Gauge& model_file_bytes;
     Family<Counter>& collectives;
   };
 
-  // Reads VmRSS into the resident gauge; logs it against the bound when `log`.
+  // Reads VmRSS and VmHWM into the resident gauges; logs it against the bound when `log`.
   void UpdateResident(bool log);
 
   // A FIFO of tasks run by one thread: the only thread that touches runner_.

@@ -2,6 +2,8 @@
 // libraries).
 #include "tests/reference/llama_ref.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -177,7 +179,8 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::Greedy(const std::vector<int32_
 }
 
 absl::StatusOr<std::vector<int32_t>> LlamaModel::GreedyIncremental(
-    const std::vector<int32_t>& prompt, int n, double* generate_seconds) {
+    const std::vector<int32_t>& prompt, int n, double* generate_seconds,
+    double* generate_cpu_seconds) {
   if (ctx_ == nullptr) return absl::FailedPreconditionError("vocab-only model has no logits");
   if (prompt.empty() || static_cast<int>(prompt.size()) + n > options_.n_ctx) {
     return absl::InvalidArgumentError(absl::StrCat(prompt.size(), " + ", n,
@@ -205,6 +208,12 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::GreedyIncremental(
   absl::StatusOr<int32_t> next = decode(prompt, 0);
   if (!next.ok()) return next.status();
   std::vector<int32_t> out = {*next};
+  auto process_cpu = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  const double cpu0 = process_cpu();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i < n; ++i) {
     next = decode({out.back()}, static_cast<int32_t>(prompt.size()) + i - 1);
@@ -214,6 +223,7 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::GreedyIncremental(
   if (generate_seconds != nullptr) {
     *generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (generate_cpu_seconds != nullptr) *generate_cpu_seconds = process_cpu() - cpu0;
   return out;
 }
 

@@ -88,9 +88,11 @@ class LlamaModel {
   // The same continuation decoded the way a server does: the prompt once (its last
   // logits give the first token), then n - 1 single-token llama_decode calls on the KV
   // cache (needs prompt + n <= n_ctx). `generate_seconds`, when set, receives the wall
-  // time of those n - 1 decodes (argmax included), for benchmarks.
+  // time of those n - 1 decodes (argmax included), for benchmarks; `generate_cpu_seconds`
+  // the CPU time the whole process spent over them (every thread's, spinning included).
   absl::StatusOr<std::vector<int32_t>> GreedyIncremental(const std::vector<int32_t>& prompt,
-                                                         int n, double* generate_seconds);
+                                                         int n, double* generate_seconds,
+                                                         double* generate_cpu_seconds = nullptr);
 
  private:
   LlamaModel() = default;

@@ -106,10 +106,19 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
       gemm_threading_(options.gemm_threading),
       comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
-  std::vector<const ShardMatrix*> packed_sources;
+  // A packed matrix's file pages are released as soon as its panels exist, so the load
+  // never holds the panels beside more than one matrix's file pages (holding them all
+  // until the end peaked at about twice the file). Only the panels are read afterwards;
+  // an untied embedding table is not packed and stays mapped (lookups read it in place).
+  std::vector<TensorView> packed_tensors;
   auto linear = [&](const ShardMatrix& m) {
     Linear l = MakeLinear(m);
-    if (l.kind == Linear::Kind::kPacked) packed_sources.push_back(&m);
+    if (l.kind == Linear::Kind::kPacked) {
+      std::vector<TensorView> parts;
+      for (const ShardMatrix::Part& p : m.parts) parts.push_back(p.tensor);
+      model.ReleasePages(parts);
+      packed_tensors.insert(packed_tensors.end(), parts.begin(), parts.end());
+    }
     return l;
   };
   const size_t num_layers = weights_.layers.size();
@@ -129,11 +138,9 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
   tok_embeddings_ = weights_.tok_embeddings.typed();
   embed_from_lm_head_ =
       weights_.config.tied_embeddings && lm_head_.kind == Linear::Kind::kPacked;
-  // Only the panels are read now: drop the file pages they were packed from (an untied
-  // embedding table stays mapped: lookups read it in place).
-  for (const ShardMatrix* m : packed_sources) {
-    for (const ShardMatrix::Part& p : m->parts) model.ReleasePages(p.tensor);
-  }
+  // Once more over all of them together: a page two packed tensors of different
+  // matrices share (their boundary) is released now.
+  model.ReleasePages(packed_tensors);
   rope_.theta = weights_.config.rope_theta;
   rope_.freq_scale = weights_.config.rope_freq_scale;
   rope_.freq_factors = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();

@@ -17,8 +17,9 @@
 //   - packed: f32 and (on AVX2, unless options.f16_panels is off) f16 projections are
 //     repacked once, at creation, into the panels of Folio's own GEMM kernel
 //     (packed_gemm.h) in the same precision, so the panels take the bytes the file did;
-//     the file pages they came from are then released (ModelWeights::ReleasePages), so
-//     resident memory does not hold both;
+//     the file pages each matrix came from are released as soon as it is packed
+//     (ModelWeights::ReleasePages), so resident memory, at its peak during the load too,
+//     holds no more than one matrix twice;
 //   - typed: every other type is read in place from the mapping by kernels/typed_gemm.h:
 //     bf16, q8_0 (and f16 without panels) by their own SIMD kernels (the best path CPUID
 //     offers: AVX2, AVX-512, VNNI, BF16; portable when options.isa is kPortable), q4_0 ...

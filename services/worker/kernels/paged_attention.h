@@ -30,7 +30,8 @@
 // queries of one sequence) run the tiled kernel: a tile of several query positions x the
 // query heads of one kv group walks the keys once, block by block, with an online
 // softmax and the causal mask inside the chunk, so each key/value block is read (and
-// widened) once per tile rather than once per query.
+// widened) once per tile rather than once per query. Both kernels have portable, AVX2
+// and (for head_dim % 16 == 0) AVX-512 versions, picked at run time.
 //
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
 // items on the given pool, costliest first: prefill tiles (sequence, query tile, kv head),
@@ -67,6 +68,10 @@ struct PagedAttentionArgs {
   int32_t num_heads = 0;     // query heads; a multiple of the cache's num_kv_heads
   float scale = 1.0f;        // usually 1 / sqrt(head_dim)
   CpuIsa isa = BestCpuIsa();
+  // With isa kAvx2: also use the AVX-512 (F/BW/VL) kernels where the shape has one
+  // (head_dim % 16 == 0). Defaults to what the CPU has under FOLIO_CPU_FEATURES; tests
+  // and bench/worker_attention_bench set false to run the AVX2 kernels.
+  bool avx512 = EnabledCpuFeatures().avx512;
   // Prefill chunks on the tiled kernel (default); false runs every query on the per-query
   // kernel (kept for comparison: tests and bench/worker_attention_bench).
   bool tiled_prefill = true;

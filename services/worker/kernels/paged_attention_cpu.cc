@@ -8,7 +8,9 @@
 // The body is written once (AttendBody) over a "primitives" policy: portable C++ or
 // AVX2/FMA/F16C intrinsics. The AVX2 instantiation is compiled through a function with a
 // target attribute and chosen at run time from CpuIsa, so the library still runs on any
-// x86-64 (and builds on other architectures, where only the portable path exists).
+// x86-64 (and builds on other architectures, where only the portable path exists). With
+// PagedAttentionArgs::avx512 the AVX-512 kernels (paged_attention_avx512.cc,
+// paged_attention_prefill_avx512.cc) take the shapes they have (head_dim % 16 == 0).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -398,9 +400,7 @@ FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const A
 }
 #endif
 
-// (args, seq, query, first kv head, kv head count, kv)
-using AttendFn = void (*)(const PagedAttentionArgs&, const AttentionSeq&, int32_t, int32_t,
-                          int32_t, const KvCacheView&);
+using internal::AttendFn;
 
 template <typename KvT>
 AttendFn PickBlocked(int group) {
@@ -497,9 +497,16 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   // end do not arrive last.
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  const AttendFn attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
-  const internal::AttendTileFn attend_tile =
-      internal::PickAttendTileFn(args.isa, kv.dtype, kv.head_dim);
+  AttendFn attend = nullptr;
+  if (args.isa == CpuIsa::kAvx2 && args.avx512) {
+    attend = internal::PickAttendAvx512Fn(kv.dtype, group, kv.head_dim);
+  }
+  if (attend == nullptr) attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
+  internal::AttendTileFn attend_tile = nullptr;
+  if (args.isa == CpuIsa::kAvx2 && args.avx512) {
+    attend_tile = internal::PickAttendTileAvx512Fn(kv.dtype, kv.head_dim);
+  }
+  if (attend_tile == nullptr) attend_tile = internal::PickAttendTileFn(args.isa, kv.dtype, kv.head_dim);
   ParallelFor(pool, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Item& it = items[i];

@@ -33,9 +33,23 @@ using AttendTileFn = void (*)(const PagedAttentionArgs& args, const AttentionSeq
                               int32_t query_begin, int32_t query_count, int32_t kv_head,
                               const KvCacheView& kv);
 
+// The per-query kernel: kv heads [head_begin, head_begin + head_count) of query row
+// `query` of `seq` (scores, softmax, values).
+using AttendFn = void (*)(const PagedAttentionArgs& args, const AttentionSeq& seq, int32_t query,
+                          int32_t head_begin, int32_t head_count, const KvCacheView& kv);
+
+// The AVX-512 per-query kernel (paged_attention_avx512.cc) for this shape, or nullptr
+// when it has none (head_dim % 16 != 0; group not 1..16 nor a multiple of 16; not
+// x86-64). Only for a CPU with AVX-512 F/BW/VL (PagedAttentionArgs::avx512).
+AttendFn PickAttendAvx512Fn(KvDType dtype, int group, int head_dim);
+
 // The tile kernel for this ISA and cache dtype (AVX2 needs head_dim % 8 == 0; else the
 // portable kernel).
 AttendTileFn PickAttendTileFn(CpuIsa isa, KvDType dtype, int head_dim);
+
+// The AVX-512 tile kernel (paged_attention_prefill_avx512.cc), or nullptr when
+// head_dim % 16 != 0 (or not x86-64). Only for a CPU with AVX-512 F/BW/VL.
+AttendTileFn PickAttendTileAvx512Fn(KvDType dtype, int head_dim);
 
 }  // namespace folio::worker::kernels::internal
 

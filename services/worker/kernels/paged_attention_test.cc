@@ -60,13 +60,37 @@ std::vector<double> ReferenceAttention(const std::vector<float>& q, const std::v
   return out;
 }
 
+// The kernel paths: portable, AVX2, and AVX2 + the AVX-512 kernels (isa kAvx2 with
+// PagedAttentionArgs::avx512).
+enum class Path { kPortable, kAvx2, kAvx512 };
+
+const char* PathName(Path p) {
+  return p == Path::kPortable ? "portable" : p == Path::kAvx2 ? "avx2" : "avx512";
+}
+
+// Why this machine cannot run `p`, or nullptr.
+const char* MissingPath(Path p) {
+  if (p != Path::kPortable && BestCpuIsa() != CpuIsa::kAvx2) return "no AVX2 here";
+  if (p == Path::kAvx512 && !EnabledCpuFeatures().avx512) return "no AVX-512 here";
+  return nullptr;
+}
+
+// Every path this machine runs, portable first.
+std::vector<Path> SupportedPaths() {
+  std::vector<Path> paths;
+  for (Path p : {Path::kPortable, Path::kAvx2, Path::kAvx512}) {
+    if (MissingPath(p) == nullptr) paths.push_back(p);
+  }
+  return paths;
+}
+
 struct SeqCase {
   int context_len;
   int num_queries;  // 1 = decode; == context_len = prefill from scratch; else a later chunk
 };
 
 using Param =
-    std::tuple<int /*block_size*/, int /*head_dim*/, int /*gqa*/, KvDType, CpuIsa, bool /*tiled*/>;
+    std::tuple<int /*block_size*/, int /*head_dim*/, int /*gqa*/, KvDType, Path, bool /*tiled*/>;
 
 class PagedAttentionTest : public ::testing::TestWithParam<Param> {};
 
@@ -75,7 +99,7 @@ class PagedAttentionTest : public ::testing::TestWithParam<Param> {};
 // every output row with the double-precision reference. Returns the outputs, rows
 // out_stride = num_heads * head_dim + 5 apart.
 std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype,
-                                         CpuIsa isa, int num_kv_heads,
+                                         Path path, int num_kv_heads,
                                          const std::vector<SeqCase>& cases, bool tiled = true,
                                          uint32_t seed = 0) {
   const int num_heads = num_kv_heads * gqa;
@@ -159,7 +183,8 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
   args.out_row_stride = out_stride;
   args.num_heads = num_heads;
   args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  args.isa = isa;
+  args.isa = path == Path::kPortable ? CpuIsa::kPortable : CpuIsa::kAvx2;
+  args.avx512 = path == Path::kAvx512;
   args.tiled_prefill = tiled;
   ThreadPool pool(2);
   PagedAttention(args, seqs, kv, &pool);
@@ -188,9 +213,9 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
 }
 
 TEST_P(PagedAttentionTest, MatchesContiguousReference) {
-  const auto [block_size, head_dim, gqa, dtype, isa, tiled] = GetParam();
-  if (isa == CpuIsa::kAvx2 && BestCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "no AVX2 here";
-  CheckAgainstReference(block_size, head_dim, gqa, dtype, isa, /*num_kv_heads=*/2,
+  const auto [block_size, head_dim, gqa, dtype, path, tiled] = GetParam();
+  if (const char* missing = MissingPath(path)) GTEST_SKIP() << missing;
+  CheckAgainstReference(block_size, head_dim, gqa, dtype, path, /*num_kv_heads=*/2,
                         {{37, 1}, {1, 1}, {23, 23}, {50, 9}, {block_size, 1},
                          {2 * block_size + 1, block_size + 1}},
                         tiled);
@@ -231,8 +256,8 @@ TEST(PagedAttentionTiledTest, MatchesPerQueryKernelOnRandomShapes) {
         cases.push_back({chunk + static_cast<int>(rng() % 90), chunk});
       }
     }
-    for (CpuIsa isa : SupportedCpuIsas()) {
-      std::string shape = std::string(CpuIsaName(isa)) + " " + KvDTypeName(dtype) + " gqa " +
+    for (Path path : SupportedPaths()) {
+      std::string shape = std::string(PathName(path)) + " " + KvDTypeName(dtype) + " gqa " +
                           std::to_string(gqa) + " hd " + std::to_string(head_dim) + " bs " +
                           std::to_string(block_size) + " kv " + std::to_string(num_kv_heads) +
                           " seqs";
@@ -242,12 +267,54 @@ TEST(PagedAttentionTiledTest, MatchesPerQueryKernelOnRandomShapes) {
       SCOPED_TRACE(shape);
       const uint32_t seed = 1 + trial;
       const std::vector<float> tiled = CheckAgainstReference(
-          block_size, head_dim, gqa, dtype, isa, num_kv_heads, cases, true, seed);
+          block_size, head_dim, gqa, dtype, path, num_kv_heads, cases, true, seed);
       const std::vector<float> per_query = CheckAgainstReference(
-          block_size, head_dim, gqa, dtype, isa, num_kv_heads, cases, false, seed);
+          block_size, head_dim, gqa, dtype, path, num_kv_heads, cases, false, seed);
       ASSERT_EQ(tiled.size(), per_query.size());
       for (size_t i = 0; i < tiled.size(); ++i) {
         ASSERT_NEAR(tiled[i], per_query[i], 2e-5) << "element " << i;
+      }
+    }
+  }
+}
+
+// Decode rows on every path against the reference and the portable kernel: every GQA
+// group 1..16 (and 32: sub-groups of 16 on AVX-512), head dims that take the AVX-512
+// body (multiples of 16) or fall back to AVX2 (8, 40, 72), block sizes that split the
+// 16-lane key pieces (1, 3, 17) or not, contexts shorter and longer than the prefetch
+// distance, ragged last blocks, 1-4 kv heads, rows that get all kv heads of a query in
+// one item and rows that get them split.
+TEST(PagedAttentionDecodeTest, MatchesPortableOnRandomShapes) {
+  std::mt19937 rng(21);
+  const int kHeadDims[] = {8, 16, 32, 40, 64, 72, 96, 128};
+  const int kBlockSizes[] = {1, 3, 16, 17, 32, 100};
+  for (int trial = 0; trial < 40; ++trial) {
+    const int gqa = trial < 32 ? 1 + trial % 16 : 32;
+    const int head_dim = kHeadDims[rng() % 8];
+    const int block_size = kBlockSizes[rng() % 6];
+    const int num_kv_heads = 1 + rng() % 4;
+    const KvDType dtype = rng() % 2 == 0 ? KvDType::kF16 : KvDType::kF32;
+    std::vector<SeqCase> cases;
+    const int num_seqs = 1 + rng() % 6;
+    for (int s = 0; s < num_seqs; ++s) {
+      cases.push_back({1 + static_cast<int>(rng() % (s == 0 ? 300 : 90)), 1});
+    }
+    std::string shape = std::string(KvDTypeName(dtype)) + " gqa " + std::to_string(gqa) + " hd " +
+                        std::to_string(head_dim) + " bs " + std::to_string(block_size) +
+                        " kv " + std::to_string(num_kv_heads) + " ctx";
+    for (const SeqCase& c : cases) shape += " " + std::to_string(c.context_len);
+    SCOPED_TRACE(shape);
+    const uint32_t seed = 100 + trial;
+    const std::vector<float> portable = CheckAgainstReference(
+        block_size, head_dim, gqa, dtype, Path::kPortable, num_kv_heads, cases, true, seed);
+    for (Path path : SupportedPaths()) {
+      if (path == Path::kPortable) continue;
+      SCOPED_TRACE(PathName(path));
+      const std::vector<float> out = CheckAgainstReference(block_size, head_dim, gqa, dtype, path,
+                                                           num_kv_heads, cases, true, seed);
+      ASSERT_EQ(out.size(), portable.size());
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], portable[i], 2e-5) << "element " << i;
       }
     }
   }
@@ -257,13 +324,13 @@ TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
   // One or two decode rows with four kv heads leave too few items for whole-query work,
   // so the heads are split across items; groups of 3 and 8 take the generic and the
   // widest blocked AVX2 bodies.
-  for (CpuIsa isa : SupportedCpuIsas()) {
+  for (Path path : SupportedPaths()) {
     for (int gqa : {3, 8}) {
       for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
-        SCOPED_TRACE(std::string(CpuIsaName(isa)) + " gqa " + std::to_string(gqa) + " " +
+        SCOPED_TRACE(std::string(PathName(path)) + " gqa " + std::to_string(gqa) + " " +
                      KvDTypeName(dtype));
-        CheckAgainstReference(16, 64, gqa, dtype, isa, /*num_kv_heads=*/4, {{70, 1}});
-        CheckAgainstReference(16, 64, gqa, dtype, isa, /*num_kv_heads=*/4, {{5, 1}, {33, 1}});
+        CheckAgainstReference(16, 64, gqa, dtype, path, /*num_kv_heads=*/4, {{70, 1}});
+        CheckAgainstReference(16, 64, gqa, dtype, path, /*num_kv_heads=*/4, {{5, 1}, {33, 1}});
       }
     }
   }
@@ -272,9 +339,9 @@ TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
 TEST(PagedAttentionTiledTest, GroupWiderThanATile) {
   // 100 query heads per kv head: a tile is one query position of 100 rows (more than
   // kTileRows, not a multiple of the AVX2 kernels' 6-row tiles).
-  for (CpuIsa isa : SupportedCpuIsas()) {
-    SCOPED_TRACE(CpuIsaName(isa));
-    CheckAgainstReference(16, 64, 100, KvDType::kF16, isa, /*num_kv_heads=*/1,
+  for (Path path : SupportedPaths()) {
+    SCOPED_TRACE(PathName(path));
+    CheckAgainstReference(16, 64, 100, KvDType::kF16, path, /*num_kv_heads=*/1,
                           {{40, 17}, {3, 2}, {1, 1}});
   }
 }
@@ -284,13 +351,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 8, 16, 32), ::testing::Values(8, 64, 128),
                        ::testing::Values(1, 2, 4),
                        ::testing::Values(KvDType::kF32, KvDType::kF16),
-                       ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2),
+                       ::testing::Values(Path::kPortable, Path::kAvx2, Path::kAvx512),
                        ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return "bs" + std::to_string(std::get<0>(info.param)) + "_hd" +
              std::to_string(std::get<1>(info.param)) + "_gqa" +
              std::to_string(std::get<2>(info.param)) + "_" +
-             KvDTypeName(std::get<3>(info.param)) + "_" + CpuIsaName(std::get<4>(info.param)) +
+             KvDTypeName(std::get<3>(info.param)) + "_" + PathName(std::get<4>(info.param)) +
              (std::get<5>(info.param) ? "_tiled" : "_perquery");
     });
 

@@ -60,6 +60,16 @@ constexpr int kMaxTileRows = 8;
 using TileFn = void (*)(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
                         float* out);
 
+// A tile over activation columns [k0, k1) only, for cache blocking: each output's sums
+// go on from (k0 > 0) and are left in (k1 < in) `state`, tile_w * kTileStateFloatsPerRow
+// floats the caller keeps per tile between blocks, so that a slice of the token rows stays in L1
+// while it meets many weight rows. Blocks run in order, k0 = 0 first, k1 = in last (that
+// call writes `out` as TileFn does); k0 and k1 < in are multiples of DotKernel::k_step.
+// Run over all blocks it gives every output bit for bit what dot[] gives it.
+constexpr int kTileStateFloatsPerRow = 2 * kMaxTileRows * 16;
+using TileKFn = void (*)(const uint8_t* w, int64_t stride, const Activations& x, int64_t r0,
+                         int64_t k0, int64_t k1, float* state, float* out);
+
 struct DotKernel {
   DotFn dot[kMaxDotRows] = {nullptr, nullptr, nullptr, nullptr};  // dot[R - 1]
   // tile[R - 1] for R = 1..kMaxTileRows, each may be null (then dot[] runs those rows);
@@ -67,6 +77,14 @@ struct DotKernel {
   TileFn tile[kMaxTileRows] = {nullptr, nullptr, nullptr, nullptr,
                                nullptr, nullptr, nullptr, nullptr};
   int tile_w = 0;
+  // Calls of at most this many token rows run dot[] alone (the tiles serve bigger batches).
+  int tile_min_rows = 0;
+  // Optional k-blocked tiles (ktile[R - 1], tile_w rows, as tile[]): RunKernel splits the
+  // activation columns into blocks of k_block (a multiple of k_step) when it has them.
+  TileKFn ktile[kMaxTileRows] = {nullptr, nullptr, nullptr, nullptr,
+                                 nullptr, nullptr, nullptr, nullptr};
+  int64_t k_step = 0;
+  int64_t k_block = 0;
   bool needs_bf16 = false;  // reads x.bf16
   bool needs_q8 = false;    // reads x.q8 / x.q8_d / x.q8_s
   bool needs_q8k = false;   // reads x.k8 / x.k8_d / x.k8_bsums
@@ -78,6 +96,9 @@ DotKernel PortableKernel(StoredKind kind);
 DotKernel Avx2Kernel(StoredKind kind, SimdPath path);    // kAvx2, kAvxVnni
 DotKernel Avx512Kernel(StoredKind kind, SimdPath path);  // kAvx512, kAvx512Vnni, kAvx512Bf16
 DotKernel KernelFor(StoredKind kind, SimdPath path);
+// Adds to *k (the dot[] kernel of `kind` on `path`) its AVX-512 register tiles
+// (typed_tile_avx512.cc) where there are some: bf16 on kAvx512Bf16, q8_0 on kAvx512Vnni.
+void AddAvx512Tiles(StoredKind kind, SimdPath path, DotKernel* k);
 
 // The kernels of the 4/5/6-bit block types (typed_quant_*.cc); !ok() for other kinds.
 DotKernel PortableQuantKernel(StoredKind kind);

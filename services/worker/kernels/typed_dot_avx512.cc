@@ -207,6 +207,7 @@ DotKernel Avx512Kernel(StoredKind kind, SimdPath path) {
     k.dot[3] = DotQ8_0Vnni<4>;
     k.needs_q8 = true;
   }
+  AddAvx512Tiles(kind, path, &k);
   return k;
 }
 

@@ -82,16 +82,19 @@ class TypedMatrix {
 
 // y = x . W^T + beta * y for x [rows, w.in()] (row stride ldx), y [rows, w.out()] (row
 // stride ldy); beta = 0 never reads y. Output features are split over `pool` (null: the
-// caller alone).
+// caller alone). FOLIO_TYPED_TILES=0 in the environment (read once) runs the kernels'
+// dot[] alone, without their register tiles (same results; for measuring the tiles).
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool);
 // The same with the kernels' paths picked from `features` (NoCpuFeatures(): portable).
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool, const CpuFeatures& features);
 // Test hook: segments whose kind has a kernel on `path` use it, the others their portable
-// kernel (or `dequantize`). CHECK-fails when this CPU cannot run `path`.
+// kernel (or `dequantize`). CHECK-fails when this CPU cannot run `path`. tiles = false
+// drops the kernels' register tiles (dot[] alone), for tests and benchmarks.
 void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
-                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path);
+                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path,
+                       bool tiles = true);
 
 // The paths with a kernel for `kind`, portable first (just portable for kOther).
 std::vector<SimdPath> TypedPathsOf(StoredKind kind);

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "glog/logging.h"
@@ -46,20 +48,48 @@ void RunDots(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, i
 
 // Rows [0, n) of a segment (starting at w) through `kernel`, into y's columns [0, n): a
 // chunk of weight rows at a time (kept in L2) against every group of token rows, by the
-// kernel's tiles where it has them (whole tiles of tile_w rows) and dot[] otherwise.
+// kernel's tiles where it has them (whole tiles of tile_w rows; k-blocked ones, ktile,
+// column block by column block) and dot[] otherwise. Measured (docs/benchmarks.md, issue
+// 20/21 tiles): blocking the token rows so their activations stay in L2 while every
+// weight row of the range meets them (then the weights are re-read once per block)
+// gained nothing at M = 32 / 128 on the 1.1B shape, so all token rows meet each chunk.
 void RunKernel(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride, int64_t n,
                const typed::Activations& x, int64_t rows, float beta, float* y, int64_t ldy) {
-  const int64_t tw = kernel.tile_w;
+  const int64_t tw = rows > kernel.tile_min_rows ? kernel.tile_w : 0;
   DCHECK(tw == 0 || (tw <= 16 && kKernelRowsPerChunk % tw == 0)) << tw;
   const int64_t group = tw > 0 ? typed::kMaxTileRows : typed::kMaxDotRows;
-  float d[16 * typed::kMaxTileRows];
+  float d[kKernelRowsPerChunk * typed::kMaxTileRows];
+  // The sums of a chunk's k-blocked tiles between blocks (16 KiB).
+  alignas(64) float state[kKernelRowsPerChunk * typed::kTileStateFloatsPerRow];
+  const int64_t kb = kernel.k_block;
+  const bool k_blocked = tw > 0 && kb > 0 && x.in > kb;
+  DCHECK(!k_blocked || kb % kernel.k_step == 0) << kb << " " << kernel.k_step;
   for (int64_t j0 = 0; j0 < n; j0 += kKernelRowsPerChunk) {
     const int64_t jn = std::min(kKernelRowsPerChunk, n - j0);
     for (int64_t r0 = 0; r0 < rows; r0 += group) {
       const int64_t nr = std::min<int64_t>(group, rows - r0);
       const typed::TileFn tile = tw > 0 ? kernel.tile[nr - 1] : nullptr;
+      const typed::TileKFn ktile = k_blocked ? kernel.ktile[nr - 1] : nullptr;
       int64_t j = j0;
-      if (tile != nullptr) {
+      if (ktile != nullptr) {
+        // Column blocks outermost: a block of the nr token rows stays in L1 while it meets
+        // every weight row of the chunk.
+        const int64_t tiles = jn / tw;
+        for (int64_t k0 = 0; k0 < x.in; k0 += kb) {
+          const int64_t k1 = std::min(x.in, k0 + kb);
+          for (int64_t t = 0; t < tiles; ++t) {
+            ktile(w + (j0 + t * tw) * stride, stride, x, r0, k0, k1,
+                  state + t * tw * typed::kTileStateFloatsPerRow,
+                  d + t * tw * typed::kMaxTileRows);
+          }
+        }
+        for (int64_t jj = 0; jj < tiles * tw; ++jj) {
+          for (int64_t i = 0; i < nr; ++i) {
+            Store(d[jj * typed::kMaxTileRows + i], beta, y + (r0 + i) * ldy + j0 + jj);
+          }
+        }
+        j = j0 + tiles * tw;
+      } else if (tile != nullptr) {
         for (; j + tw <= j0 + jn; j += tw) {
           tile(w + j * stride, stride, x, r0, d);
           for (int64_t jj = 0; jj < tw; ++jj) {
@@ -90,6 +120,13 @@ void RunDequantized(const TypedMatrix& w, int64_t lo, int64_t hi, const float* x
       for (int64_t j = 0; j < n; ++j) Store(Dot(xr, buf.data() + j * in, in), beta, yr + j);
     }
   }
+}
+
+// `k` with dot[] alone (no register tiles).
+void DropTiles(typed::DotKernel* k) {
+  for (typed::TileFn& t : k->tile) t = nullptr;
+  for (typed::TileKFn& t : k->ktile) t = nullptr;
+  k->tile_w = 0;
 }
 
 // TypedLinear with segment s running kernels[s] (!ok(): the dequantize path).
@@ -260,11 +297,16 @@ void TypedMatrix::RowToF32(int64_t row, float* out) const {
 
 void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float beta,
                  float* y, int64_t ldy, ThreadPool* pool, const CpuFeatures& features) {
+  static const bool tiles = [] {
+    const char* e = std::getenv("FOLIO_TYPED_TILES");
+    return e == nullptr || std::string(e) != "0";
+  }();
   std::vector<typed::DotKernel> kernels;
   for (const TypedRows& s : w.segments()) {
     kernels.push_back(s.kind == StoredKind::kOther
                           ? typed::DotKernel{}
                           : typed::KernelFor(s.kind, TypedPathFor(s.kind, features)));
+    if (!tiles) DropTiles(&kernels.back());
   }
   Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);
 }
@@ -275,7 +317,8 @@ void TypedLinear(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w
 }
 
 void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
-                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path) {
+                       float beta, float* y, int64_t ldy, ThreadPool* pool, SimdPath path,
+                       bool tiles) {
   const char* missing = MissingFeature(path, DetectedCpuFeatures());
   CHECK(missing == nullptr) << "path " << SimdPathName(path) << " needs " << missing;
   std::vector<typed::DotKernel> kernels;
@@ -285,7 +328,9 @@ void TypedLinearOnPath(const float* x, int64_t ldx, int64_t rows, const TypedMat
       continue;
     }
     typed::DotKernel k = typed::KernelFor(s.kind, path);
-    kernels.push_back(k.ok() ? k : typed::PortableKernel(s.kind));
+    if (!k.ok()) k = typed::PortableKernel(s.kind);
+    if (!tiles) DropTiles(&k);
+    kernels.push_back(k);
   }
   Run(x, ldx, rows, w, beta, y, ldy, pool, kernels);
 }

@@ -197,13 +197,14 @@ TEST_P(TypedKernelTest, MatchesPortable) {
 
 // One token row at a time gives exactly what a batch gives (each output is one ordered
 // sum whatever R, through dot[] or a kernel's register tiles: 19 rows are two whole groups
-// of kMaxTileRows and a ragged one, 37 outputs whole tiles and a remainder), and a pool
+// of kMaxTileRows and a ragged one, 37 outputs whole tiles and a remainder; f16 / bf16 rows
+// of 1100 values run column-blocked tiles, ragged last block), and a pool
 // changes nothing.
 TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
   const auto [kind, path] = GetParam();
   ThreadPool pool(3);
   const int64_t out = 37, rows = 19;
-  const int64_t in = IsKQuant(kind) ? 768 : BlockOf(kind) == 32 ? 352 : 345;
+  const int64_t in = IsKQuant(kind) ? 768 : BlockOf(kind) == 32 ? 352 : 1100;
   StoredMatrix m(kind, out, in, 0, 11);
   const std::vector<float> x = RandomNormal(rows * in, 12);
   std::vector<float> batch(rows * out), single(rows * out);
@@ -213,6 +214,98 @@ TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
                       nullptr, path);
   }
   EXPECT_EQ(batch, single);
+}
+
+// Each register tile (typed_dot.h TileFn) directly against dot[]: every output of a
+// tile equals, bit for bit, what dot[] gives it, for 1..8 token rows from two row
+// offsets and rows whose lengths end at and around every step of the kernels' loops;
+// the k-blocked tiles (ktile) too, over column blocks of one step, three and k_block.
+TEST_P(TypedKernelTest, TilesEqualDot) {
+  const auto [kind, path] = GetParam();
+  const typed::DotKernel kernel = typed::KernelFor(kind, path);
+  if (kernel.tile_w == 0) {
+    GTEST_SKIP() << StoredKindName(kind) << " has no tiles on " << SimdPathName(path);
+  }
+  std::vector<int64_t> ins;
+  if (BlockOf(kind) == 1) {
+    ins = {1, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 95, 96, 129, 257, 1000, 1100};
+  } else {
+    for (int64_t b : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64, 97}) ins.push_back(b * BlockOf(kind));
+  }
+  const int64_t total_rows = 11, w = kernel.tile_w;
+  int seed = 40;
+  for (const int64_t in : ins) {
+    SCOPED_TRACE("in " + std::to_string(in));
+    StoredMatrix m(kind, w, in, 0, ++seed);
+    const int64_t ldx = in + 3;
+    const std::vector<float> x = RandomNormal(total_rows * ldx, ++seed);
+    // The activations in every form, as TypedLinear prepares them.
+    std::vector<uint16_t> xb(total_rows * in);
+    std::vector<int8_t> q(total_rows * in);
+    std::vector<float> qd(total_rows * in / 32 + 1), qs(total_rows * in / 32 + 1);
+    std::vector<int8_t> k8(total_rows * in);
+    std::vector<float> k8d(total_rows * in / 256 + 1);
+    std::vector<int16_t> k8s(total_rows * in / 16 + 1);
+    typed::Activations acts;
+    acts.in = in;
+    acts.f32 = x.data();
+    acts.ldx = ldx;
+    for (int64_t r = 0; r < total_rows; ++r) {
+      typed::RoundToBf16(x.data() + r * ldx, in, xb.data() + r * in);
+      if (kernel.needs_q8) {
+        typed::QuantizeQ8_0(x.data() + r * ldx, in, q.data() + r * in, qd.data() + r * (in / 32),
+                            qs.data() + r * (in / 32));
+      }
+      if (kernel.needs_q8k) {
+        typed::QuantizeQ8_K(x.data() + r * ldx, in, k8.data() + r * in,
+                            k8d.data() + r * (in / 256), k8s.data() + r * (in / 16));
+      }
+    }
+    acts.k8 = k8.data();
+    acts.k8_d = k8d.data();
+    acts.k8_bsums = k8s.data();
+    acts.bf16 = xb.data();
+    acts.q8 = q.data();
+    acts.q8_d = qd.data();
+    acts.q8_s = qs.data();
+    const TypedRows& seg = m.view.segments()[0];
+    for (int r = 1; r <= typed::kMaxTileRows; ++r) {
+      const typed::TileFn tile = kernel.tile[r - 1];
+      if (tile == nullptr) continue;
+      // The whole tile, then the k-blocked one over blocks of several sizes (0: none).
+      std::vector<int64_t> blockings = {0};
+      if (kernel.ktile[r - 1] != nullptr) {
+        blockings.insert(blockings.end(), {kernel.k_step, 3 * kernel.k_step, kernel.k_block});
+      }
+      for (const int64_t kb : blockings)
+      for (const int64_t r0 : {int64_t{0}, total_rows - r}) {
+        SCOPED_TRACE("k block " + std::to_string(kb));
+        std::vector<float> got(w * typed::kMaxTileRows, -1.0f);
+        if (kb == 0) {
+          tile(seg.data, seg.row_stride_bytes, acts, r0, got.data());
+        } else {
+          std::vector<float> state(w * typed::kTileStateFloatsPerRow, NAN);
+          for (int64_t k0 = 0; k0 < in; k0 += kb) {
+            kernel.ktile[r - 1](seg.data, seg.row_stride_bytes, acts, r0, k0,
+                                std::min(in, k0 + kb), state.data(), got.data());
+          }
+        }
+        for (int64_t j = 0; j < w; ++j) {
+          for (int64_t q0 = 0; q0 < r; q0 += typed::kMaxDotRows) {
+            const int64_t qn = std::min<int64_t>(typed::kMaxDotRows, r - q0);
+            float want[typed::kMaxDotRows];
+            kernel.dot[qn - 1](seg.data + j * seg.row_stride_bytes, acts, r0 + q0, want);
+            for (int64_t i = 0; i < qn; ++i) {
+              const float g = got[j * typed::kMaxTileRows + q0 + i];
+              EXPECT_EQ(std::memcmp(&g, &want[i], sizeof(float)), 0)
+                  << "R " << r << " r0 " << r0 << " weight row " << j << " token row "
+                  << q0 + i << ": tile " << g << " dot " << want[i];
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 std::vector<Param> AllParams() {

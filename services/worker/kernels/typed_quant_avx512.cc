@@ -3,7 +3,9 @@
 // are unpacked in registers to bytes; the 32-value types take two blocks per zmm
 // (vpdpbusd with VNNI, vpmaddubsw + vpmaddwd without), the K-quants multiply by
 // vpmaddubsw and apply the group scales by vpdpwssd (VNNI) or vpmaddwd (F/BW only), so
-// every super-block's integer sum is exact before the f32 scaling. Two paths from one
+// every super-block's integer sum is exact before the f32 scaling. Register tiles (W
+// weight rows x 5..8 token rows) share each unpacked block across token rows and each
+// activation load across weight rows; dot[] is the same body at W = 1. Two paths from one
 // body: kAvx512 (F/BW/VL) and kAvx512Vnni, typed_quant_avx512.inc compiled twice under
 // #pragma GCC target (so the F/BW copy holds no VNNI instruction); the library itself
 // stays baseline x86-64. Stateless; thread-safe.
@@ -12,11 +14,17 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <utility>
+
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace folio::worker::kernels::typed {
+// Weight rows per register tile (typed_dot.h's tile_w): 2 for the K-quants (their
+// unpacked super-block is 8 zmm a row), 4 for the 32-value types. Chosen by one layer of
+// the 1.1B shape at 8 and 32 token rows, one thread, thread CPU time (W = 1 / 2 / 4).
+constexpr int kTileWK = 2, kTileWL = 4;
 namespace avx512_bw {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")

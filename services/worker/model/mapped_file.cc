@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -55,24 +56,51 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     }
     data = static_cast<const uint8_t*>(p);
   }
-  // The mapping keeps the file referenced; the descriptor is no longer needed.
-  ::close(fd);
-  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+  // The mapping keeps the file referenced; the descriptor stays for posix_fadvise.
+  if (data == nullptr) {
+    ::close(fd);
+    return std::unique_ptr<MappedFile>(new MappedFile(path, -1, nullptr, 0));
+  }
+  return std::unique_ptr<MappedFile>(new MappedFile(path, fd, data, size));
 }
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
-void MappedFile::ReleasePages(const void* p, size_t n) const {
-  const auto* begin = static_cast<const uint8_t*>(p);
-  if (data_ == nullptr || begin < data_ || begin >= data_ + size_) return;
-  const uint8_t* end = begin + std::min(n, static_cast<size_t>(data_ + size_ - begin));
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  // Whole pages only: a neighbouring tensor may share the first or last one.
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t last = reinterpret_cast<uintptr_t>(end) / page * page;
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+void MappedFile::ReleasePages(std::vector<Range> ranges) const {
+  if (data_ == nullptr) return;
+  // Clamp to the mapping as [begin, end) offsets; drop what lies outside.
+  std::vector<std::pair<size_t, size_t>> spans;
+  spans.reserve(ranges.size());
+  for (const Range& r : ranges) {
+    const auto* begin = static_cast<const uint8_t*>(r.data);
+    if (begin < data_ || begin >= data_ + size_ || r.size == 0) continue;
+    const size_t offset = static_cast<size_t>(begin - data_);
+    spans.emplace_back(offset, offset + std::min(r.size, size_ - offset));
+  }
+  std::sort(spans.begin(), spans.end());
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  auto release = [&](size_t begin, size_t end) {
+    // Whole pages only: a neighbouring tensor not listed may share the first or last one
+    // (the mapping starts on a page, so offsets and addresses round alike).
+    const size_t first = (begin + page - 1) / page * page;
+    const size_t last = end == size_ ? (end + page - 1) / page * page : end / page * page;
+    if (last <= first) return;
+    ::madvise(const_cast<uint8_t*>(data_) + first, last - first, MADV_DONTNEED);
+    ::posix_fadvise(fd_, static_cast<off_t>(first), static_cast<off_t>(last - first),
+                    POSIX_FADV_DONTNEED);
+  };
+  size_t i = 0;
+  while (i < spans.size()) {
+    size_t begin = spans[i].first;
+    size_t end = spans[i].second;
+    for (++i; i < spans.size() && spans[i].first <= end + kMergeGap; ++i) {
+      end = std::max(end, spans[i].second);
+    }
+    release(begin, end);
+  }
 }
 
 }  // namespace folio::worker

@@ -2,7 +2,7 @@
 //
 // The mapping lives as long as the object; spans and pointers taken from it must not
 // outlive it. An empty file maps to an empty span (data() == nullptr). Immutable after
-// Open(); safe to read from many threads. Not copyable; movable only via unique_ptr.
+// Open(); safe to read from many threads (ReleasePages too: it changes residency only). Not copyable; movable only via unique_ptr.
 #ifndef FOLIO_SERVICES_WORKER_MODEL_MAPPED_FILE_H_
 #define FOLIO_SERVICES_WORKER_MODEL_MAPPED_FILE_H_
 
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -32,16 +33,31 @@ class MappedFile {
   absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
 
-  // Drops the whole pages of [p, p + n) (clamped to the mapping) from this process's
-  // resident set (madvise MADV_DONTNEED); reading them again faults them back in from
-  // the file, so the contents never change. A no-op for ranges outside the mapping.
-  void ReleasePages(const void* p, size_t n) const;
+  // A byte range inside (or outside) the mapping.
+  struct Range {
+    const void* data = nullptr;
+    size_t size = 0;
+  };
+
+  // Drops the whole pages of the union of `ranges` (each clamped to the mapping; ranges
+  // outside it are ignored) from this process's resident set (madvise MADV_DONTNEED),
+  // then asks the kernel to drop them from the page cache too (posix_fadvise
+  // POSIX_FADV_DONTNEED: only pages no other process maps go, dirty ones after
+  // writeback). Reading them again faults them back in from the file, so the contents
+  // never change and releasing is always safe; it only costs a re-read.
+  // Ranges less than kMergeGap bytes apart (a GGUF's alignment padding between two
+  // tensors) count as one, so a page two released tensors share is released as well; a
+  // page shared with a range not listed is kept.
+  void ReleasePages(std::vector<Range> ranges) const;
+  void ReleasePages(const void* p, size_t n) const { ReleasePages({Range{p, n}}); }
+  static constexpr size_t kMergeGap = 64;
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, int fd, const uint8_t* data, size_t size)
+      : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
 
   const std::string path_;
+  const int fd_;               // kept open for posix_fadvise; -1 when size_ == 0
   const uint8_t* const data_;  // nullptr when size_ == 0
   const size_t size_;
 };

@@ -31,12 +31,16 @@ class MappedModelWeights : public ModelWeights {
     return n;
   }
 
-  void ReleasePages(const TensorView& t) const override {
-    if (t.data == nullptr) return;
-    // A view lies in exactly one mapping; the others ignore a range outside them.
-    for (const auto& f : files_) {
-      f->ReleasePages(t.data, static_cast<size_t>(DTypeBytes(t.dtype, t.num_elements())));
+  using ModelWeights::ReleasePages;
+  void ReleasePages(absl::Span<const TensorView> tensors) const override {
+    std::vector<MappedFile::Range> ranges;
+    ranges.reserve(tensors.size());
+    for (const TensorView& t : tensors) {
+      if (t.data == nullptr) continue;
+      ranges.push_back({t.data, static_cast<size_t>(DTypeBytes(t.dtype, t.num_elements()))});
     }
+    // A view lies in exactly one mapping; the others ignore ranges outside them.
+    for (const auto& f : files_) f->ReleasePages(ranges);
   }
 
  private:

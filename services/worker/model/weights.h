@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "common/tokenizer/vocab.h"
 
 namespace folio::worker {
@@ -96,11 +97,13 @@ class ModelWeights {
   TensorView rope_freqs;      // [head_dim / 2] frequency divisors (rope_freq_factors), f32
   Vocab vocab;
 
-  // Tells the owner of the memory behind `t` that nothing reads it any more (a runner
-  // that repacked it): a memory-mapped file drops those pages from the resident set
-  // (they fault back in from the file if read again). The default does nothing, for
-  // weights held in ordinary buffers.
-  virtual void ReleasePages(const TensorView& t) const { (void)t; }
+  // Tells the owner of the memory behind `tensors` that nothing reads it any more (a
+  // runner that repacked them): a memory-mapped file drops the whole pages their union
+  // covers from the resident set and the page cache (they fault back in from the file
+  // if read again; a page shared with a tensor not listed stays). The default does
+  // nothing, for weights held in ordinary buffers. Safe from any thread.
+  virtual void ReleasePages(absl::Span<const TensorView> tensors) const { (void)tensors; }
+  void ReleasePages(const TensorView& t) const { ReleasePages(absl::MakeConstSpan(&t, 1)); }
 
   // Bytes of the model file(s) mapped behind the views; 0 for weights in buffers.
   virtual int64_t file_bytes() const { return 0; }

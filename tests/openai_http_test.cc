@@ -137,7 +137,7 @@ class OpenAiHttpTest : public ::testing::Test {
 Cluster* OpenAiHttpTest::cluster_ = nullptr;
 
 TEST_F(OpenAiHttpTest, CompletionIsTheGrpcGreedyText) {
-  for (const std::string prompt : {std::string("Once upon a time"), std::string()}) {
+  for (const std::string& prompt : {std::string("Once upon a time"), std::string()}) {
     GrpcResult g = GrpcComplete(cluster_->frontend(), Greedy(prompt, 40));
     ASSERT_TRUE(g.status.ok()) << g.status.error_message();
     HttpResult h = Post(port_, "/v1/completions",

@@ -132,7 +132,9 @@ TEST_P(ToolChoiceTest, RequiredAndNamedReturnAValidCall) {
     const json& calls = choice["message"]["tool_calls"];
     ASSERT_EQ(calls.size(), 1u) << r.dump();
     const std::string name = calls[0]["function"]["name"];
-    if (c.tool_choice.is_object()) EXPECT_EQ(name, "get_time");
+    if (c.tool_choice.is_object()) {
+      EXPECT_EQ(name, "get_time");
+    }
     const json* schema = nullptr;
     for (const json& t : Tools()) {
       if (t["function"]["name"] == name) schema = &t["function"]["parameters"];

@@ -39,7 +39,9 @@ void ExpectMasksMatchAlong(const std::shared_ptr<const CompiledGrammar>& g,
     absl::Status s = m.FillNextTokenBitmask(absl::MakeSpan(mask));
     ASSERT_TRUE(s.ok()) << s << " at byte " << i;
     ASSERT_EQ(mask, BruteForceMask(m)) << "at byte " << i;
-    if (i < text.size()) ASSERT_TRUE(m.AcceptBytes(text.substr(i, 1))) << "at byte " << i;
+    if (i < text.size()) {
+      ASSERT_TRUE(m.AcceptBytes(text.substr(i, 1))) << "at byte " << i;
+    }
   }
 }
 

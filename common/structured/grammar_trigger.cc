@@ -5,11 +5,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace folio::structured {
-namespace {
-
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-}  // namespace
 
 absl::Status ValidateGrammarTriggers(absl::Span<const GrammarTrigger> triggers,
                                      int32_t vocab_size) {

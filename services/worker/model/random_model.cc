@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "glog/logging.h"
 #include "services/worker/model/gguf.h"
 #include "services/worker/model/gguf_writer.h"
 #include "services/worker/model/mapped_file.h"
@@ -37,6 +38,7 @@ uint32_t FileType(DType dtype) {
     case DType::kQ5_K: return 17;
     case DType::kQ6_K: return 18;
   }
+  LOG(FATAL) << "no GGUF file type for dtype " << static_cast<int>(dtype);
 }
 
 // Filler pieces in a fixed order: common words, printable ASCII, lowercase bigrams

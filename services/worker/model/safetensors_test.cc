@@ -15,10 +15,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-absl::Span<const uint8_t> AsBytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
 // A file with the header text `json` (padded with spaces to 8 bytes) and `data_bytes`
 // zero bytes of data.
 std::string FileWithHeader(std::string json, size_t data_bytes) {

@@ -431,8 +431,10 @@ TEST_F(ChaosTest, ASchedulerThatNeverReturnsEndsStreamsWithUnavailable) {
   StartCluster({}, 1, {"--recovery_timeout_ms=1500"});
   absl::Time killed;
   const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
-    cluster_->scheduler_process().Signal(SIGKILL);
+    // Taken before the kill: the frontend's recovery window opens when it sees the stream
+    // break, which is after the signal but may be before Signal() returns here.
     killed = absl::Now();
+    cluster_->scheduler_process().Signal(SIGKILL);
     // While the frontend waits: its liveness stays SERVING, its readiness drops.
     absl::SleepFor(absl::Milliseconds(800));
     EXPECT_EQ(Health(cluster_->frontend_process(), "liveness"),

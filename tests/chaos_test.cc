@@ -288,8 +288,10 @@ TEST_F(ChaosTest, AKilledCacheManagerComesBackAndNoStreamIsLost) {
 void ChaosTest::NeverReturns(testing::ServiceProcess& process, const std::string& lost) {
   absl::Time killed;
   const std::vector<Stream> got = RunAll(/*after_tokens=*/100, [&] {
-    process.Signal(SIGKILL);
+    // Taken before the kill: the scheduler's recovery window opens when it sees the loss,
+    // which is after the signal but may be before Signal() returns here.
     killed = absl::Now();
+    process.Signal(SIGKILL);
     // While the replica waits: liveness stays SERVING, readiness drops.
     absl::SleepFor(absl::Milliseconds(700));
     EXPECT_EQ(SchedulerHealth("liveness"), grpc::health::v1::HealthCheckResponse::SERVING);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "services/worker/kernels/avx512_math.h"
 #include "services/worker/kernels/paged_attention_internal.h"
 #include "services/worker/kernels/paged_attention_tile_body.h"
 
@@ -27,36 +28,18 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#define FOLIO_AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
 namespace folio::worker::kernels::internal {
 namespace {
+
+using avx512::Exp16;
+using avx512::Load16;
 
 static_assert(kKeyTile == 32, "the AVX-512 tile primitives hold a piece in two registers");
 
 constexpr int kRows = 12;  // query rows per register tile
 
-FOLIO_AVX512_TARGET inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-FOLIO_AVX512_TARGET inline __m512 Load16(const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
-// e^x on 16 lanes, x clamped to [-87, 88]; relative error below 2e-7 (as avx2::Exp).
-FOLIO_AVX512_TARGET inline __m512 Exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // Transposes the 16 x 16 matrix whose rows are t[0..15], in place.
 FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void Transpose16(__m512* t) {

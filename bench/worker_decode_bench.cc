@@ -12,6 +12,8 @@
 //
 //   FOLIO_MODELS_DIR=/work/shared/models build-engine/bin/worker_decode_bench
 //   FOLIO_MODELS_DIR=DIR FOLIO_BENCH_MODEL=bench-28m-q8_0.gguf ...: another file of DIR
+//   FOLIO_BENCH_NO_SGEMM=1 ...: no OpenBLAS ceiling (sgemm_tok/s 0): for the 1.1B peer
+//     files, whose f32 copies would take ~4 GB and most of the run
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -59,7 +61,10 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
   if (const char* p = std::getenv("FOLIO_BENCH_F16_PANELS")) o.f16_panels = std::string(p) != "0";
   o.block_size = kBlockSize;
   o.num_threads = kThreads;
-  o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * 8192 + (64 << 20);
+  // f32 K and V per layer per token (8 KiB for bench-28m), with room to spare.
+  const ModelConfig& c = Weights()->config;
+  const int64_t token_bytes = int64_t{2} * c.num_layers * c.kv_dim() * 4;
+  o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * token_bytes + (64 << 20);
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(*Weights(), o);
   CHECK(r.ok()) << r.status();
   return *std::move(r);
@@ -68,6 +73,9 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
 // Seconds per run of the engine's GEMMs for `rows` token rows and `logit_rows` LM-head
 // rows, on random matrices of the model's shapes (best of several runs).
 double SgemmSeconds(const ModelConfig& c, int rows, int logit_rows) {
+  if (const char* e = std::getenv("FOLIO_BENCH_NO_SGEMM"); e != nullptr && std::string(e) != "0") {
+    return 0;
+  }
   const int64_t d = c.dim, q = int64_t{c.num_heads} * c.head_dim,
                 kvd = int64_t{c.num_kv_heads} * c.head_dim, h = c.hidden_dim;
   struct Shape { int64_t in, out; };
@@ -119,7 +127,7 @@ void ReportCounters(benchmark::State& state, const ModelConfig& c, int tokens_pe
       benchmark::Counter(tokens_per_iter, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(
       tokens_per_iter * 51.4e6 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["sgemm_tok/s"] = tokens_per_iter / sgemm_s;
+  state.counters["sgemm_tok/s"] = sgemm_s > 0 ? tokens_per_iter / sgemm_s : 0.0;
 }
 
 void BM_Decode(benchmark::State& state) {
@@ -217,7 +225,10 @@ class FractionReporter : public benchmark::ConsoleReporter {
     for (Run& r : copy) {
       auto tok = r.counters.find("tokens/s");
       auto ceil = r.counters.find("sgemm_tok/s");
-      if (tok == r.counters.end() || ceil == r.counters.end() || r.iterations == 0) continue;
+      if (tok == r.counters.end() || ceil == r.counters.end() || r.iterations == 0 ||
+          ceil->second.value == 0) {
+        continue;
+      }
       r.counters["frac_of_sgemm"] = tok->second.value / ceil->second.value;
     }
     ConsoleReporter::ReportRuns(copy);

@@ -109,7 +109,15 @@ bool IsLowBitKind(StoredKind kind);
 
 // Quantizes n values (a multiple of 32) of x into q8_0 quants and scales; with s, also
 // s[b] = d[b] * (sum of block b's quants), the q8_1 term of Q4_1/Q5_1.
+// Runs the fastest path of typed_quantize_q8.cc that EnabledCpuFeatures() allows; every
+// path gives the same bytes (finite x; a block of max |x| < ~4e-37, where 1 / scale
+// overflows, has unspecified quants and d = 0).
 void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d, float* s = nullptr);
+// The portable loop (the reference), and one path's version (kPortable, kAvx2/kAvxVnni:
+// AVX2, any AVX-512 path: AVX-512 F+BW; the path must be available).
+void QuantizeQ8_0Portable(const float* x, int64_t n, int8_t* q, float* d, float* s = nullptr);
+void QuantizeQ8_0OnPath(SimdPath path, const float* x, int64_t n, int8_t* q, float* d,
+                        float* s = nullptr);
 // Quantizes n values (a multiple of 256) into q8_K super-blocks as ggml's
 // quantize_row_q8_K_ref does: the value of largest magnitude maps to -127 (d = max /
 // -127, f32), q = round-half-even(x / d) clamped to 127, bsums per 16; all-zero: d = 0.

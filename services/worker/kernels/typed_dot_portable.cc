@@ -110,7 +110,7 @@ DotKernel KernelFor(StoredKind kind, SimdPath path) {
   return DotKernel{};
 }
 
-void QuantizeQ8_0(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+void QuantizeQ8_0Portable(const float* x, int64_t n, int8_t* q, float* d, float* s) {
   for (int64_t b = 0; b < n / kQ8Block; ++b) {
     const float* xb = x + b * kQ8Block;
     float amax = 0.0f;

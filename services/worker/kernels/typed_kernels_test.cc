@@ -409,6 +409,56 @@ TEST(TypedKernelReferenceTest, Q8_0ActivationsAreLlamaCppsBlocks) {
   for (int j = 32; j < 64; ++j) EXPECT_EQ(q[j], 0);
 }
 
+TEST(TypedKernelReferenceTest, Q8_0QuantizerPathsAgree) {
+  // Every path's QuantizeQ8_0 against the portable loop, byte for byte: random blocks of
+  // several magnitudes, an all-zero block, blocks with amax 127 (id = 1) holding exact
+  // halves (+-0.5, +-2.5, -3.5, 126.5: round half away from zero), negative amax, tiny values.
+  // (A block whose max |x| is below ~4e-37 overflows 1 / scale: its quants are unspecified,
+  // its d is 0 on every path, so its products are 0 either way.)
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t n = 32 * 40;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = u(rng) * std::pow(10.0f, static_cast<float>(i / 32 % 7) - 3);
+  for (int j = 0; j < 32; ++j) x[32 + j] = 0.0f;
+  const float halves[] = {0.5f, -0.5f, 2.5f, -2.5f, -3.5f, 126.5f, -126.5f, 1.5f, 63.5f, -0.49999997f};
+  for (int j = 0; j < 32; ++j) x[64 + j] = j == 5 ? 127.0f : halves[j % 10];
+  for (int j = 0; j < 32; ++j) x[96 + j] = j == 9 ? -127.0f : halves[(j + 3) % 10] * 0.5f;
+  for (int j = 0; j < 32; ++j) x[128 + j] = (j - 15) * 1e-30f;  // tiny (d rounds to 0)
+  for (int j = 0; j < 32; ++j) x[160 + j] = (j - 16) * 0.25f;
+  std::vector<int8_t> q_ref(n), q(n);
+  std::vector<float> d_ref(n / 32), s_ref(n / 32), d(n / 32), s(n / 32);
+  typed::QuantizeQ8_0Portable(x.data(), n, q_ref.data(), d_ref.data(), s_ref.data());
+  int ran = 0;
+  for (SimdPath path : {SimdPath::kPortable, SimdPath::kAvx2, SimdPath::kAvx512}) {
+    if (MissingFeature(path, DetectedCpuFeatures()) != nullptr) continue;
+    ++ran;
+    SCOPED_TRACE(SimdPathName(path));
+    std::fill(q.begin(), q.end(), int8_t{99});
+    typed::QuantizeQ8_0OnPath(path, x.data(), n, q.data(), d.data(), s.data());
+    EXPECT_EQ(std::memcmp(q.data(), q_ref.data(), n), 0);
+    EXPECT_EQ(std::memcmp(d.data(), d_ref.data(), d.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(s.data(), s_ref.data(), s.size() * 4), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      if (q[i] != q_ref[i]) {
+        ADD_FAILURE() << "value " << i << " = " << x[i] << ": " << int{q[i]} << " vs " << int{q_ref[i]};
+        break;
+      }
+    }
+    // Without s, the quants and scales are the same.
+    typed::QuantizeQ8_0OnPath(path, x.data(), n, q.data(), d.data());
+    EXPECT_EQ(std::memcmp(q.data(), q_ref.data(), n), 0);
+  }
+  EXPECT_GE(ran, 1);
+  // The exact halves really are rounded away from zero (the reference itself).
+  EXPECT_EQ(q_ref[64 + 0], 1);
+  EXPECT_EQ(q_ref[64 + 1], -1);
+  EXPECT_EQ(q_ref[64 + 2], 3);
+  EXPECT_EQ(q_ref[64 + 4], -4);
+  EXPECT_EQ(q_ref[64 + 5], 127);
+  EXPECT_EQ(q_ref[64 + 9], 0);
+}
+
 TEST(CpuIsaTest, FeaturesNarrowAndNameWhatIsMissing) {
   CpuFeatures all;
   all.avx2 = all.avx512 = all.avx512_vnni = all.avx512_bf16 = all.avx_vnni = true;

@@ -90,14 +90,24 @@ void RunKernel(const typed::DotKernel& kernel, const uint8_t* w, int64_t stride,
         }
         j = j0 + tiles * tw;
       } else if (tile != nullptr) {
-        for (; j + tw <= j0 + jn; j += tw) {
-          tile(w + j * stride, stride, x, r0, d);
-          for (int64_t jj = 0; jj < tw; ++jj) {
-            for (int64_t i = 0; i < nr; ++i) {
-              Store(d[jj * typed::kMaxTileRows + i], beta, y + (r0 + i) * ldy + j + jj);
+        // The chunk's tiles into d, then each token row's outputs stored as one run: storing
+        // each tile's columns straight into y (rows ldy apart, 64 KiB for a 16384-wide
+        // output, so all in one L1 set) took 8% of a 1.1B prefill's CPU time in perf.
+        const int64_t tiles = jn / tw;
+        for (int64_t t = 0; t < tiles; ++t) {
+          tile(w + (j0 + t * tw) * stride, stride, x, r0, d + t * tw * typed::kMaxTileRows);
+        }
+        for (int64_t i = 0; i < nr; ++i) {
+          float* yr = y + (r0 + i) * ldy + j0;
+          if (beta == 0.0f) {
+            for (int64_t jj = 0; jj < tiles * tw; ++jj) yr[jj] = d[jj * typed::kMaxTileRows + i];
+          } else {
+            for (int64_t jj = 0; jj < tiles * tw; ++jj) {
+              Store(d[jj * typed::kMaxTileRows + i], beta, yr + jj);
             }
           }
         }
+        j = j0 + tiles * tw;
       }
       if (j < j0 + jn) RunDots(kernel, w, stride, j, j0 + jn - j, x, r0, nr, beta, y, ldy);
     }

@@ -330,15 +330,15 @@ TEST_P(LlamaLogitsTest, LogitsMatchLlamaCppOnTheDequantizedWeightsInF32) {
 }
 
 // The 8-bit KV cache against llama.cpp's (`-ctk q8_0 -ctv q8_0`, flash attention) on the
-// F16 files: both quantize K and V to 8 bits, Folio with one f32 scale per 64-or-fewer
-// value row (kernels/kv_q8.h), llama.cpp with one f16 scale per 32 values, so their
-// roundings differ and neither matches the other bit for bit; the gap is two
-// independent 8-bit KV roundings on top of the F16 gap (3.7e-4). Measured
-// (FOLIO_LOGITS_TOL=1 prints the worst per arch): llama.cpp q8_0 vs its own f16 cache
-// and Folio q8_0 vs llama.cpp q8_0 are of the same order (a few 1e-3 of max|logit|);
-// the limit 1.5e-2 is ~1.5x the worst measured. A wrong kernel (a scale dropped or off
-// by 2%, tried in kernels/paged_attention_test.cc) moves logits by far more. Greedy
-// tokens must agree wherever llama.cpp's top-2 margin exceeds the limit.
+// F16 files, decode one token at a time: both quantize K and V to 8 bits, Folio with one
+// f32 scale per row of head_dim values (kernels/kv_q8.h), llama.cpp with one f16 scale
+// per 32 values, so the roundings differ and neither matches the other bit for bit; the
+// gap is two independent 8-bit KV roundings on top of the F16 gap (3.7e-4). Measured
+// worst / max|logit| (FOLIO_LOGITS_TOL=1 prints them): Folio q8_0 vs llama.cpp q8_0
+// 1.1e-3..1.8e-3 over the four archs, llama.cpp q8_0 vs its own f16 cache 0.7e-3..3.2e-3
+// (mistral, head_dim 32), Folio q8_0 vs its f16 cache 0.8e-3..3.1e-3. The limit 3e-3 is
+// ~1.6x the worst measured gap, below either cache's own q8_0-vs-f16 effect on mistral.
+// Greedy tokens must agree wherever llama.cpp's top-2 margin exceeds the limit.
 TEST(LlamaKvQ8Test, LogitsAgreeWithLlamaCppQ8_0Cache) {
   FOLIO_SKIP_WITHOUT_REFERENCE();
   for (const Arch& arch : Archs()) {
@@ -359,7 +359,7 @@ TEST(LlamaKvQ8Test, LogitsAgreeWithLlamaCppQ8_0Cache) {
     ASSERT_TRUE(want_f16.ok()) << want_f16.status();
     const FolioRun got = RunFolio(*weights, prompt, kernels::KvDType::kQ8);
     const FolioRun got_f16 = RunFolio(*weights, prompt, kernels::KvDType::kF16);
-    constexpr float kTol = 1.5e-2f;
+    constexpr float kTol = 3e-3f;
     float worst = 0, llama_own = 0, folio_own = 0;
     int decisive = 0;
     for (int i = 0; i < kPrompt; ++i) {

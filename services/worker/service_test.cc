@@ -240,11 +240,17 @@ TEST_F(WorkerServiceTest, InfoAndAllocationChecks) {
   EXPECT_EQ(info.block_size(), 8);
 }
 
-TEST_F(WorkerServiceTest, Q8KvCacheReportsItsBytesPerToken) {
-  runner_->Shutdown();
-  WorkerServiceOptions options;
-  options.kv_dtype = kernels::KvDType::kQ8;
-  Start(options);
+// The same service with an 8-bit KV cache (--kv_dtype=q8_0).
+class WorkerServiceQ8Test : public WorkerServiceTest {
+ protected:
+  void SetUp() override {
+    WorkerServiceOptions options;
+    options.kv_dtype = kernels::KvDType::kQ8;
+    Start(options);
+  }
+};
+
+TEST_F(WorkerServiceQ8Test, ReportsItsBytesPerTokenAndSizesBlocksByThem) {
   pb::WorkerInfo info;
   ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
   // 2 (K, V) * 2 layers * 2 kv heads * (16 int8 values + a 4-byte scale).

@@ -12,6 +12,8 @@
 //
 //   FOLIO_MODELS_DIR=/work/shared/models build-engine/bin/worker_decode_bench
 //   FOLIO_MODELS_DIR=DIR FOLIO_BENCH_MODEL=bench-28m-q8_0.gguf ...: another file of DIR
+//   OMP_WAIT_POLICY=passive FOLIO_BENCH_BF16_GEMM=onednn|folio ...: a BF16 file's batched
+//   projections by oneDNN or by Folio's kernels (FOLIO_BENCH_ONEDNN_MIN_ROWS: threshold)
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -57,6 +59,13 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
   o.gemm_threading = threading;
   // FOLIO_BENCH_F16_PANELS=0: f16 read in place by the typed kernel instead of panels.
   if (const char* p = std::getenv("FOLIO_BENCH_F16_PANELS")) o.f16_panels = std::string(p) != "0";
+  // FOLIO_BENCH_BF16_GEMM=onednn: BF16 projections at >= FOLIO_BENCH_ONEDNN_MIN_ROWS
+  // (default kDefaultOnednnMinRows) rows by oneDNN (run with OMP_WAIT_POLICY=passive).
+  if (const char* g = std::getenv("FOLIO_BENCH_BF16_GEMM")) {
+    CHECK(std::string(g) == "onednn" || std::string(g) == "folio") << "FOLIO_BENCH_BF16_GEMM=" << g;
+    o.bf16_gemm = std::string(g) == "onednn" ? Bf16Gemm::kOnednn : Bf16Gemm::kFolio;
+  }
+  if (const char* m = std::getenv("FOLIO_BENCH_ONEDNN_MIN_ROWS")) o.onednn_min_rows = std::atoi(m);
   o.block_size = kBlockSize;
   o.num_threads = kThreads;
   o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * 8192 + (64 << 20);

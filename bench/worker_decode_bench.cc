@@ -12,6 +12,7 @@
 //
 //   FOLIO_MODELS_DIR=/work/shared/models build-engine/bin/worker_decode_bench
 //   FOLIO_MODELS_DIR=DIR FOLIO_BENCH_MODEL=bench-28m-q8_0.gguf ...: another file of DIR
+//   FOLIO_BENCH_SGEMM=0 ...: skip the sgemm ceiling (large files)
 //   OMP_WAIT_POLICY=passive FOLIO_BENCH_BF16_GEMM=onednn|folio ...: a BF16 file's batched
 //   projections by oneDNN or by Folio's kernels (FOLIO_BENCH_ONEDNN_MIN_ROWS: threshold)
 #include <algorithm>
@@ -77,6 +78,11 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
 // Seconds per run of the engine's GEMMs for `rows` token rows and `logit_rows` LM-head
 // rows, on random matrices of the model's shapes (best of several runs).
 double SgemmSeconds(const ModelConfig& c, int rows, int logit_rows) {
+  // FOLIO_BENCH_SGEMM=0: no ceiling (on a 1.1B file it would hold the model in f32, ~4
+  // GB, and take minutes); sgemm_tok/s and frac_of_sgemm are then 0.
+  if (const char* s = std::getenv("FOLIO_BENCH_SGEMM"); s != nullptr && std::string(s) == "0") {
+    return 1e30;
+  }
   const int64_t d = c.dim, q = int64_t{c.num_heads} * c.head_dim,
                 kvd = int64_t{c.num_kv_heads} * c.head_dim, h = c.hidden_dim;
   struct Shape { int64_t in, out; };

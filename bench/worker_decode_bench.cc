@@ -69,7 +69,10 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
   if (const char* m = std::getenv("FOLIO_BENCH_ONEDNN_MIN_ROWS")) o.onednn_min_rows = std::atoi(m);
   o.block_size = kBlockSize;
   o.num_threads = kThreads;
-  o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * 8192 + (64 << 20);
+  // f16 K and V of every layer per token (bench-28m: 8 KiB; the 1.1B shape: 32 KiB).
+  const ModelConfig& c = Weights()->config;
+  const int64_t kv_per_token = int64_t{c.num_layers} * 2 * c.num_kv_heads * c.head_dim * 2;
+  o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * kv_per_token + (64 << 20);
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(*Weights(), o);
   CHECK(r.ok()) << r.status();
   return *std::move(r);

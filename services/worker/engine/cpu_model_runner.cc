@@ -216,9 +216,8 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linea
       k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
       break;
     case Linear::Kind::kTyped:
-      if (!w.onednn.empty() && rows >= onednn_min_rows_) {
-        onednn_->Linear(x, ldx, rows, w.onednn, beta, y, ldy);
-      } else {
+      if (w.onednn.empty() || rows < onednn_min_rows_ ||
+          !onednn_->Linear(x, ldx, rows, w.onednn, beta, y, ldy)) {
         k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
       }
       break;

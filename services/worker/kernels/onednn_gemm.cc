@@ -99,17 +99,34 @@ class OnednnGemmImpl final : public OnednnGemm {
  public:
   explicit OnednnGemmImpl(int32_t threads) : threads_(threads) {}
 
-  void Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w, float beta,
+  bool Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w, float beta,
               float* y, int64_t ldy) override {
     CHECK(!w.empty()) << "OnednnGemm::Linear on a matrix that is not all bf16";
-    if (rows <= 0 || w.out == 0) return;
+    if (rows <= 0 || w.out == 0) return true;
     omp_set_num_threads(threads_);
+    // Every primitive first, so a shape oneDNN refuses leaves y untouched.
+    Convert c;
+    std::vector<Matmul> mms;
+    try {
+      c = GetConvert(rows, w.in, ldx);
+      for (const OnednnBf16Matrix::Part& p : w.parts) {
+        // oneDNN 2.6's brgemm matmul (the fast one) wants a dense dst: a part that is not
+        // the whole of y's rows writes a dense buffer, added into y below (M x rows
+        // floats, small beside the M x rows x in products); a strided dst takes gemm:jit.
+        const bool direct = ldy == p.rows;
+        mms.push_back(GetMatmul(rows, w.in, p.rows, p.ld, direct ? ldy : p.rows,
+                                direct ? beta : 0.0f));
+      }
+    } catch (const dnnl::error& e) {
+      LOG_FIRST_N(ERROR, 4) << "oneDNN refused a bf16 matmul of " << rows << " x " << w.in
+                            << " -> " << w.out << " (Folio's kernels take it): " << e.what();
+      return false;
+    }
     ThreadBuffers& buf = Buffers();
     const size_t need = static_cast<size_t>(rows * w.in);
     if (buf.x.size() < need) buf.x.resize(need);
     dnnl::stream stream(Cpu());
     {
-      const Convert c = GetConvert(rows, w.in, ldx);
       dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
       dnnl::memory dst(c.dst, Cpu(), buf.x.data());
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
@@ -119,13 +136,10 @@ class OnednnGemmImpl final : public OnednnGemm {
       }
       c.prim.execute(stream, args);
     }
-    for (const OnednnBf16Matrix::Part& p : w.parts) {
-      // oneDNN 2.6's brgemm matmul (the fast one) wants a dense dst: a part that is not
-      // the whole of y's rows writes a dense buffer, added into y below (M x rows floats,
-      // small beside the M x rows x in products); the strided dst would take gemm:jit.
+    for (size_t i = 0; i < w.parts.size(); ++i) {
+      const OnednnBf16Matrix::Part& p = w.parts[i];
       const bool direct = ldy == p.rows;
-      const Matmul m = GetMatmul(rows, w.in, p.rows, p.ld, direct ? ldy : p.rows,
-                                 direct ? beta : 0.0f);
+      const Matmul& m = mms[i];
       float* out = y + p.first_row;
       if (!direct) {
         if (buf.y.size() < static_cast<size_t>(rows * p.rows)) buf.y.resize(rows * p.rows);
@@ -154,6 +168,7 @@ class OnednnGemmImpl final : public OnednnGemm {
         }
       }
     }
+    return true;
   }
 
   std::string impl() const override {

@@ -77,8 +77,10 @@ class OnednnGemm {
   virtual ~OnednnGemm() = default;
 
   // y = x . W^T + beta * y for x [rows, w.in] f32 (row stride ldx), y [rows, w.out] f32
-  // (row stride ldy); beta = 0 never reads y. w must not be empty.
-  virtual void Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w,
+  // (row stride ldy); beta = 0 never reads y. w must not be empty. False (logged, y
+  // untouched) when oneDNN refuses a primitive for this shape: the caller then runs
+  // Folio's kernels.
+  virtual bool Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w,
                       float beta, float* y, int64_t ldy) = 0;
 
   // The implementation oneDNN picked for the first matmul created (e.g.

@@ -79,7 +79,7 @@ void Check(const TypedMatrix& w, OnednnGemm& engine, int64_t rows, float beta, i
   for (float& v : x) v = u(rng);
   for (float& v : y0) v = u(rng);
   std::vector<float> y = y0, folio = y0;
-  engine.Linear(x.data(), ldx, rows, plan, beta, y.data(), ldy);
+  ASSERT_TRUE(engine.Linear(x.data(), ldx, rows, plan, beta, y.data(), ldy));
   TypedLinear(x.data(), ldx, rows, w, beta, folio.data(), ldy, nullptr);
   std::vector<float> wrow(static_cast<size_t>(w.in()));
   double worst = 0;
@@ -184,7 +184,7 @@ TEST(OnednnGemmTest, ConcurrentCallsGiveTheSerialResults) {
     for (float& v : x[t]) v = u(rng);
     serial[t].assign(rows[t] * out, 0.0f);
     parallel[t].assign(rows[t] * out, 0.0f);
-    engine->Linear(x[t].data(), in, rows[t], plan, 0.0f, serial[t].data(), out);
+    ASSERT_TRUE(engine->Linear(x[t].data(), in, rows[t], plan, 0.0f, serial[t].data(), out));
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

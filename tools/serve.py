@@ -189,6 +189,10 @@ def main():
     p.add_argument("--frontend_flag", action="append", default=[],
                    help="extra flag for folio-frontend (repeatable), e.g. --frontend_flag=--http_idle_timeout_ms=600000")
     args = p.parse_args()
+    # The worker's oneDNN bf16 path runs on libgomp, which reads OMP_WAIT_POLICY only when
+    # it loads: passive, so its idle threads block instead of spinning beside the other
+    # services (an explicit value is kept). Every service inherits it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
     if args.tp < 1:
         log("--tp must be at least 1")

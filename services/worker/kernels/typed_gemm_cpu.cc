@@ -139,16 +139,18 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
   acts.in = in;
   acts.f32 = x;
   acts.ldx = ldx;
-  bool bf16 = false, q8 = false, q8k = false;
+  bool bf16 = false, q8 = false, q8k = false, q8c = false;
   for (const typed::DotKernel& k : kernels) {
     bf16 |= k.ok() && k.needs_bf16;
     q8 |= k.ok() && k.needs_q8;
+    q8c |= k.ok() && k.needs_q8 && k.needs_q8_c;
     q8k |= k.ok() && k.needs_q8k;
   }
   // The caller's (the step thread's) buffers, read by every thread of this call.
   thread_local std::vector<uint16_t> x_bf16;
   thread_local std::vector<int8_t> x_q8;
   thread_local std::vector<float> x_q8_d, x_q8_s, x_k8_d;
+  thread_local std::vector<int32_t> x_q8_c;
   thread_local std::vector<int8_t> x_k8;
   thread_local std::vector<int16_t> x_k8_bsums;
   if (bf16) {
@@ -169,6 +171,11 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     acts.q8 = x_q8.data();
     acts.q8_d = x_q8_d.data();
     acts.q8_s = x_q8_s.data();
+    if (q8c) {
+      if (static_cast<int64_t>(x_q8_c.size()) < rows * in / 4) x_q8_c.resize(rows * in / 4);
+      typed::Q8Corrections(x_q8.data(), rows * in, x_q8_c.data());
+      acts.q8_c = x_q8_c.data();
+    }
   }
   if (q8k) {
     CHECK_EQ(in % typed::kQ8KBlock, 0);

@@ -26,6 +26,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -307,7 +308,48 @@ void BM_ReadCeiling(benchmark::State& state) {
                  (threads == 1 ? "" : "s"));
 }
 
+// The pool's cost per loop, as a decode step meets it: a loop of two pieces of ~work_us
+// each (one per thread), after gap_us of work on the caller alone (the norms, RoPE and
+// quantization between two matmuls), on a 2-thread pool with the given spin (0: block at
+// once). Ideal time per iteration: gap + work (vs_ideal: the time over it); the excess is the wake-up and the
+// finish wait. A loaded machine (fewer free cores than threads) shows the late worker
+// as up to a whole extra piece: note the load.
+void BusyFor(double us) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() <
+         us) {
+  }
+}
+
+void BM_PoolLoop(benchmark::State& state) {
+  const int spin = static_cast<int>(state.range(0));
+  const double work = static_cast<double>(state.range(1)), gap = static_cast<double>(state.range(2));
+  k::ThreadPool pool(kThreads, spin);
+  for (auto _ : state) {
+    BusyFor(gap);
+    pool.ParallelFor(kThreads, 1, [&](int64_t, int64_t) { BusyFor(work); });
+  }
+  state.counters["vs_ideal"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * (work + gap) * 1e-6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetLabel("spin " + std::to_string(spin) + " us, pieces of " + std::to_string(state.range(1)) +
+                 " us after " + std::to_string(state.range(2)) + " us alone, ideal " +
+                 std::to_string(state.range(1) + state.range(2)) + " us");
+}
+
 void Register() {
+  for (int64_t spin : {0, 100}) {
+    for (const auto& [work, gap] : std::vector<std::pair<int64_t, int64_t>>{{100, 5}, {500, 20}}) {
+      benchmark::RegisterBenchmark(("BM_PoolLoop/spin:" + std::to_string(spin) + "/work:" +
+                                    std::to_string(work) + "/gap:" + std::to_string(gap))
+                                       .c_str(),
+                                   BM_PoolLoop)
+          ->Args({spin, work, gap})
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+
   for (int64_t threads : {2, 1}) {
     benchmark::RegisterBenchmark(("BM_ReadCeiling/threads:" + std::to_string(threads)).c_str(),
                                  BM_ReadCeiling)

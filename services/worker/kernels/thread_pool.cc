@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -17,12 +19,21 @@ inline void CpuRelax() {
 #endif
 }
 
+bool YieldInSpin() {
+  static const bool y = [] {
+    const char* e = std::getenv("FOLIO_POOL_SPIN_YIELD");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return y;
+}
+
 // Spins until done() or spin_us have passed; returns done()'s last value.
 template <typename Done>
 bool SpinFor(int spin_us, Done done) {
   if (done()) return true;
   if (spin_us <= 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  const bool kYield = YieldInSpin();
   while (true) {
     // The clock is read once per 16 checks (a check is a relaxed load and a pause).
     for (int i = 0; i < 16; ++i) {
@@ -30,6 +41,9 @@ bool SpinFor(int spin_us, Done done) {
       CpuRelax();
     }
     if (std::chrono::steady_clock::now() >= deadline) return done();
+    // Polite: on an idle core this returns at once; on one that other threads want
+    // (a loaded machine) they run instead of the spin.
+    if (kYield) std::this_thread::yield();
   }
 }
 

@@ -28,6 +28,16 @@ float Dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+// Pieces a matmul's output rows are cut into per pool thread: $FOLIO_TYPED_PIECES (1 is
+// one contiguous half a thread on 2 threads, the split before 2026-12-01), else 4.
+int64_t PiecesPerThread() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("FOLIO_TYPED_PIECES");
+    return e == nullptr || *e == '\0' ? int64_t{4} : std::clamp<int64_t>(std::atoll(e), 1, 64);
+  }();
+  return n;
+}
+
 inline void Store(float d, float beta, float* y) { *y = beta == 0.0f ? d : d + beta * *y; }
 
 // Weight rows [j0, j0 + jn) against token rows [r0, r0 + nr) by dot[] (nr <= kMaxDotRows
@@ -191,9 +201,14 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     acts.k8_d = x_k8_d.data();
     acts.k8_bsums = x_k8_bsums.data();
   }
-  // One contiguous range of output features per thread (fewer for a small matrix).
+  // Contiguous ranges of output features, PiecesPerThread() a thread (fewer for a small
+  // matrix: 16 rows at least), claimed in order by whichever thread is free: a worker
+  // woken late, or a core another process holds a while, leaves its share to the others
+  // instead of the whole loop waiting on its half. Each output is computed the same way
+  // on any thread, so the split never changes a result.
   const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
-  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
+  const int64_t pieces = std::max<int64_t>(
+      1, std::min<int64_t>(threads == 1 ? 1 : threads * PiecesPerThread(), out / 16));
   const std::vector<TypedRows>& segs = w.segments();
   ParallelFor(pool, pieces, 1, [&](int64_t p_begin, int64_t p_end) {
     for (int64_t p = p_begin; p < p_end; ++p) {

@@ -1,7 +1,8 @@
 // The typed-weight kernels (typed_dot.h) on every SIMD path this CPU has, against the
 // portable kernels, and the portable kernels against a double-precision product of the
-// dequantized weights (weight_format.h's dequantizers, bit-exact with gguf-py's).
-// Paths the CPU lacks are skipped naming the missing feature.
+// dequantized weights (weight_format.h's dequantizers, bit-exact with gguf-py's); each
+// kernel's register tiles called directly against its dot[] (TilesEqualDot, bit for bit).
+// Paths the CPU lacks, and kernels without tiles, are skipped naming the reason.
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -216,96 +217,146 @@ TEST_P(TypedKernelTest, BatchAndPoolDoNotChangeResults) {
   EXPECT_EQ(batch, single);
 }
 
-// Each register tile (typed_dot.h TileFn) directly against dot[]: every output of a
-// tile equals, bit for bit, what dot[] gives it, for 1..8 token rows from two row
-// offsets and rows whose lengths end at and around every step of the kernels' loops;
-// the k-blocked tiles (ktile) too, over column blocks of one step, three and k_block.
+// Row lengths of the tile test: at and around every step of the f16 / bf16 kernels'
+// loops; for block types odd and even block counts, one block alone and a last lone block.
+std::vector<int64_t> TileLengthsFor(StoredKind kind) {
+  if (BlockOf(kind) == 1) {
+    return {1, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 95, 96, 129, 257, 345, 1000, 1100};
+  }
+  std::vector<int64_t> ins;
+  for (int64_t b : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 64, 65, 97}) {
+    ins.push_back(b * BlockOf(kind));
+  }
+  return ins;
+}
+
+// x [rows, in] (f32 row r at r * ldx) in every form a kernel reads, as TypedLinear
+// prepares them, owning its buffers.
+struct TileActivations {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> q8, k8;
+  std::vector<float> q8_d, q8_s, k8_d;
+  std::vector<int16_t> k8_bsums;
+  typed::Activations acts;
+
+  TileActivations(int64_t rows, int64_t in, int64_t ldx, int seed)
+      : f32(RandomNormal(rows * ldx, seed)),
+        bf16(rows * in),
+        q8(rows * in),
+        k8(rows * in),
+        q8_d(rows * in / typed::kQ8Block + 1),
+        q8_s(rows * in / typed::kQ8Block + 1),
+        k8_d(rows * in / typed::kQ8KBlock + 1),
+        k8_bsums(rows * in / 16 + 1) {
+    acts.in = in;
+    acts.f32 = f32.data();
+    acts.ldx = ldx;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = f32.data() + r * ldx;
+      typed::RoundToBf16(x, in, bf16.data() + r * in);
+      if (in % typed::kQ8Block == 0) {
+        const int64_t blocks = in / typed::kQ8Block;
+        typed::QuantizeQ8_0(x, in, q8.data() + r * in, q8_d.data() + r * blocks,
+                            q8_s.data() + r * blocks);
+      }
+      if (in % typed::kQ8KBlock == 0) {
+        typed::QuantizeQ8_K(x, in, k8.data() + r * in, k8_d.data() + r * (in / typed::kQ8KBlock),
+                            k8_bsums.data() + r * (in / 16));
+      }
+    }
+    acts.bf16 = bf16.data();
+    acts.q8 = q8.data();
+    acts.q8_d = q8_d.data();
+    acts.q8_s = q8_s.data();
+    acts.k8 = k8.data();
+    acts.k8_d = k8_d.data();
+    acts.k8_bsums = k8_bsums.data();
+  }
+};
+
+// Each register tile (typed_dot.h TileFn) called directly against dot[]: every output of
+// a tile equals, bit for bit, what dot[0] gives it alone and what dot[R - 1] gives it
+// among R <= 4 rows, for R = 1..8 token rows from three row offsets (a tile starts
+// anywhere in the activations), rows whose lengths end at and around every step of the
+// kernels' loops, weight rows adjacent and apart (a column offset and a row stride wider
+// than the row read); the k-blocked tiles (ktile) too, over column blocks of one step,
+// three and k_block.
 TEST_P(TypedKernelTest, TilesEqualDot) {
   const auto [kind, path] = GetParam();
   const typed::DotKernel kernel = typed::KernelFor(kind, path);
   if (kernel.tile_w == 0) {
     GTEST_SKIP() << StoredKindName(kind) << " has no tiles on " << SimdPathName(path);
   }
-  std::vector<int64_t> ins;
-  if (BlockOf(kind) == 1) {
-    ins = {1, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 95, 96, 129, 257, 1000, 1100};
-  } else {
-    for (int64_t b : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64, 97}) ins.push_back(b * BlockOf(kind));
-  }
+  ASSERT_GE(kernel.tile_w, 1);
+  ASSERT_LE(kernel.tile_w, 16);
+  ASSERT_EQ(16 % kernel.tile_w, 0);
   const int64_t total_rows = 11, w = kernel.tile_w;
-  int seed = 40;
-  for (const int64_t in : ins) {
-    SCOPED_TRACE("in " + std::to_string(in));
-    StoredMatrix m(kind, w, in, 0, ++seed);
-    const int64_t ldx = in + 3;
-    const std::vector<float> x = RandomNormal(total_rows * ldx, ++seed);
-    // The activations in every form, as TypedLinear prepares them.
-    std::vector<uint16_t> xb(total_rows * in);
-    std::vector<int8_t> q(total_rows * in);
-    std::vector<float> qd(total_rows * in / 32 + 1), qs(total_rows * in / 32 + 1);
-    std::vector<int8_t> k8(total_rows * in);
-    std::vector<float> k8d(total_rows * in / 256 + 1);
-    std::vector<int16_t> k8s(total_rows * in / 16 + 1);
-    typed::Activations acts;
-    acts.in = in;
-    acts.f32 = x.data();
-    acts.ldx = ldx;
-    for (int64_t r = 0; r < total_rows; ++r) {
-      typed::RoundToBf16(x.data() + r * ldx, in, xb.data() + r * in);
-      if (kernel.needs_q8) {
-        typed::QuantizeQ8_0(x.data() + r * ldx, in, q.data() + r * in, qd.data() + r * (in / 32),
-                            qs.data() + r * (in / 32));
-      }
-      if (kernel.needs_q8k) {
-        typed::QuantizeQ8_K(x.data() + r * ldx, in, k8.data() + r * in,
-                            k8d.data() + r * (in / 256), k8s.data() + r * (in / 16));
-      }
-    }
-    acts.k8 = k8.data();
-    acts.k8_d = k8d.data();
-    acts.k8_bsums = k8s.data();
-    acts.bf16 = xb.data();
-    acts.q8 = q.data();
-    acts.q8_d = qd.data();
-    acts.q8_s = qs.data();
-    const TypedRows& seg = m.view.segments()[0];
-    for (int r = 1; r <= typed::kMaxTileRows; ++r) {
-      const typed::TileFn tile = kernel.tile[r - 1];
-      if (tile == nullptr) continue;
-      // The whole tile, then the k-blocked one over blocks of several sizes (0: none).
-      std::vector<int64_t> blockings = {0};
-      if (kernel.ktile[r - 1] != nullptr) {
-        blockings.insert(blockings.end(), {kernel.k_step, 3 * kernel.k_step, kernel.k_block});
-      }
-      for (const int64_t kb : blockings)
-      for (const int64_t r0 : {int64_t{0}, total_rows - r}) {
-        SCOPED_TRACE("k block " + std::to_string(kb));
-        std::vector<float> got(w * typed::kMaxTileRows, -1.0f);
-        if (kb == 0) {
-          tile(seg.data, seg.row_stride_bytes, acts, r0, got.data());
-        } else {
-          std::vector<float> state(w * typed::kTileStateFloatsPerRow, NAN);
-          for (int64_t k0 = 0; k0 < in; k0 += kb) {
-            kernel.ktile[r - 1](seg.data, seg.row_stride_bytes, acts, r0, k0,
-                                std::min(in, k0 + kb), state.data(), got.data());
-          }
+  int tiles_run = 0, seed = 40;
+  for (const int64_t col0 : {int64_t{0}, BlockOf(kind)}) {
+    for (const int64_t in : TileLengthsFor(kind)) {
+      SCOPED_TRACE("in " + std::to_string(in) + " col0 " + std::to_string(col0));
+      StoredMatrix m(kind, w, in, col0, ++seed);
+      const TileActivations x(total_rows, in, in + 3, ++seed);
+      const TypedRows& seg = m.view.segments()[0];
+      // dot[0] of every weight row and token row: the one-row sum each output must be.
+      std::vector<float> single(w * total_rows);
+      for (int64_t j = 0; j < w; ++j) {
+        for (int64_t t = 0; t < total_rows; ++t) {
+          kernel.dot[0](seg.data + j * seg.row_stride_bytes, x.acts, t,
+                        &single[j * total_rows + t]);
         }
-        for (int64_t j = 0; j < w; ++j) {
-          for (int64_t q0 = 0; q0 < r; q0 += typed::kMaxDotRows) {
-            const int64_t qn = std::min<int64_t>(typed::kMaxDotRows, r - q0);
-            float want[typed::kMaxDotRows];
-            kernel.dot[qn - 1](seg.data + j * seg.row_stride_bytes, acts, r0 + q0, want);
-            for (int64_t i = 0; i < qn; ++i) {
-              const float g = got[j * typed::kMaxTileRows + q0 + i];
-              EXPECT_EQ(std::memcmp(&g, &want[i], sizeof(float)), 0)
-                  << "R " << r << " r0 " << r0 << " weight row " << j << " token row "
-                  << q0 + i << ": tile " << g << " dot " << want[i];
+      }
+      for (int r = 1; r <= typed::kMaxTileRows; ++r) {
+        const typed::TileFn tile = kernel.tile[r - 1];
+        if (tile == nullptr) continue;
+        ++tiles_run;
+        // The whole tile, then the k-blocked one over blocks of several sizes (0: none).
+        std::vector<int64_t> blockings = {0};
+        if (kernel.ktile[r - 1] != nullptr) {
+          blockings.insert(blockings.end(), {kernel.k_step, 3 * kernel.k_step, kernel.k_block});
+        }
+        for (const int64_t r0 : {int64_t{0}, int64_t{1}, total_rows - r}) {
+          // dot[qn - 1] over the same rows in groups of kMaxDotRows.
+          std::vector<float> grouped(w * r);
+          for (int64_t j = 0; j < w; ++j) {
+            for (int64_t q0 = 0; q0 < r; q0 += typed::kMaxDotRows) {
+              const int64_t qn = std::min<int64_t>(typed::kMaxDotRows, r - q0);
+              kernel.dot[qn - 1](seg.data + j * seg.row_stride_bytes, x.acts, r0 + q0,
+                                 &grouped[j * r + q0]);
+            }
+          }
+          for (const int64_t kb : blockings) {
+            SCOPED_TRACE("k block " + std::to_string(kb));
+            std::vector<float> got(16 * typed::kMaxTileRows, -1.0f);
+            if (kb == 0) {
+              tile(seg.data, seg.row_stride_bytes, x.acts, r0, got.data());
+            } else {
+              std::vector<float> state(w * typed::kTileStateFloatsPerRow, NAN);
+              for (int64_t k0 = 0; k0 < in; k0 += kb) {
+                kernel.ktile[r - 1](seg.data, seg.row_stride_bytes, x.acts, r0, k0,
+                                    std::min(in, k0 + kb), state.data(), got.data());
+              }
+            }
+            for (int64_t j = 0; j < w; ++j) {
+              for (int64_t i = 0; i < r; ++i) {
+                const float g = got[j * typed::kMaxTileRows + i];
+                const float one = single[j * total_rows + r0 + i], many = grouped[j * r + i];
+                EXPECT_EQ(std::memcmp(&g, &one, sizeof(float)), 0)
+                    << "R " << r << " r0 " << r0 << " weight row " << j << " token row " << i
+                    << ": tile " << g << ", dot[0] " << one;
+                EXPECT_EQ(std::memcmp(&g, &many, sizeof(float)), 0)
+                    << "R " << r << " r0 " << r0 << " weight row " << j << " token row " << i
+                    << ": tile " << g << ", dot[] of rows in groups of " << typed::kMaxDotRows << " "
+                    << many;
+              }
             }
           }
         }
       }
     }
   }
+  EXPECT_GT(tiles_run, 0) << "tile_w is set but no tile[]";
 }
 
 std::vector<Param> AllParams() {

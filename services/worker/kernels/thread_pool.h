@@ -4,17 +4,18 @@
 // workers, and waits at the end only for workers that took part: on a busy machine a
 // worker woken late finds the loop done and the caller gone on.
 //
-// Waiting is a short bounded spin, then a block: an idle worker watches for the next
-// loop for up to spin_us microseconds (pause instructions, no syscalls), then blocks in
-// absl::Mutex::Await; the caller at the end of a loop watches for the workers' finish the
-// same way. A decode step issues about 80 loops of 0.1-3 ms with a few microseconds of
-// serial work between them; waking a blocked thread costs a futex and, in a VM, an
-// inter-processor interrupt into a halted vCPU (measured in docs/benchmarks.md, issue 20
-// decode), which the spin skips. Past spin_us nothing spins, so a pool between steps
-// (or idle) holds no CPU: a machine shared with the other services of a local cluster,
-// and with OpenBLAS's own threads, is not starved. spin_us = 0 blocks at once (the
-// behaviour before the spin). Kernels and GEMMs never run at the same time, so each may
-// use all cores in turn.
+// Waiting may be a short bounded spin before the block: with spin_us > 0 an idle worker
+// watches for the next loop for up to spin_us microseconds (pause instructions, the core
+// yielded after every 16 checks, no futex), then blocks in absl::Mutex::Await; the caller
+// at the end of a loop watches for the workers' finish the same way. A decode step
+// issues about 80 loops with a few microseconds of serial work between them, so a spin
+// would skip a futex wake (and, in a VM, an interrupt into a halted vCPU) per loop. Past
+// spin_us nothing spins, so an idle pool holds no CPU. The default is 0 (block at once,
+// as before): on the loaded 2-vCPU machine of issue 20 a 100 us spin gained no measurable
+// wall time and cost CPU time (docs/benchmarks.md, issue 20 decode); $FOLIO_POOL_SPIN_US
+// turns it on for a measurement on a quiet machine (typed_matmul_bench BM_PoolLoop,
+// decode_1b_bench). Kernels and GEMMs never run at the same time, so each may use all
+// cores in turn.
 //
 // Thread-safety: ParallelFor may be called from one thread at a time (the engine's step
 // thread); it is not reentrant. Construction and destruction are not concurrent with it.
@@ -34,7 +35,7 @@ namespace folio::worker::kernels {
 
 // The spin of new pools, in microseconds: $FOLIO_POOL_SPIN_US when set (0 disables the
 // spin), else kDefaultPoolSpinUs.
-constexpr int kDefaultPoolSpinUs = 100;
+constexpr int kDefaultPoolSpinUs = 0;
 int DefaultPoolSpinUs();
 
 class ThreadPool {

@@ -10,11 +10,12 @@
 // at the end of a loop watches for the workers' finish the same way. A decode step
 // issues about 80 loops with a few microseconds of serial work between them, so a spin
 // would skip a futex wake (and, in a VM, an interrupt into a halted vCPU) per loop. Past
-// spin_us nothing spins, so an idle pool holds no CPU. The default is 0 (block at once,
-// as before): on the loaded 2-vCPU machine of issue 20 a 100 us spin gained no measurable
-// wall time and cost CPU time (docs/benchmarks.md, issue 20 decode); $FOLIO_POOL_SPIN_US
-// turns it on for a measurement on a quiet machine (typed_matmul_bench BM_PoolLoop,
-// decode_1b_bench). Kernels and GEMMs never run at the same time, so each may use all
+// spin_us nothing spins, so an idle pool holds no CPU. Default 100 us: on the quiet
+// 2-vCPU machine of issue 20 a loop of two 100 us pieces took 1.57x its ideal time
+// blocking at once and 1.02x with the spin (typed_matmul_bench BM_PoolLoop, about 60 us
+// of wake-up a loop); under load 7-13 the spin gained nothing measurable and cost CPU time
+// (docs/benchmarks.md, issue 20 decode). $FOLIO_POOL_SPIN_US=0 blocks at once (before
+// 2026-12-01); the yield keeps a loaded machine's other threads running. Kernels and GEMMs never run at the same time, so each may use all
 // cores in turn.
 //
 // Thread-safety: ParallelFor may be called from one thread at a time (the engine's step
@@ -35,7 +36,7 @@ namespace folio::worker::kernels {
 
 // The spin of new pools, in microseconds: $FOLIO_POOL_SPIN_US when set (0 disables the
 // spin), else kDefaultPoolSpinUs.
-constexpr int kDefaultPoolSpinUs = 0;
+constexpr int kDefaultPoolSpinUs = 100;
 int DefaultPoolSpinUs();
 
 class ThreadPool {

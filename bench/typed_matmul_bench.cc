@@ -40,6 +40,7 @@
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/thread_pool.h"
+#include "services/worker/kernels/typed_dot.h"
 #include "services/worker/kernels/typed_gemm.h"
 #include "services/worker/model/weight_format.h"
 
@@ -149,6 +150,73 @@ void BM_StepMatmuls(benchmark::State& state) {
                  std::to_string(rows) + " token rows" + (tiles ? "" : " (dot[] only)") + ", " +
                  std::to_string(s.bytes >> 20) +
                  " MiB of weights");
+}
+
+// One token row against a matrix that stays in L2 ([rows, 2048], about 256 KiB of
+// weights; the same random blocks as the step's), on the calling thread, by the
+// kernel's dot[0] row after row: the kernel's
+// own cost per byte with memory out of the way, which says how far below the memory's
+// rate its per-block work leaves it (a memory-rate kernel must run well above the
+// read-only pass's rate here). Thread CPU time; bytes_per_second on it.
+void BM_CachedRow(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const auto path = static_cast<k::SimdPath>(state.range(1));
+  if (const char* missing = k::MissingFeature(path, k::DetectedCpuFeatures())) {
+    state.SkipWithError((std::string("this CPU lacks ") + missing).c_str());
+    return;
+  }
+  const WeightFormat& f = FormatOfKind(kind);
+  constexpr int64_t kIn = 2048;
+  const int64_t row_bytes = f.BytesFor(kIn), out = (256 << 10) / row_bytes;
+  std::unique_ptr<uint8_t[]> data(new uint8_t[out * row_bytes]);
+  FillRandomBlocks(f, out * kIn / f.block_values, 0.02f, 7, data.get());
+  k::TypedMatrix m(kIn);
+  k::TypedRows r;
+  r.data = data.get();
+  r.row_stride_bytes = row_bytes;
+  r.rows = out;
+  r.block_values = f.block_values;
+  r.dequantize = f.dequantize;
+  r.type_name = f.name;
+  r.kind = kind;
+  m.Append(r);
+  std::vector<float> x(kIn), y(out);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+  // The activations quantized once (TypedLinear does that once per call, which at this
+  // size would be a third of the time): only the kernel's dot[0] runs per row.
+  namespace t = k::typed;
+  const t::DotKernel kernel = t::KernelFor(kind, path);
+  std::vector<int8_t> q(kIn);
+  std::vector<float> d(kIn / t::kQ8Block), qs(kIn / t::kQ8Block), kd(kIn / t::kQ8KBlock);
+  std::vector<int16_t> bsums(kIn / 16);
+  std::vector<uint16_t> bf16(kIn);
+  t::Activations a;
+  a.in = kIn;
+  a.f32 = x.data();
+  a.ldx = kIn;
+  if (kernel.needs_bf16) {
+    t::RoundToBf16(x.data(), kIn, bf16.data());
+    a.bf16 = bf16.data();
+  }
+  if (kernel.needs_q8) {
+    t::QuantizeQ8_0(x.data(), kIn, q.data(), d.data(), qs.data());
+    a.q8 = q.data();
+    a.q8_d = d.data();
+    a.q8_s = qs.data();
+  }
+  if (kernel.needs_q8k) {
+    t::QuantizeQ8_K(x.data(), kIn, q.data(), kd.data(), bsums.data());
+    a.k8 = q.data();
+    a.k8_d = kd.data();
+    a.k8_bsums = bsums.data();
+  }
+  for (auto _ : state) {
+    for (int64_t j = 0; j < out; ++j) kernel.dot[0](data.get() + j * row_bytes, a, 0, &y[j]);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * out * row_bytes);
+  state.SetLabel(std::string(k::StoredKindName(kind)) + " " + k::SimdPathName(path) +
+                 ", 1 token row, " + std::to_string(out * row_bytes >> 10) + " KiB in L2");
 }
 
 // The same step on f32 panels, as the runner holds an f32 model (PackedLinear).
@@ -398,6 +466,13 @@ void Register() {
               ->Unit(benchmark::kMillisecond);
         }
       }
+    }
+    for (k::SimdPath path : k::TypedPathsOf(kind)) {
+      if (path == k::SimdPath::kPortable) continue;
+      benchmark::RegisterBenchmark(
+          ("BM_CachedRow/" + name + "/" + k::SimdPathName(path)).c_str(), BM_CachedRow)
+          ->Args({static_cast<int64_t>(kind), static_cast<int64_t>(path)})
+          ->Unit(benchmark::kMicrosecond);
     }
     benchmark::RegisterBenchmark(("BM_Memcpy/" + name).c_str(), BM_Memcpy)
         ->Args({static_cast<int64_t>(kind)})

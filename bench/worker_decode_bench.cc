@@ -12,6 +12,9 @@
 //
 //   FOLIO_MODELS_DIR=/work/shared/models build-engine/bin/worker_decode_bench
 //   FOLIO_MODELS_DIR=DIR FOLIO_BENCH_MODEL=bench-28m-q8_0.gguf ...: another file of DIR
+//   FOLIO_BENCH_SGEMM=0 ...: skip the sgemm ceiling (large files)
+//   OMP_WAIT_POLICY=passive FOLIO_BENCH_BF16_GEMM=onednn|folio ...: a BF16 file's batched
+//   projections by oneDNN or by Folio's kernels (FOLIO_BENCH_ONEDNN_MIN_ROWS: threshold)
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -57,9 +60,19 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
   o.gemm_threading = threading;
   // FOLIO_BENCH_F16_PANELS=0: f16 read in place by the typed kernel instead of panels.
   if (const char* p = std::getenv("FOLIO_BENCH_F16_PANELS")) o.f16_panels = std::string(p) != "0";
+  // FOLIO_BENCH_BF16_GEMM=onednn: BF16 projections at >= FOLIO_BENCH_ONEDNN_MIN_ROWS
+  // (default kDefaultOnednnMinRows) rows by oneDNN (run with OMP_WAIT_POLICY=passive).
+  if (const char* g = std::getenv("FOLIO_BENCH_BF16_GEMM")) {
+    CHECK(std::string(g) == "onednn" || std::string(g) == "folio") << "FOLIO_BENCH_BF16_GEMM=" << g;
+    o.bf16_gemm = std::string(g) == "onednn" ? Bf16Gemm::kOnednn : Bf16Gemm::kFolio;
+  }
+  if (const char* m = std::getenv("FOLIO_BENCH_ONEDNN_MIN_ROWS")) o.onednn_min_rows = std::atoi(m);
   o.block_size = kBlockSize;
   o.num_threads = kThreads;
-  o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * 8192 + (64 << 20);
+  // f16 K and V of every layer per token (bench-28m: 8 KiB; the 1.1B shape: 32 KiB).
+  const ModelConfig& c = Weights()->config;
+  const int64_t kv_per_token = int64_t{c.num_layers} * 2 * c.num_kv_heads * c.head_dim * 2;
+  o.kv_cache_bytes = int64_t{num_seqs} * (kMaxContext + kBlockSize) * kv_per_token + (64 << 20);
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(*Weights(), o);
   CHECK(r.ok()) << r.status();
   return *std::move(r);
@@ -68,6 +81,11 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
 // Seconds per run of the engine's GEMMs for `rows` token rows and `logit_rows` LM-head
 // rows, on random matrices of the model's shapes (best of several runs).
 double SgemmSeconds(const ModelConfig& c, int rows, int logit_rows) {
+  // FOLIO_BENCH_SGEMM=0: no ceiling (on a 1.1B file it would hold the model in f32, ~4
+  // GB, and take minutes); sgemm_tok/s and frac_of_sgemm are then 0.
+  if (const char* s = std::getenv("FOLIO_BENCH_SGEMM"); s != nullptr && std::string(s) == "0") {
+    return 1e30;
+  }
   const int64_t d = c.dim, q = int64_t{c.num_heads} * c.head_dim,
                 kvd = int64_t{c.num_kv_heads} * c.head_dim, h = c.hidden_dim;
   struct Shape { int64_t in, out; };

@@ -1,6 +1,8 @@
 // folio-worker: one worker rank of a model replica, served over gRPC. Loads the model,
 // answers GetWorkerInfo at once, reports SERVING once the scheduler's AllocateKvCache
 // has built the KV pool, then runs steps.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -22,6 +24,7 @@
 #include "services/worker/dist/kv_store.h"
 #include "services/worker/dist/rendezvous_service.h"
 #include "services/worker/engine/cpu_weights.h"
+#include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/backend.h"
 #include "services/worker/service.h"
@@ -40,7 +43,9 @@ ABSL_FLAG(std::string, kv_cache_bytes, "auto",
 ABSL_FLAG(double, gpu_memory_utilization, 0.9,
           "--device=cuda with --kv_cache_bytes=auto: the share of the device's memory the "
           "worker may fill (weights, activations and KV cache together), in (0, 1].");
-ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
+ABSL_FLAG(std::string, kv_dtype, "f16",
+          "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
+          "token and kv head, about half the bytes of f16; --device=cpu only).");
 ABSL_FLAG(int, num_threads, 0, "Threads for the kernels and OpenBLAS; 0 = all cores.");
 ABSL_FLAG(int, tp_size, 1,
           "Tensor-parallel degree: how many folio-worker ranks split this model replica. "
@@ -77,13 +82,44 @@ ABSL_FLAG(int, max_num_seqs, 256,
           "--device=cuda: the largest step in sequences. Keep it at least the scheduler's "
           "--max_num_seqs.");
 
+ABSL_FLAG(std::string, bf16_gemm, "auto",
+          "--device=cpu: who multiplies BF16 weights in steps of at least --onednn_min_rows "
+          "token rows (prefill chunks, batched decode). onednn: oneDNN's bf16 matmul on the "
+          "stored rows (no copy; needs a build with libdnnl-dev and an AVX-512 CPU, else the "
+          "worker exits saying why); folio: Folio's own kernels; auto: onednn where it can "
+          "run, else folio. Smaller steps always take Folio's kernels. With onednn a row's "
+          "logits can differ in the last bits between a step above and below the threshold "
+          "(oneDNN sums in another order); folio keeps them identical.");
+ABSL_FLAG(int, onednn_min_rows, folio::worker::kDefaultOnednnMinRows,
+          "--bf16_gemm=onednn/auto: the fewest token rows in a step for oneDNN to take its "
+          "BF16 matmuls (>= 1).");
+
+namespace {
+
+// libdnnl runs on libgomp, which reads OMP_WAIT_POLICY once, when it loads (before
+// main): unless it is passive, its idle threads spin beside the kernels' pool and the
+// other services of a local cluster. The launchers (./folio serve, tools/serve.py) set
+// it; a worker started any other way without it re-executes itself once with it set.
+// An explicit value (e.g. active) is kept.
+void EnsurePassiveOpenMp(char** argv) {
+  if (!folio::worker::kernels::OnednnAvailable() || std::getenv("OMP_WAIT_POLICY") != nullptr) {
+    return;
+  }
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // execv failed: carry on (the threads then spin); main logs the policy.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  EnsurePassiveOpenMp(argv);
   folio::BlockTerminationSignals();
   folio::InitProcess(argc, argv,
                      "one worker rank: holds the model weights and the KV cache and runs "
                      "steps for the scheduler.\n"
                      "Usage: folio-worker --model=PATH [--kv_cache_bytes=auto|256MiB] [--device=cpu|cuda] "
-                     "[--kv_dtype=f16|f32] [--port=N] ...\n"
+                     "[--kv_dtype=f16|f32|q8_0] [--port=N] ...\n"
                      "Tensor parallelism: start --tp_size ranks; rank 0 with --tp_rank=0, the "
                      "others with --tp_rank=R --tp_rendezvous=RANK0_HOST:PORT.");
   using folio::worker::WorkerServiceOptions;
@@ -97,12 +133,8 @@ int main(int argc, char** argv) {
 
   WorkerServiceOptions options;
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv_dtype == "f16") {
-    options.kv_dtype = folio::worker::kernels::KvDType::kF16;
-  } else if (kv_dtype == "f32") {
-    options.kv_dtype = folio::worker::kernels::KvDType::kF32;
-  } else {
-    LOG(ERROR) << "--kv_dtype must be f16 or f32, got \"" << kv_dtype << "\"";
+  if (!folio::worker::kernels::ParseKvDType(kv_dtype.c_str(), &options.kv_dtype)) {
+    LOG(ERROR) << "--kv_dtype must be f16, f32 or q8_0, got \"" << kv_dtype << "\"";
     return 2;
   }
   // "auto" on CUDA: measured once the weights are loaded (below).
@@ -147,6 +179,37 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "--tp_timeout_ms and --tp_rendezvous_timeout_s must be positive";
       return 2;
     }
+  }
+  const std::string bf16_gemm = absl::GetFlag(FLAGS_bf16_gemm);
+  if (bf16_gemm == "auto") {
+    options.bf16_gemm = folio::worker::Bf16Gemm::kAuto;
+  } else if (bf16_gemm == "onednn") {
+    options.bf16_gemm = folio::worker::Bf16Gemm::kOnednn;
+  } else if (bf16_gemm == "folio") {
+    options.bf16_gemm = folio::worker::Bf16Gemm::kFolio;
+  } else {
+    LOG(ERROR) << "--bf16_gemm must be auto, onednn or folio, got \"" << bf16_gemm << "\"";
+    return 2;
+  }
+  options.onednn_min_rows = absl::GetFlag(FLAGS_onednn_min_rows);
+  if (options.onednn_min_rows < 1) {
+    LOG(ERROR) << "--onednn_min_rows must be >= 1, got " << options.onednn_min_rows;
+    return 2;
+  }
+  if (options.bf16_gemm == folio::worker::Bf16Gemm::kOnednn &&
+      absl::GetFlag(FLAGS_device) == "cpu") {
+    // Say at once, not when the scheduler allocates the KV pool.
+    absl::StatusOr<std::unique_ptr<folio::worker::kernels::OnednnGemm>> probe =
+        folio::worker::kernels::OnednnGemm::Create(1);
+    if (!probe.ok()) {
+      LOG(ERROR) << "--bf16_gemm=onednn: " << probe.status().message();
+      return 2;
+    }
+  }
+  if (folio::worker::kernels::OnednnAvailable() &&
+      options.bf16_gemm != folio::worker::Bf16Gemm::kFolio) {
+    LOG(INFO) << "oneDNN's OpenMP threads: OMP_WAIT_POLICY "
+              << folio::worker::kernels::OpenMpWaitPolicy();
   }
   folio::worker::BackendOptions backend;
   backend.device = absl::GetFlag(FLAGS_device);

@@ -42,8 +42,11 @@ KvCacheShape ShapeFor(const ModelConfig& config, int32_t tp_size, kernels::KvDTy
 }
 
 absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
-                                              const RunnerRequest& request) {
+                                              const RunnerRequest& request,
+                                              const WorkerServiceOptions& service) {
   CpuModelRunnerOptions options;
+  options.bf16_gemm = service.bf16_gemm;
+  options.onednn_min_rows = service.onednn_min_rows;
   options.communicator = request.communicator;
   options.block_size = request.block_size;
   options.kv_dtype = request.kv_dtype;
@@ -536,7 +539,7 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   request.communicator = communicator_.get();
   absl::StatusOr<RunnerResources> runner = options_.make_runner
                                                ? options_.make_runner(*weights_, request)
-                                               : MakeCpuRunner(*weights_, request);
+                                               : MakeCpuRunner(*weights_, request, options_);
   if (!runner.ok()) return runner.status();
   CHECK_EQ(runner->runner->num_blocks(), num_blocks) << "the pool is sized to the request";
   const int64_t bytes = runner->kv_cache_bytes;

@@ -47,6 +47,7 @@
 #include "common/service_runner.h"
 #include "folio/internal/v1/worker.grpc.pb.h"
 #include "services/worker/dist/communicator.h"
+#include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/resident_memory.h"
 #include "services/worker/engine/runner_factory.h"
@@ -63,6 +64,10 @@ struct WorkerServiceOptions {
   int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
   int32_t tp_rank = 0;                                  // this rank (tensor parallelism)
   int32_t tp_size = 1;                                  // ranks in the replica
+  // The CPU backend's BF16 projections at >= onednn_min_rows rows (--bf16_gemm,
+  // --onednn_min_rows): CpuModelRunnerOptions' fields of the same names.
+  Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;
+  int32_t onednn_min_rows = kDefaultOnednnMinRows;
 };
 
 // Parses a byte count: a non-negative integer ("268435456") or a number with a unit,

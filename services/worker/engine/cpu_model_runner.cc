@@ -48,8 +48,40 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   if (!kv.ok()) return kv.status();
   int32_t threads = options.num_threads;
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<k::OnednnGemm> onednn;
+  if (options.bf16_gemm != Bf16Gemm::kFolio && options.gemm_threading == GemmThreading::kPacked &&
+      options.isa != k::CpuIsa::kPortable) {
+    if (options.onednn_min_rows < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("onednn_min_rows must be >= 1, got ", options.onednn_min_rows));
+    }
+    absl::StatusOr<std::unique_ptr<k::OnednnGemm>> e = k::OnednnGemm::Create(threads);
+    if (e.ok()) {
+      onednn = *std::move(e);
+    } else if (options.bf16_gemm == Bf16Gemm::kOnednn) {
+      return absl::Status(e.status().code(),
+                          absl::StrCat("bf16_gemm onednn: ", e.status().message()));
+    } else {
+      LOG(INFO) << "BF16 projections take Folio's kernels: " << e.status().message();
+    }
+  } else if (options.bf16_gemm == Bf16Gemm::kOnednn) {
+    return absl::InvalidArgumentError(
+        "bf16_gemm onednn needs the packed GEMM threading and a SIMD isa (not portable)");
+  }
   return std::unique_ptr<CpuModelRunner>(new CpuModelRunner(
-      weights, *std::move(views), *std::move(kv), threads, options));
+      weights, *std::move(views), *std::move(kv), threads, options, std::move(onednn)));
+}
+
+const char* Bf16GemmName(Bf16Gemm g) {
+  switch (g) {
+    case Bf16Gemm::kFolio:
+      return "folio";
+    case Bf16Gemm::kAuto:
+      return "auto";
+    case Bf16Gemm::kOnednn:
+      return "onednn";
+  }
+  return "?";
 }
 
 int64_t CpuModelRunner::Linear::bytes() const {
@@ -85,6 +117,8 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
   const bool f16 = f16_panels_ && isa_ == k::CpuIsa::kAvx2 && m.all_of(DType::kF16);
   if (!m.all_of(DType::kF32) && !f16) {
     l.kind = Linear::Kind::kTyped;
+    // BF16 at >= onednn_min_rows rows: oneDNN on the same stored rows (no copy).
+    if (onednn_ != nullptr) l.onednn = k::OnednnBf16Matrix::Of(l.typed);
     return l;
   }
   l.kind = Linear::Kind::kPacked;
@@ -95,7 +129,8 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
 
 CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
                                std::unique_ptr<KvCache> kv, int32_t num_threads,
-                               const CpuModelRunnerOptions& options)
+                               const CpuModelRunnerOptions& options,
+                               std::unique_ptr<k::OnednnGemm> onednn)
     : weights_(std::move(weights)),
       kv_(std::move(kv)),
       pool_(num_threads),
@@ -104,6 +139,8 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
                                                     : k::EnabledCpuFeatures()),
       f16_panels_(options.f16_panels),
       gemm_threading_(options.gemm_threading),
+      onednn_(std::move(onednn)),
+      onednn_min_rows_(options.onednn_min_rows),
       comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
   // A packed matrix's file pages are released as soon as its panels exist, so the load
@@ -179,7 +216,10 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linea
       k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
       break;
     case Linear::Kind::kTyped:
-      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
+      if (w.onednn.empty() || rows < onednn_min_rows_ ||
+          !onednn_->Linear(x, ldx, rows, w.onednn, beta, y, ldy)) {
+        k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
+      }
       break;
     case Linear::Kind::kF32:
       if (gemm_threading_ == GemmThreading::kKernelPool) {

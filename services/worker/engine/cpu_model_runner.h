@@ -24,6 +24,9 @@
 //     bf16, q8_0 (and f16 without panels) by their own SIMD kernels (the best path CPUID
 //     offers: AVX2, AVX-512, VNNI, BF16; portable when options.isa is kPortable), q4_0 ...
 //     q6_K a few rows dequantized at a time. No second copy of these weights exists.
+//     With options.bf16_gemm (folio-worker's --bf16_gemm), all-bf16 projections at
+//     >= onednn_min_rows token rows run oneDNN's bf16 matmul on the same stored rows
+//     (kernels/onednn_gemm.h: no copy either), on this runner's thread count.
 // Nothing is widened to f32 beyond the norms, biases and small per-thread buffers.
 // kKernelPool and kOpenBlas run OpenBLAS sgemm on f32 copies of the projections (widened
 // at creation: 4 bytes a weight, against the memory rule) and are kept to measure against.
@@ -52,6 +55,7 @@
 #include "services/worker/engine/sampler.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/rope.h"
 #include "services/worker/kernels/thread_pool.h"
@@ -67,6 +71,18 @@ enum class GemmThreading {
   kPacked,      // Folio's kernel on weights packed at creation, on the runner's pool
 };
 
+// Who multiplies BF16 projections at >= onednn_min_rows token rows (kPacked only; fewer
+// rows always take Folio's kernels). kOnednn: oneDNN's bf16 matmul on the stored rows
+// (kernels/onednn_gemm.h; Create fails when the build or the CPU has none); kAuto: oneDNN
+// when it can run here, else Folio's kernels (logged); kFolio: Folio's kernels always.
+// oneDNN sums in its own order, so with it a row's result depends on whether its step had
+// >= onednn_min_rows rows (not batch-invariant); kFolio keeps every row's sum the same.
+enum class Bf16Gemm { kFolio, kAuto, kOnednn };
+const char* Bf16GemmName(Bf16Gemm g);
+// The threshold measured for oneDNN against Folio's bf16 kernels (docs/benchmarks.md,
+// issue 21).
+inline constexpr int32_t kDefaultOnednnMinRows = 8;
+
 struct CpuModelRunnerOptions {
   int32_t block_size = 16;                              // tokens per KV block
   kernels::KvDType kv_dtype = kernels::KvDType::kF16;   // KV cache element type
@@ -81,6 +97,8 @@ struct CpuModelRunnerOptions {
   // panels measured faster (bench-28m prefill and batched decode ~1.6x less CPU, 1.1B
   // single-stream decode ~1.3x; docs/benchmarks.md, issue 20).
   bool f16_panels = true;
+  Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;  // folio-worker's --bf16_gemm decides its default
+  int32_t onednn_min_rows = kDefaultOnednnMinRows;
   // The tensor-parallel group this runner is one rank of (not owned; must outlive the
   // runner). Null: the whole model on this runner.
   Communicator* communicator = nullptr;
@@ -109,10 +127,14 @@ class CpuModelRunner final : public ModelRunner {
   int64_t weight_bytes() const;
   int64_t layer_weight_bytes() const;
   int32_t num_threads() const { return pool_.num_threads(); }
+  // The oneDNN engine BF16 projections use at >= onednn_min_rows rows; null when they
+  // take Folio's kernels.
+  const kernels::OnednnGemm* onednn() const { return onednn_.get(); }
 
  private:
   CpuModelRunner(const ModelWeights& model, WeightShard weights, std::unique_ptr<KvCache> kv,
-                 int32_t num_threads, const CpuModelRunnerOptions& options);
+                 int32_t num_threads, const CpuModelRunnerOptions& options,
+                 std::unique_ptr<kernels::OnednnGemm> onednn);
 
   bool tensor_parallel() const { return comm_ != nullptr && comm_->world_size() > 1; }
 
@@ -130,6 +152,7 @@ class CpuModelRunner final : public ModelRunner {
     kernels::TypedMatrix typed;    // kTyped: views into the model's tensors
     std::vector<float> f32;        // kF32 (the OpenBLAS modes): row-major
     int64_t typed_bytes = 0;       // stored bytes `typed` reads
+    kernels::OnednnBf16Matrix onednn;  // kTyped, all bf16, with oneDNN: `typed` as its weights
     int64_t bytes() const;
   };
   Linear MakeLinear(const ShardMatrix& m) const;
@@ -154,6 +177,8 @@ class CpuModelRunner final : public ModelRunner {
   const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)
   const bool f16_panels_;
   const GemmThreading gemm_threading_;
+  std::unique_ptr<kernels::OnednnGemm> onednn_;  // null: BF16 takes Folio's kernels
+  const int32_t onednn_min_rows_;
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism
   std::vector<LayerLinears> linears_;  // per layer

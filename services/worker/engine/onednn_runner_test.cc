@@ -1,0 +1,223 @@
+// The CPU runner's oneDNN path for BF16 projections (CpuModelRunnerOptions::bf16_gemm,
+// kernels/onednn_gemm.h) on a random BF16 GGUF (Llama 3 shape of llama_logits_test,
+// dim 256, tied embeddings):
+//   - steps of >= onednn_min_rows rows (a prefill chunk; 8 sequences of 3 tokens) give
+//     Folio's kernels' logits within bf16 rounding, with no weight bytes added;
+//   - smaller steps take Folio's kernels: bit for bit the kFolio runner's logits;
+//   - judged by llama.cpp (reference label): prefill logits of 11 prompts (8..48 tokens,
+//     one step: 308 rows, LM head at 11 rows), all on the oneDNN path, within hf_pair_reference_test's BF16 tolerance (4e-3 of max|logit|) of
+//     llama.cpp's on the same file;
+//   - bad options are refused with InvalidArgument.
+// Skipped (saying so) in a build without oneDNN or on a CPU it cannot run bf16 on.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/test_models.h"
+#include "services/worker/model/random_model.h"
+#include "tests/reference/llama_ref.h"
+
+namespace folio::worker {
+namespace {
+
+namespace ref = folio::reference;
+
+const std::string& Bf16ModelPath() {
+  static const std::string* path = [] {
+    RandomModelOptions o;
+    o.dim = 256;
+    o.hidden_dim = 512;
+    o.num_layers = 2;
+    o.num_heads = 4;
+    o.num_kv_heads = 2;
+    o.vocab_size = 1024;
+    o.context_length = 256;
+    o.weight_std = 0.02f;
+    o.embedding_std = 0.2f;
+    o.seed = 17;
+    o.rope_theta = 500000.0f;
+    o.tied_embeddings = true;
+    o.dtype = DType::kBF16;
+    auto* p = new std::string(
+        absl::StrCat(::testing::TempDir(), "/onednn_runner_test_bf16_", getpid(), ".gguf"));
+    const absl::Status s = WriteRandomModel(o, *p);
+    CHECK(s.ok()) << s;
+    return p;
+  }();
+  return *path;
+}
+
+const ModelWeights& Weights() {
+  static const ModelWeights* w = testing::LoadOrDie(Bf16ModelPath()).release();
+  return *w;
+}
+
+std::unique_ptr<CpuModelRunner> Runner(Bf16Gemm gemm, int32_t min_rows = kDefaultOnednnMinRows) {
+  CpuModelRunnerOptions o;
+  o.kv_cache_bytes = 16 << 20;
+  o.num_threads = 2;
+  o.bf16_gemm = gemm;
+  o.onednn_min_rows = min_rows;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(Weights(), o);
+  CHECK(r.ok()) << r.status();
+  return *std::move(r);
+}
+
+#define SKIP_WITHOUT_ONEDNN()                                                          \
+  if (!kernels::OnednnAvailable()) GTEST_SKIP() << "built without oneDNN (libdnnl-dev)"; \
+  if (auto e = kernels::OnednnGemm::Create(2); !e.ok()) GTEST_SKIP() << e.status().message();
+
+std::vector<int32_t> Prompt(int n) {
+  std::vector<int32_t> p = {1};
+  for (int i = 1; i < n; ++i) p.push_back(3 + (i * 7919 + 13) % (1024 - 3));
+  return p;
+}
+
+// One step prefilling each prompt as its own sequence (fresh block tables); the logits
+// after each prompt's last token.
+std::vector<std::vector<float>> Prefill(CpuModelRunner& r,
+                                        const std::vector<std::vector<int32_t>>& prompts) {
+  StepInput step;
+  int32_t next_block = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SequenceStep s;
+    s.seq_id = i + 1;
+    s.token_ids = prompts[i];
+    s.return_logits = true;
+    s.sampling.temperature = 0.0f;
+    const int32_t blocks = (static_cast<int32_t>(prompts[i].size()) + 15) / 16;
+    for (int32_t b = 0; b < blocks; ++b) s.block_table.push_back(next_block++);
+    step.seqs.push_back(std::move(s));
+  }
+  absl::StatusOr<StepOutput> out = r.Execute(step);
+  CHECK(out.ok()) << out.status();
+  std::vector<std::vector<float>> logits;
+  for (const auto& s : out->seqs) logits.push_back(s.logits);
+  return logits;
+}
+
+float WorstRelative(const std::vector<float>& got, const std::vector<float>& want) {
+  float diff = 0;
+  for (size_t v = 0; v < want.size(); ++v) diff = std::max(diff, std::abs(got[v] - want[v]));
+  return diff / testing::MaxAbs(want);
+}
+
+TEST(OnednnRunnerTest, BatchedStepsMatchFolioKernelsWithoutExtraWeights) {
+  SKIP_WITHOUT_ONEDNN();
+  auto dnn = Runner(Bf16Gemm::kOnednn);
+  auto folio = Runner(Bf16Gemm::kFolio);
+  ASSERT_NE(dnn->onednn(), nullptr);
+  EXPECT_EQ(folio->onednn(), nullptr);
+  EXPECT_EQ(dnn->weight_bytes(), folio->weight_bytes());
+  // A 40-token prefill chunk, then 8 sequences of 3 tokens (24 rows) in one step.
+  const std::vector<std::vector<int32_t>> one = {Prompt(40)};
+  std::vector<std::vector<int32_t>> eight_mut;
+  for (int i = 0; i < 8; ++i) eight_mut.push_back({1, 5 + 11 * i, 900 - 7 * i});
+  const std::vector<std::vector<int32_t>> eight = eight_mut;
+  for (const std::vector<std::vector<int32_t>>* prompts : {&one, &eight}) {
+    const auto a = Prefill(*dnn, *prompts);
+    const auto b = Prefill(*folio, *prompts);
+    ASSERT_EQ(a.size(), b.size());
+    float worst = 0;
+    for (size_t s = 0; s < a.size(); ++s) worst = std::max(worst, WorstRelative(a[s], b[s]));
+    LOG(INFO) << a.size() << " sequence(s): oneDNN vs Folio's kernels, worst |diff| / max|logit| "
+              << worst;
+    for (size_t s = 0; s < a.size(); ++s) {
+      // Both round activations to bf16 on avx512_bf16 (Folio's f32 sums elsewhere).
+      EXPECT_LE(WorstRelative(a[s], b[s]), 1e-2f) << "sequence " << s << " of " << a.size();
+      EXPECT_GT(testing::MaxAbs(a[s]), 0.1f) << "flat logits prove nothing";
+    }
+  }
+  EXPECT_FALSE(dnn->onednn()->impl().empty());
+  EXPECT_GT(dnn->onednn()->cached_primitives(), 0);
+  LOG(INFO) << "oneDNN impl " << dnn->onednn()->impl();
+}
+
+TEST(OnednnRunnerTest, StepsBelowTheThresholdTakeFolioKernelsBitForBit) {
+  SKIP_WITHOUT_ONEDNN();
+  auto dnn = Runner(Bf16Gemm::kOnednn, /*min_rows=*/8);
+  auto folio = Runner(Bf16Gemm::kFolio);
+  for (int n : {1, 3, 7}) {
+    const auto a = Prefill(*dnn, {Prompt(n)});
+    const auto b = Prefill(*folio, {Prompt(n)});
+    EXPECT_EQ(a, b) << n << " rows";
+  }
+  EXPECT_EQ(dnn->onednn()->cached_primitives(), 0) << "oneDNN ran below the threshold";
+}
+
+TEST(OnednnRunnerTest, BadOptionsAreRefused) {
+  CpuModelRunnerOptions o;
+  o.kv_cache_bytes = 16 << 20;
+  o.num_threads = 1;
+  o.bf16_gemm = Bf16Gemm::kOnednn;
+  o.onednn_min_rows = 0;
+  if (kernels::OnednnAvailable() && kernels::OnednnGemm::Create(1).ok()) {
+    EXPECT_EQ(CpuModelRunner::Create(Weights(), o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  o.onednn_min_rows = 8;
+  o.isa = kernels::CpuIsa::kPortable;
+  absl::Status s = CpuModelRunner::Create(Weights(), o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // kAuto falls back to Folio's kernels wherever oneDNN cannot run.
+  o.bf16_gemm = Bf16Gemm::kAuto;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(Weights(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->onednn(), nullptr);
+}
+
+TEST(OnednnRunnerTest, PrefillLogitsAgreeWithLlamaCpp) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  SKIP_WITHOUT_ONEDNN();
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(Bf16ModelPath(), ref::LlamaModelOptions{.n_ctx = 256});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  const std::vector<int32_t> prompt = Prompt(48);
+  absl::StatusOr<std::vector<std::vector<float>>> want = (*llama)->Logits(prompt);
+  ASSERT_TRUE(want.ok()) << want.status();
+  // hf_pair_reference_test's BF16 limit: llama.cpp rounds activations to bf16 too.
+  const float tol = std::getenv("FOLIO_LOGITS_TOL") ? std::atof(std::getenv("FOLIO_LOGITS_TOL"))
+                                                    : 4e-3f;
+  auto dnn = Runner(Bf16Gemm::kOnednn);
+  auto folio = Runner(Bf16Gemm::kFolio);
+  // The prefixes of 8, 12, .., 48 tokens as 11 sequences of one step: 308 rows through
+  // the layers and 11 through the LM head, all on oneDNN.
+  std::vector<std::vector<int32_t>> prefixes;
+  for (int n = 8; n <= 48; n += 4) prefixes.emplace_back(prompt.begin(), prompt.begin() + n);
+  const auto got_dnn = Prefill(*dnn, prefixes);
+  const auto got_folio = Prefill(*folio, prefixes);
+  float worst_dnn = 0, worst_folio = 0;
+  int agree = 0, decisive = 0;
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    const int n = static_cast<int>(prefixes[i].size());
+    const std::vector<float>& w = (*want)[n - 1];
+    const std::vector<float>& got = got_dnn[i];
+    const float rel = WorstRelative(got, w);
+    worst_dnn = std::max(worst_dnn, rel);
+    worst_folio = std::max(worst_folio, WorstRelative(got_folio[i], w));
+    EXPECT_LE(rel, tol) << n << " tokens";
+    if (testing::Top2Margin(w) > tol * testing::MaxAbs(w)) {
+      ++decisive;
+      const int32_t g = static_cast<int32_t>(std::max_element(got.begin(), got.end()) - got.begin());
+      const int32_t l = static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin());
+      agree += g == l;
+      EXPECT_EQ(g, l) << n << " tokens: argmax";
+    }
+  }
+  EXPECT_GE(decisive, 6) << "too flat to judge the argmax";
+  LOG(INFO) << "prefill vs llama.cpp, worst |diff| / max|logit|: oneDNN " << worst_dnn
+            << ", Folio's kernels " << worst_folio << " (tolerance " << tol << "); argmax "
+            << agree << "/" << decisive;
+}
+
+}  // namespace
+}  // namespace folio::worker

@@ -1,0 +1,282 @@
+// oneDNN bf16 matmuls on the stored rows (onednn_gemm.h). Built only with oneDNN.
+#include "services/worker/kernels/onednn_gemm.h"
+
+#include <omp.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "glog/logging.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace folio::worker::kernels {
+
+bool OnednnAvailable() { return true; }
+
+std::string OpenMpWaitPolicy() {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  if (p == nullptr) return "unset";
+  std::string s(p);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+OnednnBf16Matrix OnednnBf16Matrix::Of(const TypedMatrix& w) {
+  OnednnBf16Matrix m;
+  m.in = w.in();
+  m.out = w.out();
+  int64_t first = 0;
+  for (const TypedRows& s : w.segments()) {
+    if (s.kind != StoredKind::kBF16 || s.block_values != 1 || s.row_stride_bytes % 2 != 0) {
+      return OnednnBf16Matrix();
+    }
+    const auto* data = reinterpret_cast<const uint16_t*>(s.data);
+    const int64_t ld = s.row_stride_bytes / 2;
+    if (!m.parts.empty()) {
+      Part& last = m.parts.back();
+      if (last.ld == ld && last.data + last.rows * ld == data) {  // back to back: one matrix
+        last.rows += s.rows;
+        first += s.rows;
+        continue;
+      }
+    }
+    m.parts.push_back(Part{data, ld, s.rows, first});
+    first += s.rows;
+  }
+  return m;
+}
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::engine& Cpu() {
+  static auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// A primitive and the memory descriptors it was made for.
+struct Matmul {
+  dnnl::matmul prim;
+  dnnl::memory::desc src, weights, dst, scratch_desc;
+  size_t scratch = 0;
+};
+struct Convert {
+  dnnl::reorder prim;
+  dnnl::memory::desc src, dst, scratch_desc;
+  size_t scratch = 0;
+};
+
+// Each thread's bf16 activations and scratchpad, grown as needed.
+struct ThreadBuffers {
+  std::vector<uint16_t> x;
+  std::vector<float> y;  // a part's dense dst
+  std::vector<uint8_t> scratch;
+  uint8_t* Scratch(size_t n) {
+    if (scratch.size() < n) scratch.resize(n);
+    return scratch.data();
+  }
+};
+ThreadBuffers& Buffers() {
+  thread_local ThreadBuffers buffers;
+  return buffers;
+}
+
+// Primitives kept at most; beyond that the cache starts again (oneDNN's own primitive
+// cache makes re-creating a recent one cheap).
+constexpr size_t kMaxCached = 4096;
+
+class OnednnGemmImpl final : public OnednnGemm {
+ public:
+  explicit OnednnGemmImpl(int32_t threads) : threads_(threads) {}
+
+  bool Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w, float beta,
+              float* y, int64_t ldy) override {
+    CHECK(!w.empty()) << "OnednnGemm::Linear on a matrix that is not all bf16";
+    if (rows <= 0 || w.out == 0) return true;
+    omp_set_num_threads(threads_);
+    // Every primitive first, so a shape oneDNN refuses leaves y untouched.
+    Convert c;
+    std::vector<Matmul> mms;
+    try {
+      c = GetConvert(rows, w.in, ldx);
+      for (const OnednnBf16Matrix::Part& p : w.parts) {
+        // oneDNN 2.6's brgemm matmul (the fast one) wants a dense dst: a part that is not
+        // the whole of y's rows writes a dense buffer, added into y below (M x rows
+        // floats, small beside the M x rows x in products); a strided dst takes gemm:jit.
+        const bool direct = ldy == p.rows;
+        mms.push_back(GetMatmul(rows, w.in, p.rows, p.ld, direct ? ldy : p.rows,
+                                direct ? beta : 0.0f));
+      }
+    } catch (const dnnl::error& e) {
+      LOG_FIRST_N(ERROR, 4) << "oneDNN refused a bf16 matmul of " << rows << " x " << w.in
+                            << " -> " << w.out << " (Folio's kernels take it): " << e.what();
+      return false;
+    }
+    ThreadBuffers& buf = Buffers();
+    const size_t need = static_cast<size_t>(rows * w.in);
+    if (buf.x.size() < need) buf.x.resize(need);
+    dnnl::stream stream(Cpu());
+    {
+      dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
+      dnnl::memory dst(c.dst, Cpu(), buf.x.data());
+      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+      if (c.scratch > 0) {
+        args.emplace(DNNL_ARG_SCRATCHPAD,
+                     dnnl::memory(c.scratch_desc, Cpu(), buf.Scratch(c.scratch)));
+      }
+      c.prim.execute(stream, args);
+    }
+    for (size_t i = 0; i < w.parts.size(); ++i) {
+      const OnednnBf16Matrix::Part& p = w.parts[i];
+      const bool direct = ldy == p.rows;
+      const Matmul& m = mms[i];
+      float* out = y + p.first_row;
+      if (!direct) {
+        if (buf.y.size() < static_cast<size_t>(rows * p.rows)) buf.y.resize(rows * p.rows);
+        out = buf.y.data();
+      }
+      dnnl::memory src(m.src, Cpu(), buf.x.data());
+      dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(p.data));
+      dnnl::memory dst(m.dst, Cpu(), out);
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}};
+      if (m.scratch > 0) {
+        args.emplace(DNNL_ARG_SCRATCHPAD,
+                     dnnl::memory(m.scratch_desc, Cpu(), buf.Scratch(m.scratch)));
+      }
+      m.prim.execute(stream, args);
+      stream.wait();
+      if (!direct) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* from = out + r * p.rows;
+          float* to = y + r * ldy + p.first_row;
+          if (beta == 0.0f) {
+            std::memcpy(to, from, static_cast<size_t>(p.rows) * sizeof(float));
+          } else {
+            for (int64_t o = 0; o < p.rows; ++o) to[o] = from[o] + beta * to[o];
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  std::string impl() const override {
+    absl::MutexLock lock(&mu_);
+    return impl_;
+  }
+  int64_t cached_primitives() const override {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int64_t>(matmuls_.size() + converts_.size());
+  }
+  int32_t threads() const override { return threads_; }
+
+ private:
+  using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float>;
+  using ConvertKey = std::tuple<int64_t, int64_t, int64_t>;
+
+  static dnnl::primitive_attr UserScratchpad() {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return attr;
+  }
+
+  Matmul GetMatmul(int64_t m, int64_t k, int64_t n, int64_t ld, int64_t ldy, float beta) {
+    const MatmulKey key{m, k, n, ld, ldy, beta};
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = matmuls_.find(key); it != matmuls_.end()) return it->second;
+    }
+    // Created outside the lock (a few ms); a race only makes the same primitive twice.
+    Matmul mm;
+    mm.src = dnnl::memory::desc({m, k}, dt::bf16, tag::ab);
+    // W [n, k] with row stride ld is the [k, n] matrix with strides {1, ld}.
+    mm.weights = dnnl::memory::desc({k, n}, dt::bf16, dnnl::memory::dims{1, ld});
+    mm.dst = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{ldy, 1});
+    dnnl::primitive_attr attr = UserScratchpad();
+    if (beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm.src, mm.weights, mm.dst), attr,
+                                          Cpu());
+    mm.prim = dnnl::matmul(pd);
+    mm.scratch_desc = pd.scratchpad_desc();
+    mm.scratch = mm.scratch_desc.get_size();
+    absl::MutexLock lock(&mu_);
+    if (impl_.empty()) {
+      impl_ = pd.impl_info_str();
+      LOG(INFO) << "oneDNN bf16 matmul: " << impl_ << " (" << threads_ << " OpenMP threads, "
+                << "OMP_WAIT_POLICY " << OpenMpWaitPolicy() << ")";
+    }
+    if (matmuls_.size() >= kMaxCached) matmuls_.clear();
+    matmuls_.emplace(key, mm);
+    return mm;
+  }
+
+  Convert GetConvert(int64_t m, int64_t k, int64_t ldx) {
+    const ConvertKey key{m, k, ldx};
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = converts_.find(key); it != converts_.end()) return it->second;
+    }
+    Convert c;
+    c.src = dnnl::memory::desc({m, k}, dt::f32, dnnl::memory::dims{ldx, 1});
+    c.dst = dnnl::memory::desc({m, k}, dt::bf16, tag::ab);
+    const dnnl::reorder::primitive_desc pd(Cpu(), c.src, Cpu(), c.dst, UserScratchpad());
+    c.prim = dnnl::reorder(pd);
+    c.scratch_desc = pd.scratchpad_desc();
+    c.scratch = c.scratch_desc.get_size();
+    absl::MutexLock lock(&mu_);
+    if (converts_.size() >= kMaxCached) converts_.clear();
+    converts_.emplace(key, c);
+    return c;
+  }
+
+  const int32_t threads_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<MatmulKey, Matmul> matmuls_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ConvertKey, Convert> converts_ ABSL_GUARDED_BY(mu_);
+  std::string impl_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OnednnGemm>> OnednnGemm::Create(int32_t threads) {
+  if (threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("oneDNN threads must be >= 1, got ", threads));
+  }
+  // bf16 matmuls need avx512_core at least; below that oneDNN has only its reference
+  // implementation, far slower than Folio's kernels.
+  try {
+    omp_set_num_threads(threads);
+    const dnnl::memory::desc src({8, 64}, dt::bf16, tag::ab);
+    const dnnl::memory::desc w({64, 64}, dt::bf16, dnnl::memory::dims{1, 64});
+    const dnnl::memory::desc dst({8, 64}, dt::f32, tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w, dst), Cpu());
+    const std::string impl = pd.impl_info_str();
+    if (impl.find("ref") != std::string::npos) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "oneDNN has only its reference bf16 matmul on this CPU (", impl,
+          "; effective ISA ", static_cast<int>(dnnl::get_effective_cpu_isa()),
+          "): it needs AVX-512 (avx512_core) at least"));
+    }
+  } catch (const dnnl::error& e) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("oneDNN cannot run a bf16 matmul here: ", e.what()));
+  }
+  return std::unique_ptr<OnednnGemm>(new OnednnGemmImpl(threads));
+}
+
+}  // namespace folio::worker::kernels

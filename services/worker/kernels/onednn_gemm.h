@@ -1,0 +1,95 @@
+// Batched bf16 matmuls by oneDNN (Debian's libdnnl 2.6) on bf16 weights as stored: the
+// path the CPU runner takes for BF16 projections at M >= a threshold of token rows
+// (prefill chunks, batched decode), where oneDNN's blocked GEMM (vdpbf16ps / AMX,
+// reusing each weight tile across all rows) measured 1.2-2.4x Folio's bf16 kernels
+// (docs/benchmarks.md, issue 21). Folio's own kernels (typed_gemm.h) stay the fallback
+// and the path for fewer rows.
+//
+// Weights: an OnednnBf16Matrix is a plan over a TypedMatrix whose segments are all bf16
+// rows (plain [out, in] rows, any row stride: a row-parallel shard starts mid-row). Each
+// run of segments that lie back to back in memory (Q, K, V of one layer usually do) is
+// one oneDNN weights matrix read in place, as the [in, out] matrix with strides {1, ld}:
+// no copy, no reorder, nothing resident beyond the file's pages.
+//
+// Activations: x (f32) is rounded to bf16 (round to nearest even, by a cached oneDNN
+// reorder) into a per-thread buffer, as Folio's avx512_bf16 kernel and llama.cpp do for
+// bf16 weights. The sums run in oneDNN's order, so results differ from TypedLinear's in
+// the last bits and are not batch-invariant across the threshold: a row computed in a
+// step of M >= threshold rows is not bit-identical to the same row computed alone.
+//
+// Threads: libdnnl runs on the OpenMP runtime (libgomp). Each call sets the calling
+// thread's OpenMP thread count to this object's `threads` (omp_set_num_threads affects
+// only the calling thread's parallel regions, so TP ranks in one process each keep
+// theirs). libgomp reads OMP_WAIT_POLICY once, when it loads, before main: unless it is
+// "passive", its idle threads spin after every call beside Folio's pool and the other
+// services. folio-worker re-executes itself with OMP_WAIT_POLICY=passive when it is unset
+// (services/worker/main.cc); OpenMpWaitPolicy() says what this process runs with.
+//
+// Thread-safety: an OnednnGemm may be used from several threads at once. Primitives are
+// created once per (rows, in, out, ld, ldy, beta) and cached behind a mutex (execution
+// is outside it); each call uses the calling thread's own activation and scratchpad
+// buffers. Built only when CMake finds oneDNN: otherwise Create() says so and
+// OnednnAvailable() is false (onednn_gemm_absent.cc).
+#ifndef FOLIO_SERVICES_WORKER_KERNELS_ONEDNN_GEMM_H_
+#define FOLIO_SERVICES_WORKER_KERNELS_ONEDNN_GEMM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/worker/kernels/typed_gemm.h"
+
+namespace folio::worker::kernels {
+
+// True when this binary was built with oneDNN.
+bool OnednnAvailable();
+
+// "passive", "active", or "unset": OMP_WAIT_POLICY as this process's environment has it
+// (libgomp read it at load).
+std::string OpenMpWaitPolicy();
+
+// A bf16 TypedMatrix as oneDNN weights: runs of back-to-back segments (a value type; it
+// points into the TypedMatrix's memory, which must outlive it).
+struct OnednnBf16Matrix {
+  struct Part {
+    const uint16_t* data = nullptr;  // row 0, first column
+    int64_t ld = 0;                  // elements from one row to the next
+    int64_t rows = 0;                // output features
+    int64_t first_row = 0;           // output feature of row 0
+  };
+  int64_t in = 0;
+  int64_t out = 0;
+  std::vector<Part> parts;
+
+  bool empty() const { return parts.empty(); }
+  // The plan for `w` when every segment is bf16 (empty otherwise).
+  static OnednnBf16Matrix Of(const TypedMatrix& w);
+};
+
+class OnednnGemm {
+ public:
+  // threads: the OpenMP threads each call runs on (the runner's --threads); >= 1.
+  // Unimplemented when built without oneDNN; FailedPrecondition when oneDNN cannot run
+  // a bf16 matmul on this CPU (it needs avx512_core at least: the message names the ISA).
+  static absl::StatusOr<std::unique_ptr<OnednnGemm>> Create(int32_t threads);
+  virtual ~OnednnGemm() = default;
+
+  // y = x . W^T + beta * y for x [rows, w.in] f32 (row stride ldx), y [rows, w.out] f32
+  // (row stride ldy); beta = 0 never reads y. w must not be empty. False (logged, y
+  // untouched) when oneDNN refuses a primitive for this shape: the caller then runs
+  // Folio's kernels.
+  virtual bool Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w,
+                      float beta, float* y, int64_t ldy) = 0;
+
+  // The implementation oneDNN picked for the first matmul created (e.g.
+  // "brg:avx512_core_bf16"), empty before that; and how many primitives are cached.
+  virtual std::string impl() const = 0;
+  virtual int64_t cached_primitives() const = 0;
+  virtual int32_t threads() const = 0;
+};
+
+}  // namespace folio::worker::kernels
+
+#endif  // FOLIO_SERVICES_WORKER_KERNELS_ONEDNN_GEMM_H_

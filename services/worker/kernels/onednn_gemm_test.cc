@@ -1,0 +1,212 @@
+// OnednnGemm (oneDNN bf16 matmuls on stored rows) against a double-precision reference
+// of the same bf16 products, and against Folio's TypedLinear, over the layouts the runner
+// hands it: fused segments back to back (one oneDNN matrix) or apart (one per segment), a
+// row-parallel shard's rows (starting mid-row, stride > in), padded x / y rows, beta 0 / 1.
+#include "services/worker/kernels/onednn_gemm.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/kernels/typed_gemm.h"
+#include "services/worker/model/weight_format.h"
+
+namespace folio::worker::kernels {
+namespace {
+
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+float FromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TypedRows Bf16Rows(const uint16_t* data, int64_t stride, int64_t rows) {
+  TypedRows r;
+  r.data = reinterpret_cast<const uint8_t*>(data);
+  r.row_stride_bytes = stride * 2;
+  r.rows = rows;
+  r.block_values = 1;
+  r.dequantize = kBF16Format.dequantize;
+  r.type_name = "bf16";
+  r.kind = StoredKind::kBF16;
+  return r;
+}
+
+std::unique_ptr<OnednnGemm> Engine(int threads) {
+  absl::StatusOr<std::unique_ptr<OnednnGemm>> e = OnednnGemm::Create(threads);
+  if (!e.ok()) return nullptr;
+  return *std::move(e);
+}
+
+#define SKIP_WITHOUT_ONEDNN(engine)                                                    \
+  if (!OnednnAvailable()) GTEST_SKIP() << "built without oneDNN (libdnnl-dev)";       \
+  if ((engine) == nullptr) GTEST_SKIP() << OnednnGemm::Create(2).status().message();
+
+// A weight store: `out` rows of `stride` values, the matrix's rows at column `col0`.
+struct Store {
+  std::vector<uint16_t> v;
+  int64_t stride;
+};
+Store RandomStore(int64_t rows, int64_t stride, std::mt19937& rng) {
+  std::normal_distribution<float> n(0.0f, 0.05f);
+  Store s{std::vector<uint16_t>(static_cast<size_t>(rows * stride)), stride};
+  for (uint16_t& h : s.v) h = ToBf16(n(rng));
+  return s;
+}
+
+struct Case {
+  int64_t rows;
+  float beta;
+};
+
+// y (out features of `w` from the plan's views) against sum_k bf16(x) * w in double.
+void Check(const TypedMatrix& w, OnednnGemm& engine, int64_t rows, float beta, int64_t ldx,
+           int64_t ldy, std::mt19937& rng) {
+  const OnednnBf16Matrix plan = OnednnBf16Matrix::Of(w);
+  ASSERT_FALSE(plan.empty());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * ldx)), y0(static_cast<size_t>(rows * ldy));
+  for (float& v : x) v = u(rng);
+  for (float& v : y0) v = u(rng);
+  std::vector<float> y = y0, folio = y0;
+  ASSERT_TRUE(engine.Linear(x.data(), ldx, rows, plan, beta, y.data(), ldy));
+  TypedLinear(x.data(), ldx, rows, w, beta, folio.data(), ldy, nullptr);
+  std::vector<float> wrow(static_cast<size_t>(w.in()));
+  double worst = 0;
+  for (int64_t o = 0; o < w.out(); ++o) {
+    w.RowToF32(o, wrow.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = beta * static_cast<double>(y0[r * ldy + o]), mag = std::abs(want);
+      for (int64_t k = 0; k < w.in(); ++k) {
+        const double t = static_cast<double>(FromBf16(ToBf16(x[r * ldx + k]))) * wrow[k];
+        want += t;
+        mag += std::abs(t);
+      }
+      const double got = y[r * ldy + o];
+      worst = std::max(worst, std::abs(got - want) / (mag + 1e-30));
+      ASSERT_NEAR(got, want, 1e-5 * mag + 1e-7) << "row " << r << " feature " << o;
+      // Folio's kernels: f32 activations (portable, AVX2) or bf16 ones (avx512_bf16).
+      ASSERT_NEAR(got, folio[r * ldy + o], 4e-3 * mag + 1e-6) << "row " << r << " feature " << o;
+    }
+  }
+  // Padding columns of y are never written.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = w.out(); o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], y0[r * ldy + o]);
+  }
+}
+
+TEST(OnednnGemmTest, SegmentsBackToBackAreOneMatrix) {
+  auto engine = Engine(2);
+  SKIP_WITHOUT_ONEDNN(engine);
+  std::mt19937 rng(1);
+  const int64_t in = 96;
+  Store s = RandomStore(80, in, rng);  // Q, K, V of one tensor run: 48 + 16 + 16 rows
+  TypedMatrix w(in);
+  w.Append(Bf16Rows(s.v.data(), in, 48));
+  w.Append(Bf16Rows(s.v.data() + 48 * in, in, 16));
+  w.Append(Bf16Rows(s.v.data() + 64 * in, in, 16));
+  const OnednnBf16Matrix plan = OnednnBf16Matrix::Of(w);
+  ASSERT_EQ(plan.parts.size(), 1u);
+  EXPECT_EQ(plan.parts[0].rows, 80);
+  for (const Case c : {Case{1, 0.0f}, Case{8, 0.0f}, Case{33, 1.0f}, Case{128, 0.0f}}) {
+    SCOPED_TRACE(c.rows);
+    Check(w, *engine, c.rows, c.beta, in, 80, rng);
+  }
+}
+
+TEST(OnednnGemmTest, SeparateSegmentsAndPaddedRows) {
+  auto engine = Engine(2);
+  SKIP_WITHOUT_ONEDNN(engine);
+  std::mt19937 rng(2);
+  const int64_t in = 64;
+  Store gate = RandomStore(40, in, rng), up = RandomStore(24, in, rng);
+  TypedMatrix w(in);
+  w.Append(Bf16Rows(gate.v.data(), in, 40));
+  w.Append(Bf16Rows(up.v.data(), in, 24));
+  ASSERT_EQ(OnednnBf16Matrix::Of(w).parts.size(), 2u);
+  for (const Case c : {Case{9, 0.0f}, Case{17, 1.0f}, Case{64, 0.5f}}) {
+    SCOPED_TRACE(c.rows);
+    Check(w, *engine, c.rows, c.beta, in + 5, 64 + 3, rng);
+  }
+}
+
+TEST(OnednnGemmTest, RowParallelShardStartsMidRow) {
+  auto engine = Engine(2);
+  SKIP_WITHOUT_ONEDNN(engine);
+  std::mt19937 rng(3);
+  // wo / w_down's rank 1 of 2: columns [64, 128) of rows 192 wide.
+  Store s = RandomStore(48, 192, rng);
+  TypedMatrix w(64);
+  w.Append(Bf16Rows(s.v.data() + 64, 192, 48));
+  const OnednnBf16Matrix plan = OnednnBf16Matrix::Of(w);
+  ASSERT_EQ(plan.parts.size(), 1u);
+  EXPECT_EQ(plan.parts[0].ld, 192);
+  for (const Case c : {Case{8, 1.0f}, Case{40, 0.0f}}) {
+    SCOPED_TRACE(c.rows);
+    Check(w, *engine, c.rows, c.beta, 64, 48, rng);
+  }
+}
+
+TEST(OnednnGemmTest, NotAllBf16HasNoPlan) {
+  std::vector<uint16_t> v(64 * 32);
+  TypedMatrix w(64);
+  w.Append(Bf16Rows(v.data(), 64, 16));
+  TypedRows f16 = Bf16Rows(v.data() + 16 * 64, 64, 16);
+  f16.kind = StoredKind::kF16;
+  w.Append(f16);
+  EXPECT_TRUE(OnednnBf16Matrix::Of(w).empty());
+}
+
+TEST(OnednnGemmTest, ConcurrentCallsGiveTheSerialResults) {
+  auto engine = Engine(1);
+  SKIP_WITHOUT_ONEDNN(engine);
+  std::mt19937 rng(4);
+  const int64_t in = 128, out = 96;
+  Store s = RandomStore(out, in, rng);
+  TypedMatrix w(in);
+  w.Append(Bf16Rows(s.v.data(), in, out));
+  const OnednnBf16Matrix plan = OnednnBf16Matrix::Of(w);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t rows[] = {16, 24, 16, 40};
+  std::vector<std::vector<float>> x(4), serial(4), parallel(4);
+  for (int t = 0; t < 4; ++t) {
+    x[t].resize(rows[t] * in);
+    for (float& v : x[t]) v = u(rng);
+    serial[t].assign(rows[t] * out, 0.0f);
+    parallel[t].assign(rows[t] * out, 0.0f);
+    ASSERT_TRUE(engine->Linear(x[t].data(), in, rows[t], plan, 0.0f, serial[t].data(), out));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 20; ++rep) {
+        engine->Linear(x[t].data(), in, rows[t], plan, 0.0f, parallel[t].data(), out);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(parallel[t], serial[t]) << "caller " << t;
+  EXPECT_EQ(engine->cached_primitives(), 2 * 3);  // matmul + convert for 16, 24, 40 rows
+  EXPECT_FALSE(engine->impl().empty());
+}
+
+TEST(OnednnGemmTest, BadThreadCountIsRefused) {
+  if (!OnednnAvailable()) {
+    EXPECT_EQ(OnednnGemm::Create(2).status().code(), absl::StatusCode::kUnimplemented);
+    return;
+  }
+  EXPECT_EQ(OnednnGemm::Create(0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace folio::worker::kernels

@@ -17,10 +17,17 @@
 // and q8_0's of the same run: the ratio is what a decode step gains); bytes_per_second
 // is the weight bytes over the wall time, to compare with the type's memcpy line (a
 // memcpy also writes what it reads, so its rate is a conservative ceiling for a
-// read-only stream) and BM_Read, a plain read-only pass over the same bytes.
+// read-only stream) and BM_Read, a plain read-only pass over the same bytes, and
+// BM_ReadCeiling, the machine's read-only rate over 1 GiB on 2 (and 1) threads.
 //
 //   build/bin/typed_matmul_bench [--benchmark_min_time=0.5] [--benchmark_filter=q4_K]
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -311,7 +318,115 @@ void BM_Read(benchmark::State& state) {
                  std::to_string(s.bytes >> 20) + " MiB");
 }
 
+// The machine's read-only ceiling: one pass over a 1 GiB buffer (far past any cache),
+// split in two (or one) contiguous halves on the pool, 32-byte AVX2 loads into four
+// independent sums per thread, one dispatch per pass. The figure a decode step's
+// bytes_per_second is to be held against (threads:2 is the decode setting); the per-type
+// BM_Read lines walk the step's own matrices, one dispatch each.
+constexpr int64_t kCeilingBytes = int64_t{1} << 30;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t SumAvx2(const uint8_t* p, int64_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#else
+uint64_t SumAvx2(const uint8_t* p, int64_t n) {
+  uint64_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += p[i];
+  return acc;
+}
+#endif
+
+void BM_ReadCeiling(benchmark::State& state) {
+  if (!k::EnabledCpuFeatures().avx2) {
+    state.SkipWithError("the ceiling pass uses AVX2 loads");
+    return;
+  }
+  const int64_t threads = state.range(0);
+  static uint8_t* buf = [] {
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, kCeilingBytes));
+    for (int64_t i = 0; i < kCeilingBytes; ++i) b[i] = static_cast<uint8_t>(i * 131 + 7);
+    return b;
+  }();
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    uint64_t part[kThreads] = {};
+    k::ParallelFor(threads == 1 ? nullptr : &Pool(), threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t lo = kCeilingBytes * p / threads, hi = kCeilingBytes * (p + 1) / threads;
+        part[p] = SumAvx2(buf + lo, hi - lo);
+      }
+    });
+    for (uint64_t v : part) sink += v;
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * kCeilingBytes);
+  state.SetLabel("read-only ceiling, 1 GiB, " + std::to_string(threads) + " thread" +
+                 (threads == 1 ? "" : "s"));
+}
+
+// The pool's cost per loop, as a decode step meets it: a loop of two pieces of ~work_us
+// each (one per thread), after gap_us of work on the caller alone (the norms, RoPE and
+// quantization between two matmuls), on a 2-thread pool with the given spin (0: block at
+// once). Ideal time per iteration: gap + work (vs_ideal: the time over it); the excess is the wake-up and the
+// finish wait. A loaded machine (fewer free cores than threads) shows the late worker
+// as up to a whole extra piece: note the load.
+void BusyFor(double us) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() <
+         us) {
+  }
+}
+
+void BM_PoolLoop(benchmark::State& state) {
+  const int spin = static_cast<int>(state.range(0));
+  const double work = static_cast<double>(state.range(1)), gap = static_cast<double>(state.range(2));
+  k::ThreadPool pool(kThreads, spin);
+  for (auto _ : state) {
+    BusyFor(gap);
+    pool.ParallelFor(kThreads, 1, [&](int64_t, int64_t) { BusyFor(work); });
+  }
+  state.counters["vs_ideal"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * (work + gap) * 1e-6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetLabel("spin " + std::to_string(spin) + " us, pieces of " + std::to_string(state.range(1)) +
+                 " us after " + std::to_string(state.range(2)) + " us alone, ideal " +
+                 std::to_string(state.range(1) + state.range(2)) + " us");
+}
+
 void Register() {
+  for (int64_t spin : {0, 100}) {
+    for (const auto& [work, gap] : std::vector<std::pair<int64_t, int64_t>>{{100, 5}, {500, 20}}) {
+      benchmark::RegisterBenchmark(("BM_PoolLoop/spin:" + std::to_string(spin) + "/work:" +
+                                    std::to_string(work) + "/gap:" + std::to_string(gap))
+                                       .c_str(),
+                                   BM_PoolLoop)
+          ->Args({spin, work, gap})
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+
+  for (int64_t threads : {2, 1}) {
+    benchmark::RegisterBenchmark(("BM_ReadCeiling/threads:" + std::to_string(threads)).c_str(),
+                                 BM_ReadCeiling)
+        ->Args({threads})
+        ->MeasureProcessCPUTime()
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+
   benchmark::RegisterBenchmark("BM_StepF32Panels", BM_StepF32Panels)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);

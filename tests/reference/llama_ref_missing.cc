@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<int32_t>> LlamaModel::Greedy(const std::vector<int32_
   return Missing();
 }
 absl::StatusOr<std::vector<int32_t>> LlamaModel::GreedyIncremental(const std::vector<int32_t>&,
-                                                                   int, double*) {
+                                                                   int, double*, double*) {
   return Missing();
 }
 absl::Status Quantize(const std::string&, const std::string&, std::string_view, int) {

@@ -1,6 +1,10 @@
 #include "services/worker/kernels/thread_pool.h"
 
+#include <time.h>
+
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -42,6 +46,43 @@ TEST(ThreadPoolTest, ManyConsecutiveLoops) {
     pool.ParallelFor(5, 1, [&](int64_t b, int64_t e) { total.fetch_add(e - b); });
   }
   EXPECT_EQ(total.load(), 10000);
+}
+
+// Loops back to back (the workers still spinning), and after pauses longer than the spin
+// (the workers blocked): every index once either way, for every spin setting.
+TEST(ThreadPoolTest, SpinningAndBlockedWorkersBothRunLoops) {
+  for (int spin_us : {0, 20, 5000}) {
+    ThreadPool pool(3, spin_us);
+    EXPECT_EQ(pool.spin_us(), spin_us);
+    std::atomic<int64_t> total{0};
+    for (int rep = 0; rep < 300; ++rep) {
+      if (rep % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(8));
+      std::vector<std::atomic<int>> hits(37);
+      pool.ParallelFor(37, 2, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        total.fetch_add(e - b);
+      });
+      for (int i = 0; i < 37; ++i) ASSERT_EQ(hits[i].load(), 1) << "spin " << spin_us;
+    }
+    EXPECT_EQ(total.load(), 300 * 37);
+  }
+}
+
+double ProcessCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The spin is bounded: an idle pool holds no CPU. With 3 workers spinning without end,
+// 300 ms of idling would cost ~900 ms of process CPU time (less on a loaded machine, but
+// far above the bound); spinning 1 ms after the loop costs ~3 ms.
+TEST(ThreadPoolTest, IdleWorkersStopSpinning) {
+  ThreadPool pool(4, 1000);
+  pool.ParallelFor(8, 1, [](int64_t, int64_t) {});
+  const double before = ProcessCpuSeconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(ProcessCpuSeconds() - before, 0.15);
 }
 
 }  // namespace

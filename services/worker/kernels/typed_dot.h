@@ -43,6 +43,9 @@ struct Activations {
   const int8_t* q8 = nullptr;      // [rows][in] q8_0 quants
   const float* q8_d = nullptr;     // [rows][in / 32] q8_0 scales (f16 values, as f32)
   const float* q8_s = nullptr;     // [rows][in / 32] d * (sum of the block's quants)
+  // [rows][in / 4] -128 x (the sum of each 4 consecutive q8_0 quants), for kernels with
+  // needs_q8_c (Q8Corrections); optional: they form it themselves when it is null.
+  const int32_t* q8_c = nullptr;
   const int8_t* k8 = nullptr;      // [rows][in] q8_K quants
   const float* k8_d = nullptr;     // [rows][in / 256] q8_K scales (f32)
   const int16_t* k8_bsums = nullptr;  // [rows][in / 16] sums of each 16 quants
@@ -88,6 +91,7 @@ struct DotKernel {
   bool needs_bf16 = false;  // reads x.bf16
   bool needs_q8 = false;    // reads x.q8 / x.q8_d / x.q8_s
   bool needs_q8k = false;   // reads x.k8 / x.k8_d / x.k8_bsums
+  bool needs_q8_c = false;  // reads x.q8_c when set (with needs_q8)
   bool ok() const { return dot[0] != nullptr; }
 };
 
@@ -122,6 +126,9 @@ void QuantizeQ8_0OnPath(SimdPath path, const float* x, int64_t n, int8_t* q, flo
 // quantize_row_q8_K_ref does: the value of largest magnitude maps to -127 (d = max /
 // -127, f32), q = round-half-even(x / d) clamped to 127, bsums per 16; all-zero: d = 0.
 void QuantizeQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums);
+// c[i] = -128 * (q[4i] + q[4i + 1] + q[4i + 2] + q[4i + 3]) for i < n / 4 (n a multiple
+// of 4): the term that turns vpdpbusd of unsigned weights (w + 128) into w times q.
+void Q8Corrections(const int8_t* q, int64_t n, int32_t* c);
 // Rounds n values to bf16 bit patterns (nearest even; NaN stays NaN).
 void RoundToBf16(const float* x, int64_t n, uint16_t* out);
 

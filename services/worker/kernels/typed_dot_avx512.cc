@@ -114,11 +114,6 @@ FOLIO_T_AVX512VNNI inline float HalfBits(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Two q8_0 blocks' int32 partial sums (8 lanes each): |w| times x with w's sign.
-FOLIO_T_AVX512VNNI inline __m512i PairDot(__m512i w, __m512i x) {
-  const __m512i neg = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), neg);
-}
 FOLIO_T_AVX512VNNI inline __m512i LoadPair(const uint8_t* b0) {
   const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
   const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kQ8BlockBytes + 2));
@@ -128,55 +123,112 @@ FOLIO_T_AVX512VNNI inline __m512 PairScale(float s0, float s1) {
   return _mm512_mask_blend_ps(__mmask16(0xff00), _mm512_set1_ps(s0), _mm512_set1_ps(s1));
 }
 
-template <int R>
-FOLIO_T_AVX512VNNI void DotQ8_0Vnni(const uint8_t* w, const Activations& x, int64_t r0,
-                                    float* out) {
+// 4 consecutive q8_0 blocks' f16 scales (34 bytes apart) as 4 f32.
+FOLIO_T_AVX512VNNI inline __m128 Scales4(const uint8_t* b0) {
+  uint16_t h[4];
+  std::memcpy(&h[0], b0, 2);
+  std::memcpy(&h[1], b0 + kQ8BlockBytes, 2);
+  std::memcpy(&h[2], b0 + 2 * kQ8BlockBytes, 2);
+  std::memcpy(&h[3], b0 + 3 * kQ8BlockBytes, 2);
+  __m128i v = _mm_cvtsi32_si128(h[0]);
+  v = _mm_insert_epi16(v, h[1], 1);
+  v = _mm_insert_epi16(v, h[2], 2);
+  v = _mm_insert_epi16(v, h[3], 3);
+  return _mm_cvtph_ps(v);
+}
+
+// -128 x the 4-quant sums of the 64 activation quants xv (lane l: bytes 4l..4l+3).
+FOLIO_T_AVX512VNNI inline __m512i Corr(__m512i xv) {
+  return _mm512_sub_epi32(
+      _mm512_setzero_si512(),
+      _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(0x80)), xv));
+}
+
+// The q8_0 dot, R = 1..4 token rows. Per step of two blocks in one zmm, each output gets
+// the 16 int32 lane sums of w times x over 4 quants (lanes 0-7 the first block's, 8-15
+// the second's), widened to f32 and added times (d_w * d_x) of its block; the main loop
+// takes two steps (four blocks, into acc0 and acc1) while 4 blocks remain, the rest go
+// into acc0 one step (or a last single block) at a time. The lane sums are exact
+// integers however they are formed; here as vpdpbusd of the weights made unsigned
+// (w ^ 0x80 = w + 128) against the signed activations, starting from -128 x (the sum
+// of the lane's 4 activation quants): x.q8_c when TypedLinear has it, else formed here by
+// one more vpdpbusd (the tiles' Activations in typed_kernels_test). That is two vector
+// operations a step fewer than |w| against x with w's sign (vpmovb2m, a masked
+// subtraction, vpabsb), and the four blocks' scales are one conversion and one multiply,
+// not four of each: decode at one token row is this loop over every weight (issue 20).
+// Any way of forming the same integers and products gives the same bits, so the tiles
+// (typed_tile_avx512.cc) still equal it.
+template <int R, bool kPre>
+FOLIO_T_AVX512VNNI void DotQ8_0VnniBody(const uint8_t* w, const Activations& x, int64_t r0,
+                                        float* out) {
   const int64_t blocks = x.in / kQ8Block;
   const int8_t* xq[R];
   const float* xd[R];
+  const int32_t* xc[R];
   __m512 acc0[R], acc1[R];
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
     xq[i] = x.q8 + (r0 + i) * x.in;
     xd[i] = x.q8_d + (r0 + i) * blocks;
+    xc[i] = kPre ? x.q8_c + (r0 + i) * (x.in / 4) : nullptr;
     acc0[i] = _mm512_setzero_ps();
     acc1[i] = _mm512_setzero_ps();
   }
+  const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i lo_pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i hi_pair = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   int64_t b = 0;
   for (; b + 4 <= blocks; b += 4) {
     const uint8_t* b0 = w + b * kQ8BlockBytes;
-    const __m512i w01 = LoadPair(b0), w23 = LoadPair(b0 + 2 * kQ8BlockBytes);
-    const float d0 = HalfBits(b0), d1 = HalfBits(b0 + kQ8BlockBytes);
-    const float d2 = HalfBits(b0 + 2 * kQ8BlockBytes), d3 = HalfBits(b0 + 3 * kQ8BlockBytes);
+    const __m512i w01 = _mm512_xor_si512(LoadPair(b0), k80);
+    const __m512i w23 = _mm512_xor_si512(LoadPair(b0 + 2 * kQ8BlockBytes), k80);
+    const __m128 dw = Scales4(b0);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const int8_t* xb = xq[i] + b * kQ8Block;
-      const float* s = xd[i] + b;
-      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(PairDot(w01, _mm512_loadu_si512(xb))),
-                                PairScale(d0 * s[0], d1 * s[1]), acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(PairDot(w23, _mm512_loadu_si512(xb + 64))),
-                                PairScale(d2 * s[2], d3 * s[3]), acc1[i]);
+      const __m512i x01 = _mm512_loadu_si512(xb), x23 = _mm512_loadu_si512(xb + 64);
+      const __m512i c01 = kPre ? _mm512_loadu_si512(xc[i] + b * 8) : Corr(x01);
+      const __m512i c23 = kPre ? _mm512_loadu_si512(xc[i] + b * 8 + 16) : Corr(x23);
+      const __m512 sc = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_loadu_ps(xd[i] + b)));
+      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c01, w01, x01)),
+                                _mm512_permutexvar_ps(lo_pair, sc), acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c23, w23, x23)),
+                                _mm512_permutexvar_ps(hi_pair, sc), acc1[i]);
     }
   }
   for (; b < blocks; b += 2) {
     // The last one or two blocks; a missing second block reads as zeros with scale 0.
     const uint8_t* b0 = w + b * kQ8BlockBytes;
     const bool two = b + 2 <= blocks;
-    const __m512i w01 =
+    const __m512i wv =
         two ? LoadPair(b0)
             : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
+    const __m512i w01 = _mm512_xor_si512(wv, k80);
     const float d0 = HalfBits(b0), d1 = two ? HalfBits(b0 + kQ8BlockBytes) : 0.0f;
     const __mmask64 m = two ? ~__mmask64{0} : __mmask64{0xffffffffu};
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const float* s = xd[i] + b;
       const __m512i xv = _mm512_maskz_loadu_epi8(m, xq[i] + b * kQ8Block);
-      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(PairDot(w01, xv)),
+      const __m512i c =
+          kPre ? _mm512_maskz_loadu_epi32(two ? __mmask16(0xffff) : __mmask16(0x00ff), xc[i] + b * 8)
+               : Corr(xv);
+      acc0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, w01, xv)),
                                 PairScale(d0 * s[0], two ? d1 * s[1] : 0.0f), acc0[i]);
     }
   }
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
+template <int R>
+FOLIO_T_AVX512VNNI void DotQ8_0Vnni(const uint8_t* w, const Activations& x, int64_t r0,
+                                    float* out) {
+  if (x.q8_c != nullptr) {
+    DotQ8_0VnniBody<R, true>(w, x, r0, out);
+  } else {
+    DotQ8_0VnniBody<R, false>(w, x, r0, out);
+  }
 }
 
 }  // namespace
@@ -206,6 +258,7 @@ DotKernel Avx512Kernel(StoredKind kind, SimdPath path) {
     k.dot[2] = DotQ8_0Vnni<3>;
     k.dot[3] = DotQ8_0Vnni<4>;
     k.needs_q8 = true;
+    k.needs_q8_c = true;
   }
   AddAvx512Tiles(kind, path, &k);
   return k;

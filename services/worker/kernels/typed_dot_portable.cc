@@ -129,6 +129,12 @@ void QuantizeQ8_0Portable(const float* x, int64_t n, int8_t* q, float* d, float*
   }
 }
 
+void Q8Corrections(const int8_t* q, int64_t n, int32_t* c) {
+  for (int64_t i = 0; i < n / 4; ++i) {
+    c[i] = -128 * (int32_t{q[4 * i]} + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+  }
+}
+
 void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;

@@ -31,6 +31,16 @@ float Dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+// Pieces a matmul's output rows are cut into per pool thread: $FOLIO_TYPED_PIECES (1 is
+// one contiguous half a thread on 2 threads, the split before 2026-12-01), else 4.
+int64_t PiecesPerThread() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("FOLIO_TYPED_PIECES");
+    return e == nullptr || *e == '\0' ? int64_t{4} : std::clamp<int64_t>(std::atoll(e), 1, 64);
+  }();
+  return n;
+}
+
 inline void Store(float d, float beta, float* y) { *y = beta == 0.0f ? d : d + beta * *y; }
 
 // Weight rows [j0, j0 + jn) against token rows [r0, r0 + nr) by dot[] (nr <= kMaxDotRows
@@ -152,16 +162,18 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
   acts.in = in;
   acts.f32 = x;
   acts.ldx = ldx;
-  bool bf16 = false, q8 = false, q8k = false;
+  bool bf16 = false, q8 = false, q8k = false, q8c = false;
   for (const typed::DotKernel& k : kernels) {
     bf16 |= k.ok() && k.needs_bf16;
     q8 |= k.ok() && k.needs_q8;
+    q8c |= k.ok() && k.needs_q8 && k.needs_q8_c;
     q8k |= k.ok() && k.needs_q8k;
   }
   // The caller's (the step thread's) buffers, read by every thread of this call.
   thread_local std::vector<uint16_t> x_bf16;
   thread_local std::vector<int8_t> x_q8;
   thread_local std::vector<float> x_q8_d, x_q8_s, x_k8_d;
+  thread_local std::vector<int32_t> x_q8_c;
   thread_local std::vector<int8_t> x_k8;
   thread_local std::vector<int16_t> x_k8_bsums;
   if (bf16) {
@@ -191,6 +203,11 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     acts.q8 = x_q8.data();
     acts.q8_d = x_q8_d.data();
     acts.q8_s = x_q8_s.data();
+    if (q8c) {
+      if (static_cast<int64_t>(x_q8_c.size()) < rows * in / 4) x_q8_c.resize(rows * in / 4);
+      typed::Q8Corrections(x_q8.data(), rows * in, x_q8_c.data());
+      acts.q8_c = x_q8_c.data();
+    }
   }
   if (q8k) {
     CHECK_EQ(in % typed::kQ8KBlock, 0);
@@ -211,9 +228,14 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     acts.k8_d = x_k8_d.data();
     acts.k8_bsums = x_k8_bsums.data();
   }
-  // One contiguous range of output features per thread (fewer for a small matrix).
+  // Contiguous ranges of output features, PiecesPerThread() a thread (fewer for a small
+  // matrix: 16 rows at least), claimed in order by whichever thread is free: a worker
+  // woken late, or a core another process holds a while, leaves its share to the others
+  // instead of the whole loop waiting on its half. Each output is computed the same way
+  // on any thread, so the split never changes a result.
   const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
-  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(threads, out / 16));
+  const int64_t pieces = std::max<int64_t>(
+      1, std::min<int64_t>(threads == 1 ? 1 : threads * PiecesPerThread(), out / 16));
   const std::vector<TypedRows>& segs = w.segments();
   ParallelFor(pool, pieces, 1, [&](int64_t p_begin, int64_t p_end) {
     for (int64_t p = p_begin; p < p_end; ++p) {

@@ -28,6 +28,14 @@
 // on the same inputs, alternating which goes first, timed apart by process CPU time:
 // avx2_us, avx512_us and speedup = avx2_us / avx512_us (skipped without AVX-512).
 //
+// BM_KvDtypes/<seqs>/<context>/<group>/<chunk>: f16 KV against q8_0 KV (int8 rows with
+// an f32 scale, --kv_dtype=q8_0) on the default path of this CPU: the same K/V values
+// (N(0, 1)) written by WriteKv into two pools of scattered 16-token blocks with the same
+// block tables, `seqs` sequences at `context` tokens, each step `chunk` queries per
+// sequence (1: decode; more: a prefill chunk on the tiled kernel), 4 kv heads x head_dim
+// 64, 2 threads. Each iteration runs both, alternating which goes first, timed apart by
+// process CPU time: f16_us, q8_us, speedup = f16_us / q8_us.
+//
 //   build/bin/worker_attention_bench
 //   build/bin/worker_attention_bench --benchmark_filter=Prefill
 //   build/bin/worker_attention_bench --benchmark_filter=DecodeKernels
@@ -253,6 +261,67 @@ void BM_DecodeKernels(benchmark::State& state) {
   state.counters["speedup"] = avx2_s / avx512_s;
 }
 
+void BM_KvDtypes(benchmark::State& state) {
+  const int num_seqs = static_cast<int>(state.range(0));
+  const int context = static_cast<int>(state.range(1));
+  const int group = static_cast<int>(state.range(2));
+  const int chunk = static_cast<int>(state.range(3));
+  const int num_heads = kNumKvHeads * group;
+  const int blocks_per_seq = (context + 15) / 16;
+  const int num_blocks = num_seqs * blocks_per_seq;
+  std::mt19937 rng(4);
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const size_t elems = static_cast<size_t>(num_blocks) * 16 * kNumKvHeads * kHeadDim;
+  // HugeBuffer(elems) holds elems f16 values: more than the q8_0 pool's bytes.
+  HugeBuffer f16k(elems), f16v(elems), q8k(elems), q8v(elems);
+  KvCacheView kv[2];
+  for (int d = 0; d < 2; ++d) {
+    kv[d].dtype = d == 0 ? KvDType::kF16 : KvDType::kQ8;
+    kv[d].num_blocks = num_blocks;
+    kv[d].block_size = 16;
+    kv[d].num_kv_heads = kNumKvHeads;
+    kv[d].head_dim = kHeadDim;
+  }
+  kv[0].k = f16k.data();
+  kv[0].v = f16v.data();
+  kv[1].k = q8k.data();
+  kv[1].v = q8v.data();
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int kv_width = kNumKvHeads * kHeadDim;
+  std::vector<AttentionSeq> seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int32_t* table = ids.data() + s * blocks_per_seq;
+    std::vector<float> k(static_cast<size_t>(context) * kv_width), v(k.size());
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    std::vector<int64_t> slots;
+    for (int p = 0; p < context; ++p) slots.push_back(SlotForPosition(table, 16, p));
+    for (const KvCacheView& view : kv) WriteKv(k.data(), v.data(), kv_width, slots, view);
+    seqs.push_back({s * chunk, chunk, context, table});
+  }
+  std::vector<float> q(static_cast<size_t>(num_seqs) * chunk * num_heads * kHeadDim), out(q.size());
+  for (float& x : q) x = normal(rng);
+  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
+  ThreadPool pool(kThreads);
+  double s[2] = {0, 0};
+  for (auto _ : state) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const int d = (pass == 0) == (state.iterations() % 2 == 0) ? 1 : 0;
+      const double t0 = ProcessCpuSeconds();
+      PagedAttention(args, seqs, kv[d], &pool);
+      benchmark::DoNotOptimize(out.data());
+      s[d] += ProcessCpuSeconds() - t0;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["f16_us"] = s[0] / n * 1e6;
+  state.counters["q8_us"] = s[1] / n * 1e6;
+  state.counters["speedup"] = s[0] / s[1];
+  state.SetLabel(PathLabel(args));
+}
+
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
 void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(state, false); }
 
@@ -273,6 +342,20 @@ BENCHMARK(BM_DecodeKernels)
     ->Args({4, 2048, 2})
     ->Args({32, 256, 8})
     ->Args({32, 1024, 8})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// {seqs, context, group, chunk}: decode at the serving shapes (as BM_DecodeKernels) and
+// prefill chunks of 128 after a prefix.
+BENCHMARK(BM_KvDtypes)
+    ->ArgNames({"seqs", "context", "group", "chunk"})
+    ->Args({32, 256, 2, 1})
+    ->Args({32, 1024, 2, 1})
+    ->Args({4, 2048, 2, 1})
+    ->Args({32, 256, 8, 1})
+    ->Args({32, 1024, 8, 1})
+    ->Args({1, 1152, 2, 128})
+    ->Args({1, 1152, 8, 128})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
 

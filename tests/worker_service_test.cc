@@ -355,7 +355,7 @@ TEST(WorkerStartupTest, MissingOrBadModelExitsWithAMessage) {
 
   r = testing::RunCommand(bin + " --model=/nonexistent/model.gguf --kv_dtype=q4");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--kv_dtype"));
+  EXPECT_THAT(r.output, HasSubstr("--kv_dtype must be f16, f32 or q8_0"));
 
   r = testing::RunCommand(bin + " --model=/nonexistent/model.gguf --kv_cache_bytes=lots");
   EXPECT_EQ(r.exit_code, 2) << r.output;

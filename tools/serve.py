@@ -157,6 +157,9 @@ def main():
                         "chat template's family)")
     p.add_argument("--block_size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--kv_cache_bytes", default="256MiB", help="KV cache budget of the worker")
+    p.add_argument("--kv_dtype", default="f16", choices=["f16", "f32", "q8_0"],
+                   help="KV cache element type of the worker (q8_0: 8-bit, about half the bytes "
+                        "of f16 per token; CPU only)")
     p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
     p.add_argument("--max_num_seqs", type=int, default=64)
     p.add_argument("--max_num_batched_tokens", type=int, default=512)
@@ -242,7 +245,7 @@ def main():
         workers = []
         for rank in range(args.tp):
             argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
-                    f"--num_threads={threads}"] + tls
+                    f"--kv_dtype={args.kv_dtype}", f"--num_threads={threads}"] + tls
             if args.tp > 1:
                 argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
                 if rank > 0:

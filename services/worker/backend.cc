@@ -50,7 +50,9 @@ absl::Status CheckCudaFlags(const BackendOptions& backend) {
 // checked.
 absl::StatusOr<cuda::CudaModelRunnerOptions> CudaOptions(const BackendOptions& backend) {
   if (backend.kv_dtype != kernels::KvDType::kF16) {
-    return absl::InvalidArgumentError("--device=cuda keeps the KV cache in f16: use --kv_dtype=f16");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=cuda keeps the KV cache in f16 (--kv_dtype=", kernels::KvDTypeName(backend.kv_dtype),
+        " is CPU only): use --kv_dtype=f16"));
   }
   cuda::CudaModelRunnerOptions options;
   options.device = backend.cuda_device;

@@ -40,7 +40,9 @@ ABSL_FLAG(std::string, kv_cache_bytes, "auto",
 ABSL_FLAG(double, gpu_memory_utilization, 0.9,
           "--device=cuda with --kv_cache_bytes=auto: the share of the device's memory the "
           "worker may fill (weights, activations and KV cache together), in (0, 1].");
-ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
+ABSL_FLAG(std::string, kv_dtype, "f16",
+          "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
+          "token and kv head, about half the bytes of f16; --device=cpu only).");
 ABSL_FLAG(int, num_threads, 0, "Threads for the kernels and OpenBLAS; 0 = all cores.");
 ABSL_FLAG(int, tp_size, 1,
           "Tensor-parallel degree: how many folio-worker ranks split this model replica. "
@@ -83,7 +85,7 @@ int main(int argc, char** argv) {
                      "one worker rank: holds the model weights and the KV cache and runs "
                      "steps for the scheduler.\n"
                      "Usage: folio-worker --model=PATH [--kv_cache_bytes=auto|256MiB] [--device=cpu|cuda] "
-                     "[--kv_dtype=f16|f32] [--port=N] ...\n"
+                     "[--kv_dtype=f16|f32|q8_0] [--port=N] ...\n"
                      "Tensor parallelism: start --tp_size ranks; rank 0 with --tp_rank=0, the "
                      "others with --tp_rank=R --tp_rendezvous=RANK0_HOST:PORT.");
   using folio::worker::WorkerServiceOptions;
@@ -97,12 +99,8 @@ int main(int argc, char** argv) {
 
   WorkerServiceOptions options;
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv_dtype == "f16") {
-    options.kv_dtype = folio::worker::kernels::KvDType::kF16;
-  } else if (kv_dtype == "f32") {
-    options.kv_dtype = folio::worker::kernels::KvDType::kF32;
-  } else {
-    LOG(ERROR) << "--kv_dtype must be f16 or f32, got \"" << kv_dtype << "\"";
+  if (!folio::worker::kernels::ParseKvDType(kv_dtype.c_str(), &options.kv_dtype)) {
+    LOG(ERROR) << "--kv_dtype must be f16, f32 or q8_0, got \"" << kv_dtype << "\"";
     return 2;
   }
   // "auto" on CUDA: measured once the weights are loaded (below).

@@ -240,6 +240,29 @@ TEST_F(WorkerServiceTest, InfoAndAllocationChecks) {
   EXPECT_EQ(info.block_size(), 8);
 }
 
+// The same service with an 8-bit KV cache (--kv_dtype=q8_0).
+class WorkerServiceQ8Test : public WorkerServiceTest {
+ protected:
+  void SetUp() override {
+    WorkerServiceOptions options;
+    options.kv_dtype = kernels::KvDType::kQ8;
+    Start(options);
+  }
+};
+
+TEST_F(WorkerServiceQ8Test, ReportsItsBytesPerTokenAndSizesBlocksByThem) {
+  pb::WorkerInfo info;
+  ASSERT_TRUE(stub_->GetWorkerInfo(Ctx().get(), pb::GetWorkerInfoRequest(), &info).ok());
+  // 2 (K, V) * 2 layers * 2 kv heads * (16 int8 values + a 4-byte scale).
+  EXPECT_EQ(info.kv_bytes_per_token(), 2 * 2 * 2 * (16 + 4));
+  EXPECT_EQ(info.kv_dtype(), "q8_0");
+  // The block count is sized by those bytes: 1 MiB / (16 tokens * 160 bytes) = 409 blocks.
+  const grpc::Status s = Allocate(410, 16);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("at most 409"));
+  ASSERT_TRUE(Allocate(409, 16).ok());
+}
+
 TEST_F(WorkerServiceTest, StepBeforeAllocationFailsPrecondition) {
   pb::ExecuteStepRequest req;
   pb::StepSequence* s = req.add_sequences();

@@ -81,6 +81,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     cp.n_threads = options.n_threads;
     cp.n_threads_batch = options.n_threads;
     cp.no_perf = true;
+    if (options.q8_0_kv) {
+      cp.type_k = GGML_TYPE_Q8_0;
+      cp.type_v = GGML_TYPE_Q8_0;
+      cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    }
     m->ctx_ = llama_init_from_model(m->model_, cp);
     if (m->ctx_ == nullptr) {
       return absl::InternalError(absl::StrCat("llama.cpp could not make a context for ", path));

@@ -47,6 +47,10 @@ struct LlamaModelOptions {
   bool vocab_only = false;  // tokenizer only: no weights, no context
   int n_ctx = 512;          // context length of the decode context
   int n_threads = 2;
+  // K and V cache in q8_0 (llama_context_params type_k = type_v = GGML_TYPE_Q8_0, as
+  // `-ctk q8_0 -ctv q8_0`), with flash attention on (llama.cpp needs it for a quantized
+  // V cache). false: llama.cpp's default f16 cache.
+  bool q8_0_kv = false;
 };
 
 struct TokenizeOptions {

@@ -44,7 +44,7 @@ ABSL_FLAG(double, min_p, 0.0, "Drop tokens below min_p times the top token's pro
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed; 0 picks one from the clock (printed on stderr).");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{256} << 20, "Bytes for the KV block pool.");
-ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
+ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16, f32 or q8_0.");
 ABSL_FLAG(int, threads, 0,
           "Threads for kernels and OpenBLAS, per tensor-parallel rank; 0 = all cores, shared "
           "out over the ranks.");
@@ -99,11 +99,10 @@ int Run() {
     options.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / tp);
   }
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv_dtype != "f16" && kv_dtype != "f32") {
-    LOG(ERROR) << "--kv_dtype must be f16 or f32, got " << kv_dtype;
+  if (!kernels::ParseKvDType(kv_dtype.c_str(), &options.kv_dtype)) {
+    LOG(ERROR) << "--kv_dtype must be f16, f32 or q8_0, got " << kv_dtype;
     return 2;
   }
-  options.kv_dtype = kv_dtype == "f16" ? kernels::KvDType::kF16 : kernels::KvDType::kF32;
   SamplingParams sampling;
   sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
   sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));

@@ -11,8 +11,8 @@
 namespace folio::worker {
 
 int64_t KvBytesPerBlock(const KvCacheShape& shape) {
-  return int64_t{2} * shape.num_layers * shape.block_size * shape.num_kv_heads * shape.head_dim *
-         kernels::KvDTypeBytes(shape.dtype);
+  return int64_t{2} * shape.num_layers * shape.block_size * shape.num_kv_heads *
+         kernels::KvRowBytes(shape.dtype, shape.head_dim);
 }
 
 int64_t KvCache::NumBlocksThatFit(const KvCacheShape& shape, int64_t byte_budget) {
@@ -61,7 +61,7 @@ kernels::KvCacheView KvCache::layer(int32_t layer) const {
   CHECK_GE(layer, 0);
   CHECK_LT(layer, shape_.num_layers);
   const int64_t layer_bytes = num_blocks_ * shape_.block_size * shape_.num_kv_heads *
-                              shape_.head_dim * kernels::KvDTypeBytes(shape_.dtype);
+                              kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
   kernels::KvCacheView view;
   view.k = data_.get() + 2 * layer * layer_bytes;
   view.v = data_.get() + (2 * layer + 1) * layer_bytes;

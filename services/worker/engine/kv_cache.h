@@ -2,7 +2,8 @@
 // budget. Per layer, K and V are each [num_blocks, block_size, num_kv_heads, head_dim]
 // (layout diagram in kernels/paged_attention.h); block id b names the same slot range
 // in every layer, so
-//   bytes_per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * dtype_bytes.
+//   bytes_per_block = 2 * num_layers * block_size * num_kv_heads * row_bytes,
+// row_bytes = head_dim * dtype bytes (head_dim + 4 for kQ8: int8 values and a scale).
 // The memory is zeroed at creation and 2 MiB aligned (transparent huge pages where
 // the system allows them). KvCache owns it; views handed out stay valid for
 // its lifetime. Thread-compatible: the step thread writes; nothing else touches it.
@@ -27,7 +28,7 @@ struct KvCacheShape {
   kernels::KvDType dtype = kernels::KvDType::kF16;
 };
 
-// 2 * num_layers * block_size * num_kv_heads * head_dim * dtype bytes.
+// 2 * num_layers * block_size * num_kv_heads * KvRowBytes(dtype, head_dim).
 int64_t KvBytesPerBlock(const KvCacheShape& shape);
 
 class KvCache {

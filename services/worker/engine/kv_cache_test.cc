@@ -21,6 +21,23 @@ TEST(KvCacheTest, BytesPerBlockFollowsTheFormula) {
   // 2 (K and V) * 5 layers * 16 slots * 4 heads * 8 dims * 2 bytes.
   EXPECT_EQ(KvBytesPerBlock(Shape(kernels::KvDType::kF16)), 2 * 5 * 16 * 4 * 8 * 2);
   EXPECT_EQ(KvBytesPerBlock(Shape(kernels::KvDType::kF32)), 2 * 5 * 16 * 4 * 8 * 4);
+  // q8_0: 8 int8 values and a 4-byte scale per row.
+  EXPECT_EQ(KvBytesPerBlock(Shape(kernels::KvDType::kQ8)), 2 * 5 * 16 * 4 * (8 + 4));
+}
+
+TEST(KvCacheTest, Q8LayerViewsTileTheAllocation) {
+  const KvCacheShape shape = Shape(kernels::KvDType::kQ8);
+  absl::StatusOr<std::unique_ptr<KvCache>> kv = KvCache::Create(shape, 7 * KvBytesPerBlock(shape));
+  ASSERT_TRUE(kv.ok());
+  const uint8_t* base = (*kv)->bytes().data();
+  const int64_t tensor_bytes = 7 * 16 * 4 * (8 + 4);
+  for (int32_t l = 0; l < shape.num_layers; ++l) {
+    kernels::KvCacheView v = (*kv)->layer(l);
+    EXPECT_EQ(static_cast<uint8_t*>(v.k) - base, (2 * l) * tensor_bytes);
+    EXPECT_EQ(static_cast<uint8_t*>(v.v) - base, (2 * l + 1) * tensor_bytes);
+    EXPECT_EQ(v.block_stride(), 16 * 4 * (8 + 4));  // int8 elements = bytes
+  }
+  EXPECT_EQ((*kv)->size_bytes(), 2 * shape.num_layers * tensor_bytes);
 }
 
 TEST(KvCacheTest, AllocatesWhatFitsInTheBudget) {

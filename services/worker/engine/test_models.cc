@@ -108,8 +108,10 @@ std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int
   return all;
 }
 
-FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens) {
+FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens,
+                  kernels::KvDType kv_dtype) {
   CpuModelRunnerOptions o;
+  o.kv_dtype = kv_dtype;
   o.kv_cache_bytes = 16 << 20;
   o.num_threads = 2;
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);

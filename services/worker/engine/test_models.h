@@ -47,12 +47,13 @@ using ::folio::ReadFileOrEmpty;
 std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int decode_steps);
 
 // Folio's logits for each token of `tokens` (fed one decode step at a time on a fresh
-// two-thread CPU runner over `w`), and its greedy pick at each.
+// two-thread CPU runner over `w`, its KV cache in `kv_dtype`), and its greedy pick at each.
 struct FolioRun {
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> argmax;
 };
-FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens);
+FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens,
+                  kernels::KvDType kv_dtype = kernels::KvDType::kF16);
 
 // max |v[i]|, and the gap between the two largest values of `v`.
 float MaxAbs(const std::vector<float>& v);

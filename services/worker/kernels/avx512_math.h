@@ -13,10 +13,13 @@
 
 namespace folio::worker::kernels::avx512 {
 
-// 16 KV values at p (f32, or f16 bits) as f32.
+// 16 KV values at p (f32, f16 bits, or kQ8 int8 values without their row's scale) as f32.
 template <typename KvT>
 FOLIO_AVX512_TARGET inline __m512 Load16(const KvT* p) {
-  if constexpr (sizeof(KvT) == 2) {
+  if constexpr (sizeof(KvT) == 1) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  } else if constexpr (sizeof(KvT) == 2) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   } else {
     return _mm512_loadu_ps(p);

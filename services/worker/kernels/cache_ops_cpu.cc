@@ -5,6 +5,7 @@
 #include "services/worker/kernels/cache_ops.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kv_q8.h"
 
 namespace folio::worker::kernels {
 
@@ -28,7 +29,27 @@ FOLIO_AVX2_TARGET void ToHalfF16c(const float* src, int64_t n, uint16_t* dst) {
 
 }  // namespace
 
-const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kF32 ? "f32" : "f16"; }
+const char* KvDTypeName(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kF32:
+      return "f32";
+    case KvDType::kF16:
+      return "f16";
+    case KvDType::kQ8:
+      return "q8_0";
+  }
+  return "?";
+}
+
+bool ParseKvDType(const char* name, KvDType* dtype) {
+  for (KvDType d : {KvDType::kF16, KvDType::kF32, KvDType::kQ8}) {
+    if (std::strcmp(name, KvDTypeName(d)) == 0) {
+      *dtype = d;
+      return true;
+    }
+  }
+  return false;
+}
 
 void WriteKv(const float* k, const float* v, int64_t row_stride,
              absl::Span<const int64_t> slots, const KvCacheView& kv) {
@@ -47,7 +68,16 @@ void WriteKv(const float* k, const float* v, int64_t row_stride,
     DCHECK_LT(slot, kv.num_slots());
     const float* ksrc = k + static_cast<int64_t>(i) * row_stride;
     const float* vsrc = v + static_cast<int64_t>(i) * row_stride;
-    if (kv.dtype == KvDType::kF32) {
+    if (kv.dtype == KvDType::kQ8) {
+      const int hd = kv.head_dim;
+      const int64_t rs = kv.row_stride();
+      int8_t* kdst = static_cast<int8_t*>(kv.k) + slot * n;
+      int8_t* vdst = static_cast<int8_t*>(kv.v) + slot * n;
+      for (int h = 0; h < kv.num_kv_heads; ++h) {
+        QuantizeQ8Row(ksrc + static_cast<int64_t>(h) * hd, hd, kdst + h * rs);
+        QuantizeQ8Row(vsrc + static_cast<int64_t>(h) * hd, hd, vdst + h * rs);
+      }
+    } else if (kv.dtype == KvDType::kF32) {
       std::memcpy(static_cast<float*>(kv.k) + slot * n, ksrc, n * sizeof(float));
       std::memcpy(static_cast<float*>(kv.v) + slot * n, vsrc, n * sizeof(float));
     } else {
@@ -60,7 +90,7 @@ void WriteKv(const float* k, const float* v, int64_t row_stride,
 }
 
 void CopyBlocks(absl::Span<const BlockCopy> copies, const KvCacheView& kv) {
-  const int64_t bytes = kv.block_stride() * KvDTypeBytes(kv.dtype);
+  const int64_t bytes = kv.block_size * kv.num_kv_heads * KvRowBytes(kv.dtype, kv.head_dim);
   for (const BlockCopy& c : copies) {
     DCHECK(c.src >= 0 && c.src < kv.num_blocks && c.dst >= 0 && c.dst < kv.num_blocks);
     if (c.src == c.dst) continue;

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kv_q8.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -78,7 +79,7 @@ TEST_P(CacheOpsTest, WriteKvThenCopyBlocks) {
   kv.num_kv_heads = 2;
   kv.head_dim = 8;
   const int64_t elems = kv.num_blocks * kv.block_stride();
-  const int bytes = KvDTypeBytes(dtype);
+  const int64_t bytes = KvRowBytes(dtype, kv.head_dim) / kv.head_dim;
   std::vector<char> kbuf(elems * bytes, 0), vbuf(elems * bytes, 0);
   kv.k = kbuf.data();
   kv.v = vbuf.data();
@@ -143,6 +144,96 @@ TEST(WriteKvTest, F16BitsMatchFloatToHalf) {
     for (int64_t j = 0; j < n; ++j) {
       ASSERT_EQ(kbuf[slots[t] * n + j], FloatToHalf(k[t * n + j])) << t << " " << j;
       ASSERT_EQ(vbuf[slots[t] * n + j], FloatToHalf(v[t * n + j])) << t << " " << j;
+    }
+  }
+}
+
+// kQ8 rows: each (slot, kv head) row is head_dim int8 values and an f32 scale; the
+// written values are checked against quantization done here in double precision.
+TEST(WriteKvTest, Q8RoundTripWithinHalfAStep) {
+  KvCacheView kv;
+  kv.dtype = KvDType::kQ8;
+  kv.num_blocks = 3;
+  kv.block_size = 4;
+  kv.num_kv_heads = 3;
+  kv.head_dim = 7;  // odd: rows and scales unaligned
+  ASSERT_EQ(kv.row_stride(), 11);
+  ASSERT_EQ(kv.slot_stride(), 33);
+  ASSERT_EQ(kv.block_stride(), 132);
+  const int64_t bytes = kv.num_blocks * kv.block_stride();
+  std::vector<int8_t> kbuf(bytes, 0), vbuf(bytes, 0);
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+  const int hd = kv.head_dim;
+  const int width = kv.num_kv_heads * hd;
+  const int64_t row_stride = width + 2;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::vector<int64_t> slots = {9, 0, 5};
+  std::vector<float> k(slots.size() * row_stride), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    const float mag = i % 3 == 0 ? 1e-3f : i % 3 == 1 ? 1.0f : 300.0f;  // per-row magnitudes
+    k[i] = mag * normal(rng);
+    v[i] = mag * normal(rng);
+  }
+  for (int d = 0; d < hd; ++d) k[row_stride + hd + d] = 0.0f;  // an all-zero row
+  WriteKv(k.data(), v.data(), row_stride, slots, kv);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    for (int h = 0; h < kv.num_kv_heads; ++h) {
+      for (int which = 0; which < 2; ++which) {
+        const float* x = (which == 0 ? k : v).data() + t * row_stride + h * hd;
+        const int8_t* row = (which == 0 ? kbuf : vbuf).data() + slots[t] * kv.slot_stride() +
+                            h * kv.row_stride();
+        double amax = 0;
+        for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(static_cast<double>(x[d])));
+        const float scale = Q8RowScale(row, hd);
+        ASSERT_NEAR(scale, amax / 127, amax / 127 * 1e-6) << t << " " << h << " " << which;
+        std::vector<float> deq(hd);
+        DequantizeQ8Row(row, hd, deq.data());
+        bool saw_127 = amax == 0;
+        for (int d = 0; d < hd; ++d) {
+          ASSERT_LE(std::abs(row[d]), 127);
+          saw_127 |= std::abs(row[d]) == 127;
+          const double q = amax == 0 ? 0 : std::nearbyint(x[d] / (amax / 127));
+          ASSERT_LE(std::fabs(row[d] - q), 1.0) << d;  // a tie may round either way
+          ASSERT_LE(std::fabs(deq[d] - x[d]), scale * 0.5001 + 1e-30) << t << " " << h << " " << d;
+        }
+        EXPECT_TRUE(saw_127) << "the largest value maps to +-127";
+      }
+    }
+  }
+  // Slots not written stay zero (values and scales).
+  for (int64_t slot : {1, 4, 11}) {
+    for (int64_t j = 0; j < kv.slot_stride(); ++j) ASSERT_EQ(kbuf[slot * kv.slot_stride() + j], 0);
+  }
+}
+
+TEST(CopyBlocksTest, Q8BlocksCopiedByteForByte) {
+  KvCacheView kv;
+  kv.dtype = KvDType::kQ8;
+  kv.num_blocks = 5;
+  kv.block_size = 3;
+  kv.num_kv_heads = 2;
+  kv.head_dim = 16;
+  const int64_t bs = kv.block_stride();  // bytes per block per tensor
+  ASSERT_EQ(bs, 3 * 2 * (16 + 4));
+  std::vector<int8_t> kbuf(kv.num_blocks * bs), vbuf(kbuf.size());
+  std::mt19937 rng(3);
+  for (auto& b : kbuf) b = static_cast<int8_t>(rng());
+  for (auto& b : vbuf) b = static_cast<int8_t>(rng());
+  const std::vector<int8_t> k0 = kbuf, v0 = vbuf;
+  kv.k = kbuf.data();
+  kv.v = vbuf.data();
+  const BlockCopy copies[] = {{1, 3}, {4, 0}, {2, 2}};
+  CopyBlocks(copies, kv);
+  for (int64_t j = 0; j < bs; ++j) {
+    ASSERT_EQ(kbuf[3 * bs + j], k0[1 * bs + j]) << j;
+    ASSERT_EQ(vbuf[3 * bs + j], v0[1 * bs + j]) << j;
+    ASSERT_EQ(kbuf[0 * bs + j], k0[4 * bs + j]) << j;
+    ASSERT_EQ(vbuf[0 * bs + j], v0[4 * bs + j]) << j;
+    for (int b : {1, 2, 4}) {  // sources and the self-copy untouched
+      ASSERT_EQ(kbuf[b * bs + j], k0[b * bs + j]);
+      ASSERT_EQ(vbuf[b * bs + j], v0[b * bs + j]);
     }
   }
 }

@@ -17,12 +17,14 @@
 //
 //   one slot = all kv heads of one token, contiguous:
 //   slot 29: [ kv head 0: d0 .. d(head_dim-1) | kv head 1: d0 .. | ... ]
-//   element (slot, kv_head, d) = base + (slot * num_kv_heads + kv_head) * head_dim + d
+//   element (slot, kv_head, d) = base + (slot * num_kv_heads + kv_head) * row_stride + d
+//   (row_stride = head_dim; for the 8-bit cache head_dim + 4: int8 values, then the
+//   row's f32 scale, kv_q8.h)
 //
 // Each slot holds the K (or V) rows of all kv heads for one token, contiguous; one block
 // id names the same slot range in every layer. The kernel walks the table block by block
-// and reads rows in place: nothing is gathered into a contiguous copy (an f16 row is
-// widened to f32 in a head_dim-sized register-like buffer just before it is used).
+// and reads rows in place: nothing is gathered into a contiguous copy (an f16 or int8
+// row is widened to f32 in registers, or a head_dim-sized buffer, just before it is used).
 //
 // Two kernels share the work. Decode rows (and every row when tiled_prefill is off) run
 // the per-query kernel: it scores one query against all its keys, takes the softmax,

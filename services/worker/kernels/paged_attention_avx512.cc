@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "services/worker/kernels/avx512_math.h"
+#include "services/worker/kernels/kv_q8.h"
 #include "services/worker/kernels/paged_attention_internal.h"
 
 #if defined(__x86_64__)
@@ -148,6 +149,10 @@ FOLIO_AVX512_TARGET void Scores(const float* q, RowWalker<KvT> kw, RowWalker<KvT
   constexpr int KB = 16 / G;
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  // Lane g * KB + i of the score register holds key i (lanes past G * KB: key 0).
+  alignas(64) int32_t key_lanes[16] = {};
+  for (int l = 0; l < G * KB; ++l) key_lanes[l] = l % KB;
+  const __m512i key_of_lane = _mm512_load_si512(key_lanes);
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   // Positions pf (and vpf) have passed; num_keys when nothing is prefetched.
   int64_t ahead = num_keys;
@@ -181,7 +186,13 @@ FOLIO_AVX512_TARGET void Scores(const float* q, RowWalker<KvT> kw, RowWalker<KvT
         }
       }
     }
-    const __m512 sums = _mm512_mul_ps(SumEach16(dot), vscale);
+    __m512 sums = _mm512_mul_ps(SumEach16(dot), vscale);
+    if constexpr (sizeof(KvT) == 1) {  // kQ8: lane g * KB + i times key i's row scale
+      alignas(64) float ks[16] = {};
+#pragma GCC unroll 16
+      for (int i = 0; i < KB; ++i) ks[i] = Q8RowScale(krow[i], hd);
+      sums = _mm512_mul_ps(sums, _mm512_permutexvar_ps(key_of_lane, _mm512_load_ps(ks)));
+    }
     const __mmask16 nmask = static_cast<__mmask16>((1u << n) - 1);
     __mmask16 valid = 0;
 #pragma GCC unroll 16
@@ -218,7 +229,10 @@ FOLIO_AVX512_TARGET void ValueColumns(const float* w, RowWalker<KvT> vw, RowWalk
     for (int64_t i = 0; i < ahead; ++i) pf.Next();
   }
   for (int64_t j = 0; j < num_keys; ++j) {
-    const KvT* v = vw.Next() + c0;
+    const KvT* vrow = vw.Next();
+    const KvT* v = vrow + c0;
+    float vs = 1.0f;  // kQ8: the row's scale, folded into the weights
+    if constexpr (sizeof(KvT) == 1) vs = Q8RowScale(vrow, hd);
     if (ahead < num_keys) {
       PrefetchRow(pf.Next(), pf_bytes);
       ++ahead;
@@ -228,7 +242,7 @@ FOLIO_AVX512_TARGET void ValueColumns(const float* w, RowWalker<KvT> vw, RowWalk
     for (int x = 0; x < W; ++x) vv[x] = Load16(v + 16 * x);
 #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) {
-      const __m512 p = _mm512_set1_ps(w[g * num_keys + j]);
+      const __m512 p = _mm512_set1_ps(w[g * num_keys + j] * vs);
 #pragma GCC unroll 8
       for (int x = 0; x < W; ++x) acc[g][x] = _mm512_fmadd_ps(p, vv[x], acc[g][x]);
     }
@@ -275,7 +289,7 @@ FOLIO_AVX512_TARGET void AttendDecodeAvx512(const PagedAttentionArgs& args, cons
   // (contiguous, and what the later heads read): K and, when the sequence's K and V
   // spans fit in L2 beside each other, V during the score walk too; later heads find
   // their rows in L2 and prefetch only those.
-  const int64_t row_bytes = static_cast<int64_t>(hd) * sizeof(KvT);
+  const int64_t row_bytes = static_cast<int64_t>(hd) * sizeof(KvT) + (sizeof(KvT) == 1 ? 4 : 0);
   const int64_t span_bytes = row_bytes * head_count;
   const bool v_early = 2 * num_keys * span_bytes <= (int64_t{256} << 10);
   for (int32_t h = head_begin; h < head_begin + head_count; ++h) {
@@ -284,10 +298,10 @@ FOLIO_AVX512_TARGET void AttendDecodeAvx512(const PagedAttentionArgs& args, cons
     plan.bytes = first ? span_bytes : row_bytes;
     plan.with_v = first && v_early;
     const int64_t v_pf = first ? (v_early ? 0 : span_bytes) : row_bytes;
-    const RowWalker<KvT> kw(static_cast<const KvT*>(kv.k) + static_cast<int64_t>(h) * hd,
-                            seq.block_table, kv);
-    const RowWalker<KvT> vw(static_cast<const KvT*>(kv.v) + static_cast<int64_t>(h) * hd,
-                            seq.block_table, kv);
+    const RowWalker<KvT> kw(static_cast<const KvT*>(kv.k) + h * kv.row_stride(), seq.block_table,
+                            kv);
+    const RowWalker<KvT> vw(static_cast<const KvT*>(kv.v) + h * kv.row_stride(), seq.block_table,
+                            kv);
     for (int sub = 0; sub < group; sub += G) {
       const int64_t head0 = static_cast<int64_t>(h) * group + sub;
       const float* q = args.q + row * args.q_row_stride + head0 * hd;
@@ -317,7 +331,15 @@ AttendFn PickAttendAvx512Fn(KvDType dtype, int group, int head_dim) {
     group = 16;  // sub-groups of 16 heads
   }
   const auto gs = std::make_integer_sequence<int, 16>{};
-  return dtype == KvDType::kF16 ? PickGroup<uint16_t>(group, gs) : PickGroup<float>(group, gs);
+  switch (dtype) {
+    case KvDType::kF16:
+      return PickGroup<uint16_t>(group, gs);
+    case KvDType::kQ8:
+      return PickGroup<int8_t>(group, gs);
+    case KvDType::kF32:
+      break;
+  }
+  return PickGroup<float>(group, gs);
 }
 
 }  // namespace folio::worker::kernels::internal

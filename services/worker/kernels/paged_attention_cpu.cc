@@ -19,6 +19,7 @@
 #include "glog/logging.h"
 #include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kv_q8.h"
 #include "services/worker/kernels/paged_attention.h"
 #include "services/worker/kernels/paged_attention_internal.h"
 
@@ -31,6 +32,10 @@ struct PortablePrims {
   static const float* Widen(const float* row, float* /*buf*/, int /*n*/) { return row; }
   static const float* Widen(const uint16_t* row, float* buf, int n) {
     for (int i = 0; i < n; ++i) buf[i] = HalfToFloat(row[i]);
+    return buf;
+  }
+  static const float* Widen(const int8_t* row, float* buf, int n) {
+    DequantizeQ8Row(row, n, buf);
     return buf;
   }
   static float Dot(const float* a, const float* b, int n) {
@@ -70,6 +75,16 @@ struct Avx2Prims {
       _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(h));
     }
     for (; i < n; ++i) buf[i] = HalfToFloat(row[i]);
+    return buf;
+  }
+  FOLIO_AVX2_TARGET static const float* Widen(const int8_t* row, float* buf, int n) {
+    const __m256 s = _mm256_set1_ps(Q8RowScale(row, n));
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i));
+      _mm256_storeu_ps(buf + i, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))));
+    }
+    for (; i < n; ++i) buf[i] = Q8RowScale(row, n) * static_cast<float>(row[i]);
     return buf;
   }
   FOLIO_AVX2_TARGET static float Dot(const float* a, const float* b, int n) {
@@ -147,7 +162,8 @@ template <typename KvT>
 inline void PrefetchRows(const KvT* base, const int32_t* table, int64_t block_size,
                          int64_t block_stride, int64_t slot_stride, int hd, int64_t from,
                          int64_t to) {
-  const int64_t row_bytes = static_cast<int64_t>(hd) * sizeof(KvT);
+  // A kQ8 row's scale sits after its values.
+  const int64_t row_bytes = static_cast<int64_t>(hd) * sizeof(KvT) + (sizeof(KvT) == 1 ? 4 : 0);
   if (from >= to) return;
   int64_t b = from / block_size;
   int64_t r = from % block_size;
@@ -182,8 +198,8 @@ __attribute__((always_inline)) inline void AttendBody(const PagedAttentionArgs& 
   float* widened = scores + group * num_keys;  // [hd]
   float* acc = widened + hd;                   // [group][hd]
 
-  const KvT* k_base = static_cast<const KvT*>(kv.k) + static_cast<int64_t>(kv_head) * hd;
-  const KvT* v_base = static_cast<const KvT*>(kv.v) + static_cast<int64_t>(kv_head) * hd;
+  const KvT* k_base = static_cast<const KvT*>(kv.k) + kv_head * kv.row_stride();
+  const KvT* v_base = static_cast<const KvT*>(kv.v) + kv_head * kv.row_stride();
 
   // Pass 1: scores, block by block through the table.
   for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
@@ -260,7 +276,10 @@ FOLIO_AVX2_TARGET void AttendAvx2(const PagedAttentionArgs& args, const Attentio
 // order as in the generic body; only the score dot products are summed in another order.
 template <typename KvT>
 FOLIO_AVX2_TARGET inline __m256 Load8(const KvT* p) {
-  if constexpr (sizeof(KvT) == 2) {
+  if constexpr (sizeof(KvT) == 1) {  // kQ8 values, unscaled
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  } else if constexpr (sizeof(KvT) == 2) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   } else {
     return _mm256_loadu_ps(p);
@@ -299,9 +318,11 @@ FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const A
   float* scores = scratch.data();          // [H * G][num_keys]
   float* acc = scores + heads * num_keys;  // [H * G][hd]
 
-  const KvT* k_base = static_cast<const KvT*>(kv.k) + static_cast<int64_t>(head_begin) * hd;
-  const KvT* v_base = static_cast<const KvT*>(kv.v) + static_cast<int64_t>(head_begin) * hd;
-  const int span = H * hd;  // elements of one slot this call reads
+  const int64_t rs = kv.row_stride();  // hd, or hd + 4 scale bytes for kQ8
+  const KvT* k_base = static_cast<const KvT*>(kv.k) + head_begin * rs;
+  const KvT* v_base = static_cast<const KvT*>(kv.v) + head_begin * rs;
+  // Elements of one slot this call reads (PrefetchRows adds a kQ8 row's scale bytes).
+  const int span = static_cast<int>(H * rs - (rs - hd));
   const __m256 vscale = _mm256_set1_ps(args.scale);
 
   // Pass 1: scores.
@@ -328,7 +349,7 @@ FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const A
         for (int c = 0; c < hd; c += 8) {
 #pragma GCC unroll 8
           for (int i = 0; i < KB; ++i) {
-            const __m256 kc = Load8(krow[i] + h * hd + c);
+            const __m256 kc = Load8(krow[i] + h * rs + c);
 #pragma GCC unroll 8
             for (int g = 0; g < G; ++g) {
               dot[g * KB + i] =
@@ -339,6 +360,12 @@ FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const A
         alignas(32) float sums[8];
         _mm256_store_ps(sums, _mm256_mul_ps(SumEach(dot), vscale));
         float* sh = scores + static_cast<int64_t>(h) * G * num_keys + first + r;
+        if constexpr (sizeof(KvT) == 1) {  // kQ8: each key's row scale
+          for (int64_t i = 0; i < n; ++i) {
+            const float ks = Q8RowScale(krow[i] + h * rs, hd);
+            for (int g = 0; g < G; ++g) sums[g * KB + i] *= ks;
+          }
+        }
         for (int g = 0; g < G; ++g) {
           for (int64_t i = 0; i < n; ++i) sh[g * num_keys + i] = sums[g * KB + i];
         }
@@ -373,14 +400,20 @@ FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const A
       for (int h = 0; h < H; ++h) {
         const float* sh = scores + static_cast<int64_t>(h) * G * num_keys + first + r;
         float* ah = acc + static_cast<int64_t>(h) * G * hd;
+        float vs[4] = {1.0f, 1.0f, 1.0f, 1.0f};  // kQ8: each value row's scale
+        if constexpr (sizeof(KvT) == 1) {
+          for (int i = 0; i < n; ++i) vs[i] = Q8RowScale(vrow[i] + h * rs, hd);
+        }
         __m256 p[G][4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
 #pragma GCC unroll 8
-          for (int g = 0; g < G; ++g) p[g][i] = _mm256_set1_ps(i < n ? sh[g * num_keys + i] : 0.0f);
+          for (int g = 0; g < G; ++g) {
+            p[g][i] = _mm256_set1_ps(i < n ? sh[g * num_keys + i] * vs[i] : 0.0f);
+          }
         }
         for (int c = 0; c < hd; c += 8) {
-          const int64_t o = static_cast<int64_t>(h) * hd + c;
+          const int64_t o = h * rs + c;
           const __m256 v0 = Load8(vrow[0] + o), v1 = Load8(vrow[1] + o);
           const __m256 v2 = Load8(vrow[2] + o), v3 = Load8(vrow[3] + o);
 #pragma GCC unroll 8
@@ -424,16 +457,22 @@ AttendFn PickAttendFn(CpuIsa isa, KvDType dtype, int group, int head_dim) {
 #if FOLIO_HAVE_AVX2_PATH
   if (isa == CpuIsa::kAvx2) {
     if (head_dim % 8 == 0) {
-      AttendFn blocked = dtype == KvDType::kF16 ? PickBlocked<uint16_t>(group) : PickBlocked<float>(group);
+      AttendFn blocked = dtype == KvDType::kF16  ? PickBlocked<uint16_t>(group)
+                         : dtype == KvDType::kQ8 ? PickBlocked<int8_t>(group)
+                                                 : PickBlocked<float>(group);
       if (blocked != nullptr) return blocked;
     }
-    return dtype == KvDType::kF16 ? &AttendAvx2<uint16_t> : &AttendAvx2<float>;
+    return dtype == KvDType::kF16  ? &AttendAvx2<uint16_t>
+           : dtype == KvDType::kQ8 ? &AttendAvx2<int8_t>
+                                   : &AttendAvx2<float>;
   }
 #else
   (void)group;
   (void)head_dim;
 #endif
-  return dtype == KvDType::kF16 ? &AttendPortable<uint16_t> : &AttendPortable<float>;
+  return dtype == KvDType::kF16  ? &AttendPortable<uint16_t>
+         : dtype == KvDType::kQ8 ? &AttendPortable<int8_t>
+                                 : &AttendPortable<float>;
 }
 
 }  // namespace

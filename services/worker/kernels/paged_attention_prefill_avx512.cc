@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "services/worker/kernels/avx512_math.h"
+#include "services/worker/kernels/kv_q8.h"
 #include "services/worker/kernels/paged_attention_internal.h"
 #include "services/worker/kernels/paged_attention_tile_body.h"
 
@@ -138,6 +139,11 @@ struct Avx512TilePrims {
     for (int i = 0; i < n; i += 16) _mm512_storeu_ps(buf + i, Load16(row + i));
     return buf;
   }
+  FOLIO_AVX512_TARGET static const float* Widen(const int8_t* row, float* buf, int n) {
+    const __m512 s = _mm512_set1_ps(Q8RowScale(row, n));
+    for (int i = 0; i < n; i += 16) _mm512_storeu_ps(buf + i, _mm512_mul_ps(s, Load16(row + i)));
+    return buf;
+  }
   // kbuf[d * kKeyTile + j] = k_j[d] (keys past nk repeat key nk - 1), then register
   // tiles of kRows rows x 16 or 32 keys.
   template <typename KvT>
@@ -226,7 +232,9 @@ FOLIO_AVX512_TARGET void AttendTileAvx512(const PagedAttentionArgs& args, const 
 
 AttendTileFn PickAttendTileAvx512Fn(KvDType dtype, int head_dim) {
   if (head_dim % 16 != 0) return nullptr;
-  return dtype == KvDType::kF16 ? &AttendTileAvx512<uint16_t> : &AttendTileAvx512<float>;
+  return dtype == KvDType::kF16  ? &AttendTileAvx512<uint16_t>
+         : dtype == KvDType::kQ8 ? &AttendTileAvx512<int8_t>
+                                 : &AttendTileAvx512<float>;
 }
 
 }  // namespace folio::worker::kernels::internal

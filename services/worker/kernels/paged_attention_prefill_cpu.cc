@@ -23,6 +23,7 @@
 
 #include "services/worker/kernels/avx2_math.h"
 #include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kv_q8.h"
 #include "services/worker/kernels/paged_attention_internal.h"
 #include "services/worker/kernels/paged_attention_tile_body.h"
 
@@ -33,6 +34,10 @@ struct PortableTilePrims {
   static const float* Widen(const float* row, float* /*buf*/, int /*n*/) { return row; }
   static const float* Widen(const uint16_t* row, float* buf, int n) {
     for (int i = 0; i < n; ++i) buf[i] = HalfToFloat(row[i]);
+    return buf;
+  }
+  static const float* Widen(const int8_t* row, float* buf, int n) {
+    DequantizeQ8Row(row, n, buf);
     return buf;
   }
   // s[r * kKeyTile + j] = scale * q[r] . k[j] for r < R, j < nk, the key rows given in
@@ -129,6 +134,14 @@ struct Avx2TilePrims {
     for (int i = 0; i < n; i += 8) {
       _mm256_storeu_ps(buf + i,
                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i))));
+    }
+    return buf;
+  }
+  FOLIO_AVX2_TARGET static const float* Widen(const int8_t* row, float* buf, int n) {
+    const __m256 s = _mm256_set1_ps(Q8RowScale(row, n));
+    for (int i = 0; i < n; i += 8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i));
+      _mm256_storeu_ps(buf + i, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))));
     }
     return buf;
   }
@@ -304,13 +317,17 @@ FOLIO_AVX2_TARGET void AttendTileAvx2(const PagedAttentionArgs& args, const Atte
 AttendTileFn PickAttendTileFn(CpuIsa isa, KvDType dtype, int head_dim) {
 #if FOLIO_HAVE_AVX2_PATH
   if (isa == CpuIsa::kAvx2 && head_dim % 8 == 0) {
-    return dtype == KvDType::kF16 ? &AttendTileAvx2<uint16_t> : &AttendTileAvx2<float>;
+    return dtype == KvDType::kF16  ? &AttendTileAvx2<uint16_t>
+           : dtype == KvDType::kQ8 ? &AttendTileAvx2<int8_t>
+                                   : &AttendTileAvx2<float>;
   }
 #else
   (void)isa;
   (void)head_dim;
 #endif
-  return dtype == KvDType::kF16 ? &AttendTilePortable<uint16_t> : &AttendTilePortable<float>;
+  return dtype == KvDType::kF16  ? &AttendTilePortable<uint16_t>
+         : dtype == KvDType::kQ8 ? &AttendTilePortable<int8_t>
+                                 : &AttendTilePortable<float>;
 }
 
 }  // namespace folio::worker::kernels::internal

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -14,13 +16,29 @@
 #include "gtest/gtest.h"
 #include "services/worker/kernels/cache_ops.h"
 #include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kv_q8.h"
 
 namespace folio::worker::kernels {
 namespace {
 
 // Tolerance on each output element: the kernel accumulates in f32 in a different order
-// than the double-precision reference; outputs are O(1).
+// than the double-precision reference; outputs are O(1). For kQ8 the reference reads the
+// dequantized cache (scale * q, as f16 runs read the f16-rounded values), so the same
+// bound holds: the kernels apply each row's scale once per key (to the score, to the
+// weight) instead of per element, a difference of f32 rounding only.
 constexpr double kTolerance = 2e-5;
+
+// How CheckAgainstReference checks (defaults: the reference reads what the cache holds).
+struct CheckOptions {
+  // kQ8 only: multiply every stored scale by this after WriteKv (a deliberately wrong
+  // scale, to show the comparison catches one), while the reference keeps the right one.
+  float corrupt_scales = 1.0f;
+  // Compare with the reference on the unquantized f32 inputs instead, within tolerance.
+  bool unquantized_reference = false;
+  double tolerance = kTolerance;
+  bool expect_match = true;    // false: only measure (max_error), do not fail
+  double* max_error = nullptr;  // the largest |out - ref| seen, when set
+};
 
 // Contiguous reference. k, v: [context_len, num_kv_heads, head_dim]; q: [num_queries,
 // num_heads, head_dim] for the last num_queries positions. Returns [num_queries,
@@ -101,7 +119,7 @@ class PagedAttentionTest : public ::testing::TestWithParam<Param> {};
 std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, KvDType dtype,
                                          Path path, int num_kv_heads,
                                          const std::vector<SeqCase>& cases, bool tiled = true,
-                                         uint32_t seed = 0) {
+                                         uint32_t seed = 0, const CheckOptions& opt = {}) {
   const int num_heads = num_kv_heads * gqa;
 
   std::mt19937 rng(seed != 0 ? seed : block_size * 1000 + head_dim * 10 + gqa);
@@ -126,9 +144,13 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
   kv.num_kv_heads = num_kv_heads;
   kv.head_dim = head_dim;
   const size_t elems = static_cast<size_t>(num_blocks) * kv.block_stride();
-  std::vector<char> kbuf(elems * KvDTypeBytes(dtype)), vbuf(elems * KvDTypeBytes(dtype));
+  const size_t bytes = elems * (KvRowBytes(dtype, head_dim) / kv.row_stride());
+  std::vector<char> kbuf(bytes), vbuf(bytes);
   // Poison the pool: any read outside the table's slots would show up as NaN.
-  if (dtype == KvDType::kF32) {
+  if (dtype == KvDType::kQ8) {  // values -1, scales 0xffffffff (NaN)
+    std::fill(kbuf.begin(), kbuf.end(), '\xff');
+    std::fill(vbuf.begin(), vbuf.end(), '\xff');
+  } else if (dtype == KvDType::kF32) {
     std::fill_n(reinterpret_cast<float*>(kbuf.data()), elems, NAN);
     std::fill_n(reinterpret_cast<float*>(vbuf.data()), elems, NAN);
   } else {
@@ -164,9 +186,26 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
       slots.push_back(SlotForPosition(tables.back().data(), block_size, pos));
     }
     WriteKv(k.data(), v.data(), kv_width, slots, kv);
-    if (dtype == KvDType::kF16) {  // the reference sees what the cache holds
+    if (dtype == KvDType::kF16 && !opt.unquantized_reference) {  // what the cache holds
       for (float& x : k) x = HalfToFloat(FloatToHalf(x));
       for (float& x : v) x = HalfToFloat(FloatToHalf(x));
+    }
+    if (dtype == KvDType::kQ8) {
+      for (int pos = 0; pos < c.context_len; ++pos) {
+        for (int h = 0; h < num_kv_heads; ++h) {
+          const int64_t off = slots[pos] * kv.slot_stride() + h * kv.row_stride();
+          for (char* buf : {kbuf.data(), vbuf.data()}) {
+            int8_t* row = reinterpret_cast<int8_t*>(buf) + off;
+            float* x = (buf == kbuf.data() ? k : v).data() +
+                       (static_cast<size_t>(pos) * num_kv_heads + h) * head_dim;
+            if (!opt.unquantized_reference) DequantizeQ8Row(row, head_dim, x);
+            if (opt.corrupt_scales != 1.0f) {
+              const float s = Q8RowScale(row, head_dim) * opt.corrupt_scales;
+              std::memcpy(row + head_dim, &s, sizeof(s));
+            }
+          }
+        }
+      }
     }
     ks.push_back(std::move(k));
     vs.push_back(std::move(v));
@@ -202,9 +241,12 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
     for (int i = 0; i < c.num_queries; ++i) {
       const float* r = out.data() + (seqs[s].query_offset + i) * out_stride;
       for (int j = 0; j < q_width; ++j) {
-        EXPECT_NEAR(r[j], ref[i * q_width + j], kTolerance)
+        const double err = std::abs(r[j] - ref[i * q_width + j]);
+        if (opt.max_error != nullptr && !(err <= *opt.max_error)) *opt.max_error = err;
+        if (!opt.expect_match) continue;
+        EXPECT_NEAR(r[j], ref[i * q_width + j], opt.tolerance)
             << "seq " << s << " query " << i << " element " << j;
-        if (std::abs(r[j] - ref[i * q_width + j]) > kTolerance) return out;  // one is enough
+        if (!(err <= opt.tolerance)) return out;  // one is enough
       }
       EXPECT_EQ(r[q_width], -7.0f) << "wrote past the row";
     }
@@ -237,7 +279,8 @@ TEST(PagedAttentionTiledTest, MatchesPerQueryKernelOnRandomShapes) {
     const int head_dim = kHeadDims[rng() % 5];
     const int block_size = kBlockSizes[rng() % 5];
     const int num_kv_heads = 1 + rng() % 3;
-    const KvDType dtype = rng() % 2 == 0 ? KvDType::kF16 : KvDType::kF32;
+    const KvDType kDtypes[] = {KvDType::kF16, KvDType::kF32, KvDType::kQ8};
+    const KvDType dtype = kDtypes[rng() % 3];
     std::vector<SeqCase> cases;
     const int num_seqs = 1 + rng() % 4;
     for (int s = 0; s < num_seqs; ++s) {
@@ -293,7 +336,8 @@ TEST(PagedAttentionDecodeTest, MatchesPortableOnRandomShapes) {
     const int head_dim = kHeadDims[rng() % 8];
     const int block_size = kBlockSizes[rng() % 6];
     const int num_kv_heads = 1 + rng() % 4;
-    const KvDType dtype = rng() % 2 == 0 ? KvDType::kF16 : KvDType::kF32;
+    const KvDType kDtypes[] = {KvDType::kF16, KvDType::kF32, KvDType::kQ8};
+    const KvDType dtype = kDtypes[rng() % 3];
     std::vector<SeqCase> cases;
     const int num_seqs = 1 + rng() % 6;
     for (int s = 0; s < num_seqs; ++s) {
@@ -326,7 +370,7 @@ TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {
   // widest blocked AVX2 bodies.
   for (Path path : SupportedPaths()) {
     for (int gqa : {3, 8}) {
-      for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
+      for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
         SCOPED_TRACE(std::string(PathName(path)) + " gqa " + std::to_string(gqa) + " " +
                      KvDTypeName(dtype));
         CheckAgainstReference(16, 64, gqa, dtype, path, /*num_kv_heads=*/4, {{70, 1}});
@@ -346,11 +390,59 @@ TEST(PagedAttentionTiledTest, GroupWiderThanATile) {
   }
 }
 
+// kQ8 against the reference on the unquantized inputs. Each stored value is within
+// half a step (max|row| / 254) of its input: for N(0, 1) rows of 64 that is <= ~0.015,
+// mean-square error step^2 / 12 (~0.0065 rms). V's errors average over the softmax
+// weights (at most one half step); K's errors move each score by about
+// scale * |q| * rms(e) ~ 0.0065 and so the weights by that fraction, moving the output
+// by ~0.0065 * spread of v (~1). 0.05 holds both with room (measured max below: about
+// 0.02 on these shapes, printed); a scale 2% off fails the stored-value check (2e-5)
+// below by orders of magnitude.
+TEST(PagedAttentionQ8Test, CloseToUnquantizedReference) {
+  for (Path path : SupportedPaths()) {
+    for (bool tiled : {true, false}) {
+      SCOPED_TRACE(std::string(PathName(path)) + (tiled ? " tiled" : " per-query"));
+      double max_error = 0;
+      CheckOptions opt;
+      opt.unquantized_reference = true;
+      opt.tolerance = 0.05;
+      opt.max_error = &max_error;
+      CheckAgainstReference(16, 64, 4, KvDType::kQ8, path, 2,
+                            {{300, 1}, {1, 1}, {77, 77}, {120, 40}, {17, 1}}, tiled, 9, opt);
+      CheckAgainstReference(7, 128, 1, KvDType::kQ8, path, 3, {{200, 1}, {64, 33}}, tiled, 10,
+                            opt);
+      EXPECT_GT(max_error, 1e-3) << "the quantization error should be visible";
+      std::printf("%s %s: max |q8 - f32 reference| = %.4f\n", PathName(path),
+                  tiled ? "tiled" : "per-query", max_error);
+    }
+  }
+}
+
+// The stored-value comparison catches a scale off by 2% (K and V) on every path, for
+// decode rows and prefill chunks: the tolerance is no rubber stamp.
+TEST(PagedAttentionQ8Test, WrongScaleIsCaught) {
+  for (Path path : SupportedPaths()) {
+    for (float f : {1.02f, 0.98f}) {
+      SCOPED_TRACE(std::string(PathName(path)) + " scale x " + std::to_string(f));
+      double decode_error = 0, prefill_error = 0;
+      CheckOptions opt;
+      opt.corrupt_scales = f;
+      opt.expect_match = false;
+      opt.max_error = &decode_error;
+      CheckAgainstReference(16, 64, 2, KvDType::kQ8, path, 2, {{90, 1}, {33, 1}}, true, 11, opt);
+      opt.max_error = &prefill_error;
+      CheckAgainstReference(16, 64, 2, KvDType::kQ8, path, 2, {{60, 60}}, true, 12, opt);
+      EXPECT_GT(decode_error, 100 * kTolerance);
+      EXPECT_GT(prefill_error, 100 * kTolerance);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Grid, PagedAttentionTest,
     ::testing::Combine(::testing::Values(1, 8, 16, 32), ::testing::Values(8, 64, 128),
                        ::testing::Values(1, 2, 4),
-                       ::testing::Values(KvDType::kF32, KvDType::kF16),
+                       ::testing::Values(KvDType::kF32, KvDType::kF16, KvDType::kQ8),
                        ::testing::Values(Path::kPortable, Path::kAvx2, Path::kAvx512),
                        ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {

@@ -27,7 +27,8 @@ template <typename KvT>
 inline void PrefetchKeys(const KvT* k_base, const KvT* v_base, const int32_t* table,
                          int64_t block_size, int64_t block_stride, int64_t slot_stride, int hd,
                          int64_t from, int64_t to) {
-  const int64_t row_bytes = static_cast<int64_t>(hd) * sizeof(KvT);
+  // A kQ8 row's scale sits after its values.
+  const int64_t row_bytes = static_cast<int64_t>(hd) * sizeof(KvT) + (sizeof(KvT) == 1 ? 4 : 0);
   for (int64_t pos = from; pos < to; ++pos) {
     const int64_t off = table[pos / block_size] * block_stride + (pos % block_size) * slot_stride;
     const char* kp = reinterpret_cast<const char*>(k_base + off);
@@ -55,8 +56,10 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
   const int64_t num_keys = pos0 + query_count;
 
   std::vector<float>& scratch = TileScratch();
-  const size_t need = 2 * static_cast<size_t>(kKeyTile) * hd +      // widened K, V
-                      static_cast<size_t>(R) * (kKeyTile + 3 + hd);   // p, m, l, alpha, acc
+  // kQ8 keys are dequantized (scale applied) into kq before Scores, which then reads f32.
+  constexpr bool kQ8 = sizeof(KvT) == 1;
+  const size_t need = (kQ8 ? 3 : 2) * static_cast<size_t>(kKeyTile) * hd +  // K, V (, kq)
+                      static_cast<size_t>(R) * (kKeyTile + 3 + hd);  // p, m, l, alpha, acc
   if (scratch.size() < need) scratch.resize(need);
   float* kf = scratch.data();
   float* vf = kf + static_cast<size_t>(kKeyTile) * hd;
@@ -65,6 +68,7 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
   float* l = m + R;
   float* alpha = l + R;
   float* acc = alpha + R;  // [R][hd]
+  float* kq = acc + static_cast<size_t>(R) * hd;  // [kKeyTile][hd], kQ8 only
   thread_local std::vector<const float*> qrow;
   qrow.resize(R);
   for (int qi = 0; qi < query_count; ++qi) {
@@ -78,9 +82,10 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
   std::fill(l, l + R, 0.0f);
   std::fill(acc, acc + static_cast<size_t>(R) * hd, 0.0f);
 
-  const KvT* k_base = static_cast<const KvT*>(kv.k) + static_cast<int64_t>(kv_head) * hd;
-  const KvT* v_base = static_cast<const KvT*>(kv.v) + static_cast<int64_t>(kv_head) * hd;
+  const KvT* k_base = static_cast<const KvT*>(kv.k) + kv_head * kv.row_stride();
+  const KvT* v_base = static_cast<const KvT*>(kv.v) + kv_head * kv.row_stride();
   const KvT* kraw[kKeyTile];
+  const float* kdeq[kKeyTile];  // kQ8: the dequantized keys
   const float* vrow[kKeyTile];
 
   // Pieces of kKeyTile consecutive keys (a piece may span table blocks: rows are read
@@ -93,6 +98,7 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
     for (int j = 0; j < nk; ++j) {
       const int64_t off = seq.block_table[b] * block_stride + r_in_block * slot_stride;
       kraw[j] = k_base + off;
+      if constexpr (kQ8) kdeq[j] = Prims::Widen(kraw[j], kq + static_cast<size_t>(j) * hd, hd);
       vrow[j] = Prims::Widen(v_base + off, vf + static_cast<size_t>(j) * hd, hd);
       if (++r_in_block == block_size) {
         r_in_block = 0;
@@ -101,7 +107,11 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
     }
     // Rows before r0 (query positions before key0) see none of this piece: skipped.
     const int r0 = static_cast<int>(std::clamp<int64_t>((key0 - pos0) * group, 0, R - 1));
-    Prims::Scores(qrow.data() + r0, R - r0, kraw, nk, hd, args.scale, kf, p + r0 * kKeyTile);
+    if constexpr (kQ8) {
+      Prims::Scores(qrow.data() + r0, R - r0, kdeq, nk, hd, args.scale, kf, p + r0 * kKeyTile);
+    } else {
+      Prims::Scores(qrow.data() + r0, R - r0, kraw, nk, hd, args.scale, kf, p + r0 * kKeyTile);
+    }
     for (int r = r0; r < R; ++r) {
       const int64_t pos = pos0 + r / group;
       const int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));

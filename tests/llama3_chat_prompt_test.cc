@@ -15,12 +15,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "common/test_models_dir.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -37,13 +37,6 @@ using ordered_json = nlohmann::ordered_json;
 constexpr char kTemplate[] = "meta-llama-Llama-3.1-8B-Instruct.jinja";
 constexpr char kBos[] = "<|begin_of_text|>";
 constexpr int kSteps = 6;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string TemplatePath() {
   return reference::LlamaCppSourceDir() + "/models/templates/" + kTemplate;
@@ -173,7 +166,7 @@ TEST(Llama3ChatPromptTest, ServedChatPromptIsLlamaCppsTokensOfJinja2sRendering) 
   worker::RandomModelOptions o;
   o.name = "llama3-bpe";
   o.vocab_from = reference::LlamaCppSourceDir() + "/models/ggml-vocab-llama-bpe.gguf";
-  o.chat_template = ReadFile(TemplatePath());
+  o.chat_template = ReadFileOrEmpty(TemplatePath());
   ASSERT_FALSE(o.chat_template.empty());
   o.dtype = worker::DType::kF16;
   o.dim = 64;

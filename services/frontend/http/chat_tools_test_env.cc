@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,13 +19,6 @@ namespace folio::frontend::testing {
 
 using ordered_json = nlohmann::ordered_json;
 namespace ipb = folio::internal::v1;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string TemplatePath(const std::string& name) {
   return reference::LlamaCppSourceDir() + "/models/templates/" + name;

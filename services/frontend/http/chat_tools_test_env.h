@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/test_models_dir.h"  // ReadFileOrEmpty
 #include "nlohmann/json.hpp"
 #include "services/frontend/frontend_test_env.h"
 #include "services/frontend/http/openai_server.h"
@@ -32,8 +33,6 @@ inline constexpr char kHermesOutput[] =
     "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
     "\"Paris\"}}\n</tool_call>";
 
-// The whole file at `path`; "" when it cannot be read.
-std::string ReadFile(const std::string& path);
 // llama.cpp's models/templates/<name>.
 std::string TemplatePath(const std::string& name);
 

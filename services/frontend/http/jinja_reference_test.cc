@@ -23,13 +23,13 @@
 #include <iostream>
 #include <map>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
+#include "common/test_models_dir.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "common/tokenizer/tokenizer.h"
@@ -51,13 +51,6 @@ const std::map<std::string, std::string>& Refused() {
 }
 
 constexpr char kPinnedDate[] = "2026-07-26";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Runs `command`, returning its stdout (empty on failure, with `*ok` false).
 std::string RunCommand(const std::string& command, bool* ok) {
@@ -126,7 +119,7 @@ void RunReference(ReferenceRun* run, const std::string& bos = "", const std::str
   std::sort(run->files.begin(), run->files.end());
   ASSERT_GE(run->files.size(), 60u) << templates_dir;
   std::string conversations_path = std::string(FOLIO_CHAT_TEMPLATES_DIR) + "/conversations.json";
-  run->fixtures = ordered_json::parse(ReadFile(conversations_path));
+  run->fixtures = ordered_json::parse(ReadFileOrEmpty(conversations_path));
   if (!bos.empty()) {
     run->fixtures["bos_token"] = bos;
     run->fixtures["eos_token"] = eos;
@@ -186,7 +179,7 @@ TEST(JinjaReferenceTest, RealTemplatesRenderAsJinja2Does) {
     SCOPED_TRACE(name);
     const bool on_refuse_list = Refused().count(name) > 0;
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(
-        ReadFile(path), fixtures["bos_token"].get<std::string>(),
+        ReadFileOrEmpty(path), fixtures["bos_token"].get<std::string>(),
         fixtures["eos_token"].get<std::string>());
     bool identical = t.ok();
     bool folio_failed_some = !t.ok();
@@ -245,7 +238,7 @@ int ComparePromptIds(const ReferenceRun& run, const Tokenizer& tok,
   int compared = 0;
   for (const std::string& file : run.files) {
     const std::string name = std::filesystem::path(file).filename().string();
-    absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(ReadFile(file), bos, eos);
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(ReadFileOrEmpty(file), bos, eos);
     EXPECT_TRUE(t.ok()) << name << ": " << t.status();
     if (!t.ok()) continue;
     for (const ordered_json& conv : run.fixtures["conversations"]) {

@@ -34,7 +34,7 @@ TEST_F(ChatToolsTest, ChatTemplateFlagRendersToolsAndToolResultsAsJinja2) {
   // A named tool_use template in the model, which --chat_template replaces.
   (*info_.mutable_tokenizer()->mutable_named_chat_templates())["tool_use"] = "{{ 'model' }}";
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  options.chat_template = ReadFileOrEmpty(TemplatePath(kQwen25));
   ASSERT_FALSE(options.chat_template.empty());
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
 
@@ -59,8 +59,9 @@ TEST_F(ChatToolsTest, ChatTemplateFlagRendersToolsAndToolResultsAsJinja2) {
 TEST_F(ChatToolsTest, ToolUseNamedTemplateWithToolsAndKwargsOtherwise) {
   // The GGUF's default template is Qwen3's; its tokenizer.chat_template.tool_use Hermes'.
   ipb::TokenizerSpec* spec = info_.mutable_tokenizer();
-  spec->set_chat_template(ReadFile(TemplatePath(kQwen3)));
-  (*spec->mutable_named_chat_templates())["tool_use"] = ReadFile(TemplatePath(kHermesToolUse));
+  spec->set_chat_template(ReadFileOrEmpty(TemplatePath(kQwen3)));
+  (*spec->mutable_named_chat_templates())["tool_use"] =
+      ReadFileOrEmpty(TemplatePath(kHermesToolUse));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));
 
   const ordered_json plain = ordered_json::parse(R"([
@@ -125,7 +126,7 @@ TEST(ToolCallFormatOfTemplateTest, LlamaCppTemplatesByFamily) {
       {"microsoft-Phi-3.5-mini-instruct.jinja", std::nullopt},
   };
   for (const auto& [name, want] : cases) {
-    const std::string source = ReadFile(TemplatePath(name));
+    const std::string source = ReadFileOrEmpty(TemplatePath(name));
     ASSERT_FALSE(source.empty()) << name;
     EXPECT_EQ(ToolCallFormatOfTemplate(source), want) << name;
   }
@@ -144,7 +145,7 @@ class ToolRoundTripTest : public ToolCallsTest, public ::testing::WithParamInter
 
 TEST_P(ToolRoundTripTest, ToolResultRendersAsJinja2Renders) {
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath(GetParam().template_file));
+  options.chat_template = ReadFileOrEmpty(TemplatePath(GetParam().template_file));
   ASSERT_FALSE(options.chat_template.empty());
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
   Play(Encode(GetParam().output));
@@ -210,7 +211,7 @@ TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
     GTEST_SKIP() << skip;
   }
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  options.chat_template = ReadFileOrEmpty(TemplatePath(kQwen25));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
   Play(Encode(kHermesOutput));
   const ordered_json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};

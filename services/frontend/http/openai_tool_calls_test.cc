@@ -77,7 +77,7 @@ Joined Join(const std::vector<ordered_json>& chunks) {
 
 TEST_F(ToolCallsTest, HermesFormatBecomesToolCallsStreamedAndNot) {
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  options.chat_template = ReadFileOrEmpty(TemplatePath(kQwen25));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
   Play(Encode(kHermesOutput));
 
@@ -117,7 +117,7 @@ TEST_F(ToolCallsTest, HermesFormatBecomesToolCallsStreamedAndNot) {
 
 TEST_F(ToolCallsTest, ToolChoiceNoneNoToolsAndParallelToolCalls) {
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  options.chat_template = ReadFileOrEmpty(TemplatePath(kQwen25));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
   Play(Encode(kHermesOutput));
   // tool_choice none: no parsing, the text as the model wrote it.
@@ -186,7 +186,7 @@ TEST_F(ToolCallsTest, BadToolChoiceIs400NamingIt) {
 
 TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath(kQwen25));
+  options.chat_template = ReadFileOrEmpty(TemplatePath(kQwen25));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
   Play(Encode(kHermesOutput));
   for (const ordered_json& choice :
@@ -301,7 +301,7 @@ TEST_F(ToolCallsTest, Llama3PythonTagControlTokenIsSeenByTheParser) {
   *info_.mutable_tokenizer() = worker::TokenizerSpecFromVocab(*vocab);
   info_.mutable_model()->set_vocab_size(vocab->size());
   FrontendOptions options;
-  options.chat_template = ReadFile(TemplatePath("meta-llama-Llama-3.1-8B-Instruct.jinja"));
+  options.chat_template = ReadFileOrEmpty(TemplatePath("meta-llama-Llama-3.1-8B-Instruct.jinja"));
   ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
 
   const std::string text =

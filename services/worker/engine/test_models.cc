@@ -4,10 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <random>
-#include <sstream>
 
 #include <unistd.h>
 
@@ -79,13 +77,6 @@ std::vector<int32_t> GreedyFromBos(ModelRunner& runner, int32_t bos_id, int step
     ids.push_back(out->seqs[0].samples[0].token_id);
   }
   return ids;
-}
-
-std::string ReadFileOrEmpty(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::vector<std::vector<float>> PromptAndDecodeLogits(const ModelWeights& w, int decode_steps) {

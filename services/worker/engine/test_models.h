@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_models_dir.h"
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/model/weights.h"
@@ -37,8 +38,8 @@ std::vector<int32_t> ScatteredBlocks(int32_t n, uint64_t seed);
 std::vector<int32_t> GreedyFromBos(ModelRunner& runner, int32_t bos_id, int steps,
                                    uint64_t table_seed);
 
-// The file's bytes, or "" when it cannot be read.
-std::string ReadFileOrEmpty(const std::string& path);
+// The file's bytes, or "" when it cannot be read (common/test_models_dir.h's).
+using ::folio::ReadFileOrEmpty;
 
 // The logits of a fixed 12-token prompt's last position on a fresh one-thread CPU runner
 // over `w`, then those of `decode_steps` greedy decode steps after it: 1 + decode_steps

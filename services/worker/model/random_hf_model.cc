@@ -38,6 +38,62 @@ const char* TorchDtype(DType d) {
   }
 }
 
+// Adds `word` (UTF-8) to a BPE vocabulary as its code points merged left to right: each
+// longer prefix the vocabulary lacks becomes the next id, with the merge that makes it.
+void AddMergedWord(const std::string& word, ordered_json* vocab, ordered_json* merges,
+                   int32_t* next) {
+  std::vector<std::string> chars;
+  for (size_t i = 0; i < word.size();) {
+    const unsigned char lead = static_cast<unsigned char>(word[i]);
+    const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    chars.push_back(word.substr(i, len));
+    i += len;
+  }
+  std::string current = chars[0];
+  for (size_t i = 1; i < chars.size(); ++i) {
+    const std::string merged = current + chars[i];
+    if (!vocab->contains(merged)) {
+      (*vocab)[merged] = (*next)++;
+      merges->push_back(absl::StrCat(current, " ", chars[i]));
+    }
+    current = merged;
+  }
+}
+
+// An added_tokens entry for a special token, as transformers writes it.
+ordered_json SpecialAddedToken(int32_t id, const std::string& content) {
+  return {{"id", id},        {"content", content},  {"single_word", false},
+          {"lstrip", false}, {"rstrip", false},     {"normalized", false},
+          {"special", true}};
+}
+
+// A post_processor that puts `bos` (id `bos_id`) before a single sequence.
+ordered_json BosTemplateProcessing(const std::string& bos, int32_t bos_id) {
+  return {{"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"pair", ordered_json::array()},
+          {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
+}
+
+// A BPE "model" object: byte-level (no unk_token, no byte fallback, ignore_merges) or
+// SentencePiece-style (unk_token `unk`, fuse_unk and byte_fallback, no ignore_merges).
+ordered_json BpeModel(ordered_json vocab, ordered_json merges, const std::string& unk) {
+  const bool sentencepiece = !unk.empty();
+  ordered_json model = {{"type", "BPE"},
+                        {"dropout", nullptr},
+                        {"unk_token", sentencepiece ? ordered_json(unk) : ordered_json(nullptr)},
+                        {"continuing_subword_prefix", nullptr},
+                        {"end_of_word_suffix", nullptr},
+                        {"fuse_unk", sentencepiece},
+                        {"byte_fallback", sentencepiece}};
+  if (!sentencepiece) model["ignore_merges"] = true;
+  model["vocab"] = std::move(vocab);
+  model["merges"] = std::move(merges);
+  return model;
+}
+
 }  // namespace
 
 std::string MakeByteLevelTokenizerJson() {
@@ -55,29 +111,12 @@ std::string MakeByteLevelTokenizerJson() {
     for (const std::string& w : {std::string(word), absl::StrCat(" ", word)}) {
       std::string mapped;
       byte_unicode::Encode(w, &mapped);
-      // Pieces by code point (the byte-mapped form is 1-2 UTF-8 bytes per byte).
-      std::vector<std::string> chars;
-      for (size_t i = 0; i < mapped.size();) {
-        const size_t len = (static_cast<unsigned char>(mapped[i]) < 0x80) ? 1 : 2;
-        chars.push_back(mapped.substr(i, len));
-        i += len;
-      }
-      std::string current = chars[0];
-      for (size_t i = 1; i < chars.size(); ++i) {
-        const std::string merged = current + chars[i];
-        if (!vocab.contains(merged)) {
-          vocab[merged] = next++;
-          merges.push_back(absl::StrCat(current, " ", chars[i]));
-        }
-        current = merged;
-      }
+      AddMergedWord(mapped, &vocab, &merges, &next);
     }
   }
   ordered_json added = ordered_json::array();
   for (const char* special : {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"}) {
-    added.push_back({{"id", next++}, {"content", special}, {"single_word", false},
-                     {"lstrip", false}, {"rstrip", false}, {"normalized", false},
-                     {"special", true}});
+    added.push_back(SpecialAddedToken(next++, special));
   }
   const int32_t bos = added[0]["id"].get<int32_t>();
   ordered_json tok = {
@@ -100,29 +139,11 @@ std::string MakeByteLevelTokenizerJson() {
            {"add_prefix_space", false},
            {"trim_offsets", true},
            {"use_regex", false}}}}}},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single",
-         {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"pair", ordered_json::array()},
-        {"special_tokens",
-         {{"<|begin_of_text|>",
-           {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}}}}},
+      {"post_processor", BosTemplateProcessing("<|begin_of_text|>", bos)},
       {"decoder",
        {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
         {"use_regex", true}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        {"ignore_merges", true},
-        {"vocab", vocab},
-        {"merges", merges}}},
+      {"model", BpeModel(std::move(vocab), std::move(merges), /*unk=*/"")},
   };
   return tok.dump(2);
 }
@@ -141,28 +162,12 @@ std::string MakeSentencePieceTokenizerJson() {
                           "world", "cat", "dog", "Once", "upon", "time", "there", "Lily"};
   for (const char* word : kWords) {
     for (const std::string& w : {std::string(word), absl::StrCat(kSpace, word)}) {
-      std::vector<std::string> chars;
-      for (size_t i = 0; i < w.size();) {
-        const size_t len = w.compare(i, 3, kSpace) == 0 ? 3 : 1;
-        chars.push_back(w.substr(i, len));
-        i += len;
-      }
-      std::string current = chars[0];
-      for (size_t i = 1; i < chars.size(); ++i) {
-        const std::string merged = current + chars[i];
-        if (!vocab.contains(merged)) {
-          vocab[merged] = next++;
-          merges.push_back(absl::StrCat(current, " ", chars[i]));
-        }
-        current = merged;
-      }
+      AddMergedWord(w, &vocab, &merges, &next);
     }
   }
   ordered_json added = ordered_json::array();
   for (int32_t id = 0; id < 3; ++id) {
-    added.push_back({{"id", id}, {"content", id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"},
-                     {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
+    added.push_back(SpecialAddedToken(id, id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"));
   }
   auto replace = [](const char* from, const char* to) {
     return ordered_json{{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
@@ -176,28 +181,13 @@ std::string MakeSentencePieceTokenizerJson() {
        {{"type", "Sequence"},
         {"normalizers", {{{"type", "Prepend"}, {"prepend", kSpace}}, replace(" ", kSpace)}}}},
       {"pre_tokenizer", nullptr},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single",
-         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"pair", ordered_json::array()},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"post_processor", BosTemplateProcessing("<s>", 1)},
       {"decoder",
        {{"type", "Sequence"},
         {"decoders",
          {replace(kSpace, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", "<unk>"},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", true},
-        {"byte_fallback", true},
-        {"vocab", vocab},
-        {"merges", merges}}},
+      {"model", BpeModel(std::move(vocab), std::move(merges), /*unk=*/"<unk>")},
   };
   return tok.dump(2);
 }

@@ -1,5 +1,5 @@
-// onednn_gemm.h in a build without oneDNN (CMake did not find libdnnl-dev): the plan
-// still works (it is plain bookkeeping), Create() says why there is no engine.
+// onednn_gemm.h in a build without oneDNN (CMake did not find libdnnl-dev): every plan is
+// empty (so the runner keeps Folio's kernels) and Create() says why there is no engine.
 #include <cctype>
 #include <cstdlib>
 

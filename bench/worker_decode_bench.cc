@@ -15,6 +15,8 @@
 //   FOLIO_BENCH_SGEMM=0 ...: skip the sgemm ceiling (large files)
 //   OMP_WAIT_POLICY=passive FOLIO_BENCH_BF16_GEMM=onednn|folio ...: a BF16 file's batched
 //   projections by oneDNN or by Folio's kernels (FOLIO_BENCH_ONEDNN_MIN_ROWS: threshold)
+//   OMP_WAIT_POLICY=passive FOLIO_BENCH_DEQUANT_MIN_ROWS=16 ...: a quantized file's batched
+//   projections dequantized into oneDNN's bf16 matmul (0 or unset: Folio's integer kernels)
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -67,6 +69,9 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
     o.bf16_gemm = std::string(g) == "onednn" ? Bf16Gemm::kOnednn : Bf16Gemm::kFolio;
   }
   if (const char* m = std::getenv("FOLIO_BENCH_ONEDNN_MIN_ROWS")) o.onednn_min_rows = std::atoi(m);
+  // FOLIO_BENCH_DEQUANT_MIN_ROWS=N: quantized projections at >= N rows dequantized into
+  // oneDNN's bf16 matmul (0, the default here: Folio's integer kernels).
+  if (const char* m = std::getenv("FOLIO_BENCH_DEQUANT_MIN_ROWS")) o.dequant_min_rows = std::atoi(m);
   o.block_size = kBlockSize;
   o.num_threads = kThreads;
   // f16 K and V of every layer per token (bench-28m: 8 KiB; the 1.1B shape: 32 KiB).
@@ -211,7 +216,7 @@ void BM_Prefill(benchmark::State& state) {
 // the default; 1 = OpenBLAS on the runner's pool, the earlier default; 0 = OpenBLAS threads,
 // not run by default: it was the slowest).
 BENCHMARK(BM_Decode)
-    ->ArgsProduct({{1, 8, 32, 64}, {2, 1}})
+    ->ArgsProduct({{1, 8, 16, 32, 64}, {2, 1}})
     ->ArgNames({"seqs", "gemm"})
     ->UseRealTime()
     ->MeasureProcessCPUTime()

@@ -158,13 +158,15 @@ void ExpectWithinBound(const std::string& model) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   const int64_t kv_bytes = alloc_resp.kv_cache_bytes();
 
-  // A 16-token prefill, then 4 decode steps: every weight read, activations allocated.
+  // A 48-token prefill, then 4 decode steps: every weight read, activations allocated.
+  // 48 rows reach --dequant_gemm_min_rows (32) and --onednn_min_rows (8), so the quantized
+  // and BF16 files' prefill runs oneDNN and its buffers count too.
   pb::ExecuteStepRequest step;
   pb::StepSequence* seq = step.add_sequences();
   seq->set_seq_id(1);
   seq->set_request_id("memory");
-  for (int i = 0; i < 16; ++i) seq->add_token_ids(1 + (i * 97) % 31000);
-  for (int b = 0; b < 2; ++b) seq->add_block_table(b);
+  for (int i = 0; i < 48; ++i) seq->add_token_ids(1 + (i * 97) % 31000);
+  for (int b = 0; b < 4; ++b) seq->add_block_table(b);
   seq->mutable_sampling()->set_temperature(0.0f);
   seq->set_num_samples(1);
   int32_t pos = 0;

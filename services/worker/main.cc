@@ -93,6 +93,13 @@ ABSL_FLAG(std::string, bf16_gemm, "auto",
 ABSL_FLAG(int, onednn_min_rows, folio::worker::kDefaultOnednnMinRows,
           "--bf16_gemm=onednn/auto: the fewest token rows in a step for oneDNN to take its "
           "BF16 matmuls (>= 1).");
+ABSL_FLAG(int, dequant_gemm_min_rows, folio::worker::kDefaultDequantMinRows,
+          "--device=cpu: quantized weights (q8_0, q4_0 ... q6_K) in steps of at least this "
+          "many token rows are dequantized to bf16 a chunk of rows per thread at a time "
+          "(nothing more resident) and multiplied by oneDNN's bf16 matmul, which reuses "
+          "each weight across the rows faster than Folio's integer kernels (needs a build "
+          "with libdnnl-dev and an AVX-512 CPU; else Folio's kernels, logged). 0: always "
+          "Folio's kernels, whose sums do not depend on the batch.");
 
 namespace {
 
@@ -196,6 +203,11 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--onednn_min_rows must be >= 1, got " << options.onednn_min_rows;
     return 2;
   }
+  options.dequant_min_rows = absl::GetFlag(FLAGS_dequant_gemm_min_rows);
+  if (options.dequant_min_rows < 0) {
+    LOG(ERROR) << "--dequant_gemm_min_rows must be >= 0, got " << options.dequant_min_rows;
+    return 2;
+  }
   if (options.bf16_gemm == folio::worker::Bf16Gemm::kOnednn &&
       absl::GetFlag(FLAGS_device) == "cpu") {
     // Say at once, not when the scheduler allocates the KV pool.
@@ -207,7 +219,7 @@ int main(int argc, char** argv) {
     }
   }
   if (folio::worker::kernels::OnednnAvailable() &&
-      options.bf16_gemm != folio::worker::Bf16Gemm::kFolio) {
+      (options.bf16_gemm != folio::worker::Bf16Gemm::kFolio || options.dequant_min_rows > 0)) {
     LOG(INFO) << "oneDNN's OpenMP threads: OMP_WAIT_POLICY "
               << folio::worker::kernels::OpenMpWaitPolicy();
   }

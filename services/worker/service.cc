@@ -47,6 +47,7 @@ absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
   CpuModelRunnerOptions options;
   options.bf16_gemm = service.bf16_gemm;
   options.onednn_min_rows = service.onednn_min_rows;
+  options.dequant_min_rows = service.dequant_min_rows;
   options.communicator = request.communicator;
   options.block_size = request.block_size;
   options.kv_dtype = request.kv_dtype;

@@ -65,9 +65,11 @@ struct WorkerServiceOptions {
   int32_t tp_rank = 0;                                  // this rank (tensor parallelism)
   int32_t tp_size = 1;                                  // ranks in the replica
   // The CPU backend's BF16 projections at >= onednn_min_rows rows (--bf16_gemm,
-  // --onednn_min_rows): CpuModelRunnerOptions' fields of the same names.
+  // --onednn_min_rows) and quantized ones at >= dequant_min_rows rows
+  // (--dequant_gemm_min_rows): CpuModelRunnerOptions' fields of the same names.
   Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;
   int32_t onednn_min_rows = kDefaultOnednnMinRows;
+  int32_t dequant_min_rows = 0;
 };
 
 // Parses a byte count: a non-negative integer ("268435456") or a number with a unit,

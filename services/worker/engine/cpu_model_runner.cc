@@ -49,12 +49,16 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   int32_t threads = options.num_threads;
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
   std::unique_ptr<k::OnednnGemm> onednn;
-  if (options.bf16_gemm != Bf16Gemm::kFolio && options.gemm_threading == GemmThreading::kPacked &&
-      options.isa != k::CpuIsa::kPortable) {
-    if (options.onednn_min_rows < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("onednn_min_rows must be >= 1, got ", options.onednn_min_rows));
-    }
+  if (options.onednn_min_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("onednn_min_rows must be >= 1, got ", options.onednn_min_rows));
+  }
+  if (options.dequant_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dequant_min_rows must be >= 0, got ", options.dequant_min_rows));
+  }
+  if ((options.bf16_gemm != Bf16Gemm::kFolio || options.dequant_min_rows > 0) &&
+      options.gemm_threading == GemmThreading::kPacked && options.isa != k::CpuIsa::kPortable) {
     absl::StatusOr<std::unique_ptr<k::OnednnGemm>> e = k::OnednnGemm::Create(threads);
     if (e.ok()) {
       onednn = *std::move(e);
@@ -62,7 +66,8 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
       return absl::Status(e.status().code(),
                           absl::StrCat("bf16_gemm onednn: ", e.status().message()));
     } else {
-      LOG(INFO) << "BF16 projections take Folio's kernels: " << e.status().message();
+      LOG(INFO) << "BF16 and quantized projections take Folio's kernels: "
+                << e.status().message();
     }
   } else if (options.bf16_gemm == Bf16Gemm::kOnednn) {
     return absl::InvalidArgumentError(
@@ -117,8 +122,15 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
   const bool f16 = f16_panels_ && isa_ == k::CpuIsa::kAvx2 && m.all_of(DType::kF16);
   if (!m.all_of(DType::kF32) && !f16) {
     l.kind = Linear::Kind::kTyped;
-    // BF16 at >= onednn_min_rows rows: oneDNN on the same stored rows (no copy).
-    if (onednn_ != nullptr) l.onednn = k::OnednnBf16Matrix::Of(l.typed);
+    // BF16 at >= onednn_min_rows rows: oneDNN on the same stored rows (no copy); the
+    // quantized types at >= dequant_min_rows rows: oneDNN on chunks dequantized to bf16.
+    if (onednn_ != nullptr) {
+      if (bf16_onednn_) l.onednn = k::OnednnBf16Matrix::Of(l.typed);
+      const bool bf16 = std::all_of(
+          typed.segments().begin(), typed.segments().end(),
+          [](const k::TypedRows& s) { return s.kind == k::StoredKind::kBF16; });
+      l.dequant_onednn = dequant_min_rows_ > 0 && !bf16 && !m.all_of(DType::kF16);
+    }
     return l;
   }
   l.kind = Linear::Kind::kPacked;
@@ -140,7 +152,9 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
       f16_panels_(options.f16_panels),
       gemm_threading_(options.gemm_threading),
       onednn_(std::move(onednn)),
+      bf16_onednn_(options.bf16_gemm != Bf16Gemm::kFolio),
       onednn_min_rows_(options.onednn_min_rows),
+      dequant_min_rows_(options.dequant_min_rows),
       comm_(options.communicator) {
   k::SetGemmThreads(gemm_threading_ == GemmThreading::kOpenBlas ? num_threads : 1);
   // A packed matrix's file pages are released as soon as its panels exist, so the load
@@ -216,10 +230,15 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linea
       k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
       break;
     case Linear::Kind::kTyped:
-      if (w.onednn.empty() || rows < onednn_min_rows_ ||
-          !onednn_->Linear(x, ldx, rows, w.onednn, beta, y, ldy)) {
-        k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
+      if (!w.onednn.empty() && rows >= onednn_min_rows_ &&
+          onednn_->Linear(x, ldx, rows, w.onednn, beta, y, ldy)) {
+        break;
       }
+      if (w.dequant_onednn && rows >= dequant_min_rows_ &&
+          onednn_->LinearDequantized(x, ldx, rows, w.typed, beta, y, ldy, &pool_)) {
+        break;
+      }
+      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
       break;
     case Linear::Kind::kF32:
       if (gemm_threading_ == GemmThreading::kKernelPool) {

@@ -26,7 +26,11 @@
 //     q6_K a few rows dequantized at a time. No second copy of these weights exists.
 //     With options.bf16_gemm (folio-worker's --bf16_gemm), all-bf16 projections at
 //     >= onednn_min_rows token rows run oneDNN's bf16 matmul on the same stored rows
-//     (kernels/onednn_gemm.h: no copy either), on this runner's thread count.
+//     (kernels/onednn_gemm.h: no copy either), on this runner's thread count. With
+//     options.dequant_min_rows > 0 (--dequant_gemm_min_rows), the other typed
+//     projections (q8_0, the 4/5/6-bit blocks) at >= that many rows are dequantized to
+//     bf16 a chunk of rows per thread at a time and multiplied by oneDNN
+//     (OnednnGemm::LinearDequantized): one chunk per thread is resident, not a copy.
 // Nothing is widened to f32 beyond the norms, biases and small per-thread buffers.
 // kKernelPool and kOpenBlas run OpenBLAS sgemm on f32 copies of the projections (widened
 // at creation: 4 bytes a weight, against the memory rule) and are kept to measure against.
@@ -83,6 +87,10 @@ const char* Bf16GemmName(Bf16Gemm g);
 // issue 21).
 inline constexpr int32_t kDefaultOnednnMinRows = 8;
 
+// The threshold measured for quantized projections dequantized into oneDNN's bf16
+// matmul against Folio's integer kernels (docs/benchmarks.md, issue 21).
+inline constexpr int32_t kDefaultDequantMinRows = 32;
+
 struct CpuModelRunnerOptions {
   int32_t block_size = 16;                              // tokens per KV block
   kernels::KvDType kv_dtype = kernels::KvDType::kF16;   // KV cache element type
@@ -99,6 +107,11 @@ struct CpuModelRunnerOptions {
   bool f16_panels = true;
   Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;  // folio-worker's --bf16_gemm decides its default
   int32_t onednn_min_rows = kDefaultOnednnMinRows;
+  // Quantized typed projections (not f16/bf16) at >= this many token rows: dequantized
+  // to bf16 by chunks and multiplied by oneDNN (kPacked, SIMD isa, a build and CPU with
+  // oneDNN; otherwise Folio's kernels). 0: never (every row's sum the same whatever the
+  // batch). folio-worker's --dequant_gemm_min_rows decides its default.
+  int32_t dequant_min_rows = 0;
   // The tensor-parallel group this runner is one rank of (not owned; must outlive the
   // runner). Null: the whole model on this runner.
   Communicator* communicator = nullptr;
@@ -127,8 +140,8 @@ class CpuModelRunner final : public ModelRunner {
   int64_t weight_bytes() const;
   int64_t layer_weight_bytes() const;
   int32_t num_threads() const { return pool_.num_threads(); }
-  // The oneDNN engine BF16 projections use at >= onednn_min_rows rows; null when they
-  // take Folio's kernels.
+  // The oneDNN engine BF16 projections use at >= onednn_min_rows rows (and quantized
+  // ones at >= dequant_min_rows); null when every projection takes Folio's kernels.
   const kernels::OnednnGemm* onednn() const { return onednn_.get(); }
 
  private:
@@ -153,6 +166,7 @@ class CpuModelRunner final : public ModelRunner {
     std::vector<float> f32;        // kF32 (the OpenBLAS modes): row-major
     int64_t typed_bytes = 0;       // stored bytes `typed` reads
     kernels::OnednnBf16Matrix onednn;  // kTyped, all bf16, with oneDNN: `typed` as its weights
+    bool dequant_onednn = false;       // kTyped, not bf16: oneDNN on `typed` dequantized
     int64_t bytes() const;
   };
   Linear MakeLinear(const ShardMatrix& m) const;
@@ -177,8 +191,10 @@ class CpuModelRunner final : public ModelRunner {
   const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)
   const bool f16_panels_;
   const GemmThreading gemm_threading_;
-  std::unique_ptr<kernels::OnednnGemm> onednn_;  // null: BF16 takes Folio's kernels
+  std::unique_ptr<kernels::OnednnGemm> onednn_;  // null: Folio's kernels only
+  const bool bf16_onednn_;          // BF16 projections at >= onednn_min_rows_ on onednn_
   const int32_t onednn_min_rows_;
+  const int32_t dequant_min_rows_;  // 0: quantized projections never on onednn_
   Sampler sampler_;
   Communicator* const comm_;  // null without tensor parallelism
   std::vector<LayerLinears> linears_;  // per layer

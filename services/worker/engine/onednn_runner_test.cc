@@ -82,29 +82,6 @@ std::vector<int32_t> Prompt(int n) {
   return p;
 }
 
-// One step prefilling each prompt as its own sequence (fresh block tables); the logits
-// after each prompt's last token.
-std::vector<std::vector<float>> Prefill(CpuModelRunner& r,
-                                        const std::vector<std::vector<int32_t>>& prompts) {
-  StepInput step;
-  int32_t next_block = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    SequenceStep s;
-    s.seq_id = i + 1;
-    s.token_ids = prompts[i];
-    s.return_logits = true;
-    s.sampling.temperature = 0.0f;
-    const int32_t blocks = (static_cast<int32_t>(prompts[i].size()) + 15) / 16;
-    for (int32_t b = 0; b < blocks; ++b) s.block_table.push_back(next_block++);
-    step.seqs.push_back(std::move(s));
-  }
-  absl::StatusOr<StepOutput> out = r.Execute(step);
-  CHECK(out.ok()) << out.status();
-  std::vector<std::vector<float>> logits;
-  for (const auto& s : out->seqs) logits.push_back(s.logits);
-  return logits;
-}
-
 float WorstRelative(const std::vector<float>& got, const std::vector<float>& want) {
   float diff = 0;
   for (size_t v = 0; v < want.size(); ++v) diff = std::max(diff, std::abs(got[v] - want[v]));
@@ -124,8 +101,8 @@ TEST(OnednnRunnerTest, BatchedStepsMatchFolioKernelsWithoutExtraWeights) {
   for (int i = 0; i < 8; ++i) eight_mut.push_back({1, 5 + 11 * i, 900 - 7 * i});
   const std::vector<std::vector<int32_t>> eight = eight_mut;
   for (const std::vector<std::vector<int32_t>>* prompts : {&one, &eight}) {
-    const auto a = Prefill(*dnn, *prompts);
-    const auto b = Prefill(*folio, *prompts);
+    const auto a = testing::PrefillLastLogits(*dnn, *prompts);
+    const auto b = testing::PrefillLastLogits(*folio, *prompts);
     ASSERT_EQ(a.size(), b.size());
     float worst = 0;
     for (size_t s = 0; s < a.size(); ++s) worst = std::max(worst, WorstRelative(a[s], b[s]));
@@ -147,8 +124,8 @@ TEST(OnednnRunnerTest, StepsBelowTheThresholdTakeFolioKernelsBitForBit) {
   auto dnn = Runner(Bf16Gemm::kOnednn, /*min_rows=*/8);
   auto folio = Runner(Bf16Gemm::kFolio);
   for (int n : {1, 3, 7}) {
-    const auto a = Prefill(*dnn, {Prompt(n)});
-    const auto b = Prefill(*folio, {Prompt(n)});
+    const auto a = testing::PrefillLastLogits(*dnn, {Prompt(n)});
+    const auto b = testing::PrefillLastLogits(*folio, {Prompt(n)});
     EXPECT_EQ(a, b) << n << " rows";
   }
   EXPECT_EQ(dnn->onednn()->cached_primitives(), 0) << "oneDNN ran below the threshold";
@@ -193,8 +170,8 @@ TEST(OnednnRunnerTest, PrefillLogitsAgreeWithLlamaCpp) {
   // the layers and 11 through the LM head, all on oneDNN.
   std::vector<std::vector<int32_t>> prefixes;
   for (int n = 8; n <= 48; n += 4) prefixes.emplace_back(prompt.begin(), prompt.begin() + n);
-  const auto got_dnn = Prefill(*dnn, prefixes);
-  const auto got_folio = Prefill(*folio, prefixes);
+  const auto got_dnn = testing::PrefillLastLogits(*dnn, prefixes);
+  const auto got_folio = testing::PrefillLastLogits(*folio, prefixes);
   float worst_dnn = 0, worst_folio = 0;
   int agree = 0, decisive = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {

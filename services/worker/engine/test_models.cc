@@ -135,6 +135,27 @@ FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens,
   return run;
 }
 
+std::vector<std::vector<float>> PrefillLastLogits(ModelRunner& r,
+                                                  const std::vector<std::vector<int32_t>>& prompts) {
+  StepInput step;
+  int32_t next_block = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SequenceStep s;
+    s.seq_id = i + 1;
+    s.token_ids = prompts[i];
+    s.return_logits = true;
+    s.sampling.temperature = 0.0f;
+    const int32_t blocks = (static_cast<int32_t>(prompts[i].size()) + 15) / 16;
+    for (int32_t b = 0; b < blocks; ++b) s.block_table.push_back(next_block++);
+    step.seqs.push_back(std::move(s));
+  }
+  absl::StatusOr<StepOutput> out = r.Execute(step);
+  CHECK(out.ok()) << out.status();
+  std::vector<std::vector<float>> logits;
+  for (const auto& s : out->seqs) logits.push_back(s.logits);
+  return logits;
+}
+
 float MaxAbs(const std::vector<float>& v) {
   float m = 0;
   for (float x : v) m = std::max(m, std::abs(x));

@@ -55,6 +55,12 @@ struct FolioRun {
 FolioRun RunFolio(const ModelWeights& w, const std::vector<int32_t>& tokens,
                   kernels::KvDType kv_dtype = kernels::KvDType::kF16);
 
+// One step prefilling each prompt as its own sequence (fresh block tables, 16-token
+// blocks numbered in order): the logits after each prompt's last token. CHECK-fails if
+// the step fails.
+std::vector<std::vector<float>> PrefillLastLogits(ModelRunner& runner,
+                                                  const std::vector<std::vector<int32_t>>& prompts);
+
 // max |v[i]|, and the gap between the two largest values of `v`.
 float MaxAbs(const std::vector<float>& v);
 float Top2Margin(const std::vector<float>& v);

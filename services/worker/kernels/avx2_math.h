@@ -4,18 +4,18 @@
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_AVX2_MATH_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_AVX2_MATH_H_
 
+#include "services/worker/kernels/cpu_target.h"
+
 #if defined(__x86_64__)
-#include <immintrin.h>
 
 #define FOLIO_HAVE_AVX2_PATH 1
-#define FOLIO_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
 namespace folio::worker::kernels::avx2 {
 
 // e^x, 8 lanes, x clamped to [-87, 88] (beyond, e^x under- or overflows a float):
 // Cody-Waite range reduction to r in [-ln2/2, ln2/2] and a degree-6 polynomial;
 // relative error below 2e-7.
-FOLIO_AVX2_TARGET inline __m256 Exp(__m256 x) {
+FOLIO_T_AVX2 inline __m256 Exp(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -34,7 +34,7 @@ FOLIO_AVX2_TARGET inline __m256 Exp(__m256 x) {
 }
 
 // Sum of the 8 lanes.
-FOLIO_AVX2_TARGET inline float HorizontalSum(__m256 v) {
+FOLIO_T_AVX2 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));

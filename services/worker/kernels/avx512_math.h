@@ -4,18 +4,17 @@
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_AVX512_MATH_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_AVX512_MATH_H_
 
+#include "services/worker/kernels/cpu_target.h"
+
 #if defined(__x86_64__)
-#include <immintrin.h>
 
 #include <cstdint>
-
-#define FOLIO_AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
 namespace folio::worker::kernels::avx512 {
 
 // 16 KV values at p (f32, f16 bits, or kQ8 int8 values without their row's scale) as f32.
 template <typename KvT>
-FOLIO_AVX512_TARGET inline __m512 Load16(const KvT* p) {
+FOLIO_T_AVX512 inline __m512 Load16(const KvT* p) {
   if constexpr (sizeof(KvT) == 1) {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -28,7 +27,7 @@ FOLIO_AVX512_TARGET inline __m512 Load16(const KvT* p) {
 
 // e^x on 16 lanes, x clamped to [-87, 88]; relative error below 2e-7 (avx2::Exp's
 // reduction and polynomial, scaled by vscalefps).
-FOLIO_AVX512_TARGET inline __m512 Exp16(__m512 x) {
+FOLIO_T_AVX512 inline __m512 Exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -17,7 +17,7 @@ void ToHalfPortable(const float* src, int64_t n, uint16_t* dst) {
 
 #if FOLIO_HAVE_AVX2_PATH
 // vcvtps2ph rounds to nearest-even exactly as FloatToHalf does: the same bits.
-FOLIO_AVX2_TARGET void ToHalfF16c(const float* src, int64_t n, uint16_t* dst) {
+FOLIO_T_AVX2 void ToHalfF16c(const float* src, int64_t n, uint16_t* dst) {
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),

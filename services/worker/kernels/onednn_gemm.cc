@@ -3,7 +3,7 @@
 
 #include <omp.h>
 
-#include <cctype>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
@@ -16,18 +16,12 @@
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "services/worker/kernels/dequant_bf16.h"
+#include "services/worker/kernels/typed_dot.h"
 
 namespace folio::worker::kernels {
 
 bool OnednnAvailable() { return true; }
-
-std::string OpenMpWaitPolicy() {
-  const char* p = std::getenv("OMP_WAIT_POLICY");
-  if (p == nullptr) return "unset";
-  std::string s(p);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 OnednnBf16Matrix OnednnBf16Matrix::Of(const TypedMatrix& w) {
   OnednnBf16Matrix m;
@@ -79,7 +73,9 @@ struct Convert {
 // Each thread's bf16 activations and scratchpad, grown as needed.
 struct ThreadBuffers {
   std::vector<uint16_t> x;
-  std::vector<float> y;  // a part's dense dst
+  std::vector<float> y;  // a part's (or a dequantized chunk's) dense dst
+  std::vector<uint16_t> w;  // LinearDequantized: this thread's chunk of bf16 weight rows
+  std::vector<float> row;   // LinearDequantized: RowsToBf16's f32 row
   std::vector<uint8_t> scratch;
   uint8_t* Scratch(size_t n) {
     if (scratch.size() < n) scratch.resize(n);
@@ -89,6 +85,34 @@ struct ThreadBuffers {
 ThreadBuffers& Buffers() {
   thread_local ThreadBuffers buffers;
   return buffers;
+}
+
+template <typename T>
+T* Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// Writes a dense [rows, n] block into y's columns [0, n) (y already offset): y = d + beta y.
+void StoreBlock(const float* d, int64_t rows, int64_t n, float beta, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* from = d + r * n;
+    float* to = y + r * ldy;
+    if (beta == 0.0f) {
+      std::memcpy(to, from, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      for (int64_t o = 0; o < n; ++o) to[o] = from[o] + beta * to[o];
+    }
+  }
+}
+
+void Execute(const dnnl::primitive& prim, dnnl::stream& stream,
+             std::unordered_map<int, dnnl::memory> args, const dnnl::memory::desc& scratch_desc,
+             size_t scratch, ThreadBuffers& buf) {
+  if (scratch > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc, Cpu(), buf.Scratch(scratch)));
+  }
+  prim.execute(stream, args);
 }
 
 // Primitives kept at most; beyond that the cache starts again (oneDNN's own primitive
@@ -129,12 +153,8 @@ class OnednnGemmImpl final : public OnednnGemm {
     {
       dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
       dnnl::memory dst(c.dst, Cpu(), buf.x.data());
-      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
-      if (c.scratch > 0) {
-        args.emplace(DNNL_ARG_SCRATCHPAD,
-                     dnnl::memory(c.scratch_desc, Cpu(), buf.Scratch(c.scratch)));
-      }
-      c.prim.execute(stream, args);
+      Execute(c.prim, stream, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, c.scratch_desc,
+              c.scratch, buf);
     }
     for (size_t i = 0; i < w.parts.size(); ++i) {
       const OnednnBf16Matrix::Part& p = w.parts[i];
@@ -142,32 +162,71 @@ class OnednnGemmImpl final : public OnednnGemm {
       const Matmul& m = mms[i];
       float* out = y + p.first_row;
       if (!direct) {
-        if (buf.y.size() < static_cast<size_t>(rows * p.rows)) buf.y.resize(rows * p.rows);
-        out = buf.y.data();
+          out = Grow(buf.y, rows * p.rows);
       }
       dnnl::memory src(m.src, Cpu(), buf.x.data());
       dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(p.data));
       dnnl::memory dst(m.dst, Cpu(), out);
-      std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}};
-      if (m.scratch > 0) {
-        args.emplace(DNNL_ARG_SCRATCHPAD,
-                     dnnl::memory(m.scratch_desc, Cpu(), buf.Scratch(m.scratch)));
-      }
-      m.prim.execute(stream, args);
+      Execute(m.prim, stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}},
+              m.scratch_desc, m.scratch, buf);
       stream.wait();
-      if (!direct) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* from = out + r * p.rows;
-          float* to = y + r * ldy + p.first_row;
-          if (beta == 0.0f) {
-            std::memcpy(to, from, static_cast<size_t>(p.rows) * sizeof(float));
-          } else {
-            for (int64_t o = 0; o < p.rows; ++o) to[o] = from[o] + beta * to[o];
-          }
-        }
-      }
+      if (!direct) StoreBlock(out, rows, p.rows, beta, y + p.first_row, ldy);
     }
+    return true;
+  }
+
+  bool LinearDequantized(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w,
+                         float beta, float* y, int64_t ldy, ThreadPool* pool) override {
+    const int64_t in = w.in(), out = w.out();
+    if (rows <= 0 || out == 0) return true;
+    // Chunks of whole rows, a multiple of 16, about kDequantChunkBytes of bf16 each, and at
+    // least two a thread when the matrix allows it (threads claim chunks as they finish).
+    const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
+    static const int64_t chunk_bytes = [] {
+      const char* kib = std::getenv("FOLIO_DEQUANT_CHUNK_KIB");
+      return kib != nullptr && std::atoll(kib) > 0 ? std::atoll(kib) << 10 : kDequantChunkBytes;
+    }();
+    int64_t chunk = std::max<int64_t>(16, chunk_bytes / (2 * in) / 16 * 16);
+    const int64_t even = (out + 2 * threads - 1) / (2 * threads);
+    chunk = std::min(chunk, std::max<int64_t>(16, (even + 15) / 16 * 16));
+    const int64_t num_chunks = (out + chunk - 1) / chunk;
+    const int64_t tail = out - (num_chunks - 1) * chunk;
+    Matmul full, last;
+    try {
+      full = GetMatmul(rows, in, chunk, in, chunk, 0.0f);
+      last = tail == chunk ? full : GetMatmul(rows, in, tail, in, tail, 0.0f);
+    } catch (const dnnl::error& e) {
+      LOG_FIRST_N(ERROR, 4) << "oneDNN refused a bf16 matmul of " << rows << " x " << in
+                            << " -> " << chunk << " (Folio's kernels take it): " << e.what();
+      return false;
+    }
+    // The activations once, in the caller's buffer, read by every thread.
+    uint16_t* xb = Grow(Buffers().x, rows * in);
+    for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, xb + r * in);
+    const int caller_threads = omp_get_max_threads();
+    const CpuFeatures& features = EnabledCpuFeatures();
+    ParallelFor(pool, num_chunks, 1, [&](int64_t begin, int64_t end) {
+      omp_set_num_threads(1);  // oneDNN runs on this pool thread alone
+      ThreadBuffers& buf = Buffers();
+      uint16_t* wb = Grow(buf.w, chunk * in);
+      float* d = Grow(buf.y, rows * chunk);
+      dnnl::stream stream(Cpu());
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t o0 = c * chunk;
+        const int64_t n = std::min(chunk, out - o0);
+        RowsToBf16(w, o0, n, wb, features, buf.row);
+        const Matmul& m = n == chunk ? full : last;
+        dnnl::memory src(m.src, Cpu(), xb);
+        dnnl::memory wts(m.weights, Cpu(), wb);
+        dnnl::memory dst(m.dst, Cpu(), d);
+        Execute(m.prim, stream,
+                {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}},
+                m.scratch_desc, m.scratch, buf);
+        stream.wait();
+        StoreBlock(d, rows, n, beta, y + o0, ldy);
+      }
+    });
+    omp_set_num_threads(caller_threads);
     return true;
   }
 

@@ -25,6 +25,15 @@
 // services. folio-worker re-executes itself with OMP_WAIT_POLICY=passive when it is unset
 // (services/worker/main.cc); OpenMpWaitPolicy() says what this process runs with.
 //
+// Other stored types (f16, q8_0, the 4/5/6-bit blocks: LinearDequantized) go through the
+// same bf16 matmul a chunk of output rows at a time: each thread of Folio's pool
+// dequantizes a chunk (RowsToBf16: gguf-py-exact values rounded to bf16) into
+// its own buffer of about kDequantChunkBytes (about a core's L2) and multiplies
+// it with a one-thread oneDNN matmul, so a weight is read from memory once per call and
+// nothing beyond one chunk per thread is resident. Worth it when the rows share the
+// dequantization: at 32 rows and more (a prefill chunk, batched decode) the weights'
+// products outweigh it (docs/benchmarks.md, issue 21 "dequantized to bf16").
+//
 // Thread-safety: an OnednnGemm may be used from several threads at once. Primitives are
 // created once per (rows, in, out, ld, ldy, beta) and cached behind a mutex (execution
 // is outside it); each call uses the calling thread's own activation and scratchpad
@@ -33,22 +42,37 @@
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_ONEDNN_GEMM_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_ONEDNN_GEMM_H_
 
+#include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/worker/kernels/thread_pool.h"
 #include "services/worker/kernels/typed_gemm.h"
 
 namespace folio::worker::kernels {
+
+// Bytes of bf16 weights one thread of LinearDequantized dequantizes at a time (whole
+// rows, a multiple of 16 rows, at least 16). 1 MiB measured best of 256 KiB - 16 MiB on
+// the 1.1B shape (docs/benchmarks.md, issue 21 "dequantized to bf16");
+// $FOLIO_DEQUANT_CHUNK_KIB, read once, overrides it (for measuring).
+inline constexpr int64_t kDequantChunkBytes = int64_t{1} << 20;
 
 // True when this binary was built with oneDNN.
 bool OnednnAvailable();
 
 // "passive", "active", or "unset": OMP_WAIT_POLICY as this process's environment has it
 // (libgomp read it at load).
-std::string OpenMpWaitPolicy();
+inline std::string OpenMpWaitPolicy() {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  if (p == nullptr) return "unset";
+  std::string s(p);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
 
 // A bf16 TypedMatrix as oneDNN weights: runs of back-to-back segments (a value type; it
 // points into the TypedMatrix's memory, which must outlive it).
@@ -82,6 +106,14 @@ class OnednnGemm {
   // Folio's kernels.
   virtual bool Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w,
                       float beta, float* y, int64_t ldy) = 0;
+
+  // y = x . W^T + beta * y as Linear, for a TypedMatrix of any stored type, dequantized
+  // to bf16 by chunks of output rows on `pool`'s threads (null: the caller alone), each
+  // chunk multiplied by a one-thread oneDNN matmul. False (logged, y untouched) when
+  // oneDNN refuses the shape.
+  virtual bool LinearDequantized(const float* x, int64_t ldx, int64_t rows,
+                                 const TypedMatrix& w, float beta, float* y, int64_t ldy,
+                                 ThreadPool* pool) = 0;
 
   // The implementation oneDNN picked for the first matmul created (e.g.
   // "brg:avx512_core_bf16"), empty before that; and how many primitives are cached.

@@ -200,6 +200,73 @@ TEST(OnednnGemmTest, ConcurrentCallsGiveTheSerialResults) {
   EXPECT_FALSE(engine->impl().empty());
 }
 
+// LinearDequantized: quantized segments (and one dequantize-only type) in one matrix,
+// rounded to bf16 by chunks, against sum_k bf16(x) * bf16(w) in double, over ragged chunk
+// tails, padded x / y rows, beta 0 / 1, on a 2-thread pool and on the caller alone.
+struct QuantSegment {
+  const WeightFormat* format;
+  StoredKind kind;
+  int64_t rows;
+};
+
+TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
+  auto engine = Engine(2);
+  SKIP_WITHOUT_ONEDNN(engine);
+  std::mt19937 rng(5);
+  const int64_t in = 512;
+  const std::vector<QuantSegment> segments = {{&kQ4_KFormat, StoredKind::kQ4_K, 100},
+                                              {&kQ6_KFormat, StoredKind::kQ6_K, 37},
+                                              {&kQ8_0Format, StoredKind::kQ8_0, 64},
+                                              {&kQ4_0Format, StoredKind::kQ4_0, 29},
+                                              {&kQ2_KFormat, StoredKind::kOther, 18}};
+  std::vector<std::vector<uint8_t>> stores;
+  TypedMatrix w(in);
+  for (const QuantSegment& seg : segments) {
+    const WeightFormat& f = *seg.format;
+    stores.emplace_back(static_cast<size_t>(f.BytesFor(in) * seg.rows));
+    FillRandomBlocks(f, seg.rows * in / f.block_values, 0.05f, rng(), stores.back().data());
+    TypedRows r;
+    r.data = stores.back().data();
+    r.row_stride_bytes = f.BytesFor(in);
+    r.rows = seg.rows;
+    r.block_values = f.block_values;
+    r.dequantize = f.dequantize;
+    r.type_name = f.name;
+    r.kind = seg.kind;
+    w.Append(r);
+  }
+  const int64_t out = w.out(), ldx = in + 3, ldy = out + 5;
+  std::vector<float> wq(static_cast<size_t>(out * in));  // bf16(dequantized w)
+  for (int64_t o = 0; o < out; ++o) {
+    w.RowToF32(o, wq.data() + o * in);
+    for (int64_t k = 0; k < in; ++k) wq[o * in + k] = FromBf16(ToBf16(wq[o * in + k]));
+  }
+  ThreadPool pool(2);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr)}) {
+    for (const Case c : {Case{16, 0.0f}, Case{33, 1.0f}, Case{128, 0.0f}}) {
+      SCOPED_TRACE(testing::Message() << c.rows << " rows, pool " << (p != nullptr));
+      std::vector<float> x(static_cast<size_t>(c.rows * ldx)), y0(static_cast<size_t>(c.rows * ldy));
+      for (float& v : x) v = u(rng);
+      for (float& v : y0) v = u(rng);
+      std::vector<float> y = y0;
+      ASSERT_TRUE(engine->LinearDequantized(x.data(), ldx, c.rows, w, c.beta, y.data(), ldy, p));
+      for (int64_t r = 0; r < c.rows; ++r) {
+        for (int64_t o = 0; o < out; ++o) {
+          double want = c.beta * static_cast<double>(y0[r * ldy + o]), mag = std::abs(want);
+          for (int64_t k = 0; k < in; ++k) {
+            const double t = static_cast<double>(FromBf16(ToBf16(x[r * ldx + k]))) * wq[o * in + k];
+            want += t;
+            mag += std::abs(t);
+          }
+          ASSERT_NEAR(y[r * ldy + o], want, 1e-5 * mag + 1e-7) << "row " << r << " feature " << o;
+        }
+        for (int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], y0[r * ldy + o]);
+      }
+    }
+  }
+}
+
 TEST(OnednnGemmTest, BadThreadCountIsRefused) {
   if (!OnednnAvailable()) {
     EXPECT_EQ(OnednnGemm::Create(2).status().code(), absl::StatusCode::kUnimplemented);

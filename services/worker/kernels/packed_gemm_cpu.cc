@@ -57,7 +57,7 @@ void TilePortable(const float* x, int64_t ldx, const void* panel_v, int64_t in, 
 
 #if FOLIO_HAVE_AVX2_PATH
 template <typename WT>
-FOLIO_AVX2_TARGET inline __m256 LoadPanel8(const WT* p) {
+FOLIO_T_AVX2 inline __m256 LoadPanel8(const WT* p) {
   if constexpr (sizeof(WT) == 2) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   } else {
@@ -66,7 +66,7 @@ FOLIO_AVX2_TARGET inline __m256 LoadPanel8(const WT* p) {
 }
 
 template <int R, typename WT>
-FOLIO_AVX2_TARGET void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int64_t in,
+FOLIO_T_AVX2 void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int64_t in,
                                 float beta, float* y, int64_t ldy, int cols) {
   const WT* panel = static_cast<const WT*>(panel_v);
   __m256 c0[R], c1[R];

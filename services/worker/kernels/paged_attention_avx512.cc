@@ -33,14 +33,9 @@
 #include "services/worker/kernels/avx512_math.h"
 #include "services/worker/kernels/kv_q8.h"
 #include "services/worker/kernels/paged_attention_internal.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 
 namespace folio::worker::kernels::internal {
 namespace {
@@ -54,7 +49,6 @@ std::vector<float>& Scratch() {
   thread_local std::vector<float> scratch;
   return scratch;
 }
-
 
 // Follows one kv head's rows position by position through a block table. Reads a table
 // entry only when a position of that block is asked for (the table may end there).
@@ -91,9 +85,8 @@ __attribute__((always_inline)) inline void PrefetchRow(const KvT* p, int64_t byt
   __builtin_prefetch(c + bytes - 1);
 }
 
-
 // [sum(a[0]), sum(a[1]), ..., sum(a[15])]: 15 adds, 30 shuffles.
-FOLIO_AVX512_TARGET __attribute__((always_inline)) inline __m512 SumEach16(const __m512* a) {
+FOLIO_T_AVX512 __attribute__((always_inline)) inline __m512 SumEach16(const __m512* a) {
   __m512 b[8], c[4], d[2];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {  // 128-bit lane l of b[i]: pairs of a[2i], a[2i+1]
@@ -115,7 +108,7 @@ FOLIO_AVX512_TARGET __attribute__((always_inline)) inline __m512 SumEach16(const
 }
 
 // s[j] = exp(s[j] - max) for j < n; returns the sum.
-FOLIO_AVX512_TARGET inline float ExpSum16(float* s, int64_t n, float max) {
+FOLIO_T_AVX512 inline float ExpSum16(float* s, int64_t n, float max) {
   const __m512 vmax = _mm512_set1_ps(max);
   __m512 acc = _mm512_setzero_ps();
   int64_t j = 0;
@@ -143,7 +136,7 @@ struct PrefetchPlan {
 // Scores of G query heads (q, rows hd apart) against keys 0 .. num_keys - 1 of one kv
 // head: scores[g * num_keys + j] = scale * q_g . k_j; max[g] = their maximum.
 template <int G, typename KvT>
-FOLIO_AVX512_TARGET void Scores(const float* q, RowWalker<KvT> kw, RowWalker<KvT> pf,
+FOLIO_T_AVX512 void Scores(const float* q, RowWalker<KvT> kw, RowWalker<KvT> pf,
                                 RowWalker<KvT> vpf, PrefetchPlan plan, int64_t num_keys, int hd,
                                 float scale, float* scores, float* max) {
   constexpr int KB = 16 / G;
@@ -214,7 +207,7 @@ FOLIO_AVX512_TARGET void Scores(const float* q, RowWalker<KvT> kw, RowWalker<KvT
 
 // out[g][c0 .. c0 + 16 W) = inv[g] * sum_j w[g][j] v_j[c0 ..]: accumulators in registers.
 template <int G, int W, typename KvT>
-FOLIO_AVX512_TARGET void ValueColumns(const float* w, RowWalker<KvT> vw, RowWalker<KvT> pf,
+FOLIO_T_AVX512 void ValueColumns(const float* w, RowWalker<KvT> vw, RowWalker<KvT> pf,
                                       int64_t pf_bytes, int64_t num_keys, int hd, int c0,
                                       const float* inv, float* out) {
   __m512 acc[G][W];
@@ -260,7 +253,7 @@ FOLIO_AVX512_TARGET void ValueColumns(const float* w, RowWalker<KvT> vw, RowWalk
 // Every column of the G outputs: pieces of W x 16 columns while they fit, then narrower.
 // pf_bytes: bytes of each V row (from the row's start) prefetched in the first piece.
 template <int G, int W, typename KvT>
-FOLIO_AVX512_TARGET void Values(const float* w, const RowWalker<KvT>& vw, int64_t pf_bytes,
+FOLIO_T_AVX512 void Values(const float* w, const RowWalker<KvT>& vw, int64_t pf_bytes,
                                 int64_t num_keys, int hd, int c0, const float* inv, float* out) {
   for (; c0 + 16 * W <= hd; c0 += 16 * W) {
     ValueColumns<G, W, KvT>(w, vw, vw, c0 == 0 ? pf_bytes : 0, num_keys, hd, c0, inv, out);
@@ -273,7 +266,7 @@ FOLIO_AVX512_TARGET void Values(const float* w, const RowWalker<KvT>& vw, int64_
 constexpr int PieceWidth(int g) { return g == 1 ? 8 : g == 2 ? 8 : g <= 4 ? 4 : g <= 8 ? 2 : 1; }
 
 template <int G, typename KvT>
-FOLIO_AVX512_TARGET void AttendDecodeAvx512(const PagedAttentionArgs& args, const AttentionSeq& seq,
+FOLIO_T_AVX512 void AttendDecodeAvx512(const PagedAttentionArgs& args, const AttentionSeq& seq,
                                             int32_t query, int32_t head_begin, int32_t head_count,
                                             const KvCacheView& kv) {
   const int hd = kv.head_dim;

@@ -67,8 +67,8 @@ struct PortablePrims {
 
 #if FOLIO_HAVE_AVX2_PATH
 struct Avx2Prims {
-  FOLIO_AVX2_TARGET static const float* Widen(const float* row, float*, int) { return row; }
-  FOLIO_AVX2_TARGET static const float* Widen(const uint16_t* row, float* buf, int n) {
+  FOLIO_T_AVX2 static const float* Widen(const float* row, float*, int) { return row; }
+  FOLIO_T_AVX2 static const float* Widen(const uint16_t* row, float* buf, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
@@ -77,7 +77,7 @@ struct Avx2Prims {
     for (; i < n; ++i) buf[i] = HalfToFloat(row[i]);
     return buf;
   }
-  FOLIO_AVX2_TARGET static const float* Widen(const int8_t* row, float* buf, int n) {
+  FOLIO_T_AVX2 static const float* Widen(const int8_t* row, float* buf, int n) {
     const __m256 s = _mm256_set1_ps(Q8RowScale(row, n));
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -87,7 +87,7 @@ struct Avx2Prims {
     for (; i < n; ++i) buf[i] = Q8RowScale(row, n) * static_cast<float>(row[i]);
     return buf;
   }
-  FOLIO_AVX2_TARGET static float Dot(const float* a, const float* b, int n) {
+  FOLIO_T_AVX2 static float Dot(const float* a, const float* b, int n) {
     __m256 acc0 = _mm256_setzero_ps();
     __m256 acc1 = _mm256_setzero_ps();
     int i = 0;
@@ -106,7 +106,7 @@ struct Avx2Prims {
     for (; i < n; ++i) sum += a[i] * b[i];
     return sum;
   }
-  FOLIO_AVX2_TARGET static void Axpy(float a, const float* x, float* y, int n) {
+  FOLIO_T_AVX2 static void Axpy(float a, const float* x, float* y, int n) {
     const __m256 va = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -114,7 +114,7 @@ struct Avx2Prims {
     }
     for (; i < n; ++i) y[i] += a * x[i];
   }
-  FOLIO_AVX2_TARGET static float ExpSum(float* s, int64_t n, float max) {
+  FOLIO_T_AVX2 static float ExpSum(float* s, int64_t n, float max) {
     const __m256 vmax = _mm256_set1_ps(max);
     __m256 acc = _mm256_setzero_ps();
     int64_t j = 0;
@@ -256,7 +256,7 @@ void AttendPortable(const PagedAttentionArgs& args, const AttentionSeq& seq, int
 
 #if FOLIO_HAVE_AVX2_PATH
 template <typename KvT>
-FOLIO_AVX2_TARGET void AttendAvx2(const PagedAttentionArgs& args, const AttentionSeq& seq,
+FOLIO_T_AVX2 void AttendAvx2(const PagedAttentionArgs& args, const AttentionSeq& seq,
                                   int32_t query, int32_t head_begin, int32_t head_count,
                                   const KvCacheView& kv) {
   for (int32_t h = head_begin; h < head_begin + head_count; ++h) {
@@ -275,7 +275,7 @@ FOLIO_AVX2_TARGET void AttendAvx2(const PagedAttentionArgs& args, const Attentio
 // 128-byte row per slot. Every output is the same sequence of fused multiply-adds over the keys in
 // order as in the generic body; only the score dot products are summed in another order.
 template <typename KvT>
-FOLIO_AVX2_TARGET inline __m256 Load8(const KvT* p) {
+FOLIO_T_AVX2 inline __m256 Load8(const KvT* p) {
   if constexpr (sizeof(KvT) == 1) {  // kQ8 values, unscaled
     return _mm256_cvtepi32_ps(
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
@@ -287,7 +287,7 @@ FOLIO_AVX2_TARGET inline __m256 Load8(const KvT* p) {
 }
 
 // [sum(v[0]), sum(v[1]), ..., sum(v[7])].
-FOLIO_AVX2_TARGET inline __m256 SumEach(const __m256* v) {
+FOLIO_T_AVX2 inline __m256 SumEach(const __m256* v) {
   const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
   const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
   const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
@@ -298,7 +298,7 @@ FOLIO_AVX2_TARGET inline __m256 SumEach(const __m256* v) {
 }
 
 template <int G, typename KvT>
-FOLIO_AVX2_TARGET void AttendAvx2Blocked(const PagedAttentionArgs& args, const AttentionSeq& seq,
+FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const AttentionSeq& seq,
                                          int32_t query, int32_t head_begin, int32_t H,
                                          const KvCacheView& kv) {
   constexpr int KB = 8 / G;

@@ -21,14 +21,9 @@
 #include "services/worker/kernels/kv_q8.h"
 #include "services/worker/kernels/paged_attention_internal.h"
 #include "services/worker/kernels/paged_attention_tile_body.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 
 namespace folio::worker::kernels::internal {
 namespace {
@@ -40,10 +35,8 @@ static_assert(kKeyTile == 32, "the AVX-512 tile primitives hold a piece in two r
 
 constexpr int kRows = 12;  // query rows per register tile
 
-
-
 // Transposes the 16 x 16 matrix whose rows are t[0..15], in place.
-FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void Transpose16(__m512* t) {
+FOLIO_T_AVX512 __attribute__((always_inline)) inline void Transpose16(__m512* t) {
   __m512 a[16], b[16];
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {  // lane L: rows 2k, 2k+1 at columns 4L.. (lo) / 4L+2.. (hi)
@@ -73,7 +66,7 @@ FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void Transpose16(__m51
 // Scores of rows [r0, r0 + kRows) (short tiles repeat their last row) against J x 16 keys
 // of the transposed piece.
 template <int J>
-FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void ScoreTile(
+FOLIO_T_AVX512 __attribute__((always_inline)) inline void ScoreTile(
     const float* const* q, int r0, int R, const float* kbuf, int hd, __m512 vscale, float* s) {
   const float* qr[kRows];
 #pragma GCC unroll 12
@@ -107,7 +100,7 @@ FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void ScoreTile(
 // acc rows [r0, r0 + kRows) (short tiles repeat their last row; only real rows are
 // stored), columns [c, c + 16 C): alpha * acc + sum_j p[j] v[j].
 template <int C>
-FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void AccumulateTile(
+FOLIO_T_AVX512 __attribute__((always_inline)) inline void AccumulateTile(
     float* const* ar, const float* const* pr, const __m512* al, int rows, int c,
     const float* const* v, int nk) {
   __m512 x[kRows][C];
@@ -134,12 +127,12 @@ FOLIO_AVX512_TARGET __attribute__((always_inline)) inline void AccumulateTile(
 }
 
 struct Avx512TilePrims {
-  FOLIO_AVX512_TARGET static const float* Widen(const float* row, float*, int) { return row; }
-  FOLIO_AVX512_TARGET static const float* Widen(const uint16_t* row, float* buf, int n) {
+  FOLIO_T_AVX512 static const float* Widen(const float* row, float*, int) { return row; }
+  FOLIO_T_AVX512 static const float* Widen(const uint16_t* row, float* buf, int n) {
     for (int i = 0; i < n; i += 16) _mm512_storeu_ps(buf + i, Load16(row + i));
     return buf;
   }
-  FOLIO_AVX512_TARGET static const float* Widen(const int8_t* row, float* buf, int n) {
+  FOLIO_T_AVX512 static const float* Widen(const int8_t* row, float* buf, int n) {
     const __m512 s = _mm512_set1_ps(Q8RowScale(row, n));
     for (int i = 0; i < n; i += 16) _mm512_storeu_ps(buf + i, _mm512_mul_ps(s, Load16(row + i)));
     return buf;
@@ -147,7 +140,7 @@ struct Avx512TilePrims {
   // kbuf[d * kKeyTile + j] = k_j[d] (keys past nk repeat key nk - 1), then register
   // tiles of kRows rows x 16 or 32 keys.
   template <typename KvT>
-  FOLIO_AVX512_TARGET static void Scores(const float* const* q, int R, const KvT* const* kraw,
+  FOLIO_T_AVX512 static void Scores(const float* const* q, int R, const KvT* const* kraw,
                                          int nk, int hd, float scale, float* kbuf, float* s) {
     const int nk16 = (nk + 15) / 16 * 16;  // 16 or 32
     for (int j0 = 0; j0 < nk16; j0 += 16) {
@@ -173,7 +166,7 @@ struct Avx512TilePrims {
   }
   // As PortableTilePrims::Softmax over the piece's two registers: hidden keys are
   // masked to -inf for the max and to 0 after the exponential.
-  FOLIO_AVX512_TARGET static float Softmax(float* p, int nv, int nk, float& m, float& l) {
+  FOLIO_T_AVX512 static float Softmax(float* p, int nv, int nk, float& m, float& l) {
     (void)nk;  // p has kKeyTile slots; all are written
     if (nv == 0) {
       _mm512_storeu_ps(p, _mm512_setzero_ps());
@@ -201,7 +194,7 @@ struct Avx512TilePrims {
     m = m_new;
     return alpha;
   }
-  FOLIO_AVX512_TARGET static void Accumulate(float* acc, int R, int hd, const float* alpha,
+  FOLIO_T_AVX512 static void Accumulate(float* acc, int R, int hd, const float* alpha,
                                              const float* p, const float* const* v, int nk) {
     for (int r0 = 0; r0 < R; r0 += kRows) {
       const int rows = std::min(kRows, R - r0);
@@ -222,7 +215,7 @@ struct Avx512TilePrims {
 };
 
 template <typename KvT>
-FOLIO_AVX512_TARGET void AttendTileAvx512(const PagedAttentionArgs& args, const AttentionSeq& seq,
+FOLIO_T_AVX512 void AttendTileAvx512(const PagedAttentionArgs& args, const AttentionSeq& seq,
                                           int32_t query_begin, int32_t query_count,
                                           int32_t kv_head, const KvCacheView& kv) {
   TileBody<Avx512TilePrims, KvT>(args, seq, query_begin, query_count, kv_head, kv);

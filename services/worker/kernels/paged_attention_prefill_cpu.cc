@@ -101,13 +101,13 @@ struct PortableTilePrims {
 };
 
 #if FOLIO_HAVE_AVX2_PATH
-FOLIO_AVX2_TARGET inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-FOLIO_AVX2_TARGET inline __m256 Load8(const uint16_t* p) {
+FOLIO_T_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+FOLIO_T_AVX2 inline __m256 Load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 // Transposes the 8 x 8 matrix whose rows are t[0..7], in place.
-FOLIO_AVX2_TARGET inline void Transpose8(__m256* t) {
+FOLIO_T_AVX2 inline void Transpose8(__m256* t) {
   const __m256 u0 = _mm256_unpacklo_ps(t[0], t[1]), u1 = _mm256_unpackhi_ps(t[0], t[1]);
   const __m256 u2 = _mm256_unpacklo_ps(t[2], t[3]), u3 = _mm256_unpackhi_ps(t[2], t[3]);
   const __m256 u4 = _mm256_unpacklo_ps(t[4], t[5]), u5 = _mm256_unpackhi_ps(t[4], t[5]);
@@ -129,15 +129,15 @@ FOLIO_AVX2_TARGET inline void Transpose8(__m256* t) {
 // head_dim a multiple of 8. Scores and values in register tiles of six query rows.
 static_assert(kKeyTile % 16 == 0, "the AVX2 scores take 16 keys at a time");
 struct Avx2TilePrims {
-  FOLIO_AVX2_TARGET static const float* Widen(const float* row, float*, int) { return row; }
-  FOLIO_AVX2_TARGET static const float* Widen(const uint16_t* row, float* buf, int n) {
+  FOLIO_T_AVX2 static const float* Widen(const float* row, float*, int) { return row; }
+  FOLIO_T_AVX2 static const float* Widen(const uint16_t* row, float* buf, int n) {
     for (int i = 0; i < n; i += 8) {
       _mm256_storeu_ps(buf + i,
                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i))));
     }
     return buf;
   }
-  FOLIO_AVX2_TARGET static const float* Widen(const int8_t* row, float* buf, int n) {
+  FOLIO_T_AVX2 static const float* Widen(const int8_t* row, float* buf, int n) {
     const __m256 s = _mm256_set1_ps(Q8RowScale(row, n));
     for (int i = 0; i < n; i += 8) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i));
@@ -149,7 +149,7 @@ struct Avx2TilePrims {
   // registers, keys past nk repeat key nk - 1), then six query rows x 16 keys per step:
   // 12 accumulators, each FMA a broadcast q element times 8 keys, no horizontal sums.
   template <typename KvT>
-  FOLIO_AVX2_TARGET static void Scores(const float* const* q, int R, const KvT* const* kraw,
+  FOLIO_T_AVX2 static void Scores(const float* const* q, int R, const KvT* const* kraw,
                                        int nk, int hd, float scale, float* kbuf, float* s) {
     const int nk16 = (nk + 15) / 16 * 16;  // <= kKeyTile
     for (int j0 = 0; j0 < nk16; j0 += 8) {
@@ -188,7 +188,7 @@ struct Avx2TilePrims {
       }
     }
   }
-  FOLIO_AVX2_TARGET static float ExpSum(float* p, int n, float max) {
+  FOLIO_T_AVX2 static float ExpSum(float* p, int n, float max) {
     const __m256 vmax = _mm256_set1_ps(max);
     __m256 acc = _mm256_setzero_ps();
     int j = 0;
@@ -203,7 +203,7 @@ struct Avx2TilePrims {
   }
   // As PortableTilePrims::Softmax, in vectors of 8 keys: hidden keys are masked to -inf
   // for the max and to 0 after the exponential.
-  FOLIO_AVX2_TARGET static float Softmax(float* p, int nv, int nk, float& m, float& l) {
+  FOLIO_T_AVX2 static float Softmax(float* p, int nv, int nk, float& m, float& l) {
     const int nvec = (nk + 7) / 8;  // p has kKeyTile (a multiple of 8) slots
     if (nv == 0) {
       for (int i = 0; i < nvec; ++i) _mm256_storeu_ps(p + 8 * i, _mm256_setzero_ps());
@@ -244,7 +244,7 @@ struct Avx2TilePrims {
   // Six query rows x 16 lanes per step (12 accumulators), keys innermost: each FMA a
   // broadcast weight times 8 lanes of a value row; 8 lanes at a time for a head_dim
   // remainder.
-  FOLIO_AVX2_TARGET static void Accumulate(float* acc, int R, int hd, const float* alpha,
+  FOLIO_T_AVX2 static void Accumulate(float* acc, int R, int hd, const float* alpha,
                                            const float* p, const float* const* v, int nk) {
     for (int r0 = 0; r0 < R; r0 += 6) {
       const int rows = std::min(6, R - r0);
@@ -305,7 +305,7 @@ void AttendTilePortable(const PagedAttentionArgs& args, const AttentionSeq& seq,
 
 #if FOLIO_HAVE_AVX2_PATH
 template <typename KvT>
-FOLIO_AVX2_TARGET void AttendTileAvx2(const PagedAttentionArgs& args, const AttentionSeq& seq,
+FOLIO_T_AVX2 void AttendTileAvx2(const PagedAttentionArgs& args, const AttentionSeq& seq,
                                       int32_t query_begin, int32_t query_count, int32_t kv_head,
                                       const KvCacheView& kv) {
   TileBody<Avx2TilePrims, KvT>(args, seq, query_begin, query_count, kv_head, kv);

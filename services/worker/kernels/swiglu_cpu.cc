@@ -14,7 +14,7 @@ void SwiGluPortable(const float* gate, const float* up, int64_t n, float* o) {
 }
 
 #if FOLIO_HAVE_AVX2_PATH
-FOLIO_AVX2_TARGET void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* o) {
+FOLIO_T_AVX2 void SwiGluAvx2(const float* gate, const float* up, int64_t n, float* o) {
   const __m256 one = _mm256_set1_ps(1.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

@@ -1,12 +1,9 @@
 // The AVX2 (+ FMA + F16C) and AVX-VNNI kernels of typed_dot.h. Each function carries
 // its target attribute; the library itself stays baseline x86-64.
 #include "services/worker/kernels/typed_dot.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-#define FOLIO_T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define FOLIO_T_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 namespace folio::worker::kernels::typed {
 namespace {

@@ -3,19 +3,9 @@
 // instruction). Each function carries its target attribute; the library itself stays
 // baseline x86-64.
 #include "services/worker/kernels/typed_dot.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define FOLIO_T_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
-#define FOLIO_T_AVX512VNNI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define FOLIO_T_AVX512BF16 \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace folio::worker::kernels::typed {
 namespace {

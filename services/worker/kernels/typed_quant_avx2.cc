@@ -7,11 +7,9 @@
 // scaled in f32 as the portable kernel does. Each function carries its target
 // attribute; the library itself stays baseline x86-64. Stateless; thread-safe.
 #include "services/worker/kernels/typed_dot.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-#define FOLIO_T_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace folio::worker::kernels::typed {
 namespace {

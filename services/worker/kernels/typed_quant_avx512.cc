@@ -10,15 +10,10 @@
 // #pragma GCC target (so the F/BW copy holds no VNNI instruction); the library itself
 // stays baseline x86-64. Stateless; thread-safe.
 #include "services/worker/kernels/typed_dot.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #include <utility>
-
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace folio::worker::kernels::typed {
 // Weight rows per register tile (typed_dot.h's tile_w): 2 for the K-quants (their

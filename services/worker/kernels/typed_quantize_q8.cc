@@ -12,17 +12,7 @@
 #include "glog/logging.h"
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/typed_dot.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define FOLIO_Q_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define FOLIO_Q_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
-#endif
+#include "services/worker/kernels/cpu_target.h"
 
 namespace folio::worker::kernels::typed {
 namespace {
@@ -34,7 +24,7 @@ inline void Scale(float amax, float* scale, float* id) {
 }
 
 #if defined(__x86_64__)
-FOLIO_Q_AVX512 inline __m512 RoundAway512(__m512 t) {
+FOLIO_T_AVX512 inline __m512 RoundAway512(__m512 t) {
   const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_abs_ps(_mm512_sub_ps(t, r));  // exact
   const __mmask16 away = _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
@@ -44,7 +34,7 @@ FOLIO_Q_AVX512 inline __m512 RoundAway512(__m512 t) {
   return _mm512_mask_add_ps(r, away, r, one);
 }
 
-FOLIO_Q_AVX512 void QuantizeQ8_0Avx512(const float* x, int64_t n, int8_t* q, float* d,
+FOLIO_T_AVX512 void QuantizeQ8_0Avx512(const float* x, int64_t n, int8_t* q, float* d,
                                        float* s) {
   for (int64_t b = 0; b < n / kQ8Block; ++b) {
     const float* xb = x + b * kQ8Block;
@@ -67,7 +57,7 @@ FOLIO_Q_AVX512 void QuantizeQ8_0Avx512(const float* x, int64_t n, int8_t* q, flo
   }
 }
 
-FOLIO_Q_AVX2 inline __m256 RoundAway256(__m256 t) {
+FOLIO_T_AVX2 inline __m256 RoundAway256(__m256 t) {
   const __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));  // exact
@@ -76,7 +66,7 @@ FOLIO_Q_AVX2 inline __m256 RoundAway256(__m256 t) {
   return _mm256_add_ps(r, _mm256_and_ps(away, one));
 }
 
-FOLIO_Q_AVX2 void QuantizeQ8_0Avx2(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+FOLIO_T_AVX2 void QuantizeQ8_0Avx2(const float* x, int64_t n, int8_t* q, float* d, float* s) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / kQ8Block; ++b) {
     const float* xb = x + b * kQ8Block;

@@ -13,21 +13,12 @@
 // order as in dot[]. The second pass re-reads the rows from L1/L2.
 // Each function carries its target attribute; stateless, thread-safe.
 #include "services/worker/kernels/typed_dot.h"
+#include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
 
 #include <algorithm>
 
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in the reductions).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define FOLIO_T_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
-#define FOLIO_T_AVX512VNNI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define FOLIO_T_AVX512BF16 \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
 #define FOLIO_INLINE inline __attribute__((always_inline))
 
 namespace folio::worker::kernels::typed {

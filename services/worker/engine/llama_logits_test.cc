@@ -229,6 +229,31 @@ std::vector<int32_t> Prompt(int32_t vocab) {
   return p;
 }
 
+// A case's model (written, and quantized by llama.cpp) loaded by Folio and by llama.cpp,
+// and llama.cpp's logits at every position of the prompt.
+struct Loaded {
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<ref::LlamaModel> llama;
+  std::vector<int32_t> prompt;
+  std::vector<std::vector<float>> want;
+};
+
+absl::StatusOr<Loaded> LoadBoth(const Arch& arch, const std::string& type) {
+  absl::StatusOr<std::string> path = MakeModel(arch, type);
+  if (!path.ok()) return path.status();
+  Loaded m;
+  m.weights = testing::LoadOrDie(*path);
+  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
+      ref::LlamaModel::Load(*path, ref::LlamaModelOptions{.n_ctx = 256});
+  if (!llama.ok()) return llama.status();
+  m.llama = *std::move(llama);
+  m.prompt = Prompt(arch.options.vocab_size);
+  absl::StatusOr<std::vector<std::vector<float>>> want = m.llama->Logits(m.prompt);
+  if (!want.ok()) return want.status();
+  m.want = *std::move(want);
+  return m;
+}
+
 using testing::FolioRun;
 using testing::MaxAbs;
 using testing::RunFolio;
@@ -242,22 +267,19 @@ TEST_P(LlamaLogitsTest, LogitsAndGreedyAgreeWithLlamaCpp) {
   FOLIO_SKIP_WITHOUT_REFERENCE();
   const Arch arch = Archs()[std::get<0>(GetParam())];
   const std::string type = std::get<1>(GetParam());
-  absl::StatusOr<std::string> path = MakeModel(arch, type);
-  ASSERT_TRUE(path.ok()) << path.status();
-  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(*path);
-  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
-      ref::LlamaModel::Load(*path, ref::LlamaModelOptions{.n_ctx = 256});
-  ASSERT_TRUE(llama.ok()) << llama.status();
+  absl::StatusOr<Loaded> m = LoadBoth(arch, type);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::unique_ptr<ModelWeights>& weights = m->weights;
+  ref::LlamaModel& llama = *m->llama;
   const float tol = Tolerance(type);
 
   // Logits over the prompt.
-  const std::vector<int32_t> prompt = Prompt(arch.options.vocab_size);
-  absl::StatusOr<std::vector<std::vector<float>>> want = (*llama)->Logits(prompt);
-  ASSERT_TRUE(want.ok()) << want.status();
+  const std::vector<int32_t>& prompt = m->prompt;
+  const std::vector<std::vector<float>>& want = m->want;
   const FolioRun got = RunFolio(*weights, prompt);
   float worst = 0;
   for (int i = 0; i < kPrompt; ++i) {
-    const std::vector<float>& w = (*want)[i];
+    const std::vector<float>& w = want[i];
     const std::vector<float>& g = got.logits[i];
     ASSERT_EQ(g.size(), w.size());
     const float scale = MaxAbs(w);
@@ -269,12 +291,12 @@ TEST_P(LlamaLogitsTest, LogitsAndGreedyAgreeWithLlamaCpp) {
   }
 
   // Greedy: llama.cpp's continuation, teacher-forced through Folio.
-  absl::StatusOr<std::vector<int32_t>> cont = (*llama)->Greedy(prompt, kGreedy);
+  absl::StatusOr<std::vector<int32_t>> cont = llama.Greedy(prompt, kGreedy);
   ASSERT_TRUE(cont.ok()) << cont.status();
   ASSERT_EQ(cont->size(), static_cast<size_t>(kGreedy));
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), cont->begin(), cont->end());
-  absl::StatusOr<std::vector<std::vector<float>>> all_want = (*llama)->Logits(all);
+  absl::StatusOr<std::vector<std::vector<float>>> all_want = llama.Logits(all);
   ASSERT_TRUE(all_want.ok()) << all_want.status();
   const FolioRun all_got = RunFolio(*weights, all);
   int decisive = 0, agree = 0;
@@ -349,20 +371,14 @@ TEST_P(LlamaLogitsTest, BatchedPrefillThroughOneDnnAgreesWithLlamaCpp) {
   const Arch arch = Archs()[std::get<0>(GetParam())];
   const std::string type = std::get<1>(GetParam());
   if (type == "F16") GTEST_SKIP() << "F16 projections are read as f16, not dequantized";
-  absl::StatusOr<std::string> path = MakeModel(arch, type);
-  ASSERT_TRUE(path.ok()) << path.status();
-  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(*path);
-  absl::StatusOr<std::unique_ptr<ref::LlamaModel>> llama =
-      ref::LlamaModel::Load(*path, ref::LlamaModelOptions{.n_ctx = 256});
-  ASSERT_TRUE(llama.ok()) << llama.status();
-  const std::vector<int32_t> prompt = Prompt(arch.options.vocab_size);
-  absl::StatusOr<std::vector<std::vector<float>>> want = (*llama)->Logits(prompt);
-  ASSERT_TRUE(want.ok()) << want.status();
+  absl::StatusOr<Loaded> m = LoadBoth(arch, type);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<int32_t>& prompt = m->prompt;
   CpuModelRunnerOptions o;
   o.kv_cache_bytes = 16 << 20;
   o.num_threads = 2;
   o.dequant_min_rows = 8;  // the LM head's 8 rows too
-  absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner = CpuModelRunner::Create(*weights, o);
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> runner = CpuModelRunner::Create(*m->weights, o);
   ASSERT_TRUE(runner.ok()) << runner.status();
   ASSERT_NE((*runner)->onednn(), nullptr);
   std::vector<std::vector<int32_t>> prefixes;
@@ -374,7 +390,7 @@ TEST_P(LlamaLogitsTest, BatchedPrefillThroughOneDnnAgreesWithLlamaCpp) {
   int decisive = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {
     const int n = static_cast<int>(prefixes[i].size());
-    const std::vector<float>& w = (*want)[n - 1];
+    const std::vector<float>& w = m->want[n - 1];
     const float scale = MaxAbs(w);
     float diff = 0;
     for (size_t v = 0; v < w.size(); ++v) diff = std::max(diff, std::abs(got[i][v] - w[v]));

@@ -191,23 +191,23 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     // the step thread: 3-4% of a 1.1B Q8_0 prefill's CPU time with the other thread idle).
     // (Pointers, not the thread_local vectors: in the lambda those would be each pool
     // thread's own.)
+    // The VNNI kernels' corrections (-128 x each 4 quants' sum) in the same per-row pass.
+    if (q8c && static_cast<int64_t>(x_q8_c.size()) < rows * in / 4) x_q8_c.resize(rows * in / 4);
     int8_t* q = x_q8.data();
     float* qd = x_q8_d.data();
     float* qs = x_q8_s.data();
+    int32_t* qc = q8c ? x_q8_c.data() : nullptr;
     ThreadPool* qpool = rows >= kParallelQuantRows ? pool : nullptr;
     ParallelFor(qpool, rows, 1, [&](int64_t r_begin, int64_t r_end) {
       for (int64_t r = r_begin; r < r_end; ++r) {
         typed::QuantizeQ8_0(x + r * ldx, in, q + r * in, qd + r * blocks, qs + r * blocks);
+        if (qc != nullptr) typed::Q8Corrections(q + r * in, in, qc + r * (in / 4));
       }
     });
     acts.q8 = x_q8.data();
     acts.q8_d = x_q8_d.data();
     acts.q8_s = x_q8_s.data();
-    if (q8c) {
-      if (static_cast<int64_t>(x_q8_c.size()) < rows * in / 4) x_q8_c.resize(rows * in / 4);
-      typed::Q8Corrections(x_q8.data(), rows * in, x_q8_c.data());
-      acts.q8_c = x_q8_c.data();
-    }
+    acts.q8_c = qc;
   }
   if (q8k) {
     CHECK_EQ(in % typed::kQ8KBlock, 0);

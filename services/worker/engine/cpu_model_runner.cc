@@ -126,10 +126,8 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
     // quantized types at >= dequant_min_rows rows: oneDNN on chunks dequantized to bf16.
     if (onednn_ != nullptr) {
       if (bf16_onednn_) l.onednn = k::OnednnBf16Matrix::Of(l.typed);
-      const bool bf16 = std::all_of(
-          typed.segments().begin(), typed.segments().end(),
-          [](const k::TypedRows& s) { return s.kind == k::StoredKind::kBF16; });
-      l.dequant_onednn = dequant_min_rows_ > 0 && !bf16 && !m.all_of(DType::kF16);
+      l.dequant_onednn =
+          dequant_min_rows_ > 0 && !m.all_of(DType::kBF16) && !m.all_of(DType::kF16);
     }
     return l;
   }

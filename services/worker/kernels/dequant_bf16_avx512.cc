@@ -8,6 +8,7 @@
 #include "services/worker/kernels/dequant_bf16.h"
 
 #include "services/worker/kernels/cpu_target.h"
+#include "services/worker/kernels/typed_dot.h"
 
 #if defined(__x86_64__)
 #include <cstring>
@@ -54,31 +55,21 @@ FOLIO_T_AVX512BF16 void Q4_0Row(const uint8_t* src, int64_t blocks, uint16_t* ou
   }
 }
 
-// q4_K / q5_K: group g's six-bit scale and min from the 12 packed bytes.
-inline void ScaleMin(const uint8_t* s, int g, int* sc, int* m) {
-  if (g < 4) {
-    *sc = s[g] & 0x3F;
-    *m = s[g + 4] & 0x3F;
-  } else {
-    *sc = (s[g + 4] & 0x0F) | ((s[g - 4] >> 2) & 0x30);
-    *m = (s[g + 4] >> 4) | ((s[g] >> 2) & 0x30);
-  }
-}
-
 // q4_K (144 B): d, dmin, scales[12], qs[128]; group g = 2 * chunk + nibble of qs[chunk
 // * 32 + l]; value = (d * sc) * q - dmin * m.
 FOLIO_T_AVX512BF16 void Q4_KRow(const uint8_t* src, int64_t blocks, uint16_t* out) {
   const __m512i mask = _mm512_set1_epi32(0x0F);
   for (int64_t b = 0; b < blocks; ++b, src += 144, out += 256) {
     const float d = F16At(src), dmin = F16At(src + 2);
+    int sc[8], m[8];
+    typed::ScalesMinsK4(src + 4, sc, m);
     const uint8_t* qs = src + 16;
     for (int c = 0; c < 4; ++c) {
       const __m512i q0 = Bytes16(qs + c * 32), q1 = Bytes16(qs + c * 32 + 16);
       for (int nib = 0; nib < 2; ++nib) {
-        int sc, m;
-        ScaleMin(src + 4, 2 * c + nib, &sc, &m);
-        const __m512 dg = _mm512_set1_ps(d * static_cast<float>(sc));
-        const __m512 mg = _mm512_set1_ps(dmin * static_cast<float>(m));
+        const int g = 2 * c + nib;
+        const __m512 dg = _mm512_set1_ps(d * static_cast<float>(sc[g]));
+        const __m512 mg = _mm512_set1_ps(dmin * static_cast<float>(m[g]));
         const __m512i v0 = nib == 0 ? _mm512_and_si512(q0, mask) : _mm512_srli_epi32(q0, 4);
         const __m512i v1 = nib == 0 ? _mm512_and_si512(q1, mask) : _mm512_srli_epi32(q1, 4);
         Store32(out + (2 * c + nib) * 32,

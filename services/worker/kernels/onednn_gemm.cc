@@ -161,9 +161,7 @@ class OnednnGemmImpl final : public OnednnGemm {
       const bool direct = ldy == p.rows;
       const Matmul& m = mms[i];
       float* out = y + p.first_row;
-      if (!direct) {
-          out = Grow(buf.y, rows * p.rows);
-      }
+      if (!direct) out = Grow(buf.y, rows * p.rows);
       dnnl::memory src(m.src, Cpu(), buf.x.data());
       dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(p.data));
       dnnl::memory dst(m.dst, Cpu(), out);

@@ -25,7 +25,8 @@
 // services. folio-worker re-executes itself with OMP_WAIT_POLICY=passive when it is unset
 // (services/worker/main.cc); OpenMpWaitPolicy() says what this process runs with.
 //
-// Other stored types (f16, q8_0, the 4/5/6-bit blocks: LinearDequantized) go through the
+// Other stored types (any TypedMatrix; the runner sends q8_0 and the 4/5/6-bit blocks:
+// LinearDequantized) go through the
 // same bf16 matmul a chunk of output rows at a time: each thread of Folio's pool
 // dequantizes a chunk (RowsToBf16: gguf-py-exact values rounded to bf16) into
 // its own buffer of about kDequantChunkBytes (about a core's L2) and multiplies

@@ -132,6 +132,20 @@ void Q8Corrections(const int8_t* q, int64_t n, int32_t* c);
 // Rounds n values to bf16 bit patterns (nearest even; NaN stays NaN).
 void RoundToBf16(const float* x, int64_t n, uint16_t* out);
 
+// q4_K / q5_K: the six-bit scales and mins of the 8 groups of 32, packed into the
+// super-block's 12 bytes at s.
+inline void ScalesMinsK4(const uint8_t* s, int sc[8], int m[8]) {
+  for (int g = 0; g < 8; ++g) {
+    if (g < 4) {
+      sc[g] = s[g] & 0x3F;
+      m[g] = s[g + 4] & 0x3F;
+    } else {
+      sc[g] = (s[g + 4] & 0x0F) | ((s[g - 4] >> 2) & 0x30);
+      m[g] = (s[g + 4] >> 4) | ((s[g] >> 2) & 0x30);
+    }
+  }
+}
+
 inline float Bf16ToFloat(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

@@ -85,19 +85,6 @@ void DotLegacy(const uint8_t* w, const Activations& x, int64_t r0, float* out) {
   }
 }
 
-// q4_K / q5_K scales and mins of the 8 groups of 32.
-void ScalesMinsK4(const uint8_t* s, int sc[8], int m[8]) {
-  for (int g = 0; g < 8; ++g) {
-    if (g < 4) {
-      sc[g] = s[g] & 0x3F;
-      m[g] = s[g + 4] & 0x3F;
-    } else {
-      sc[g] = (s[g + 4] & 0x0F) | ((s[g - 4] >> 2) & 0x30);
-      m[g] = (s[g + 4] >> 4) | ((s[g] >> 2) & 0x30);
-    }
-  }
-}
-
 template <bool kFiveBit, int R>
 void DotQ45K(const uint8_t* w, const Activations& x, int64_t r0, float* out) {
   constexpr int kBytes = kFiveBit ? 176 : 144;

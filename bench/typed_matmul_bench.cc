@@ -38,6 +38,7 @@
 
 #include "benchmark/benchmark.h"
 #include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/dequant_bf16.h"
 #include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/thread_pool.h"
 #include "services/worker/kernels/typed_dot.h"
@@ -376,6 +377,51 @@ void BM_ReadCeiling(benchmark::State& state) {
                  (threads == 1 ? "" : "s"));
 }
 
+// RowsToBf16 (the oneDNN path's dequantization, dequant_bf16.h) over the step's matrices a
+// 1 MiB chunk of bf16 rows at a time into one buffer per thread, as
+// OnednnGemm::LinearDequantized does: /stream walks every weight once (from memory, on
+// `threads` threads); /cached redoes each thread's first chunk (its source in cache), the
+// kernel's own cost. values_per_second is what a matmul of M rows must beat by M x 2
+// flops per value for the dequantization to hide.
+void BM_DequantBf16(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const bool cached = state.range(1) != 0;
+  const int64_t threads = state.range(2);
+  const Step& s = StepOf(kind);
+  const k::CpuFeatures& features = k::EnabledCpuFeatures();
+  struct Chunk { const k::TypedMatrix* m; int64_t row, n; };
+  std::vector<Chunk> chunks;
+  int64_t values = 0;
+  for (const k::TypedMatrix& m : s.matrices) {
+    const int64_t rows = std::max<int64_t>(16, (int64_t{1} << 20) / (2 * m.in()) / 16 * 16);
+    for (int64_t r = 0; r < m.out(); r += rows) {
+      chunks.push_back({&m, r, std::min(rows, m.out() - r)});
+      values += chunks.back().n * m.in();
+    }
+  }
+  const int64_t num_chunks = static_cast<int64_t>(chunks.size());
+  std::vector<std::vector<uint16_t>> out(threads, std::vector<uint16_t>(int64_t{1} << 19));
+  std::vector<std::vector<float>> scratch(threads);
+  for (auto _ : state) {
+    k::ParallelFor(threads == 1 ? nullptr : &Pool(), threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        for (int64_t c = t * num_chunks / threads; c < (t + 1) * num_chunks / threads; ++c) {
+          const Chunk& ch = cached ? chunks[t * num_chunks / threads] : chunks[c];
+          k::RowsToBf16(*ch.m, ch.row, ch.n, out[t].data(), features, scratch[t]);
+        }
+        benchmark::DoNotOptimize(out[t].data());
+      }
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * s.bytes);
+  state.counters["values_per_second"] = benchmark::Counter(
+      static_cast<double>(values), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(k::StoredKindName(kind)) +
+                 (k::HasBf16RowKernel(kind, features) ? " row kernel" : " generic") + ", " +
+                 (cached ? "source in cache" : "every weight from memory") + ", " +
+                 std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"));
+}
+
 // The pool's cost per loop, as a decode step meets it: a loop of two pieces of ~work_us
 // each (one per thread), after gap_us of work on the caller alone (the norms, RoPE and
 // quantization between two matmuls), on a 2-thread pool with the given spin (0: block at
@@ -415,6 +461,23 @@ void Register() {
           ->Args({spin, work, gap})
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
+    }
+  }
+
+  for (k::StoredKind kind : {k::StoredKind::kQ8_0, k::StoredKind::kQ4_0, k::StoredKind::kQ4_K,
+                             k::StoredKind::kQ6_K}) {
+    for (int64_t cached : {0, 1}) {
+      for (int64_t threads : {2, 1}) {
+        benchmark::RegisterBenchmark(
+            ("BM_DequantBf16/" + std::string(k::StoredKindName(kind)) +
+             (cached ? "/cached" : "/stream") + "/threads:" + std::to_string(threads))
+                .c_str(),
+            BM_DequantBf16)
+            ->Args({static_cast<int64_t>(kind), cached, threads})
+            ->MeasureProcessCPUTime()
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
 

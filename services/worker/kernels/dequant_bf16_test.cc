@@ -86,7 +86,7 @@ TEST_P(DequantBf16Test, EveryPathWritesTheGenericBits) {
   Matrix m(k);
   std::vector<float> scratch;
   // Windows: all rows, one inside each segment, and one across the boundary.
-  for (const auto [row, n] : {std::pair<int64_t, int64_t>{0, 16}, {2, 3}, {10, 4}, {5, 6}}) {
+  for (const auto& [row, n] : {std::pair<int64_t, int64_t>{0, 16}, {2, 3}, {10, 4}, {5, 6}}) {
     std::vector<uint16_t> want(n * 512), got(n * 512, 0xdead);
     RowsToBf16(m.w, row, n, want.data(), NoCpuFeatures(), scratch);
     RowsToBf16(m.w, row, n, got.data(), detected, scratch);

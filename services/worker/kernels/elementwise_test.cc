@@ -58,18 +58,21 @@ TEST(RopeTest, RotatesAdjacentPairsPerHead) {
 }
 
 TEST(SwiGluTest, MatchesFormula) {
-  const int rows = 2, hidden = 37;  // vectors of 8 and a tail
+  const int rows = 2, hidden = 61;  // vectors of 16, then of 8, then a tail
   std::vector<float> gu = RandomNormal(rows * 2 * hidden, 4);
   gu[0] = -100.0f;  // e^-gate overflows a float: silu is -0
   gu[1] = 100.0f;   // silu is the gate itself
   for (CpuIsa isa : SupportedCpuIsas()) {
-    std::vector<float> out(rows * hidden);
-    SwiGlu(gu.data(), rows, hidden, out.data(), isa);
-    for (int r = 0; r < rows; ++r) {
-      for (int i = 0; i < hidden; ++i) {
-        const double g = gu[r * 2 * hidden + i], u = gu[r * 2 * hidden + hidden + i];
-        const double want = g / (1 + std::exp(-g)) * u;
-        EXPECT_NEAR(out[r * hidden + i], want, 1e-5 + 1e-6 * std::abs(want)) << CpuIsaName(isa);
+    for (bool avx512 : {false, isa == CpuIsa::kAvx2 && EnabledCpuFeatures().avx512}) {
+      std::vector<float> out(rows * hidden);
+      SwiGlu(gu.data(), rows, hidden, out.data(), isa, avx512);
+      for (int r = 0; r < rows; ++r) {
+        for (int i = 0; i < hidden; ++i) {
+          const double g = gu[r * 2 * hidden + i], u = gu[r * 2 * hidden + hidden + i];
+          const double want = g / (1 + std::exp(-g)) * u;
+          EXPECT_NEAR(out[r * hidden + i], want, 1e-5 + 1e-6 * std::abs(want))
+              << CpuIsaName(isa) << (avx512 ? " avx512" : "");
+        }
       }
     }
   }

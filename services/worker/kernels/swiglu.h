@@ -11,9 +11,10 @@ namespace folio::worker::kernels {
 
 // gate_up: [rows, 2 * hidden] as the fused gate/up projection writes it: gate in columns
 // [0, hidden), up in [hidden, 2 * hidden). out: [rows, hidden].
-// isa: the AVX2 path computes e^-gate with a polynomial (relative error below 2e-7).
+// isa: the AVX2 path computes e^-gate with a polynomial (relative error below 2e-7);
+// with avx512 as well (the CPU must have it), 16 lanes at a time by the same polynomial.
 void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out,
-            CpuIsa isa = BestCpuIsa());
+            CpuIsa isa = BestCpuIsa(), bool avx512 = EnabledCpuFeatures().avx512);
 
 }  // namespace folio::worker::kernels
 

@@ -39,6 +39,7 @@
 #include "benchmark/benchmark.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/dequant_bf16.h"
+#include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/thread_pool.h"
 #include "services/worker/kernels/typed_dot.h"
@@ -378,7 +379,7 @@ void BM_ReadCeiling(benchmark::State& state) {
 }
 
 // RowsToBf16 (the oneDNN path's dequantization, dequant_bf16.h) over the step's matrices a
-// 1 MiB chunk of bf16 rows at a time into one buffer per thread, as
+// kDequantChunkBytes chunk of bf16 rows at a time into one buffer per thread, as
 // OnednnGemm::LinearDequantized does: /stream walks every weight once (from memory, on
 // `threads` threads); /cached redoes each thread's first chunk (its source in cache), the
 // kernel's own cost. values_per_second is what a matmul of M rows must beat by M x 2
@@ -393,14 +394,16 @@ void BM_DequantBf16(benchmark::State& state) {
   std::vector<Chunk> chunks;
   int64_t values = 0;
   for (const k::TypedMatrix& m : s.matrices) {
-    const int64_t rows = std::max<int64_t>(16, (int64_t{1} << 20) / (2 * m.in()) / 16 * 16);
+    const int64_t rows =
+        std::max<int64_t>(16, k::kDequantChunkBytes / (2 * m.in()) / 16 * 16);
     for (int64_t r = 0; r < m.out(); r += rows) {
       chunks.push_back({&m, r, std::min(rows, m.out() - r)});
       values += chunks.back().n * m.in();
     }
   }
   const int64_t num_chunks = static_cast<int64_t>(chunks.size());
-  std::vector<std::vector<uint16_t>> out(threads, std::vector<uint16_t>(int64_t{1} << 19));
+  std::vector<std::vector<uint16_t>> out(threads,
+                                         std::vector<uint16_t>(k::kDequantChunkBytes / 2));
   std::vector<std::vector<float>> scratch(threads);
   for (auto _ : state) {
     k::ParallelFor(threads == 1 ? nullptr : &Pool(), threads, 1, [&](int64_t b, int64_t e) {

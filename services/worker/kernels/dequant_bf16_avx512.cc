@@ -1,14 +1,14 @@
 // AVX-512 BF16 kernels of dequant_bf16.h: q8_0, q4_0, q4_K and q6_K blocks unpacked in
 // registers, scaled with the reference dequantizers' f32 operations in their order (this
 // file is built with -ffp-contract=off, so a multiply and a subtract stay two roundings,
-// as in model/formats/), and rounded to bf16 by vcvtne2ps2bf16 (nearest even, as
+// as in model/formats/), and rounded to bf16 by vcvtne(2)ps2bf16 (nearest even, as
 // typed::RoundToBf16; it reads an f32 denormal as zero, which these products of an f16
-// scale and a small integer never are). Each function carries its target attribute; the
+// scale and a small integer never are). The 4-bit types round a group's 16 possible
+// results once and look their values up (Table16), which gives the same bits. Each function carries its target attribute; the
 // library itself stays baseline x86-64 (cpu_target.h).
 #include "services/worker/kernels/dequant_bf16.h"
 
 #include "services/worker/kernels/cpu_target.h"
-#include "services/worker/kernels/typed_dot.h"
 
 #if defined(__x86_64__)
 #include <cstring>
@@ -20,11 +20,6 @@ FOLIO_T_AVX512BF16 inline float F16At(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
-}
-
-// 16 bytes at p widened to 16 unsigned 32-bit lanes.
-FOLIO_T_AVX512BF16 inline __m512i Bytes16(const uint8_t* p) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 // Values [0, 16) from lo and [16, 32) from hi, as 32 bf16 at out.

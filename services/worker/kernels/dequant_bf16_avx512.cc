@@ -4,8 +4,9 @@
 // as in model/formats/), and rounded to bf16 by vcvtne(2)ps2bf16 (nearest even, as
 // typed::RoundToBf16; it reads an f32 denormal as zero, which these products of an f16
 // scale and a small integer never are). The 4-bit types round a group's 16 possible
-// results once and look their values up (Table16), which gives the same bits. Each function carries its target attribute; the
-// library itself stays baseline x86-64 (cpu_target.h).
+// results once and look their values up (Table16), which gives the same bits. Each
+// function carries its target attribute; the library itself stays baseline x86-64
+// (cpu_target.h).
 #include "services/worker/kernels/dequant_bf16.h"
 
 #include "services/worker/kernels/cpu_target.h"
@@ -135,13 +136,13 @@ FOLIO_T_AVX512BF16 void Q6_KRow(const uint8_t* src, int64_t blocks, uint16_t* ou
       const __m512i high = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + half * 32)));
       __m512i q[2];  // values half * 128 + [0, 64) and [64, 128), minus 32, as int8
+      const __m512i high01 = _mm512_and_si512(_mm512_srlv_epi16(high, shift01), m2);
+      const __m512i high23 = _mm512_and_si512(_mm512_srlv_epi16(high, shift23), m2);
       q[0] = _mm512_sub_epi8(
-          _mm512_or_si512(_mm512_and_si512(low, m4),
-                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(high, shift01), m2), 4)),
-          k32);
+          _mm512_or_si512(_mm512_and_si512(low, m4), _mm512_slli_epi16(high01, 4)), k32);
       q[1] = _mm512_sub_epi8(
           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), m4),
-                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(high, shift23), m2), 4)),
+                          _mm512_slli_epi16(high23, 4)),
           k32);
       for (int i = 0; i < 8; i += 2) {  // 32 values: groups of 16 i and i + 1
         __m512 v[2];

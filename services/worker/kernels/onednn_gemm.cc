@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "glog/logging.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "services/worker/kernels/dequant_bf16.h"
+#include "services/worker/kernels/q4k_gemm.h"
 #include "services/worker/kernels/typed_dot.h"
 
 namespace folio::worker::kernels {
@@ -91,6 +93,62 @@ template <typename T>
 T* Grow(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   return v.data();
+}
+
+// Chunk c's rows (c * chunk onwards) when they all lie in one q4_K segment: its first row
+// and stride; data = null otherwise.
+struct Q4KRun {
+  const uint8_t* data = nullptr;
+  int64_t stride = 0;
+};
+// Fills runs[c] for every chunk; whether any is q4_K. None without GemmQ4K on this CPU,
+// or with FOLIO_Q4K_GEMM=0 in the environment (read once; for measuring it).
+bool Q4KRuns(const TypedMatrix& w, int64_t chunk, const CpuFeatures& features,
+             std::vector<Q4KRun>& runs) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FOLIO_Q4K_GEMM");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || !typed::HasQ4KGemm(features)) return false;
+  bool any = false;
+  int64_t first = 0;
+  for (const TypedRows& s : w.segments()) {
+    if (s.kind == StoredKind::kQ4_K) {
+      for (int64_t c = (first + chunk - 1) / chunk; c < static_cast<int64_t>(runs.size()); ++c) {
+        const int64_t o0 = c * chunk;
+        const int64_t end = std::min(o0 + chunk, w.out());
+        if (end > first + s.rows) break;
+        runs[c] = Q4KRun{s.data + (o0 - first) * s.row_stride_bytes, s.row_stride_bytes};
+        any = true;
+      }
+    }
+    first += s.rows;
+  }
+  return any;
+}
+
+// x [rows, in] as q8_K super-blocks in the calling thread's buffers, rows split over
+// `pool` (each row is quantized the same way on any thread).
+typed::Activations QuantizeQ8K(const float* x, int64_t ldx, int64_t rows, int64_t in,
+                               ThreadPool* pool) {
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
+  thread_local std::vector<int16_t> bsums;
+  const int64_t blocks = in / 256;
+  int8_t* qp = Grow(q, rows * in);
+  float* dp = Grow(d, rows * blocks);
+  int16_t* bp = Grow(bsums, rows * in / 16);
+  ParallelFor(pool, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      typed::QuantizeQ8_K(x + r * ldx, in, qp + r * in, dp + r * blocks, bp + r * (in / 16));
+    }
+  });
+  typed::Activations a;
+  a.in = in;
+  a.k8 = qp;
+  a.k8_d = dp;
+  a.k8_bsums = bp;
+  return a;
 }
 
 // Writes a dense [rows, n] block into y's columns [0, n) (y already offset): y = d + beta y.
@@ -198,20 +256,35 @@ class OnednnGemmImpl final : public OnednnGemm {
                             << " -> " << chunk << " (Folio's kernels take it): " << e.what();
       return false;
     }
-    // The activations once, in the caller's buffer, read by every thread.
-    uint16_t* xb = Grow(Buffers().x, rows * in);
-    for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, xb + r * in);
-    const int caller_threads = omp_get_max_threads();
     const CpuFeatures& features = EnabledCpuFeatures();
+    // Chunks of q4_K rows go to GemmQ4K against q8_K activations where the CPU has it (no
+    // bf16 copy of the weights); the others are dequantized for oneDNN.
+    std::vector<Q4KRun> q4k(num_chunks);
+    const bool any_q4k = Q4KRuns(w, chunk, features, q4k);
+    const bool all_q4k = any_q4k && std::all_of(q4k.begin(), q4k.end(),
+                                                [](const Q4KRun& r) { return r.data != nullptr; });
+    // The activations once, in the caller's buffers, read by every thread.
+    uint16_t* xb = nullptr;
+    if (!all_q4k) {
+      xb = Grow(Buffers().x, rows * in);
+      for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, xb + r * in);
+    }
+    typed::Activations k8;
+    if (any_q4k) k8 = QuantizeQ8K(x, ldx, rows, in, pool);
+    const int caller_threads = omp_get_max_threads();
     ParallelFor(pool, num_chunks, 1, [&](int64_t begin, int64_t end) {
       omp_set_num_threads(1);  // oneDNN runs on this pool thread alone
       ThreadBuffers& buf = Buffers();
-      uint16_t* wb = Grow(buf.w, chunk * in);
-      float* d = Grow(buf.y, rows * chunk);
+      uint16_t* wb = all_q4k ? nullptr : Grow(buf.w, chunk * in);
+      float* d = all_q4k ? nullptr : Grow(buf.y, rows * chunk);
       dnnl::stream stream(Cpu());
       for (int64_t c = begin; c < end; ++c) {
         const int64_t o0 = c * chunk;
         const int64_t n = std::min(chunk, out - o0);
+        if (q4k[c].data != nullptr) {
+          typed::GemmQ4K(q4k[c].data, q4k[c].stride, n, k8, rows, beta, y + o0, ldy);
+          continue;
+        }
         RowsToBf16(w, o0, n, wb, features, buf.row);
         const Matmul& m = n == chunk ? full : last;
         dnnl::memory src(m.src, Cpu(), xb);

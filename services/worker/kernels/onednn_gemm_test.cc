@@ -5,12 +5,14 @@
 #include "services/worker/kernels/onednn_gemm.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/worker/kernels/q4k_gemm.h"
 #include "services/worker/kernels/typed_gemm.h"
 #include "services/worker/model/weight_format.h"
 
@@ -214,7 +216,7 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
   SKIP_WITHOUT_ONEDNN(engine);
   std::mt19937 rng(5);
   const int64_t in = 512;
-  const std::vector<QuantSegment> segments = {{&kQ4_KFormat, StoredKind::kQ4_K, 100},
+  const std::vector<QuantSegment> segments = {{&kQ4_KFormat, StoredKind::kQ4_K, 160},
                                               {&kQ6_KFormat, StoredKind::kQ6_K, 37},
                                               {&kQ8_0Format, StoredKind::kQ8_0, 64},
                                               {&kQ4_0Format, StoredKind::kQ4_0, 29},
@@ -251,8 +253,33 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
       for (float& v : y0) v = u(rng);
       std::vector<float> y = y0;
       ASSERT_TRUE(engine->LinearDequantized(x.data(), ldx, c.rows, w, c.beta, y.data(), ldy, p));
+      // Chunks of q4_K rows may run GemmQ4K on q8_K activations (q4k_gemm.h), which gives
+      // the portable q8_K dot bit for bit; every other output is the bf16 product.
+      const int64_t q4k_rows = segments[0].rows;
+      std::vector<int8_t> k8(c.rows * in);
+      std::vector<float> k8_d(c.rows * in / 256);
+      std::vector<int16_t> k8_bsums(c.rows * in / 16);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        typed::QuantizeQ8_K(x.data() + r * ldx, in, k8.data() + r * in, k8_d.data() + r * in / 256,
+                            k8_bsums.data() + r * in / 16);
+      }
+      typed::Activations acts;
+      acts.in = in;
+      acts.k8 = k8.data();
+      acts.k8_d = k8_d.data();
+      acts.k8_bsums = k8_bsums.data();
+      const typed::DotKernel q4k = typed::PortableQuantKernel(StoredKind::kQ4_K);
+      int64_t through_q4k = 0;
       for (int64_t r = 0; r < c.rows; ++r) {
         for (int64_t o = 0; o < out; ++o) {
+          if (o < q4k_rows) {
+            float dot;
+            q4k.dot[0](stores[0].data() + o * w.segments()[0].row_stride_bytes, acts, r, &dot);
+            if (y[r * ldy + o] == (c.beta == 0.0f ? dot : dot + c.beta * y0[r * ldy + o])) {
+              ++through_q4k;
+              continue;
+            }
+          }
           double want = c.beta * static_cast<double>(y0[r * ldy + o]), mag = std::abs(want);
           for (int64_t k = 0; k < in; ++k) {
             const double t = static_cast<double>(FromBf16(ToBf16(x[r * ldx + k]))) * wq[o * in + k];
@@ -262,6 +289,10 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
           ASSERT_NEAR(y[r * ldy + o], want, 1e-5 * mag + 1e-7) << "row " << r << " feature " << o;
         }
         for (int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], y0[r * ldy + o]);
+      }
+      // 160 q4_K rows hold at least one whole chunk, with or without the pool.
+      if (typed::HasQ4KGemm(EnabledCpuFeatures()) && std::getenv("FOLIO_Q4K_GEMM") == nullptr) {
+        EXPECT_GE(through_q4k, c.rows * 16);
       }
     }
   }

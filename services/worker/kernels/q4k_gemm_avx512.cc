@@ -1,0 +1,242 @@
+// GemmQ4K (q4k_gemm.h) on AVX-512 VNNI. Compiled with -ffp-contract=off: the f32 scaling
+// must be the portable kernel's multiplies and adds, not fused ones.
+//
+// A q4_K super-block of one weight row: f16 d, f16 dmin, 12 bytes of six-bit scales and
+// mins (8 groups of 32 values), 128 bytes of nibbles: bytes 32p .. 32p + 31 hold group 2p
+// in their low nibbles and group 2p + 1 in their high ones. Read as 32 dwords, dword q of
+// 16 rows is one 16 x 32 transpose away from vpdpbusd's layout; its low nibbles are then
+// the values 64p + 4(q % 8) .. + 3 (p = q / 8) of each row, its high ones 32 further on:
+// the weight vector of activation dword t (values 4t .. 4t + 3) for t = 0 .. 63.
+#include "services/worker/kernels/q4k_gemm.h"
+
+#include "glog/logging.h"
+#include "services/worker/kernels/cpu_target.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "services/worker/kernels/half.h"
+
+#define FOLIO_INLINE inline __attribute__((always_inline))
+
+namespace folio::worker::kernels::typed {
+namespace {
+
+constexpr int kLanes = 16;     // weight rows a tile
+constexpr int kMaxRows = 8;    // activation rows a register tile
+constexpr int kBlockBytes = 144;
+
+// One super-block of a 16-row tile, unpacked. 78 vectors (4992 bytes).
+struct alignas(64) TileBlock {
+  __m512i q[64];     // q[t] lane j: row j's values 4t .. 4t + 3 (0 .. 15 each)
+  __m512i sc[8];     // sc[g] lane j: row j's scale of group g (int32)
+  __m512i mins[4];   // mins[p] lane j: row j's mins of groups 2p, 2p + 1 (int16 pair)
+  __m512 d, dmin;    // lane j: row j's d and dmin
+};
+
+const uint8_t kZeroBlock[kBlockBytes] = {};
+
+float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+// r[c] lane j = r[j] lane c (16 x 16 dwords).
+FOLIO_T_AVX512 FOLIO_INLINE void Transpose16(__m512i (&r)[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4b + c], 128-bit lane L: rows 4b .. 4b + 3 of column 4L + c.
+#pragma GCC unroll 4
+  for (int b = 0; b < 4; ++b) {
+    u[4 * b + 0] = _mm512_unpacklo_epi64(t[4 * b], t[4 * b + 2]);
+    u[4 * b + 1] = _mm512_unpackhi_epi64(t[4 * b], t[4 * b + 2]);
+    u[4 * b + 2] = _mm512_unpacklo_epi64(t[4 * b + 1], t[4 * b + 3]);
+    u[4 * b + 3] = _mm512_unpackhi_epi64(t[4 * b + 1], t[4 * b + 3]);
+  }
+  // Column 4L + c gathers lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i y0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i y2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i y3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(y0, y2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(y0, y2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(y1, y3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(y1, y3, 0xDD);
+  }
+}
+
+// Unpacks rows [0, rows) (rows <= 16; the others read as zero blocks) of `blocks`
+// super-blocks each into tiles[0 .. blocks).
+FOLIO_T_AVX512 void UnpackTile(const uint8_t* w, int64_t stride, int rows, int64_t blocks,
+                               TileBlock* tiles) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk[kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      blk[j] = j < rows ? w + j * stride + b * kBlockBytes : kZeroBlock;
+    }
+    TileBlock& t = tiles[b];
+    for (int half = 0; half < 2; ++half) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < kLanes; ++j) r[j] = _mm512_loadu_si512(blk[j] + 16 + 64 * half);
+      Transpose16(r);
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c) {
+        const int q = 16 * half + c, p = q / 8;
+        t.q[16 * p + q % 8] = _mm512_and_si512(r[c], low4);
+        t.q[16 * p + 8 + q % 8] = _mm512_and_si512(_mm512_srli_epi16(r[c], 4), low4);
+      }
+    }
+    alignas(64) int32_t sc[8][kLanes];
+    alignas(64) int16_t mins[4][kLanes][2];
+    alignas(64) float d[kLanes], dmin[kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      int s[8], m[8];
+      ScalesMinsK4(blk[j] + 4, s, m);
+      for (int g = 0; g < 8; ++g) {
+        sc[g][j] = s[g];
+        mins[g / 2][j][g % 2] = static_cast<int16_t>(m[g]);
+      }
+      d[j] = HalfAt(blk[j]);
+      dmin[j] = HalfAt(blk[j] + 2);
+    }
+    for (int g = 0; g < 8; ++g) t.sc[g] = _mm512_load_si512(sc[g]);
+    for (int p = 0; p < 4; ++p) t.mins[p] = _mm512_load_si512(mins[p]);
+    t.d = _mm512_load_ps(d);
+    t.dmin = _mm512_load_ps(dmin);
+  }
+}
+
+// out[i] lane j = dot(weight row j of the tile, activation row r0 + i), i < R.
+template <int R>
+FOLIO_T_AVX512VNNI void TileRows(const TileBlock* tiles, int64_t blocks, const Activations& x,
+                                 int64_t r0, __m512 (&out)[R]) {
+  const int8_t* a[R];
+  const int16_t* bs[R];
+  const float* xd[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    a[i] = x.k8 + (r0 + i) * x.in;
+    bs[i] = x.k8_bsums + (r0 + i) * (x.in / 16);
+    xd[i] = x.k8_d + (r0 + i) * blocks;
+    out[i] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const TileBlock& t = tiles[b];
+    __m512i sumi[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) sumi[i] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) {
+      __m512i dot[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) dot[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const int tq = 8 * g + k;
+        const __m512i wv = _mm512_load_si512(&t.q[tq]);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          int32_t av;
+          std::memcpy(&av, a[i] + b * 256 + 4 * tq, 4);
+          dot[i] = _mm512_dpbusd_epi32(dot[i], wv, _mm512_set1_epi32(av));
+        }
+      }
+      const __m512i scale = _mm512_load_si512(&t.sc[g]);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        sumi[i] = _mm512_add_epi32(sumi[i], _mm512_mullo_epi32(dot[i], scale));
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const int16_t* s = bs[i] + b * 16;
+      __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        const uint32_t lo = static_cast<uint16_t>(s[4 * p] + s[4 * p + 1]);
+        const uint32_t hi = static_cast<uint16_t>(s[4 * p + 2] + s[4 * p + 3]);
+        summ = _mm512_dpwssd_epi32(summ, _mm512_load_si512(&t.mins[p]),
+                                   _mm512_set1_epi32(static_cast<int32_t>(lo | hi << 16)));
+      }
+      const __m512 dx = _mm512_set1_ps(xd[i][b]);
+      const __m512 pos = _mm512_mul_ps(_mm512_mul_ps(t.d, dx), _mm512_cvtepi32_ps(sumi[i]));
+      const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(t.dmin, dx), _mm512_cvtepi32_ps(summ));
+      out[i] = _mm512_add_ps(out[i], _mm512_sub_ps(pos, neg));
+    }
+  }
+}
+
+template <int R>
+FOLIO_T_AVX512VNNI void TileStore(const TileBlock* tiles, int64_t blocks, const Activations& x,
+                                  int64_t r0, __mmask16 lanes, float beta, float* y,
+                                  int64_t ldy) {
+  __m512 out[R];
+  TileRows<R>(tiles, blocks, x, r0, out);
+  const __m512 vbeta = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    float* yr = y + (r0 + i) * ldy;
+    __m512 v = out[i];
+    if (beta != 0.0f) {
+      v = _mm512_add_ps(v, _mm512_mul_ps(vbeta, _mm512_maskz_loadu_ps(lanes, yr)));
+    }
+    _mm512_mask_storeu_ps(yr, lanes, v);
+  }
+}
+
+using TileStoreFn = void (*)(const TileBlock*, int64_t, const Activations&, int64_t, __mmask16,
+                             float, float*, int64_t);
+constexpr TileStoreFn kTileStore[kMaxRows] = {TileStore<1>, TileStore<2>, TileStore<3>,
+                                              TileStore<4>, TileStore<5>, TileStore<6>,
+                                              TileStore<7>, TileStore<8>};
+
+}  // namespace
+
+bool HasQ4KGemm(const CpuFeatures& features) { return features.avx512_vnni; }
+
+void GemmQ4K(const uint8_t* w, int64_t stride, int64_t n, const Activations& x, int64_t rows,
+             float beta, float* y, int64_t ldy) {
+  CHECK_EQ(x.in % 256, 0);
+  const int64_t blocks = x.in / 256;
+  thread_local std::vector<TileBlock> tiles;
+  if (static_cast<int64_t>(tiles.size()) < blocks) tiles.resize(blocks);
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int nr = static_cast<int>(std::min<int64_t>(kLanes, n - j0));
+    UnpackTile(w + j0 * stride, stride, nr, blocks, tiles.data());
+    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+    for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+      const int64_t nrows = std::min<int64_t>(kMaxRows, rows - r0);
+      kTileStore[nrows - 1](tiles.data(), blocks, x, r0, lanes, beta, y + j0, ldy);
+    }
+  }
+}
+
+}  // namespace folio::worker::kernels::typed
+
+#else  // !defined(__x86_64__)
+
+namespace folio::worker::kernels::typed {
+
+bool HasQ4KGemm(const CpuFeatures&) { return false; }
+
+void GemmQ4K(const uint8_t*, int64_t, int64_t, const Activations&, int64_t, float, float*,
+             int64_t) {
+  LOG(FATAL) << "GemmQ4K needs AVX-512 VNNI";
+}
+
+}  // namespace folio::worker::kernels::typed
+
+#endif

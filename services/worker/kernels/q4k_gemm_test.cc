@@ -1,0 +1,93 @@
+// GemmQ4K (q4k_gemm.h) against the portable q4_K dot kernel, bit for bit: random bytes for
+// every scale, min and nibble (so the integer sums reach their extremes), activation
+// rows quantized to q8_K, tile edges in both directions (weight rows not a multiple of 16,
+// activation rows not a multiple of 8), beta = 0 and beta != 0.
+#include "services/worker/kernels/q4k_gemm.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/kernels/half.h"
+#include "services/worker/kernels/kernel_test_util.h"
+
+namespace folio::worker::kernels::typed {
+namespace {
+
+constexpr int64_t kBlockBytes = 144;
+
+// `rows` weight rows of `in` values: random bytes, d and dmin small positive halves.
+std::vector<uint8_t> RandomQ4K(int64_t rows, int64_t in, int seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(1e-4f, 2e-2f);
+  std::vector<uint8_t> w(rows * (in / 256) * kBlockBytes);
+  for (size_t b = 0; b < w.size() / kBlockBytes; ++b) {
+    uint8_t* blk = w.data() + b * kBlockBytes;
+    for (int64_t i = 4; i < kBlockBytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
+    const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
+    std::memcpy(blk, &d, 2);
+    std::memcpy(blk + 2, &dmin, 2);
+  }
+  return w;
+}
+
+struct Q8K {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int16_t> bsums;
+  Activations acts;
+  Q8K(int64_t rows, int64_t in, int seed)
+      : q(rows * in), d(rows * in / 256), bsums(rows * in / 16) {
+    std::vector<float> x = testing::RandomNormal(rows * in, seed);
+    for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;  // outliers, as activations have
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeQ8_K(x.data() + r * in, in, q.data() + r * in, d.data() + r * (in / 256),
+                   bsums.data() + r * (in / 16));
+    }
+    acts.in = in;
+    acts.k8 = q.data();
+    acts.k8_d = d.data();
+    acts.k8_bsums = bsums.data();
+  }
+};
+
+TEST(Q4KGemmTest, EqualsThePortableDotBitForBit) {
+  if (!HasQ4KGemm(DetectedCpuFeatures())) {
+    GTEST_SKIP() << "GemmQ4K needs AVX-512 VNNI, which this CPU lacks";
+  }
+  const DotKernel portable = PortableQuantKernel(StoredKind::kQ4_K);
+  for (const int64_t in : {256, 768}) {
+    for (const int64_t n : {1, 16, 37}) {
+      for (const int64_t rows : {1, 7, 8, 9, 20}) {
+        SCOPED_TRACE(::testing::Message() << "in " << in << ", " << n << " weight rows, " << rows
+                                        << " activation rows");
+        const int64_t stride = in / 256 * kBlockBytes;
+        const std::vector<uint8_t> w = RandomQ4K(n, in, static_cast<int>(in + n));
+        const Q8K x(rows, in, static_cast<int>(rows));
+        std::vector<float> want(rows * n);
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t r = 0; r < rows; ++r) portable.dot[0](w.data() + j * stride, x.acts, r, &want[r * n + j]);
+        }
+        // y has a wider row stride than n: the columns past n must stay untouched.
+        const int64_t ldy = n + 3;
+        for (const float beta : {0.0f, 0.5f}) {
+          std::vector<float> y(rows * ldy, 2.0f);
+          GemmQ4K(w.data(), stride, n, x.acts, rows, beta, y.data(), ldy);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = 0; j < ldy; ++j) {
+              const float expected = j >= n ? 2.0f : beta == 0.0f ? want[r * n + j]
+                                                                  : want[r * n + j] + beta * 2.0f;
+              ASSERT_EQ(y[r * ldy + j], expected) << "beta " << beta << ", row " << r
+                                                  << ", column " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace folio::worker::kernels::typed

@@ -425,6 +425,39 @@ void BM_DequantBf16(benchmark::State& state) {
                  std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"));
 }
 
+// The step's matmuls as the CPU runner runs a batch of quantized weights:
+// OnednnGemm::LinearDequantized, whose chunks of q4_K rows go to GemmQ4K (q4k_gemm.h) and
+// the others through bf16 rows into oneDNN's matmul. FOLIO_Q4K_GEMM=0 sends every chunk
+// the bf16 way: run the binary with and without it for a same-sitting ratio.
+void BM_StepDequantized(benchmark::State& state) {
+  const auto kind = static_cast<k::StoredKind>(state.range(0));
+  const int64_t rows = state.range(1);
+  static auto* engine = [] {
+    absl::StatusOr<std::unique_ptr<k::OnednnGemm>> e = k::OnednnGemm::Create(kThreads);
+    return e.ok() ? e->release() : nullptr;
+  }();
+  if (engine == nullptr) {
+    state.SkipWithError("built without oneDNN");
+    return;
+  }
+  const Step& s = StepOf(kind);
+  std::vector<float> x(rows * s.widest), y(rows * s.widest);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+  int64_t weights = 0;
+  for (const k::TypedMatrix& m : s.matrices) weights += m.in() * m.out();
+  for (auto _ : state) {
+    for (const k::TypedMatrix& m : s.matrices) {
+      engine->LinearDequantized(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), &Pool());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(weights * rows) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  const char* q4k = std::getenv("FOLIO_Q4K_GEMM");
+  state.SetLabel(std::string(k::StoredKindName(kind)) + ", " + std::to_string(rows) +
+                 " token rows" + (q4k != nullptr && std::string(q4k) == "0" ? ", FOLIO_Q4K_GEMM=0" : ""));
+}
+
 // The pool's cost per loop, as a decode step meets it: a loop of two pieces of ~work_us
 // each (one per thread), after gap_us of work on the caller alone (the norms, RoPE and
 // quantization between two matmuls), on a 2-thread pool with the given spin (0: block at
@@ -481,6 +514,19 @@ void Register() {
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
       }
+    }
+  }
+
+  for (k::StoredKind kind : {k::StoredKind::kQ4_K, k::StoredKind::kQ6_K}) {
+    for (int64_t rows : {8, 32, 128, 512}) {
+      benchmark::RegisterBenchmark(("BM_StepDequantized/" + std::string(k::StoredKindName(kind)) +
+                                    "/rows:" + std::to_string(rows))
+                                       .c_str(),
+                                   BM_StepDequantized)
+          ->Args({static_cast<int64_t>(kind), rows})
+          ->MeasureProcessCPUTime()
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
   }
 

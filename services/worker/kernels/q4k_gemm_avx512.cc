@@ -17,10 +17,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "services/worker/kernels/half.h"
 
 #define FOLIO_INLINE inline __attribute__((always_inline))
 
@@ -40,12 +40,6 @@ struct alignas(64) TileBlock {
 };
 
 const uint8_t kZeroBlock[kBlockBytes] = {};
-
-float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return HalfToFloat(h);
-}
 
 // r[c] lane j = r[j] lane c (16 x 16 dwords).
 FOLIO_T_AVX512 FOLIO_INLINE void Transpose16(__m512i (&r)[16]) {
@@ -82,6 +76,12 @@ FOLIO_T_AVX512 FOLIO_INLINE void Transpose16(__m512i (&r)[16]) {
 FOLIO_T_AVX512 void UnpackTile(const uint8_t* w, int64_t stride, int rows, int64_t blocks,
                                TileBlock* tiles) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i six = _mm512_set1_epi32(0x3F), four = _mm512_set1_epi32(0x0F),
+                top2 = _mm512_set1_epi32(0x30), zero = _mm512_setzero_si512();
+  const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int32_t>(stride)));
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk[kLanes];
     for (int j = 0; j < kLanes; ++j) {
@@ -100,23 +100,33 @@ FOLIO_T_AVX512 void UnpackTile(const uint8_t* w, int64_t stride, int rows, int64
         t.q[16 * p + 8 + q % 8] = _mm512_and_si512(_mm512_srli_epi16(r[c], 4), low4);
       }
     }
-    alignas(64) int32_t sc[8][kLanes];
-    alignas(64) int16_t mins[4][kLanes][2];
-    alignas(64) float d[kLanes], dmin[kLanes];
-    for (int j = 0; j < kLanes; ++j) {
-      int s[8], m[8];
-      ScalesMinsK4(blk[j] + 4, s, m);
-      for (int g = 0; g < 8; ++g) {
-        sc[g][j] = s[g];
-        mins[g / 2][j][g % 2] = static_cast<int16_t>(m[g]);
-      }
-      d[j] = HalfAt(blk[j]);
-      dmin[j] = HalfAt(blk[j] + 2);
+    // d, dmin and the 12 bytes of scales and mins as dwords u0, u1, u2, one row a lane
+    // (rows past `rows` read as zeros). For g < 4: sc_g = u0 >> 8g & 0x3f, m_g = u1 >> 8g &
+    // 0x3f; sc_g+4 = (u2 >> 8g & 0x0f) | (u0 >> 8g + 2 & 0x30), m_g+4 the same with
+    // u2 >> 4 and u1.
+    const uint8_t* at = w + b * kBlockBytes;
+    const __m512i dd = _mm512_mask_i32gather_epi32(zero, valid, offsets, at, 1);
+    const __m512i u0 = _mm512_mask_i32gather_epi32(zero, valid, offsets, at + 4, 1);
+    const __m512i u1 = _mm512_mask_i32gather_epi32(zero, valid, offsets, at + 8, 1);
+    const __m512i u2 = _mm512_mask_i32gather_epi32(zero, valid, offsets, at + 12, 1);
+    __m512i m[8];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i lo0 = _mm512_srli_epi32(u0, 8 * g), lo1 = _mm512_srli_epi32(u1, 8 * g);
+      const __m512i hi = _mm512_srli_epi32(u2, 8 * g);
+      t.sc[g] = _mm512_and_si512(lo0, six);
+      m[g] = _mm512_and_si512(lo1, six);
+      t.sc[g + 4] = _mm512_or_si512(_mm512_and_si512(hi, four),
+                                    _mm512_and_si512(_mm512_srli_epi32(lo0, 2), top2));
+      m[g + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(hi, 4), four),
+                                 _mm512_and_si512(_mm512_srli_epi32(lo1, 2), top2));
     }
-    for (int g = 0; g < 8; ++g) t.sc[g] = _mm512_load_si512(sc[g]);
-    for (int p = 0; p < 4; ++p) t.mins[p] = _mm512_load_si512(mins[p]);
-    t.d = _mm512_load_ps(d);
-    t.dmin = _mm512_load_ps(dmin);
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      t.mins[p] = _mm512_or_si512(m[2 * p], _mm512_slli_epi32(m[2 * p + 1], 16));
+    }
+    t.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    t.dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
   }
 }
 
@@ -210,6 +220,7 @@ bool HasQ4KGemm(const CpuFeatures& features) { return features.avx512_vnni; }
 void GemmQ4K(const uint8_t* w, int64_t stride, int64_t n, const Activations& x, int64_t rows,
              float beta, float* y, int64_t ldy) {
   CHECK_EQ(x.in % 256, 0);
+  CHECK_LE(stride, INT32_MAX / kLanes);  // UnpackTile gathers at 32-bit row offsets
   const int64_t blocks = x.in / 256;
   thread_local std::vector<TileBlock> tiles;
   if (static_cast<int64_t>(tiles.size()) < blocks) tiles.resize(blocks);

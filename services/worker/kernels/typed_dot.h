@@ -125,7 +125,13 @@ void QuantizeQ8_0OnPath(SimdPath path, const float* x, int64_t n, int8_t* q, flo
 // Quantizes n values (a multiple of 256) into q8_K super-blocks as ggml's
 // quantize_row_q8_K_ref does: the value of largest magnitude maps to -127 (d = max /
 // -127, f32), q = round-half-even(x / d) clamped to 127, bsums per 16; all-zero: d = 0.
+// Runs AVX-512 (F+BW) where EnabledCpuFeatures() has it; every path gives the same bytes
+// (finite x).
 void QuantizeQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums);
+void QuantizeQ8_KPortable(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums);
+// kPortable, or any AVX-512 path (the path must be available).
+void QuantizeQ8_KOnPath(SimdPath path, const float* x, int64_t n, int8_t* q, float* d,
+                        int16_t* bsums);
 // c[i] = -128 * (q[4i] + q[4i + 1] + q[4i + 2] + q[4i + 3]) for i < n / 4 (n a multiple
 // of 4): the term that turns vpdpbusd of unsigned weights (w + 128) into w times q.
 void Q8Corrections(const int8_t* q, int64_t n, int32_t* c);

@@ -511,6 +511,41 @@ TEST(TypedKernelReferenceTest, Q8_0QuantizerPathsAgree) {
   EXPECT_EQ(q_ref[64 + 9], 0);
 }
 
+// Every q8_K quantizer path writes the portable bytes: random rows with outliers, ties
+// at x.5 after scaling, a super-block whose largest magnitude appears with both signs
+// (the first one sets the sign of d), one of tiny values and one all zero.
+TEST(TypedKernelReferenceTest, Q8_KQuantizerPathsAgree) {
+  const int64_t n = 256 * 6;
+  std::vector<float> x = RandomNormal(n, 21);
+  for (int64_t i = 0; i < 256; i += 13) x[i] *= 30.0f;
+  for (int j = 0; j < 256; ++j) x[256 + j] = (j % 9 - 4) * 0.5f;   // max 2: q = x * 63.5
+  x[256 + 200] = -127.0f;                                          // d = 1: ties stay ties
+  for (int j = 0; j < 256; ++j) x[512 + j] = (j % 7) * 0.5f + 0.5f;  // ties at 127 / 4 steps
+  x[768 + 10] = -5.0f;
+  x[768 + 20] = 5.0f;  // same magnitude, later: d from the -5
+  for (int j = 0; j < 256; ++j) x[1024 + j] = (j - 128) * 1e-30f;
+  std::fill(x.begin() + 1280, x.end(), 0.0f);
+  std::vector<int8_t> q_ref(n), q(n);
+  std::vector<float> d_ref(n / 256), d(n / 256);
+  std::vector<int16_t> bs_ref(n / 16), bs(n / 16);
+  typed::QuantizeQ8_KPortable(x.data(), n, q_ref.data(), d_ref.data(), bs_ref.data());
+  EXPECT_GT(d_ref[3], 0.0f);  // -5 first: d = -5 / -127
+  int ran = 0;
+  for (SimdPath path : {SimdPath::kPortable, SimdPath::kAvx512}) {
+    if (MissingFeature(path, DetectedCpuFeatures()) != nullptr) continue;
+    ++ran;
+    SCOPED_TRACE(SimdPathName(path));
+    std::fill(q.begin(), q.end(), int8_t{99});
+    typed::QuantizeQ8_KOnPath(path, x.data(), n, q.data(), d.data(), bs.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(q[i], q_ref[i]) << "value " << i << " = " << x[i];
+    }
+    EXPECT_EQ(std::memcmp(d.data(), d_ref.data(), d.size() * 4), 0);
+    EXPECT_EQ(bs, bs_ref);
+  }
+  EXPECT_GE(ran, 1);
+}
+
 TEST(CpuIsaTest, FeaturesNarrowAndNameWhatIsMissing) {
   CpuFeatures all;
   all.avx2 = all.avx512 = all.avx512_vnni = all.avx512_bf16 = all.avx_vnni = true;

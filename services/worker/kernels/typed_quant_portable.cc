@@ -216,7 +216,7 @@ DotKernel PortableQuantKernel(StoredKind kind) {
   }
 }
 
-void QuantizeQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+void QuantizeQ8_KPortable(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
   for (int64_t b = 0; b < n / kQ8KBlock; ++b) {
     const float* xb = x + b * kQ8KBlock;
     int8_t* qb = q + b * kQ8KBlock;

@@ -4,10 +4,12 @@
 // is exact in any order and both drop a NaN the way std::max(amax, v) does), the same
 // scalar scale and inverse, the same f32 products x * id, and round half away from zero
 // done exactly (truncate, then step away from zero where |fraction| >= 0.5).
-// QuantizeQ8_0 picks the best path EnabledCpuFeatures() allows, once. Stateless,
-// thread-safe.
+// QuantizeQ8_0 picks the best path EnabledCpuFeatures() allows, once. QuantizeQ8_K the
+// same over QuantizeQ8_KPortable (typed_quant_portable.cc) and an AVX-512 version with its
+// bytes (Q8_KQuantizerPathsAgree). Stateless, thread-safe.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "glog/logging.h"
 #include "services/worker/kernels/half.h"
@@ -54,6 +56,46 @@ FOLIO_T_AVX512 void QuantizeQ8_0Avx512(const float* x, int64_t n, int8_t* q, flo
     if (s != nullptr) {
       s[b] = d[b] * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
     }
+  }
+}
+
+// QuantizeQ8_KPortable's bytes: the first value of largest magnitude maps to -127, the
+// others round half to even (vcvtps2dq under the default rounding mode), bsums per 16.
+FOLIO_T_AVX512 void QuantizeQ8_KAvx512(const float* x, int64_t n, int8_t* q, float* d,
+                                       int16_t* bsums) {
+  for (int64_t b = 0; b < n / kQ8KBlock; ++b) {
+    const float* xb = x + b * kQ8KBlock;
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < kQ8KBlock; j += 16) {
+      m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + j)), m);
+    }
+    const float amax = _mm512_reduce_max_ps(m);
+    int8_t* qb = q + b * kQ8KBlock;
+    if (amax == 0.0f) {
+      d[b] = 0.0f;
+      std::memset(qb, 0, kQ8KBlock);
+      std::memset(bsums + b * 16, 0, 16 * sizeof(int16_t));
+      continue;
+    }
+    float max = amax;
+    for (int j = 0; j < kQ8KBlock; j += 16) {  // the first value at amax, with its sign
+      const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + j)),
+                                              _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (at != 0) {
+        max = xb[j + __builtin_ctz(at)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 vs = _mm512_set1_ps(iscale);
+    for (int g = 0; g < 16; ++g) {
+      const __m512i v = _mm512_min_epi32(
+          _mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(xb + 16 * g))),
+          _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16 * g), _mm512_cvtepi32_epi8(v));
+      bsums[b * 16 + g] = static_cast<int16_t>(_mm512_reduce_add_epi32(v));
+    }
+    d[b] = 1.0f / iscale;
   }
 }
 
@@ -120,7 +162,32 @@ QuantizeFn Q8_0For(SimdPath path) {
   return QuantizeQ8_0Portable;
 }
 
+using QuantizeKFn = void (*)(const float*, int64_t, int8_t*, float*, int16_t*);
+
+QuantizeKFn Q8_KFor(SimdPath path) {
+#if defined(__x86_64__)
+  if (path == SimdPath::kAvx512 || path == SimdPath::kAvx512Vnni ||
+      path == SimdPath::kAvx512Bf16) {
+    return QuantizeQ8_KAvx512;
+  }
+#endif
+  return QuantizeQ8_KPortable;
+}
+
 }  // namespace
+
+void QuantizeQ8_KOnPath(SimdPath path, const float* x, int64_t n, int8_t* q, float* d,
+                        int16_t* bsums) {
+  const char* missing = MissingFeature(path, DetectedCpuFeatures());
+  CHECK(missing == nullptr) << "path " << SimdPathName(path) << " needs " << missing;
+  Q8_KFor(path)(x, n, q, d, bsums);
+}
+
+void QuantizeQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+  static const QuantizeKFn fn =
+      Q8_KFor(EnabledCpuFeatures().avx512 ? SimdPath::kAvx512 : SimdPath::kPortable);
+  fn(x, n, q, d, bsums);
+}
 
 void QuantizeQ8_0OnPath(SimdPath path, const float* x, int64_t n, int8_t* q, float* d,
                         float* s) {

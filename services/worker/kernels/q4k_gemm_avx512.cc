@@ -29,6 +29,7 @@ namespace {
 
 constexpr int kLanes = 16;     // weight rows a tile
 constexpr int kMaxRows = 8;    // activation rows a register tile
+constexpr int kTilesPerPass = 4;
 constexpr int kBlockBytes = 144;
 
 // One super-block of a 16-row tile, unpacked. 78 vectors (4992 bytes).
@@ -222,15 +223,28 @@ void GemmQ4K(const uint8_t* w, int64_t stride, int64_t n, const Activations& x, 
   CHECK_EQ(x.in % 256, 0);
   CHECK_LE(stride, INT32_MAX / kLanes);  // UnpackTile gathers at 32-bit row offsets
   const int64_t blocks = x.in / 256;
+  // kTilesPerPass tiles (64 weight rows) are unpacked, then each group of 8 activation
+  // rows meets all of them while it is in L1: at a prefill's 512 rows the activations
+  // (512 x in bytes) are read from the outer caches once per 64 weight rows, not per 16.
   thread_local std::vector<TileBlock> tiles;
-  if (static_cast<int64_t>(tiles.size()) < blocks) tiles.resize(blocks);
-  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
-    const int nr = static_cast<int>(std::min<int64_t>(kLanes, n - j0));
-    UnpackTile(w + j0 * stride, stride, nr, blocks, tiles.data());
-    const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+  if (static_cast<int64_t>(tiles.size()) < kTilesPerPass * blocks) {
+    tiles.resize(kTilesPerPass * blocks);
+  }
+  for (int64_t p0 = 0; p0 < n; p0 += kTilesPerPass * kLanes) {
+    const int64_t pass = std::min<int64_t>(kTilesPerPass * kLanes, n - p0);
+    const int64_t num_tiles = (pass + kLanes - 1) / kLanes;
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int nr = static_cast<int>(std::min<int64_t>(kLanes, pass - t * kLanes));
+      UnpackTile(w + (p0 + t * kLanes) * stride, stride, nr, blocks, &tiles[t * blocks]);
+    }
     for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
       const int64_t nrows = std::min<int64_t>(kMaxRows, rows - r0);
-      kTileStore[nrows - 1](tiles.data(), blocks, x, r0, lanes, beta, y + j0, ldy);
+      for (int64_t t = 0; t < num_tiles; ++t) {
+        const int64_t j0 = p0 + t * kLanes;
+        const int nr = static_cast<int>(std::min<int64_t>(kLanes, n - j0));
+        const __mmask16 lanes = static_cast<__mmask16>((1u << nr) - 1);
+        kTileStore[nrows - 1](&tiles[t * blocks], blocks, x, r0, lanes, beta, y + j0, ldy);
+      }
     }
   }
 }

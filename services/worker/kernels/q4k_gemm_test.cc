@@ -59,7 +59,7 @@ TEST(Q4KGemmTest, EqualsThePortableDotBitForBit) {
   }
   const DotKernel portable = PortableQuantKernel(StoredKind::kQ4_K);
   for (const int64_t in : {256, 768}) {
-    for (const int64_t n : {1, 16, 37}) {
+    for (const int64_t n : {1, 16, 37, 100}) {
       for (const int64_t rows : {1, 7, 8, 9, 20}) {
         SCOPED_TRACE(::testing::Message() << "in " << in << ", " << n << " weight rows, " << rows
                                         << " activation rows");

@@ -426,8 +426,9 @@ void BM_DequantBf16(benchmark::State& state) {
 }
 
 // The step's matmuls as the CPU runner runs a batch of quantized weights:
-// OnednnGemm::LinearDequantized, whose chunks of q4_K rows go to GemmQ4K (q4k_gemm.h) and
-// the others through bf16 rows into oneDNN's matmul. FOLIO_Q4K_GEMM=0 sends every chunk
+// OnednnGemm::LinearDequantized, whose chunks of q4_K and q6_K rows go to GemmQ4K / GemmQ6K
+// (kquant_gemm.h), the others through bf16 rows into oneDNN's matmul. FOLIO_KQUANT_GEMM=0
+// sends every chunk
 // the bf16 way: run the binary with and without it for a same-sitting ratio.
 void BM_StepDequantized(benchmark::State& state) {
   const auto kind = static_cast<k::StoredKind>(state.range(0));
@@ -453,9 +454,10 @@ void BM_StepDequantized(benchmark::State& state) {
   }
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * static_cast<double>(weights * rows) / 1e9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-  const char* q4k = std::getenv("FOLIO_Q4K_GEMM");
+  const char* kq = std::getenv("FOLIO_KQUANT_GEMM");
   state.SetLabel(std::string(k::StoredKindName(kind)) + ", " + std::to_string(rows) +
-                 " token rows" + (q4k != nullptr && std::string(q4k) == "0" ? ", FOLIO_Q4K_GEMM=0" : ""));
+                 " token rows" +
+                 (kq != nullptr && std::string(kq) == "0" ? ", FOLIO_KQUANT_GEMM=0" : ""));
 }
 
 // The pool's cost per loop, as a decode step meets it: a loop of two pieces of ~work_us

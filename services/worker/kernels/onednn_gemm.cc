@@ -18,7 +18,7 @@
 #include "glog/logging.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "services/worker/kernels/dequant_bf16.h"
-#include "services/worker/kernels/q4k_gemm.h"
+#include "services/worker/kernels/kquant_gemm.h"
 #include "services/worker/kernels/typed_dot.h"
 
 namespace folio::worker::kernels {
@@ -95,30 +95,31 @@ T* Grow(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-// Chunk c's rows (c * chunk onwards) when they all lie in one q4_K segment: its first row
-// and stride; data = null otherwise.
-struct Q4KRun {
+// Chunk c's rows (c * chunk onwards) when they all lie in one q4_K or q6_K segment: the
+// GEMM of its type (kquant_gemm.h), its first row and stride; gemm = null otherwise.
+struct KQuantRun {
+  typed::KQuantGemmFn gemm = nullptr;
   const uint8_t* data = nullptr;
   int64_t stride = 0;
 };
-// Fills runs[c] for every chunk; whether any is q4_K. None without GemmQ4K on this CPU,
-// or with FOLIO_Q4K_GEMM=0 in the environment (read once; for measuring it).
-bool Q4KRuns(const TypedMatrix& w, int64_t chunk, const CpuFeatures& features,
-             std::vector<Q4KRun>& runs) {
+// Fills runs[c] for every chunk; whether any has a GEMM. None without the K-quant GEMMs on
+// this CPU, or with FOLIO_KQUANT_GEMM=0 in the environment (read once; for measuring).
+bool KQuantRuns(const TypedMatrix& w, int64_t chunk, const CpuFeatures& features,
+                std::vector<KQuantRun>& runs) {
   static const bool enabled = [] {
-    const char* v = std::getenv("FOLIO_Q4K_GEMM");
+    const char* v = std::getenv("FOLIO_KQUANT_GEMM");
     return v == nullptr || std::string(v) != "0";
   }();
-  if (!enabled || !typed::HasQ4KGemm(features)) return false;
+  if (!enabled || !typed::HasKQuantGemm(features)) return false;
   bool any = false;
   int64_t first = 0;
   for (const TypedRows& s : w.segments()) {
-    if (s.kind == StoredKind::kQ4_K) {
+    if (const typed::KQuantGemmFn gemm = typed::KQuantGemmFor(s.kind); gemm != nullptr) {
       for (int64_t c = (first + chunk - 1) / chunk; c < static_cast<int64_t>(runs.size()); ++c) {
         const int64_t o0 = c * chunk;
         const int64_t end = std::min(o0 + chunk, w.out());
         if (end > first + s.rows) break;
-        runs[c] = Q4KRun{s.data + (o0 - first) * s.row_stride_bytes, s.row_stride_bytes};
+        runs[c] = KQuantRun{gemm, s.data + (o0 - first) * s.row_stride_bytes, s.row_stride_bytes};
         any = true;
       }
     }
@@ -257,32 +258,32 @@ class OnednnGemmImpl final : public OnednnGemm {
       return false;
     }
     const CpuFeatures& features = EnabledCpuFeatures();
-    // Chunks of q4_K rows go to GemmQ4K against q8_K activations where the CPU has it (no
-    // bf16 copy of the weights); the others are dequantized for oneDNN.
-    std::vector<Q4KRun> q4k(num_chunks);
-    const bool any_q4k = Q4KRuns(w, chunk, features, q4k);
-    const bool all_q4k = any_q4k && std::all_of(q4k.begin(), q4k.end(),
-                                                [](const Q4KRun& r) { return r.data != nullptr; });
+    // Chunks of q4_K or q6_K rows go to their GEMM against q8_K activations where the CPU
+    // has it (no bf16 copy of the weights); the others are dequantized for oneDNN.
+    std::vector<KQuantRun> runs(num_chunks);
+    const bool any_k = KQuantRuns(w, chunk, features, runs);
+    const bool all_k = any_k && std::all_of(runs.begin(), runs.end(),
+                                            [](const KQuantRun& r) { return r.gemm != nullptr; });
     // The activations once, in the caller's buffers, read by every thread.
     uint16_t* xb = nullptr;
-    if (!all_q4k) {
+    if (!all_k) {
       xb = Grow(Buffers().x, rows * in);
       for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, xb + r * in);
     }
     typed::Activations k8;
-    if (any_q4k) k8 = QuantizeQ8K(x, ldx, rows, in, pool);
+    if (any_k) k8 = QuantizeQ8K(x, ldx, rows, in, pool);
     const int caller_threads = omp_get_max_threads();
     ParallelFor(pool, num_chunks, 1, [&](int64_t begin, int64_t end) {
       omp_set_num_threads(1);  // oneDNN runs on this pool thread alone
       ThreadBuffers& buf = Buffers();
-      uint16_t* wb = all_q4k ? nullptr : Grow(buf.w, chunk * in);
-      float* d = all_q4k ? nullptr : Grow(buf.y, rows * chunk);
+      uint16_t* wb = all_k ? nullptr : Grow(buf.w, chunk * in);
+      float* d = all_k ? nullptr : Grow(buf.y, rows * chunk);
       dnnl::stream stream(Cpu());
       for (int64_t c = begin; c < end; ++c) {
         const int64_t o0 = c * chunk;
         const int64_t n = std::min(chunk, out - o0);
-        if (q4k[c].data != nullptr) {
-          typed::GemmQ4K(q4k[c].data, q4k[c].stride, n, k8, rows, beta, y + o0, ldy);
+        if (runs[c].gemm != nullptr) {
+          runs[c].gemm(runs[c].data, runs[c].stride, n, k8, rows, beta, y + o0, ldy);
           continue;
         }
         RowsToBf16(w, o0, n, wb, features, buf.row);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "services/worker/kernels/q4k_gemm.h"
+#include "services/worker/kernels/kquant_gemm.h"
 #include "services/worker/kernels/typed_gemm.h"
 #include "services/worker/model/weight_format.h"
 
@@ -217,7 +217,7 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
   std::mt19937 rng(5);
   const int64_t in = 512;
   const std::vector<QuantSegment> segments = {{&kQ4_KFormat, StoredKind::kQ4_K, 160},
-                                              {&kQ6_KFormat, StoredKind::kQ6_K, 37},
+                                              {&kQ6_KFormat, StoredKind::kQ6_K, 224},
                                               {&kQ8_0Format, StoredKind::kQ8_0, 64},
                                               {&kQ4_0Format, StoredKind::kQ4_0, 29},
                                               {&kQ2_KFormat, StoredKind::kOther, 18}};
@@ -253,9 +253,9 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
       for (float& v : y0) v = u(rng);
       std::vector<float> y = y0;
       ASSERT_TRUE(engine->LinearDequantized(x.data(), ldx, c.rows, w, c.beta, y.data(), ldy, p));
-      // Chunks of q4_K rows may run GemmQ4K on q8_K activations (q4k_gemm.h), which gives
-      // the portable q8_K dot bit for bit; every other output is the bf16 product.
-      const int64_t q4k_rows = segments[0].rows;
+      // Chunks of q4_K or q6_K rows may run GemmQ4K / GemmQ6K on q8_K activations
+      // (kquant_gemm.h), which give the portable q8_K dot bit for bit; every other output
+      // is the bf16 product.
       std::vector<int8_t> k8(c.rows * in);
       std::vector<float> k8_d(c.rows * in / 256);
       std::vector<int16_t> k8_bsums(c.rows * in / 16);
@@ -268,15 +268,17 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
       acts.k8 = k8.data();
       acts.k8_d = k8_d.data();
       acts.k8_bsums = k8_bsums.data();
-      const typed::DotKernel q4k = typed::PortableQuantKernel(StoredKind::kQ4_K);
-      int64_t through_q4k = 0;
+      int64_t through_gemm[2] = {0, 0};  // q4_K, q6_K outputs equal to the q8_K dot
       for (int64_t r = 0; r < c.rows; ++r) {
         for (int64_t o = 0; o < out; ++o) {
-          if (o < q4k_rows) {
+          const int s = o < segments[0].rows ? 0 : o < segments[0].rows + segments[1].rows ? 1 : -1;
+          if (s >= 0) {
+            const int64_t row = o - (s == 0 ? 0 : segments[0].rows);
             float dot;
-            q4k.dot[0](stores[0].data() + o * w.segments()[0].row_stride_bytes, acts, r, &dot);
+            typed::PortableQuantKernel(segments[s].kind)
+                .dot[0](stores[s].data() + row * w.segments()[s].row_stride_bytes, acts, r, &dot);
             if (y[r * ldy + o] == (c.beta == 0.0f ? dot : dot + c.beta * y0[r * ldy + o])) {
-              ++through_q4k;
+              ++through_gemm[s];
               continue;
             }
           }
@@ -290,9 +292,12 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
         }
         for (int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], y0[r * ldy + o]);
       }
-      // 160 q4_K rows hold at least one whole chunk, with or without the pool.
-      if (typed::HasQ4KGemm(EnabledCpuFeatures()) && std::getenv("FOLIO_Q4K_GEMM") == nullptr) {
-        EXPECT_GE(through_q4k, c.rows * 16);
+      // With the pool's chunks (about 4 a thread, 128 rows here) the 160 q4_K rows and the
+      // 224 q6_K rows each hold a whole one; alone, the caller's two chunks cross segments.
+      if (p != nullptr && typed::HasKQuantGemm(EnabledCpuFeatures()) &&
+          std::getenv("FOLIO_KQUANT_GEMM") == nullptr) {
+        EXPECT_GE(through_gemm[0], c.rows * 16);
+        EXPECT_GE(through_gemm[1], c.rows * 16);
       }
     }
   }

@@ -1,8 +1,9 @@
-// GemmQ4K (q4k_gemm.h) against the portable q4_K dot kernel, bit for bit: random bytes for
-// every scale, min and nibble (so the integer sums reach their extremes), activation
-// rows quantized to q8_K, tile edges in both directions (weight rows not a multiple of 16,
-// activation rows not a multiple of 8), beta = 0 and beta != 0.
-#include "services/worker/kernels/q4k_gemm.h"
+// GemmQ4K and GemmQ6K (kquant_gemm.h) against the portable dot kernels, bit for bit:
+// random bytes for every scale, min and quant (so the integer sums reach their extremes),
+// activation rows quantized to q8_K, tile edges in both directions (weight rows not a
+// multiple of 16 nor of a pass's 64, activation rows not a multiple of 8), beta = 0 and
+// beta != 0.
+#include "services/worker/kernels/kquant_gemm.h"
 
 #include <cstring>
 #include <random>
@@ -15,20 +16,30 @@
 namespace folio::worker::kernels::typed {
 namespace {
 
-constexpr int64_t kBlockBytes = 144;
+struct Format {
+  const char* name;
+  StoredKind kind;
+  int64_t bytes;  // per super-block
+  KQuantGemmFn gemm;
+  // Where the block's f16 scales sit (q4_K: d, dmin first; q6_K: d last).
+  int64_t first_half, halves;
+};
+const Format kFormats[] = {{"q4_K", StoredKind::kQ4_K, 144, GemmQ4K, 0, 2},
+                           {"q6_K", StoredKind::kQ6_K, 210, GemmQ6K, 208, 1}};
 
-// `rows` weight rows of `in` values: random bytes, d and dmin small positive halves.
-std::vector<uint8_t> RandomQ4K(int64_t rows, int64_t in, int seed) {
+// `rows` weight rows of `in` values: random bytes, the f16 scales small positive halves.
+std::vector<uint8_t> RandomBlocks(const Format& f, int64_t rows, int64_t in, int seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(1e-4f, 2e-2f);
-  std::vector<uint8_t> w(rows * (in / 256) * kBlockBytes);
-  for (size_t b = 0; b < w.size() / kBlockBytes; ++b) {
-    uint8_t* blk = w.data() + b * kBlockBytes;
-    for (int64_t i = 4; i < kBlockBytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
-    const uint16_t d = FloatToHalf(scale(rng)), dmin = FloatToHalf(scale(rng));
-    std::memcpy(blk, &d, 2);
-    std::memcpy(blk + 2, &dmin, 2);
+  std::vector<uint8_t> w(rows * (in / 256) * f.bytes);
+  for (size_t b = 0; b < w.size() / f.bytes; ++b) {
+    uint8_t* blk = w.data() + b * f.bytes;
+    for (int64_t i = 0; i < f.bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
+    for (int64_t h = 0; h < f.halves; ++h) {
+      const uint16_t v = FloatToHalf(scale(rng));
+      std::memcpy(blk + f.first_half + 2 * h, &v, 2);
+    }
   }
   return w;
 }
@@ -53,18 +64,21 @@ struct Q8K {
   }
 };
 
-TEST(Q4KGemmTest, EqualsThePortableDotBitForBit) {
-  if (!HasQ4KGemm(DetectedCpuFeatures())) {
-    GTEST_SKIP() << "GemmQ4K needs AVX-512 VNNI, which this CPU lacks";
+class KQuantGemmTest : public ::testing::TestWithParam<Format> {};
+
+TEST_P(KQuantGemmTest, EqualsThePortableDotBitForBit) {
+  const Format& f = GetParam();
+  if (!HasKQuantGemm(DetectedCpuFeatures())) {
+    GTEST_SKIP() << "the K-quant GEMMs need AVX-512 VNNI, which this CPU lacks";
   }
-  const DotKernel portable = PortableQuantKernel(StoredKind::kQ4_K);
+  const DotKernel portable = PortableQuantKernel(f.kind);
   for (const int64_t in : {256, 768}) {
     for (const int64_t n : {1, 16, 37, 100}) {
       for (const int64_t rows : {1, 7, 8, 9, 20}) {
         SCOPED_TRACE(::testing::Message() << "in " << in << ", " << n << " weight rows, " << rows
                                         << " activation rows");
-        const int64_t stride = in / 256 * kBlockBytes;
-        const std::vector<uint8_t> w = RandomQ4K(n, in, static_cast<int>(in + n));
+        const int64_t stride = in / 256 * f.bytes;
+        const std::vector<uint8_t> w = RandomBlocks(f, n, in, static_cast<int>(in + n));
         const Q8K x(rows, in, static_cast<int>(rows));
         std::vector<float> want(rows * n);
         for (int64_t j = 0; j < n; ++j) {
@@ -74,7 +88,7 @@ TEST(Q4KGemmTest, EqualsThePortableDotBitForBit) {
         const int64_t ldy = n + 3;
         for (const float beta : {0.0f, 0.5f}) {
           std::vector<float> y(rows * ldy, 2.0f);
-          GemmQ4K(w.data(), stride, n, x.acts, rows, beta, y.data(), ldy);
+          f.gemm(w.data(), stride, n, x.acts, rows, beta, y.data(), ldy);
           for (int64_t r = 0; r < rows; ++r) {
             for (int64_t j = 0; j < ldy; ++j) {
               const float expected = j >= n ? 2.0f : beta == 0.0f ? want[r * n + j]
@@ -88,6 +102,11 @@ TEST(Q4KGemmTest, EqualsThePortableDotBitForBit) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, KQuantGemmTest, ::testing::ValuesIn(kFormats),
+                         [](const ::testing::TestParamInfo<Format>& i) {
+                           return std::string(i.param.name);
+                         });
 
 }  // namespace
 }  // namespace folio::worker::kernels::typed

@@ -110,8 +110,10 @@ class OnednnGemm {
 
   // y = x . W^T + beta * y as Linear, for a TypedMatrix of any stored type, dequantized
   // to bf16 by chunks of output rows on `pool`'s threads (null: the caller alone), each
-  // chunk multiplied by a one-thread oneDNN matmul. False (logged, y untouched) when
-  // oneDNN refuses the shape.
+  // chunk multiplied by a one-thread oneDNN matmul; a chunk that lies whole in a q4_K or
+  // q6_K segment runs GemmQ4K / GemmQ6K on q8_K activations instead where the CPU has
+  // them (kquant_gemm.h; FOLIO_KQUANT_GEMM=0 turns that off). False (logged, y
+  // untouched) when oneDNN refuses the shape.
   virtual bool LinearDequantized(const float* x, int64_t ldx, int64_t rows,
                                  const TypedMatrix& w, float beta, float* y, int64_t ldy,
                                  ThreadPool* pool) = 0;

@@ -98,8 +98,10 @@ ABSL_FLAG(int, dequant_gemm_min_rows, folio::worker::kDefaultDequantMinRows,
           "many token rows are dequantized to bf16 a chunk of rows per thread at a time "
           "(nothing more resident) and multiplied by oneDNN's bf16 matmul, which reuses "
           "each weight across the rows faster than Folio's integer kernels (needs a build "
-          "with libdnnl-dev and an AVX-512 CPU; else Folio's kernels, logged). 0: always "
-          "Folio's kernels, whose sums do not depend on the batch.");
+          "with libdnnl-dev and an AVX-512 CPU; else Folio's kernels, logged); on AVX-512 "
+          "VNNI, q4_K and q6_K rows skip the bf16 copy and run Folio's int8 GEMMs "
+          "(kernels/kquant_gemm.h). 0: always Folio's kernels, whose sums do not depend on "
+          "the batch.");
 
 namespace {
 

@@ -27,7 +27,6 @@
 #include <cstring>
 #include <vector>
 
-
 #define FOLIO_INLINE inline __attribute__((always_inline))
 
 namespace folio::worker::kernels::typed {
@@ -322,8 +321,8 @@ FOLIO_T_AVX512VNNI void RowsQ6K(const Q6KBlock* tiles, int64_t blocks, const Act
         offset = _mm512_dpwssd_epi32(offset, _mm512_load_si512(&t.off[p]), _mm512_set1_epi32(pair));
       }
       const __m512 dx = _mm512_set1_ps(xd[i][b]);
-      out[i] = _mm512_add_ps(out[i], _mm512_mul_ps(_mm512_mul_ps(t.d, dx),
-                                                   _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[i], offset))));
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[i], offset));
+      out[i] = _mm512_add_ps(out[i], _mm512_mul_ps(_mm512_mul_ps(t.d, dx), sum));
     }
   }
 }

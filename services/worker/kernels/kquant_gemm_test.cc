@@ -82,7 +82,9 @@ TEST_P(KQuantGemmTest, EqualsThePortableDotBitForBit) {
         const Q8K x(rows, in, static_cast<int>(rows));
         std::vector<float> want(rows * n);
         for (int64_t j = 0; j < n; ++j) {
-          for (int64_t r = 0; r < rows; ++r) portable.dot[0](w.data() + j * stride, x.acts, r, &want[r * n + j]);
+          for (int64_t r = 0; r < rows; ++r) {
+            portable.dot[0](w.data() + j * stride, x.acts, r, &want[r * n + j]);
+          }
         }
         // y has a wider row stride than n: the columns past n must stay untouched.
         const int64_t ldy = n + 3;

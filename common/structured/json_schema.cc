@@ -54,6 +54,17 @@ class SchemaCompiler {
     if (!expr.ok()) return expr.status();
     std::string out = absl::StrCat(prefix_, " ::= ", *expr, "\n", rules_);
     AppendHelpers(&out);
+    // A $ref cycle with nothing matched between its steps ({"anyOf":[{"$ref":"#"}]}, or
+    // two $defs naming each other) compiles to a left-recursive rule, which no grammar
+    // accepts. Whether some cycle does is a property of the whole rule graph (a rule first
+    // reached behind a byte may later be reached at the head), so the grammar parser's own
+    // check decides, and its refusal is the schema's.
+    absl::StatusOr<Grammar> parsed =
+        Grammar::Parse(prefix_ == "root" ? out : absl::StrCat("root ::= ", prefix_, "\n", out));
+    if (!parsed.ok()) {
+      return Error("", absl::StrCat("the schema refers to itself through $ref without matching "
+                                    "anything in between (", parsed.status().message(), ")"));
+    }
     return out;
   }
 

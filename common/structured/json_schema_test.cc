@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/structured/grammar.h"
 #include "common/structured/structured_output.h"
 #include "common/structured/test_util.h"
 #include "gmock/gmock.h"
@@ -152,6 +153,39 @@ std::string Err(std::string_view schema) {
   EXPECT_FALSE(g.ok()) << schema;
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(g.status().message());
+}
+
+// What the fuzzer holds every input to: either a clear error, or a grammar that parses.
+TEST(JsonSchemaTest, FuzzFoundSchemasGiveAnErrorOrAGrammarThatParses) {
+  for (std::string_view schema : {
+           // A $ref to the whole document, beside $defs holding an unsupported keyword.
+           R"({"$defs":{"n":{"type":"object","pro]erties":{"k":{"type":"array",)"
+           R"("items":{"$ref":"#n!+um/$defs/n"}}}}},"anyOf":[{"$ref":"#"}]})",
+           // Two definitions naming each other, and a rule first reached behind "[" that
+           // later comes back at the head.
+           R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},)"
+           R"("$ref":"#/$defs/a"})",
+           R"({"$defs":{"a":{"anyOf":[{"$ref":"#"}]}},"anyOf":[{"type":"array",)"
+           R"("items":{"$ref":"#/$defs/a"}},{"$ref":"#/$defs/a"}]})",
+       }) {
+    for (auto ws : {JsonSchemaOptions::Whitespace::kNone, JsonSchemaOptions::Whitespace{}}) {
+      JsonSchemaOptions options;
+      options.whitespace = ws;
+      absl::StatusOr<std::string> g = JsonSchemaToGrammar(schema, options);
+      if (!g.ok()) {
+        EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+        continue;
+      }
+      absl::StatusOr<Grammar> parsed = Grammar::Parse(*g);
+      EXPECT_TRUE(parsed.ok()) << parsed.status() << "\n" << *g;
+    }
+  }
+  EXPECT_THAT(Err(R"({"anyOf":[{"$ref":"#"},{"type":"null"}]})"),
+              HasSubstr("refers to itself through $ref without matching anything"));
+  // Recursion behind a byte stays allowed (AnyOfRefsAndRecursion holds more of it).
+  EXPECT_TRUE(GrammarMatches(G(R"({"anyOf":[{"type":"array","items":{"$ref":"#"}},)"
+                               R"({"type":"null"}]})"),
+                             "[[null],[]]"));
 }
 
 TEST(JsonSchemaTest, RefusalsNameTheKeyword) {

@@ -16,6 +16,7 @@
 #include "services/worker/kernels/kquant_gemm.h"
 
 #include "glog/logging.h"
+#include "services/worker/kernels/avx512_math.h"
 #include "services/worker/kernels/cpu_target.h"
 
 #if defined(__x86_64__)
@@ -31,6 +32,8 @@
 
 namespace folio::worker::kernels::typed {
 namespace {
+
+using avx512::Transpose16;
 
 constexpr int kLanes = 16;     // weight rows a tile
 constexpr int kMaxRows = 8;    // activation rows a register tile
@@ -62,36 +65,6 @@ FOLIO_T_AVX512 FOLIO_INLINE __m512i RowOffsets(int64_t stride) {
   return _mm512_mullo_epi32(
       _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
       _mm512_set1_epi32(static_cast<int32_t>(stride)));
-}
-
-// r[c] lane j = r[j] lane c (16 x 16 dwords).
-FOLIO_T_AVX512 FOLIO_INLINE void Transpose16(__m512i (&r)[16]) {
-  __m512i t[16], u[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4b + c], 128-bit lane L: rows 4b .. 4b + 3 of column 4L + c.
-#pragma GCC unroll 4
-  for (int b = 0; b < 4; ++b) {
-    u[4 * b + 0] = _mm512_unpacklo_epi64(t[4 * b], t[4 * b + 2]);
-    u[4 * b + 1] = _mm512_unpackhi_epi64(t[4 * b], t[4 * b + 2]);
-    u[4 * b + 2] = _mm512_unpacklo_epi64(t[4 * b + 1], t[4 * b + 3]);
-    u[4 * b + 3] = _mm512_unpackhi_epi64(t[4 * b + 1], t[4 * b + 3]);
-  }
-  // Column 4L + c gathers lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m512i y0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-    const __m512i y1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-    const __m512i y2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512i y3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-    r[c] = _mm512_shuffle_i32x4(y0, y2, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(y0, y2, 0xDD);
-    r[8 + c] = _mm512_shuffle_i32x4(y1, y3, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(y1, y3, 0xDD);
-  }
 }
 
 // Unpacks rows [0, rows) (rows <= 16; the others read as zero blocks) of `blocks`
@@ -151,65 +124,6 @@ FOLIO_T_AVX512 void UnpackQ4K(const uint8_t* w, int64_t stride, int rows, int64_
   }
 }
 
-// out[i] lane j = dot(weight row j of the tile, activation row r0 + i), i < R.
-template <int R>
-FOLIO_T_AVX512VNNI void RowsQ4K(const Q4KBlock* tiles, int64_t blocks, const Activations& x,
-                                int64_t r0, __m512 (&out)[R]) {
-  const int8_t* a[R];
-  const int16_t* bs[R];
-  const float* xd[R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    a[i] = x.k8 + (r0 + i) * x.in;
-    bs[i] = x.k8_bsums + (r0 + i) * (x.in / 16);
-    xd[i] = x.k8_d + (r0 + i) * blocks;
-    out[i] = _mm512_setzero_ps();
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    const Q4KBlock& t = tiles[b];
-    __m512i sumi[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) sumi[i] = _mm512_setzero_si512();
-    for (int g = 0; g < 8; ++g) {
-      __m512i dot[R];
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) dot[i] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const int tq = 8 * g + k;
-        const __m512i wv = _mm512_load_si512(&t.q[tq]);
-#pragma GCC unroll 8
-        for (int i = 0; i < R; ++i) {
-          int32_t av;
-          std::memcpy(&av, a[i] + b * 256 + 4 * tq, 4);
-          dot[i] = _mm512_dpbusd_epi32(dot[i], wv, _mm512_set1_epi32(av));
-        }
-      }
-      const __m512i scale = _mm512_load_si512(&t.sc[g]);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        sumi[i] = _mm512_add_epi32(sumi[i], _mm512_mullo_epi32(dot[i], scale));
-      }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      const int16_t* s = bs[i] + b * 16;
-      __m512i summ = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int p = 0; p < 4; ++p) {
-        const uint32_t lo = static_cast<uint16_t>(s[4 * p] + s[4 * p + 1]);
-        const uint32_t hi = static_cast<uint16_t>(s[4 * p + 2] + s[4 * p + 3]);
-        summ = _mm512_dpwssd_epi32(summ, _mm512_load_si512(&t.mins[p]),
-                                   _mm512_set1_epi32(static_cast<int32_t>(lo | hi << 16)));
-      }
-      const __m512 dx = _mm512_set1_ps(xd[i][b]);
-      const __m512 pos = _mm512_mul_ps(_mm512_mul_ps(t.d, dx), _mm512_cvtepi32_ps(sumi[i]));
-      const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(t.dmin, dx), _mm512_cvtepi32_ps(summ));
-      out[i] = _mm512_add_ps(out[i], _mm512_sub_ps(pos, neg));
-    }
-  }
-}
-
 FOLIO_T_AVX512 void UnpackQ6K(const uint8_t* w, int64_t stride, int rows, int64_t blocks,
                               Q6KBlock* tiles) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30),
@@ -230,8 +144,8 @@ FOLIO_T_AVX512 void UnpackQ6K(const uint8_t* w, int64_t stride, int rows, int64_
     for (int j = 0; j < kLanes; ++j) ql[16 + j] = _mm512_loadu_si512(blk[j] + 64);
 #pragma GCC unroll 16
     for (int j = 0; j < kLanes; ++j) qh[j] = _mm512_loadu_si512(blk[j] + 128);
-    Transpose16(*reinterpret_cast<__m512i(*)[16]>(&ql[0]));
-    Transpose16(*reinterpret_cast<__m512i(*)[16]>(&ql[16]));
+    Transpose16(&ql[0]);
+    Transpose16(&ql[16]);
     Transpose16(qh);
 #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
@@ -271,10 +185,61 @@ FOLIO_T_AVX512 void UnpackQ6K(const uint8_t* w, int64_t stride, int rows, int64_
   }
 }
 
-// out[i] lane j = dot(weight row j of the tile, activation row r0 + i), i < R.
-template <int R>
-FOLIO_T_AVX512VNNI void RowsQ6K(const Q6KBlock* tiles, int64_t blocks, const Activations& x,
-                                int64_t r0, __m512 (&out)[R]) {
+// The two formats for the kernels below: the unpacked block, the groups of a super-block
+// (each kSteps = 64 / kGroups activation dwords long, weighted by sc[g]), and how a row's
+// integer sum becomes its f32 contribution (Finish: the portable kernel's arithmetic).
+struct Q4K {
+  using Block = Q4KBlock;
+  static constexpr int kBytes = kQ4KBytes;
+  static constexpr int kGroups = 8;
+  static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
+    UnpackQ4K(w, stride, rows, blocks, t);
+  }
+  // d dx sumi - dmin dx sum_g m_g bsum_g, the mins through the q8_K sums of 16 values
+  // (two a group).
+  FOLIO_T_AVX512VNNI static FOLIO_INLINE __m512 Finish(const Block& t, const int16_t* bsums,
+                                                       __m512 dx, __m512i sumi, __m512 out) {
+    __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const uint32_t lo = static_cast<uint16_t>(bsums[4 * p] + bsums[4 * p + 1]);
+      const uint32_t hi = static_cast<uint16_t>(bsums[4 * p + 2] + bsums[4 * p + 3]);
+      summ = _mm512_dpwssd_epi32(summ, _mm512_load_si512(&t.mins[p]),
+                                 _mm512_set1_epi32(static_cast<int32_t>(lo | hi << 16)));
+    }
+    const __m512 pos = _mm512_mul_ps(_mm512_mul_ps(t.d, dx), _mm512_cvtepi32_ps(sumi));
+    const __m512 neg = _mm512_mul_ps(_mm512_mul_ps(t.dmin, dx), _mm512_cvtepi32_ps(summ));
+    return _mm512_add_ps(out, _mm512_sub_ps(pos, neg));
+  }
+};
+struct Q6K {
+  using Block = Q6KBlock;
+  static constexpr int kBytes = kQ6KBytes;
+  static constexpr int kGroups = 16;
+  static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
+    UnpackQ6K(w, stride, rows, blocks, t);
+  }
+  // d dx (sumi - 32 sum_g sc_g bsum_g).
+  FOLIO_T_AVX512VNNI static FOLIO_INLINE __m512 Finish(const Block& t, const int16_t* bsums,
+                                                       __m512 dx, __m512i sumi, __m512 out) {
+    __m512i offset = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) {
+      int32_t pair;
+      std::memcpy(&pair, bsums + 2 * p, 4);
+      offset = _mm512_dpwssd_epi32(offset, _mm512_load_si512(&t.off[p]), _mm512_set1_epi32(pair));
+    }
+    const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi, offset));
+    return _mm512_add_ps(out, _mm512_mul_ps(_mm512_mul_ps(t.d, dx), sum));
+  }
+};
+
+// out[i] lane j = dot(weight row j of the tile, activation row r0 + i), i < R: per group
+// R chains of vpdpbusd, each scaled by the group's scale into its row's integer sum.
+template <typename F, int R>
+FOLIO_T_AVX512VNNI void Rows(const typename F::Block* tiles, int64_t blocks,
+                             const Activations& x, int64_t r0, __m512 (&out)[R]) {
+  constexpr int kSteps = 64 / F::kGroups;
   const int8_t* a[R];
   const int16_t* bs[R];
   const float* xd[R];
@@ -286,17 +251,17 @@ FOLIO_T_AVX512VNNI void RowsQ6K(const Q6KBlock* tiles, int64_t blocks, const Act
     out[i] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const Q6KBlock& t = tiles[b];
+    const typename F::Block& t = tiles[b];
     __m512i sumi[R];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) sumi[i] = _mm512_setzero_si512();
-    for (int g = 0; g < 16; ++g) {
+    for (int g = 0; g < F::kGroups; ++g) {
       __m512i dot[R];
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) dot[i] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const int tq = 4 * g + k;
+#pragma GCC unroll 8
+      for (int k = 0; k < kSteps; ++k) {
+        const int tq = kSteps * g + k;
         const __m512i wv = _mm512_load_si512(&t.q[tq]);
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
@@ -313,52 +278,17 @@ FOLIO_T_AVX512VNNI void RowsQ6K(const Q6KBlock* tiles, int64_t blocks, const Act
     }
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      __m512i offset = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p) {
-        int32_t pair;
-        std::memcpy(&pair, bs[i] + b * 16 + 2 * p, 4);
-        offset = _mm512_dpwssd_epi32(offset, _mm512_load_si512(&t.off[p]), _mm512_set1_epi32(pair));
-      }
-      const __m512 dx = _mm512_set1_ps(xd[i][b]);
-      const __m512 sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[i], offset));
-      out[i] = _mm512_add_ps(out[i], _mm512_mul_ps(_mm512_mul_ps(t.d, dx), sum));
+      out[i] = F::Finish(t, bs[i] + b * 16, _mm512_set1_ps(xd[i][b]), sumi[i], out[i]);
     }
   }
 }
-
-// The two formats for the driver below.
-struct Q4K {
-  using Block = Q4KBlock;
-  static constexpr int kBytes = kQ4KBytes;
-  static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
-    UnpackQ4K(w, stride, rows, blocks, t);
-  }
-  template <int R>
-  static void Rows(const Block* t, int64_t blocks, const Activations& x, int64_t r0,
-                   __m512 (&out)[R]) {
-    RowsQ4K<R>(t, blocks, x, r0, out);
-  }
-};
-struct Q6K {
-  using Block = Q6KBlock;
-  static constexpr int kBytes = kQ6KBytes;
-  static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
-    UnpackQ6K(w, stride, rows, blocks, t);
-  }
-  template <int R>
-  static void Rows(const Block* t, int64_t blocks, const Activations& x, int64_t r0,
-                   __m512 (&out)[R]) {
-    RowsQ6K<R>(t, blocks, x, r0, out);
-  }
-};
 
 template <typename F, int R>
 FOLIO_T_AVX512VNNI void TileStore(const typename F::Block* tiles, int64_t blocks,
                                   const Activations& x, int64_t r0, __mmask16 lanes, float beta,
                                   float* y, int64_t ldy) {
   __m512 out[R];
-  F::template Rows<R>(tiles, blocks, x, r0, out);
+  Rows<F, R>(tiles, blocks, x, r0, out);
   const __m512 vbeta = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {

@@ -30,38 +30,11 @@ namespace {
 
 using avx512::Exp16;
 using avx512::Load16;
+using avx512::Transpose16;
 
 static_assert(kKeyTile == 32, "the AVX-512 tile primitives hold a piece in two registers");
 
 constexpr int kRows = 12;  // query rows per register tile
-
-// Transposes the 16 x 16 matrix whose rows are t[0..15], in place.
-FOLIO_T_AVX512 __attribute__((always_inline)) inline void Transpose16(__m512* t) {
-  __m512 a[16], b[16];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {  // lane L: rows 2k, 2k+1 at columns 4L.. (lo) / 4L+2.. (hi)
-    a[2 * k] = _mm512_unpacklo_ps(t[2 * k], t[2 * k + 1]);
-    a[2 * k + 1] = _mm512_unpackhi_ps(t[2 * k], t[2 * k + 1]);
-  }
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {  // b[4k + c], lane L: column 4L + c of rows 4k .. 4k + 3
-    b[4 * k + 0] = _mm512_shuffle_ps(a[4 * k], a[4 * k + 2], 0x44);
-    b[4 * k + 1] = _mm512_shuffle_ps(a[4 * k], a[4 * k + 2], 0xEE);
-    b[4 * k + 2] = _mm512_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0x44);
-    b[4 * k + 3] = _mm512_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {  // 4 x 4 transpose of the 128-bit lanes of b[c], b[4 + c], ...
-    const __m512 v0 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x44);
-    const __m512 v1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xEE);
-    const __m512 v2 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x44);
-    const __m512 v3 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xEE);
-    t[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    t[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-    t[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    t[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-  }
-}
 
 // Scores of rows [r0, r0 + kRows) (short tiles repeat their last row) against J x 16 keys
 // of the transposed piece.

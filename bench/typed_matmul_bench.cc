@@ -191,6 +191,9 @@ void BM_CachedRow(benchmark::State& state) {
   std::vector<int8_t> q(kIn);
   std::vector<float> d(kIn / t::kQ8Block), qs(kIn / t::kQ8Block), kd(kIn / t::kQ8KBlock);
   std::vector<int16_t> bsums(kIn / 16);
+  std::vector<int32_t> corrections(kIn / 4), q4x_off(kIn / 8);
+  std::vector<int8_t> q4x(kIn);
+  std::vector<float> q4x_d(kIn / 8);
   std::vector<uint16_t> bf16(kIn);
   t::Activations a;
   a.in = kIn;
@@ -205,6 +208,16 @@ void BM_CachedRow(benchmark::State& state) {
     a.q8 = q.data();
     a.q8_d = d.data();
     a.q8_s = qs.data();
+    if (kernel.needs_q8_c) {
+      t::Q8Corrections(q.data(), kIn, corrections.data());
+      a.q8_c = corrections.data();
+    }
+    if (kernel.needs_q4x) {
+      t::Q4_0Activations(q.data(), d.data(), kIn, q4x.data(), q4x_d.data(), q4x_off.data());
+      a.q4x = q4x.data();
+      a.q4x_d = q4x_d.data();
+      a.q4x_off = q4x_off.data();
+    }
   }
   if (kernel.needs_q8k) {
     t::QuantizeQ8_K(x.data(), kIn, q.data(), kd.data(), bsums.data());

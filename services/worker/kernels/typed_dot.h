@@ -46,6 +46,12 @@ struct Activations {
   // [rows][in / 4] -128 x (the sum of each 4 consecutive q8_0 quants), for kernels with
   // needs_q8_c (Q8Corrections); optional: they form it themselves when it is null.
   const int32_t* q8_c = nullptr;
+  // The q4_0 kernels' form of the q8_0 activations (needs_q4x; Q4_0Activations), per
+  // group of 4 blocks (128 values; a last partial group has none): row r's quants at
+  // q4x + r * in, its scales and offsets at q4x_d / q4x_off + r * (in / 8).
+  const int8_t* q4x = nullptr;
+  const float* q4x_d = nullptr;
+  const int32_t* q4x_off = nullptr;
   const int8_t* k8 = nullptr;      // [rows][in] q8_K quants
   const float* k8_d = nullptr;     // [rows][in / 256] q8_K scales (f32)
   const int16_t* k8_bsums = nullptr;  // [rows][in / 16] sums of each 16 quants
@@ -92,6 +98,7 @@ struct DotKernel {
   bool needs_q8 = false;    // reads x.q8 / x.q8_d / x.q8_s
   bool needs_q8k = false;   // reads x.k8 / x.k8_d / x.k8_bsums
   bool needs_q8_c = false;  // reads x.q8_c when set (with needs_q8)
+  bool needs_q4x = false;   // reads x.q4x / x.q4x_d / x.q4x_off (with needs_q8)
   bool ok() const { return dot[0] != nullptr; }
 };
 
@@ -135,6 +142,15 @@ void QuantizeQ8_KOnPath(SimdPath path, const float* x, int64_t n, int8_t* q, flo
 // c[i] = -128 * (q[4i] + q[4i + 1] + q[4i + 2] + q[4i + 3]) for i < n / 4 (n a multiple
 // of 4): the term that turns vpdpbusd of unsigned weights (w + 128) into w times q.
 void Q8Corrections(const int8_t* q, int64_t n, int32_t* c);
+// The q4_0 kernels' form of one row of q8_0 activations (q: n quants, n a multiple of
+// 32; d: their block scales), per whole group of 4 blocks g (values 128g ..): q4x[128g ..
+// 128g + 63] = values 0..15 of blocks 0..3 of the group, q4x[128g + 64 ..] = their values
+// 16..31 (the order of a q4_0 group's low nibbles, then high ones); q4x_d[16g + 4k ..
+// + 3] = block k's d, four times; q4x_off[16g + 4k] = -8 x (block k's quant sum) and
+// q4x_off[16g + 4k + 1 .. + 3] = 0 (q4_0's offset of 8, as the start of an integer sum).
+// A last partial group is not written.
+void Q4_0Activations(const int8_t* q, const float* d, int64_t n, int8_t* q4x, float* q4x_d,
+                     int32_t* q4x_off);
 // Rounds n values to bf16 bit patterns (nearest even; NaN stays NaN).
 void RoundToBf16(const float* x, int64_t n, uint16_t* out);
 

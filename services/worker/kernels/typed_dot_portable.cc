@@ -135,6 +135,23 @@ void Q8Corrections(const int8_t* q, int64_t n, int32_t* c) {
   }
 }
 
+void Q4_0Activations(const int8_t* q, const float* d, int64_t n, int8_t* q4x, float* q4x_d,
+                     int32_t* q4x_off) {
+  for (int64_t g = 0; g < n / (4 * kQ8Block); ++g) {
+    for (int k = 0; k < 4; ++k) {
+      const int8_t* qb = q + (4 * g + k) * kQ8Block;
+      std::memcpy(q4x + 128 * g + 16 * k, qb, 16);
+      std::memcpy(q4x + 128 * g + 64 + 16 * k, qb + 16, 16);
+      int32_t sum = 0;
+      for (int i = 0; i < kQ8Block; ++i) sum += qb[i];
+      for (int l = 0; l < 4; ++l) {
+        q4x_d[16 * g + 4 * k + l] = d[4 * g + k];
+        q4x_off[16 * g + 4 * k + l] = l == 0 ? -8 * sum : 0;
+      }
+    }
+  }
+}
+
 void RoundToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;

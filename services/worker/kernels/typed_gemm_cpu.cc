@@ -162,18 +162,21 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
   acts.in = in;
   acts.f32 = x;
   acts.ldx = ldx;
-  bool bf16 = false, q8 = false, q8k = false, q8c = false;
+  bool bf16 = false, q8 = false, q8k = false, q8c = false, q4x = false;
   for (const typed::DotKernel& k : kernels) {
     bf16 |= k.ok() && k.needs_bf16;
     q8 |= k.ok() && k.needs_q8;
     q8c |= k.ok() && k.needs_q8 && k.needs_q8_c;
+    q4x |= k.ok() && k.needs_q8 && k.needs_q4x;
     q8k |= k.ok() && k.needs_q8k;
   }
   // The caller's (the step thread's) buffers, read by every thread of this call.
   thread_local std::vector<uint16_t> x_bf16;
   thread_local std::vector<int8_t> x_q8;
   thread_local std::vector<float> x_q8_d, x_q8_s, x_k8_d;
-  thread_local std::vector<int32_t> x_q8_c;
+  thread_local std::vector<int32_t> x_q8_c, x_q4x_off;
+  thread_local std::vector<int8_t> x_q4x;
+  thread_local std::vector<float> x_q4x_d;
   thread_local std::vector<int8_t> x_k8;
   thread_local std::vector<int16_t> x_k8_bsums;
   if (bf16) {
@@ -197,17 +200,33 @@ void Run(const float* x, int64_t ldx, int64_t rows, const TypedMatrix& w, float 
     float* qd = x_q8_d.data();
     float* qs = x_q8_s.data();
     int32_t* qc = q8c ? x_q8_c.data() : nullptr;
+    // The q4_0 kernels' reordered form, in the same pass.
+    if (q4x) {
+      if (static_cast<int64_t>(x_q4x.size()) < rows * in) x_q4x.resize(rows * in);
+      if (static_cast<int64_t>(x_q4x_d.size()) < rows * in / 8) x_q4x_d.resize(rows * in / 8);
+      if (static_cast<int64_t>(x_q4x_off.size()) < rows * in / 8) x_q4x_off.resize(rows * in / 8);
+    }
+    int8_t* q4 = q4x ? x_q4x.data() : nullptr;
+    float* q4d = q4x ? x_q4x_d.data() : nullptr;
+    int32_t* q4o = q4x ? x_q4x_off.data() : nullptr;
     ThreadPool* qpool = rows >= kParallelQuantRows ? pool : nullptr;
     ParallelFor(qpool, rows, 1, [&](int64_t r_begin, int64_t r_end) {
       for (int64_t r = r_begin; r < r_end; ++r) {
         typed::QuantizeQ8_0(x + r * ldx, in, q + r * in, qd + r * blocks, qs + r * blocks);
         if (qc != nullptr) typed::Q8Corrections(q + r * in, in, qc + r * (in / 4));
+        if (q4 != nullptr) {
+          typed::Q4_0Activations(q + r * in, qd + r * blocks, in, q4 + r * in,
+                                 q4d + r * (in / 8), q4o + r * (in / 8));
+        }
       }
     });
     acts.q8 = x_q8.data();
     acts.q8_d = x_q8_d.data();
     acts.q8_s = x_q8_s.data();
     acts.q8_c = qc;
+    acts.q4x = q4;
+    acts.q4x_d = q4d;
+    acts.q4x_off = q4o;
   }
   if (q8k) {
     CHECK_EQ(in % typed::kQ8KBlock, 0);

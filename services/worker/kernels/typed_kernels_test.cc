@@ -239,6 +239,9 @@ struct TileActivations {
   std::vector<int8_t> q8, k8;
   std::vector<float> q8_d, q8_s, k8_d;
   std::vector<int16_t> k8_bsums;
+  std::vector<int32_t> q8_c, q4x_off;
+  std::vector<int8_t> q4x;
+  std::vector<float> q4x_d;
   typed::Activations acts;
 
   TileActivations(int64_t rows, int64_t in, int64_t ldx, int seed)
@@ -249,7 +252,11 @@ struct TileActivations {
         q8_d(rows * in / typed::kQ8Block + 1),
         q8_s(rows * in / typed::kQ8Block + 1),
         k8_d(rows * in / typed::kQ8KBlock + 1),
-        k8_bsums(rows * in / 16 + 1) {
+        k8_bsums(rows * in / 16 + 1),
+        q8_c(rows * in / 4 + 1),
+        q4x_off(rows * in / 8 + 1),
+        q4x(rows * in),
+        q4x_d(rows * in / 8 + 1) {
     acts.in = in;
     acts.f32 = f32.data();
     acts.ldx = ldx;
@@ -260,6 +267,10 @@ struct TileActivations {
         const int64_t blocks = in / typed::kQ8Block;
         typed::QuantizeQ8_0(x, in, q8.data() + r * in, q8_d.data() + r * blocks,
                             q8_s.data() + r * blocks);
+        typed::Q8Corrections(q8.data() + r * in, in, q8_c.data() + r * (in / 4));
+        typed::Q4_0Activations(q8.data() + r * in, q8_d.data() + r * blocks, in,
+                               q4x.data() + r * in, q4x_d.data() + r * (in / 8),
+                               q4x_off.data() + r * (in / 8));
       }
       if (in % typed::kQ8KBlock == 0) {
         typed::QuantizeQ8_K(x, in, k8.data() + r * in, k8_d.data() + r * (in / typed::kQ8KBlock),
@@ -273,6 +284,12 @@ struct TileActivations {
     acts.k8 = k8.data();
     acts.k8_d = k8_d.data();
     acts.k8_bsums = k8_bsums.data();
+    if (in % typed::kQ8Block == 0) {
+      acts.q8_c = q8_c.data();
+      acts.q4x = q4x.data();
+      acts.q4x_d = q4x_d.data();
+      acts.q4x_off = q4x_off.data();
+    }
   }
 };
 
@@ -306,6 +323,20 @@ TEST_P(TypedKernelTest, TilesEqualDot) {
         for (int64_t t = 0; t < total_rows; ++t) {
           kernel.dot[0](seg.data + j * seg.row_stride_bytes, x.acts, t,
                         &single[j * total_rows + t]);
+        }
+      }
+      // Without x.q8_c (the kernels that read it form it themselves) the same bits.
+      if (x.acts.q8_c != nullptr) {
+        typed::Activations no_c = x.acts;
+        no_c.q8_c = nullptr;
+        for (int64_t j = 0; j < w; ++j) {
+          for (int64_t t = 0; t < total_rows; ++t) {
+            float v;
+            kernel.dot[0](seg.data + j * seg.row_stride_bytes, no_c, t, &v);
+            EXPECT_EQ(std::memcmp(&v, &single[j * total_rows + t], sizeof(float)), 0)
+                << "weight row " << j << " token row " << t << ": without q8_c " << v
+                << ", with it " << single[j * total_rows + t];
+          }
         }
       }
       for (int r = 1; r <= typed::kMaxTileRows; ++r) {

@@ -150,7 +150,14 @@ TEST_P(TypedRunnerTest, StoredTypeMatchesWidenedF32) {
       scale = std::max(scale, std::abs(p[s][v]));
       worst = std::max(worst, std::abs(a[s][v] - p[s][v]));
     }
-    const float tol = bf16_dp ? 1e-2f : c.dtype == DType::kQ8_0 ? 6e-3f : 1e-4f;
+    // q4_0's SIMD kernel also sums in its own order (a group of 4 blocks in lanes): the
+    // same flips then, on random blocks as sensitive to them as the widened comparison
+    // below (measured 1.3e-2 of the range against portable, while SIMD and portable
+    // each sit 1.5-2.6e-2 from widened f32).
+    const float tol = bf16_dp                       ? 1e-2f
+                      : c.dtype == DType::kQ8_0     ? 6e-3f
+                      : c.dtype == DType::kQ4_0     ? 4e-2f
+                                                    : 1e-4f;
     EXPECT_LE(worst, 1e-4f + tol * scale) << "portable, step " << s;
   }
   for (size_t s = 0; s < a.size(); ++s) {

@@ -190,7 +190,6 @@ FOLIO_T_AVX512 void UnpackQ6K(const uint8_t* w, int64_t stride, int rows, int64_
 // integer sum becomes its f32 contribution (Finish: the portable kernel's arithmetic).
 struct Q4K {
   using Block = Q4KBlock;
-  static constexpr int kBytes = kQ4KBytes;
   static constexpr int kGroups = 8;
   static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
     UnpackQ4K(w, stride, rows, blocks, t);
@@ -214,7 +213,6 @@ struct Q4K {
 };
 struct Q6K {
   using Block = Q6KBlock;
-  static constexpr int kBytes = kQ6KBytes;
   static constexpr int kGroups = 16;
   static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
     UnpackQ6K(w, stride, rows, blocks, t);

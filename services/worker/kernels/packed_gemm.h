@@ -12,8 +12,9 @@
 // as in a model shipped in f16: half the memory traffic, the same products),
 // so the microkernel reads one panel front to back, two 8-float vectors per k, and
 // multiplies them by up to 6 token rows at once (a 6 x 16 tile of accumulators in
-// registers). Each output element is one chain of fused multiply-adds over k in order,
-// whatever the batch: results do not depend on how many rows a step has.
+// registers). Each output element is one chain of fused multiply-adds over k in order
+// (two, even and odd k, on the AVX-512 f16 tiles), whatever the batch: results do not
+// depend on how many rows a step has.
 //
 // Immutable after construction; PackedLinear is thread-safe for disjoint outputs.
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_PACKED_GEMM_H_
@@ -67,9 +68,19 @@ class PackedMatrix {
 
 // y = x . W^T + beta * y for x [rows, w.in()] (row stride ldx) and y [rows, w.out()] (row
 // stride ldy); beta = 0 never reads y. Work is split over (row block, panel range) items
-// on `pool` (null: the caller alone). `isa` picks the AVX2/FMA or the portable kernel.
+// on `pool` (null: the caller alone). `isa` picks the AVX2/FMA or the portable kernel;
+// f16 panels under the AVX2 isa run AVX-512 tiles where EnabledCpuFeatures() has AVX-512
+// (PackedAvx512F16): each output is then the sum of two chains (even and odd k), still
+// the same whatever the batch.
 void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
                   float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool);
+// Whether PackedLinear runs w on the AVX-512 f16 tiles under `isa`.
+bool PackedAvx512F16(CpuIsa isa, const PackedMatrix& w);
+// PackedLinear with that choice made by the caller (tests run both where the CPU can):
+// avx512_f16 needs isa kAvx2, f16 panels and a CPU with AVX-512 (CHECKed).
+void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w,
+                      float beta, float* y, int64_t ldy, CpuIsa isa, bool avx512_f16,
+                      ThreadPool* pool);
 
 }  // namespace folio::worker::kernels
 

@@ -1,5 +1,6 @@
 // The packed-weight GEMM: a 6 x 16 register tile (AVX2/FMA, chosen at run time from
-// CpuIsa) or the same loops in plain C++ for the portable path.
+// CpuIsa; f16 panels on AVX-512 F/BW/VL: zmm tiles) or the same loops in plain C++ for
+// the portable path.
 //
 // Blocking: rows are taken kRowBlock at a time (their x rows, at most 48 x in floats,
 // stay in L2 while the panels stream past) and each panel is applied to every row tile
@@ -10,6 +11,7 @@
 
 #include "glog/logging.h"
 #include "services/worker/kernels/avx2_math.h"
+#include "services/worker/kernels/cpu_target.h"
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/packed_gemm.h"
 
@@ -107,6 +109,51 @@ FOLIO_T_AVX2 void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int
   }
   StoreTile(tile, R, cols, beta, y, ldy);
 }
+
+// f16 panels on AVX-512: one 16-half row of the panel is one zmm after vcvtph2ps. Each
+// output is two chains of fused multiply-adds, over even and over odd k, added at the
+// end: one chain alone bounded a one-token row (decode) by the FMA latency, about half
+// the memory's rate. Every tile height sums in that order, so a row's result still does
+// not depend on its batch.
+FOLIO_T_AVX512 __attribute__((always_inline)) inline __m512 PanelRow16(const uint16_t* panel,
+                                                                        int64_t k) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kP)));
+}
+
+template <int R>
+FOLIO_T_AVX512 void TileAvx512F16(const float* x, int64_t ldx, const void* panel_v, int64_t in,
+                                  float beta, float* y, int64_t ldy, int cols) {
+  const uint16_t* panel = static_cast<const uint16_t*>(panel_v);
+  __m512 c0[R], c1[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    c0[r] = _mm512_setzero_ps();
+    c1[r] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 2 <= in; k += 2) {
+    const __m512 b0 = PanelRow16(panel, k), b1 = PanelRow16(panel, k + 1);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k + 1]), b1, c1[r]);
+    }
+  }
+  if (k < in) {
+    const __m512 b0 = PanelRow16(panel, k);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), b0, c0[r]);
+  }
+  const __mmask16 lanes = static_cast<__mmask16>((1u << cols) - 1);
+  const __m512 vbeta = _mm512_set1_ps(beta);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    float* yr = y + r * ldy;
+    __m512 v = _mm512_add_ps(c0[r], c1[r]);
+    if (beta != 0.0f) v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(lanes, yr), v);
+    _mm512_mask_storeu_ps(yr, lanes, v);
+  }
+}
 #endif  // FOLIO_HAVE_AVX2_PATH
 
 using TileFn = void (*)(const float*, int64_t, const void*, int64_t, float, float*, int64_t,
@@ -126,6 +173,9 @@ template <typename WT>
 constexpr TileFn kAvx2Tiles[kMaxTileRows + 1] = {
     nullptr,          &TileAvx2<1, WT>, &TileAvx2<2, WT>, &TileAvx2<3, WT>,
     &TileAvx2<4, WT>, &TileAvx2<5, WT>, &TileAvx2<6, WT>};
+constexpr TileFn kAvx512F16Tiles[kMaxTileRows + 1] = {
+    nullptr,           &TileAvx512F16<1>, &TileAvx512F16<2>, &TileAvx512F16<3>,
+    &TileAvx512F16<4>, &TileAvx512F16<5>, &TileAvx512F16<6>};
 #endif
 
 // Rows [r0, r1) against panels [p0, p1): tiles of nearly equal height (32 rows: 6 6 5 5 5 5),
@@ -212,14 +262,31 @@ void PackedMatrix::RowToF32(int64_t o, float* dst) const {
   }
 }
 
+bool PackedAvx512F16(CpuIsa isa, const PackedMatrix& w) {
+  return FOLIO_HAVE_AVX2_PATH && isa == CpuIsa::kAvx2 && w.is_f16() &&
+         EnabledCpuFeatures().avx512;
+}
+
 void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
                   float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool) {
+  PackedLinearWith(x, ldx, rows, w, beta, y, ldy, isa, PackedAvx512F16(isa, w), pool);
+}
+
+void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w,
+                      float beta, float* y, int64_t ldy, CpuIsa isa, bool avx512_f16,
+                      ThreadPool* pool) {
   if (rows <= 0 || w.out() <= 0) return;
   const TileFn* tiles = w.is_f16() ? kPortableTiles<uint16_t> : kPortableTiles<float>;
 #if FOLIO_HAVE_AVX2_PATH
   if (isa == CpuIsa::kAvx2) tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : kAvx2Tiles<float>;
+  if (avx512_f16) {
+    CHECK(isa == CpuIsa::kAvx2 && w.is_f16() && DetectedCpuFeatures().avx512)
+        << "the AVX-512 f16 tiles need f16 panels, the AVX2 isa and a CPU with AVX-512";
+    tiles = kAvx512F16Tiles;
+  }
 #else
   (void)isa;
+  CHECK(!avx512_f16) << "the AVX-512 f16 tiles need x86-64";
 #endif
   const int64_t num_panels = w.num_panels();
   const int64_t num_row_blocks = (rows + kRowBlock - 1) / kRowBlock;

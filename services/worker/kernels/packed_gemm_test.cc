@@ -1,8 +1,9 @@
-// PackedLinear against a double-precision reference, on both ISA paths, with and without
-// a pool: row counts that leave partial tiles and row blocks, feature counts that leave a
+// PackedLinear against a double-precision reference, on every path the CPU has (portable,
+// AVX2, and for f16 panels the AVX-512 tiles), with and without a pool: row counts that leave partial tiles and row blocks, feature counts that leave a
 // partial panel, strided x and y, beta 0 and 1.
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -15,6 +16,15 @@ namespace folio::worker::kernels {
 namespace {
 
 using testing::RandomNormal;
+
+// (isa, AVX-512 f16 tiles) pairs to run `w` on: every isa this CPU has, and the AVX-512
+// f16 tiles too for f16 panels on a CPU with AVX-512.
+std::vector<std::pair<CpuIsa, bool>> PathsFor(const PackedMatrix& w) {
+  std::vector<std::pair<CpuIsa, bool>> paths;
+  for (CpuIsa isa : SupportedCpuIsas()) paths.push_back({isa, false});
+  if (w.is_f16() && DetectedCpuFeatures().avx512) paths.push_back({CpuIsa::kAvx2, true});
+  return paths;
+}
 
 TEST(PackedMatrixTest, PanelLayout) {
   const int out = 20, in = 3;  // two panels, the second with 4 features and 12 of padding
@@ -62,10 +72,10 @@ TEST(PackedLinearTest, MatchesReference) {
       const int ldx = in + 3, ldy = out + 2;
       const std::vector<float> x = RandomNormal(rows * ldx, rows);
       for (float beta : {0.0f, 1.0f}) {
-        for (CpuIsa isa : SupportedCpuIsas()) {
+        for (const auto& [isa, avx512] : PathsFor(packed)) {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y(rows * ldy, 0.5f);
-            PackedLinear(x.data(), ldx, rows, packed, beta, y.data(), ldy, isa, p);
+            PackedLinearWith(x.data(), ldx, rows, packed, beta, y.data(), ldy, isa, avx512, p);
             for (int r = 0; r < rows; ++r) {
               for (int o = 0; o < out; ++o) {
                 double s = beta * 0.5;
@@ -73,7 +83,8 @@ TEST(PackedLinearTest, MatchesReference) {
                 ASSERT_NEAR(y[r * ldy + o], s, 1e-4)
                     << "out " << out << " in " << in << " f16 " << f16 << " rows " << rows
                     << " beta " << beta
-                    << " isa " << CpuIsaName(isa) << " pool " << (p != nullptr) << " at "
+                    << " isa " << CpuIsaName(isa) << (avx512 ? " (avx512 f16)" : "")
+                    << " pool " << (p != nullptr) << " at "
                     << r << "," << o;
               }
               for (int o = out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], 0.5f) << "wrote past out";
@@ -86,20 +97,43 @@ TEST(PackedLinearTest, MatchesReference) {
 }
 
 TEST(PackedLinearTest, RowDoesNotDependOnBatch) {
-  // Each output is one chain over k in order, so a row's result is bit-identical whether it
-  // is computed alone or inside a batch (where it lands in a tile of another height).
-  const int out = 40, in = 70, rows = 23;
-  const std::vector<float> w = RandomNormal(out * in, 11), x = RandomNormal(rows * in, 12);
-  const PackedMatrix packed(w.data(), out, in);
-  for (CpuIsa isa : SupportedCpuIsas()) {
-    std::vector<float> batch(rows * out);
-    PackedLinear(x.data(), in, rows, packed, 0.0f, batch.data(), out, isa, nullptr);
-    for (int r = 0; r < rows; ++r) {
-      std::vector<float> one(out);
-      PackedLinear(x.data() + r * in, in, 1, packed, 0.0f, one.data(), out, isa, nullptr);
-      for (int o = 0; o < out; ++o) ASSERT_EQ(one[o], batch[r * out + o]) << r << "," << o;
+  // Each output is one chain over k in order (two on the AVX-512 f16 tiles), so a row's
+  // result is bit-identical whether it is computed alone or inside a batch (where it
+  // lands in a tile of another height). An odd `in` leaves the f16 tiles a last lone k.
+  const int out = 40, in = 71, rows = 23;
+  std::vector<float> w = RandomNormal(out * in, 11);
+  const std::vector<float> x = RandomNormal(rows * in, 12);
+  for (bool f16 : {false, true}) {
+    if (f16) {
+      for (float& v : w) v = HalfToFloat(FloatToHalf(v));
+    }
+    const PackedMatrix packed(w.data(), out, in, /*f16_when_exact=*/f16);
+    ASSERT_EQ(packed.is_f16(), f16);
+    for (const auto& [isa, avx512] : PathsFor(packed)) {
+      std::vector<float> batch(rows * out);
+      PackedLinearWith(x.data(), in, rows, packed, 0.0f, batch.data(), out, isa, avx512,
+                       nullptr);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> one(out);
+        PackedLinearWith(x.data() + r * in, in, 1, packed, 0.0f, one.data(), out, isa, avx512,
+                         nullptr);
+        for (int o = 0; o < out; ++o) {
+          ASSERT_EQ(one[o], batch[r * out + o]) << r << "," << o << " f16 " << f16 << " isa "
+                                                << CpuIsaName(isa) << " avx512 " << avx512;
+        }
+      }
     }
   }
+}
+
+TEST(PackedLinearTest, Avx512F16TilesRunWhereTheCpuHasThem) {
+  std::vector<float> w = RandomNormal(32 * 16, 5);
+  for (float& v : w) v = HalfToFloat(FloatToHalf(v));
+  const PackedMatrix f16(w.data(), 32, 16, /*f16_when_exact=*/true);
+  const PackedMatrix f32(w.data(), 32, 16);
+  EXPECT_EQ(PackedAvx512F16(CpuIsa::kAvx2, f16), EnabledCpuFeatures().avx512);
+  EXPECT_FALSE(PackedAvx512F16(CpuIsa::kAvx2, f32));
+  EXPECT_FALSE(PackedAvx512F16(CpuIsa::kPortable, f16));
 }
 
 }  // namespace

@@ -70,8 +70,8 @@ class PackedMatrix {
 // stride ldy); beta = 0 never reads y. Work is split over (row block, panel range) items
 // on `pool` (null: the caller alone). `isa` picks the AVX2/FMA or the portable kernel;
 // f16 panels under the AVX2 isa run AVX-512 tiles where EnabledCpuFeatures() has AVX-512
-// (PackedAvx512F16): each output is then the sum of two chains (even and odd k), still
-// the same whatever the batch.
+// (PackedAvx512F16; FOLIO_PACKED_AVX512=0 keeps the AVX2 tiles, for measuring): each
+// output is then the sum of two chains (even and odd k), still the same whatever the batch.
 void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
                   float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool);
 // Whether PackedLinear runs w on the AVX-512 f16 tiles under `isa`.

@@ -8,6 +8,8 @@
 // block's tiles). Each weight is read from memory once per row block.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "glog/logging.h"
 #include "services/worker/kernels/avx2_math.h"
@@ -263,7 +265,12 @@ void PackedMatrix::RowToF32(int64_t o, float* dst) const {
 }
 
 bool PackedAvx512F16(CpuIsa isa, const PackedMatrix& w) {
-  return FOLIO_HAVE_AVX2_PATH && isa == CpuIsa::kAvx2 && w.is_f16() &&
+  // FOLIO_PACKED_AVX512=0 keeps the AVX2 tiles (read once; for measuring).
+  static const bool enabled = [] {
+    const char* v = std::getenv("FOLIO_PACKED_AVX512");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return FOLIO_HAVE_AVX2_PATH && enabled && isa == CpuIsa::kAvx2 && w.is_f16() &&
          EnabledCpuFeatures().avx512;
 }
 

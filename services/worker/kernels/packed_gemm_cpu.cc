@@ -122,38 +122,65 @@ FOLIO_T_AVX512 __attribute__((always_inline)) inline __m512 PanelRow16(const uin
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kP)));
 }
 
-template <int R>
+// NP = 2 runs two adjacent panels (32 outputs) at once: each broadcast activation then
+// feeds four FMAs instead of two, and at R = 6 the 24 accumulators, four panel rows and two
+// activations fill the 32 zmm registers. Every output keeps its own two chains, so a
+// column's result is the same whichever NP and R computed it.
+template <int R, int NP>
 FOLIO_T_AVX512 void TileAvx512F16(const float* x, int64_t ldx, const void* panel_v, int64_t in,
                                   float beta, float* y, int64_t ldy, int cols) {
   const uint16_t* panel = static_cast<const uint16_t*>(panel_v);
-  __m512 c0[R], c1[R];
+  const int64_t next = in * kP;  // panel q + 1 follows panel q
+  __m512 c0[NP][R], c1[NP][R];
+#pragma GCC unroll 2
+  for (int q = 0; q < NP; ++q) {
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    c0[r] = _mm512_setzero_ps();
-    c1[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      c0[q][r] = _mm512_setzero_ps();
+      c1[q][r] = _mm512_setzero_ps();
+    }
   }
   int64_t k = 0;
   for (; k + 2 <= in; k += 2) {
-    const __m512 b0 = PanelRow16(panel, k), b1 = PanelRow16(panel, k + 1);
+    __m512 b0[NP], b1[NP];
+#pragma GCC unroll 2
+    for (int q = 0; q < NP; ++q) {
+      b0[q] = PanelRow16(panel + q * next, k);
+      b1[q] = PanelRow16(panel + q * next, k + 1);
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k + 1]), b1, c1[r]);
+      const __m512 a0 = _mm512_set1_ps(x[r * ldx + k]), a1 = _mm512_set1_ps(x[r * ldx + k + 1]);
+#pragma GCC unroll 2
+      for (int q = 0; q < NP; ++q) {
+        c0[q][r] = _mm512_fmadd_ps(a0, b0[q], c0[q][r]);
+        c1[q][r] = _mm512_fmadd_ps(a1, b1[q], c1[q][r]);
+      }
     }
   }
   if (k < in) {
-    const __m512 b0 = PanelRow16(panel, k);
+#pragma GCC unroll 2
+    for (int q = 0; q < NP; ++q) {
+      const __m512 b0 = PanelRow16(panel + q * next, k);
 #pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), b0, c0[r]);
+      for (int r = 0; r < R; ++r) {
+        c0[q][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), b0, c0[q][r]);
+      }
+    }
   }
-  const __mmask16 lanes = static_cast<__mmask16>((1u << cols) - 1);
   const __m512 vbeta = _mm512_set1_ps(beta);
+#pragma GCC unroll 2
+  for (int q = 0; q < NP; ++q) {
+    // cols: the outputs of the last panel (the ones before it are whole).
+    const __mmask16 lanes =
+        q + 1 < NP ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    float* yr = y + r * ldy;
-    __m512 v = _mm512_add_ps(c0[r], c1[r]);
-    if (beta != 0.0f) v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(lanes, yr), v);
-    _mm512_mask_storeu_ps(yr, lanes, v);
+    for (int r = 0; r < R; ++r) {
+      float* yr = y + r * ldy + q * kP;
+      __m512 v = _mm512_add_ps(c0[q][r], c1[q][r]);
+      if (beta != 0.0f) v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(lanes, yr), v);
+      _mm512_mask_storeu_ps(yr, lanes, v);
+    }
   }
 }
 #endif  // FOLIO_HAVE_AVX2_PATH
@@ -175,29 +202,40 @@ template <typename WT>
 constexpr TileFn kAvx2Tiles[kMaxTileRows + 1] = {
     nullptr,          &TileAvx2<1, WT>, &TileAvx2<2, WT>, &TileAvx2<3, WT>,
     &TileAvx2<4, WT>, &TileAvx2<5, WT>, &TileAvx2<6, WT>};
+template <int NP>
 constexpr TileFn kAvx512F16Tiles[kMaxTileRows + 1] = {
-    nullptr,           &TileAvx512F16<1>, &TileAvx512F16<2>, &TileAvx512F16<3>,
-    &TileAvx512F16<4>, &TileAvx512F16<5>, &TileAvx512F16<6>};
+    nullptr,
+    &TileAvx512F16<1, NP>,
+    &TileAvx512F16<2, NP>,
+    &TileAvx512F16<3, NP>,
+    &TileAvx512F16<4, NP>,
+    &TileAvx512F16<5, NP>,
+    &TileAvx512F16<6, NP>};
 #endif
 
 // Rows [r0, r1) against panels [p0, p1): tiles of nearly equal height (32 rows: 6 6 5 5 5 5),
-// so no tile is left with one or two rows to carry a whole panel's loads.
-void RunBlock(const TileFn* tiles, const float* x, int64_t ldx, int64_t r0, int64_t r1,
-              const PackedMatrix& w, int64_t p0, int64_t p1, float beta, float* y, int64_t ldy) {
+// so no tile is left with one or two rows to carry a whole panel's loads. With `pairs`
+// (tiles over two adjacent panels) the panels go two at a time, an odd last one alone.
+void RunBlock(const TileFn* tiles, const TileFn* pairs, const float* x, int64_t ldx,
+              int64_t r0, int64_t r1, const PackedMatrix& w, int64_t p0, int64_t p1, float beta,
+              float* y, int64_t ldy) {
   const int64_t rows = r1 - r0;
   const int64_t num_tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t o0 = p * kP;
-    const int cols = static_cast<int>(std::min<int64_t>(kP, w.out() - o0));
+  for (int64_t p = p0; p < p1;) {
+    const int np = pairs != nullptr && p + 1 < p1 ? 2 : 1;
+    const TileFn* run = np == 2 ? pairs : tiles;
+    const int64_t o0 = p * kP, last = (p + np - 1) * kP;
+    const int cols = static_cast<int>(std::min<int64_t>(kP, w.out() - last));
+    const void* panel = w.is_f16() ? static_cast<const void*>(w.half_panel(p))
+                                   : static_cast<const void*>(w.panel(p));
     int64_t r = r0;
     for (int64_t t = 0; t < num_tiles; ++t) {
       const int64_t left = r1 - r;
       const int h = static_cast<int>((left + (num_tiles - t) - 1) / (num_tiles - t));
-      const void* panel = w.is_f16() ? static_cast<const void*>(w.half_panel(p))
-                                     : static_cast<const void*>(w.panel(p));
-      tiles[h](x + r * ldx, ldx, panel, w.in(), beta, y + r * ldy + o0, ldy, cols);
+      run[h](x + r * ldx, ldx, panel, w.in(), beta, y + r * ldy + o0, ldy, cols);
       r += h;
     }
+    p += np;
   }
 }
 
@@ -284,12 +322,14 @@ void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMat
                       ThreadPool* pool) {
   if (rows <= 0 || w.out() <= 0) return;
   const TileFn* tiles = w.is_f16() ? kPortableTiles<uint16_t> : kPortableTiles<float>;
+  const TileFn* pairs = nullptr;
 #if FOLIO_HAVE_AVX2_PATH
   if (isa == CpuIsa::kAvx2) tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : kAvx2Tiles<float>;
   if (avx512_f16) {
     CHECK(isa == CpuIsa::kAvx2 && w.is_f16() && DetectedCpuFeatures().avx512)
         << "the AVX-512 f16 tiles need f16 panels, the AVX2 isa and a CPU with AVX-512";
-    tiles = kAvx512F16Tiles;
+    tiles = kAvx512F16Tiles<1>;
+    pairs = kAvx512F16Tiles<2>;
   }
 #else
   (void)isa;
@@ -301,14 +341,15 @@ void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMat
   // A few panel ranges per thread, claimed dynamically, even out a core that is busy
   // with something else.
   const int64_t num_ranges = std::min<int64_t>(num_panels, threads == 1 ? 1 : threads * 4);
-  const int64_t range = (num_panels + num_ranges - 1) / num_ranges;
+  int64_t range = (num_panels + num_ranges - 1) / num_ranges;
+  if (pairs != nullptr) range += range % 2;  // whole pairs
   const int64_t ranges = (num_panels + range - 1) / range;
   ParallelFor(threads == 1 ? nullptr : pool, num_row_blocks * ranges, 1,
               [&](int64_t begin, int64_t end) {
                 for (int64_t item = begin; item < end; ++item) {
                   const int64_t rb = item / ranges;
                   const int64_t p0 = (item % ranges) * range;
-                  RunBlock(tiles, x, ldx, rb * kRowBlock, std::min(rows, (rb + 1) * kRowBlock),
+                  RunBlock(tiles, pairs, x, ldx, rb * kRowBlock, std::min(rows, (rb + 1) * kRowBlock),
                            w, p0, std::min(num_panels, p0 + range), beta, y, ldy);
                 }
               });

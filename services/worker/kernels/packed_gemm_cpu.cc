@@ -1,6 +1,6 @@
 // The packed-weight GEMM: a 6 x 16 register tile (AVX2/FMA, chosen at run time from
-// CpuIsa; f16 panels on AVX-512 F/BW/VL: zmm tiles) or the same loops in plain C++ for
-// the portable path.
+// CpuIsa; f16 panels on AVX-512 F/BW/VL: zmm tiles over two panels, 6 x 32) or the same
+// loops in plain C++ for the portable path.
 //
 // Blocking: rows are taken kRowBlock at a time (their x rows, at most 48 x in floats,
 // stay in L2 while the panels stream past) and each panel is applied to every row tile
@@ -329,7 +329,12 @@ void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMat
     CHECK(isa == CpuIsa::kAvx2 && w.is_f16() && DetectedCpuFeatures().avx512)
         << "the AVX-512 f16 tiles need f16 panels, the AVX2 isa and a CPU with AVX-512";
     tiles = kAvx512F16Tiles<1>;
-    pairs = kAvx512F16Tiles<2>;
+    // FOLIO_PACKED_PAIRS=0 runs one panel at a time (read once; for measuring).
+    static const bool use_pairs = [] {
+      const char* v = std::getenv("FOLIO_PACKED_PAIRS");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    if (use_pairs) pairs = kAvx512F16Tiles<2>;
   }
 #else
   (void)isa;

@@ -10,8 +10,8 @@
 // 128 MB in q8_0, 67-90 MB in the 4/5/6-bit types, well past any cache.
 // BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD path the CPU has
 // (portable too) on a 2-thread pool (the /threads:1 variants: on the calling thread
-// alone); BM_StepF32Panels runs the same shapes as f32
-// PackedMatrix panels (PackedLinear, AVX2); BM_Memcpy copies a type's bytes (the weights
+// alone); BM_StepPanels runs the same shapes as f32 and f16
+// PackedMatrix panels (PackedLinear: the runner's f32 and default F16 paths); BM_Memcpy copies a type's bytes (the weights
 // themselves, into a scratch buffer) on the same pool, split the same way.
 // The time per step is the figure to compare across types (q4_K's step against f32's
 // and q8_0's of the same run: the ratio is what a decode step gains); bytes_per_second
@@ -39,6 +39,7 @@
 #include "benchmark/benchmark.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/dequant_bf16.h"
+#include "services/worker/kernels/half.h"
 #include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/kernels/packed_gemm.h"
 #include "services/worker/kernels/thread_pool.h"
@@ -234,42 +235,54 @@ void BM_CachedRow(benchmark::State& state) {
                  ", 1 token row, " + std::to_string(out * row_bytes >> 10) + " KiB in L2");
 }
 
-// The same step on f32 panels, as the runner holds an f32 model (PackedLinear).
-void BM_StepF32Panels(benchmark::State& state) {
+// The same step on packed panels, as the runner holds an f32 model (f32 panels) or an F16
+// file (f16 panels, the default on AVX2 machines; the AVX-512 f16 tiles where the CPU has
+// them): PackedLinear at one token row.
+void BM_StepPanels(benchmark::State& state) {
   if (!k::EnabledCpuFeatures().avx2) {
-    state.SkipWithError("the packed f32 kernel here is the AVX2 one");
+    state.SkipWithError("the packed kernels here are the AVX2 / AVX-512 ones");
     return;
   }
-  static auto* panels = new std::vector<k::PackedMatrix>();
+  const bool f16 = state.range(0) != 0;
+  const int64_t rows = state.range(1);
+  static auto* made = new std::map<bool, std::vector<k::PackedMatrix>>();
+  std::vector<k::PackedMatrix>& panels = (*made)[f16];
   int64_t bytes = 0, widest = 0;
-  if (panels->empty()) {
+  if (panels.empty()) {
     uint64_t seed = 1;
     for (int l = 0; l < kLayers; ++l) {
       for (const auto& shape : kShapes) {
         const int64_t out = shape[0], in = shape[1];
         std::mt19937 rng(static_cast<uint32_t>(seed++));
         std::normal_distribution<float> n(0.0f, 0.02f);
-        panels->emplace_back(out, in, k::PackedMatrix::Precision::kF32,
-                             [&](int64_t, float* dst) {
-                               for (int64_t i = 0; i < in; ++i) dst[i] = n(rng);
-                             });
+        panels.emplace_back(
+            out, in, f16 ? k::PackedMatrix::Precision::kF16 : k::PackedMatrix::Precision::kF32,
+            [&](int64_t, float* dst) {
+              for (int64_t i = 0; i < in; ++i) {
+                dst[i] = f16 ? k::HalfToFloat(k::FloatToHalf(n(rng))) : n(rng);
+              }
+            });
       }
     }
   }
-  for (const k::PackedMatrix& m : *panels) {
+  for (const k::PackedMatrix& m : panels) {
     bytes += m.size_bytes();
     widest = std::max({widest, m.out(), m.in()});
   }
-  std::vector<float> x(widest, 0.5f), y(widest);
+  std::vector<float> x(rows * widest, 0.5f), y(rows * widest);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
   for (auto _ : state) {
-    for (const k::PackedMatrix& m : *panels) {
-      k::PackedLinear(x.data(), m.in(), 1, m, 0.0f, y.data(), m.out(), k::CpuIsa::kAvx2, &Pool());
+    for (const k::PackedMatrix& m : panels) {
+      k::PackedLinear(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), k::CpuIsa::kAvx2,
+                      &Pool());
     }
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.SetLabel("f32 panels avx2, " + std::to_string(bytes >> 20) + " MiB of weights");
+  const bool avx512 = f16 && k::PackedAvx512F16(k::CpuIsa::kAvx2, panels.front());
+  state.SetLabel(std::string(f16 ? "f16" : "f32") + " panels " + (avx512 ? "avx512" : "avx2") +
+                 ", " + std::to_string(rows) + " token rows, " + std::to_string(bytes >> 20) +
+                 " MiB of weights");
 }
 
 void BM_Memcpy(benchmark::State& state) {
@@ -554,9 +567,18 @@ void Register() {
         ->Unit(benchmark::kMillisecond);
   }
 
-  benchmark::RegisterBenchmark("BM_StepF32Panels", BM_StepF32Panels)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
+  for (int64_t f16 : {0, 1}) {
+    for (int64_t rows : {1, 8, 32}) {
+      benchmark::RegisterBenchmark(
+          (std::string("BM_StepPanels/") + (f16 ? "f16" : "f32") + "/rows:" + std::to_string(rows))
+              .c_str(),
+          BM_StepPanels)
+          ->Args({f16, rows})
+          ->MeasureProcessCPUTime()
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (k::StoredKind kind :
        {k::StoredKind::kF16, k::StoredKind::kBF16, k::StoredKind::kQ8_0, k::StoredKind::kQ4_0,
         k::StoredKind::kQ4_1, k::StoredKind::kQ5_0, k::StoredKind::kQ5_1, k::StoredKind::kQ4_K,

@@ -10,7 +10,7 @@
 // 128 MB in q8_0, 67-90 MB in the 4/5/6-bit types, well past any cache.
 // BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD path the CPU has
 // (portable too) on a 2-thread pool (the /threads:1 variants: on the calling thread
-// alone); BM_StepPanels runs the same shapes as f32 and f16
+// alone); BM_StepPanels runs the same shapes as f32, f16 and bf16
 // PackedMatrix panels (PackedLinear: the runner's f32 and default F16 paths); BM_Memcpy copies a type's bytes (the weights
 // themselves, into a scratch buffer) on the same pool, split the same way.
 // The time per step is the figure to compare across types (q4_K's step against f32's
@@ -26,6 +26,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -235,18 +236,29 @@ void BM_CachedRow(benchmark::State& state) {
                  ", 1 token row, " + std::to_string(out * row_bytes >> 10) + " KiB in L2");
 }
 
+// v as a value of `p`: f16 by rounding; bf16 as a multiple of 2^-11 below 2^-3 in
+// magnitude (at most 8 significant bits, so exact in bf16; the weights are N(0, 0.02)).
+float ValueOf(k::PackedMatrix::Precision p, float v) {
+  if (p == k::PackedMatrix::Precision::kF16) return k::HalfToFloat(k::FloatToHalf(v));
+  if (p == k::PackedMatrix::Precision::kBF16) {
+    return std::clamp(std::round(v * 2048.0f), -255.0f, 255.0f) / 2048.0f;
+  }
+  return v;
+}
+
 // The same step on packed panels, as the runner holds an f32 model (f32 panels) or an F16
-// file (f16 panels, the default on AVX2 machines; the AVX-512 f16 tiles where the CPU has
-// them): PackedLinear at one token row.
+// or BF16 file (f16 / bf16 panels, the default on AVX2 machines; the AVX-512 tiles where
+// the CPU has them): PackedLinear at 1, 8 and 32 token rows.
 void BM_StepPanels(benchmark::State& state) {
   if (!k::EnabledCpuFeatures().avx2) {
     state.SkipWithError("the packed kernels here are the AVX2 / AVX-512 ones");
     return;
   }
-  const bool f16 = state.range(0) != 0;
+  using Precision = k::PackedMatrix::Precision;
+  const auto precision = static_cast<Precision>(state.range(0));
   const int64_t rows = state.range(1);
-  static auto* made = new std::map<bool, std::vector<k::PackedMatrix>>();
-  std::vector<k::PackedMatrix>& panels = (*made)[f16];
+  static auto* made = new std::map<Precision, std::vector<k::PackedMatrix>>();
+  std::vector<k::PackedMatrix>& panels = (*made)[precision];
   int64_t bytes = 0, widest = 0;
   if (panels.empty()) {
     uint64_t seed = 1;
@@ -255,13 +267,9 @@ void BM_StepPanels(benchmark::State& state) {
         const int64_t out = shape[0], in = shape[1];
         std::mt19937 rng(static_cast<uint32_t>(seed++));
         std::normal_distribution<float> n(0.0f, 0.02f);
-        panels.emplace_back(
-            out, in, f16 ? k::PackedMatrix::Precision::kF16 : k::PackedMatrix::Precision::kF32,
-            [&](int64_t, float* dst) {
-              for (int64_t i = 0; i < in; ++i) {
-                dst[i] = f16 ? k::HalfToFloat(k::FloatToHalf(n(rng))) : n(rng);
-              }
-            });
+        panels.emplace_back(out, in, precision, [&](int64_t, float* dst) {
+          for (int64_t i = 0; i < in; ++i) dst[i] = ValueOf(precision, n(rng));
+        });
       }
     }
   }
@@ -279,8 +287,11 @@ void BM_StepPanels(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
-  const bool avx512 = f16 && k::PackedAvx512F16(k::CpuIsa::kAvx2, panels.front());
-  state.SetLabel(std::string(f16 ? "f16" : "f32") + " panels " + (avx512 ? "avx512" : "avx2") +
+  const bool avx512 = k::PackedAvx512(k::CpuIsa::kAvx2, panels.front());
+  const char* name = precision == Precision::kF16    ? "f16"
+                     : precision == Precision::kBF16 ? "bf16"
+                                                     : "f32";
+  state.SetLabel(std::string(name) + " panels " + (avx512 ? "avx512" : "avx2") +
                  ", " + std::to_string(rows) + " token rows, " + std::to_string(bytes >> 20) +
                  " MiB of weights");
 }
@@ -567,13 +578,13 @@ void Register() {
         ->Unit(benchmark::kMillisecond);
   }
 
-  for (int64_t f16 : {0, 1}) {
+  for (int64_t precision : {0, 1, 2}) {  // PackedMatrix::Precision: f32, f16, bf16
+    const char* name = precision == 1 ? "f16" : precision == 2 ? "bf16" : "f32";
     for (int64_t rows : {1, 8, 32}) {
       benchmark::RegisterBenchmark(
-          (std::string("BM_StepPanels/") + (f16 ? "f16" : "f32") + "/rows:" + std::to_string(rows))
-              .c_str(),
+          (std::string("BM_StepPanels/") + name + "/rows:" + std::to_string(rows)).c_str(),
           BM_StepPanels)
-          ->Args({f16, rows})
+          ->Args({precision, rows})
           ->MeasureProcessCPUTime()
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);

@@ -115,12 +115,16 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
     for (int64_t o = 0; o < l.out; ++o) row(o, l.f32.data() + o * l.in);
     return l;
   }
-  // f32 and (with f16_panels, on AVX2) f16 projections are packed into panels of the
-  // same precision (the bytes the file held; its pages are released). Every other type
-  // is read in place: bf16 and q8_0 (f16 without panels) by their own kernels, the rest
-  // through their dequantizers (kernels/typed_gemm.h).
-  const bool f16 = f16_panels_ && isa_ == k::CpuIsa::kAvx2 && m.all_of(DType::kF16);
-  if (!m.all_of(DType::kF32) && !f16) {
+  // f32 and (with f16_panels, on AVX2) f16 and bf16 projections are packed into panels of
+  // the same precision (the bytes the file held; its pages are released); bf16 only when
+  // oneDNN does not take its batches (it reads the stored rows). Every other type is read
+  // in place: bf16 and q8_0 (f16 without panels) by their own kernels, the rest through
+  // their dequantizers (kernels/typed_gemm.h).
+  const bool panels16 = f16_panels_ && isa_ == k::CpuIsa::kAvx2;
+  const bool f16 = panels16 && m.all_of(DType::kF16);
+  const bool bf16 =
+      panels16 && m.all_of(DType::kBF16) && !(onednn_ != nullptr && bf16_onednn_);
+  if (!m.all_of(DType::kF32) && !f16 && !bf16) {
     l.kind = Linear::Kind::kTyped;
     // BF16 at >= onednn_min_rows rows: oneDNN on the same stored rows (no copy); the
     // quantized types at >= dequant_min_rows rows: oneDNN on chunks dequantized to bf16.
@@ -132,8 +136,9 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
     return l;
   }
   l.kind = Linear::Kind::kPacked;
+  using Precision = k::PackedMatrix::Precision;
   l.packed = k::PackedMatrix(
-      l.out, l.in, f16 ? k::PackedMatrix::Precision::kF16 : k::PackedMatrix::Precision::kF32, row);
+      l.out, l.in, f16 ? Precision::kF16 : bf16 ? Precision::kBF16 : Precision::kF32, row);
   return l;
 }
 

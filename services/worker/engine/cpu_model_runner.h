@@ -14,14 +14,15 @@
 //
 // Weights stay as stored (weight_shard.h: typed views into the memory-mapped file). Under
 // GemmThreading::kPacked (the default) each projection runs one of two ways:
-//   - packed: f32 and (on AVX2, unless options.f16_panels is off) f16 projections are
+//   - packed: f32 and (on AVX2, unless options.f16_panels is off) f16 and bf16
+//     projections (bf16 only when oneDNN does not take its batches, see bf16_gemm) are
 //     repacked once, at creation, into the panels of Folio's own GEMM kernel
 //     (packed_gemm.h) in the same precision, so the panels take the bytes the file did;
 //     the file pages each matrix came from are released as soon as it is packed
 //     (ModelWeights::ReleasePages), so resident memory, at its peak during the load too,
 //     holds no more than one matrix twice;
 //   - typed: every other type is read in place from the mapping by kernels/typed_gemm.h:
-//     bf16, q8_0 (and f16 without panels) by their own SIMD kernels (the best path CPUID
+//     q8_0 (and f16 / bf16 without panels) by their own SIMD kernels (the best path CPUID
 //     offers: AVX2, AVX-512, VNNI, BF16; portable when options.isa is kPortable), q4_0 ...
 //     q6_K a few rows dequantized at a time. No second copy of these weights exists.
 //     With options.bf16_gemm (folio-worker's --bf16_gemm), all-bf16 projections at
@@ -99,11 +100,12 @@ struct CpuModelRunnerOptions {
   int32_t num_threads = 0;                              // kernels and OpenBLAS; 0 = all cores
   kernels::CpuIsa isa = kernels::BestCpuIsa();          // kernels' path (tests force one)
   GemmThreading gemm_threading = GemmThreading::kPacked;
-  // kPacked with AVX2: repack f16 projections into f16 panels of the packed GEMM (the
-  // same bytes; the file pages are released) instead of reading them in place with the
-  // typed f16 kernel. Either way one copy of the weights is resident. On by default: the
-  // panels measured faster (bench-28m prefill and batched decode ~1.6x less CPU, 1.1B
-  // single-stream decode ~1.3x; docs/benchmarks.md, issue 20).
+  // kPacked with AVX2: repack f16 (and, when oneDNN does not take them, bf16) projections
+  // into f16 / bf16 panels of the packed GEMM (the same bytes; the file pages are
+  // released) instead of reading them in place with the typed kernels. Either way one copy
+  // of the weights is resident. On by default: the panels measured faster (bench-28m
+  // prefill and batched decode ~1.6x less CPU, 1.1B single-stream decode ~1.3x;
+  // docs/benchmarks.md, issues 20 and 21).
   bool f16_panels = true;
   Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;  // folio-worker's --bf16_gemm decides its default
   int32_t onednn_min_rows = kDefaultOnednnMinRows;

@@ -61,11 +61,15 @@ const ModelWeights& Weights() {
   return *w;
 }
 
-std::unique_ptr<CpuModelRunner> Runner(Bf16Gemm gemm, int32_t min_rows = kDefaultOnednnMinRows) {
+// kFolio packs the BF16 projections into bf16 panels unless `panels` is off; then they are
+// read in place by the typed bf16 kernel, as under oneDNN below its threshold.
+std::unique_ptr<CpuModelRunner> Runner(Bf16Gemm gemm, int32_t min_rows = kDefaultOnednnMinRows,
+                                       bool panels = true) {
   CpuModelRunnerOptions o;
   o.kv_cache_bytes = 16 << 20;
   o.num_threads = 2;
   o.bf16_gemm = gemm;
+  o.f16_panels = panels;
   o.onednn_min_rows = min_rows;
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(Weights(), o);
   CHECK(r.ok()) << r.status();
@@ -109,7 +113,8 @@ TEST(OnednnRunnerTest, BatchedStepsMatchFolioKernelsWithoutExtraWeights) {
     LOG(INFO) << a.size() << " sequence(s): oneDNN vs Folio's kernels, worst |diff| / max|logit| "
               << worst;
     for (size_t s = 0; s < a.size(); ++s) {
-      // Both round activations to bf16 on avx512_bf16 (Folio's f32 sums elsewhere).
+      // oneDNN rounds activations to bf16 on avx512_bf16; Folio's bf16 panels take them
+      // in f32.
       EXPECT_LE(WorstRelative(a[s], b[s]), 1e-2f) << "sequence " << s << " of " << a.size();
       EXPECT_GT(testing::MaxAbs(a[s]), 0.1f) << "flat logits prove nothing";
     }
@@ -122,7 +127,7 @@ TEST(OnednnRunnerTest, BatchedStepsMatchFolioKernelsWithoutExtraWeights) {
 TEST(OnednnRunnerTest, StepsBelowTheThresholdTakeFolioKernelsBitForBit) {
   SKIP_WITHOUT_ONEDNN();
   auto dnn = Runner(Bf16Gemm::kOnednn, /*min_rows=*/8);
-  auto folio = Runner(Bf16Gemm::kFolio);
+  auto folio = Runner(Bf16Gemm::kFolio, kDefaultOnednnMinRows, /*panels=*/false);
   for (int n : {1, 3, 7}) {
     const auto a = testing::PrefillLastLogits(*dnn, {Prompt(n)});
     const auto b = testing::PrefillLastLogits(*folio, {Prompt(n)});

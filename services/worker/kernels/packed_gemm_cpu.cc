@@ -1,6 +1,6 @@
 // The packed-weight GEMM: a 6 x 16 register tile (AVX2/FMA, chosen at run time from
-// CpuIsa; f16 panels on AVX-512 F/BW/VL: zmm tiles over two panels, 6 x 32) or the same
-// loops in plain C++ for the portable path.
+// CpuIsa; f16 and bf16 panels on AVX-512 F/BW/VL: zmm tiles over two panels, 6 x 32) or
+// the same loops in plain C++ for the portable path.
 //
 // Blocking: rows are taken kRowBlock at a time (their x rows, at most 48 x in floats,
 // stay in L2 while the panels stream past) and each panel is applied to every row tile
@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "glog/logging.h"
 #include "services/worker/kernels/avx2_math.h"
@@ -21,6 +23,18 @@ namespace folio::worker::kernels {
 namespace {
 
 constexpr int kP = PackedMatrix::kPanel;
+
+// The element type of bf16 panels (the tiles are templates on it: float, uint16_t for f16).
+struct Bf16 {
+  uint16_t bits;
+};
+
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 constexpr int kMaxTileRows = 6;
 constexpr int64_t kRowBlock = 48;
 
@@ -40,6 +54,10 @@ inline void StoreTile(const float (*tile)[kP], int rows, int cols, float beta, f
 inline const float* PanelRow(const float* panel, int64_t k, float*) { return panel + k * kP; }
 inline const float* PanelRow(const uint16_t* panel, int64_t k, float* buf) {
   for (int j = 0; j < kP; ++j) buf[j] = HalfToFloat(panel[k * kP + j]);
+  return buf;
+}
+inline const float* PanelRow(const Bf16* panel, int64_t k, float* buf) {
+  for (int j = 0; j < kP; ++j) buf[j] = Bf16ToFloat(panel[k * kP + j].bits);
   return buf;
 }
 
@@ -62,7 +80,10 @@ void TilePortable(const float* x, int64_t ldx, const void* panel_v, int64_t in, 
 #if FOLIO_HAVE_AVX2_PATH
 template <typename WT>
 FOLIO_T_AVX2 inline __m256 LoadPanel8(const WT* p) {
-  if constexpr (sizeof(WT) == 2) {
+  if constexpr (std::is_same_v<WT, Bf16>) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  } else if constexpr (sizeof(WT) == 2) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   } else {
     return _mm256_loadu_ps(p);
@@ -112,14 +133,21 @@ FOLIO_T_AVX2 void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int
   StoreTile(tile, R, cols, beta, y, ldy);
 }
 
-// f16 panels on AVX-512: one 16-half row of the panel is one zmm after vcvtph2ps. Each
+// f16 and bf16 panels on AVX-512: one 16-value row of the panel is one zmm after vcvtph2ps
+// (f16) or a zero extension and a shift (bf16). Each
 // output is two chains of fused multiply-adds, over even and over odd k, added at the
 // end: one chain alone bounded a one-token row (decode) by the FMA latency, about half
 // the memory's rate. Every tile height sums in that order, so a row's result still does
 // not depend on its batch.
-FOLIO_T_AVX512 __attribute__((always_inline)) inline __m512 PanelRow16(const uint16_t* panel,
+template <typename WT>
+FOLIO_T_AVX512 __attribute__((always_inline)) inline __m512 PanelRow16(const WT* panel,
                                                                         int64_t k) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kP)));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + k * kP));
+  if constexpr (std::is_same_v<WT, Bf16>) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_cvtph_ps(h);
+  }
 }
 
 // A tile over two panels reads two streams 64 KiB apart (at in = 2048), which the hardware
@@ -136,10 +164,10 @@ constexpr int64_t kAheadK = 3072 / (kP * 2);
 // feeds four FMAs instead of two, and at R = 6 the 24 accumulators, four panel rows and two
 // activations fill the 32 zmm registers. Every output keeps its own two chains, so a
 // column's result is the same whichever NP and R computed it.
-template <int R, int NP>
-FOLIO_T_AVX512 void TileAvx512F16(const float* x, int64_t ldx, const void* panel_v, int64_t in,
-                                  float beta, float* y, int64_t ldy, int cols) {
-  const uint16_t* panel = static_cast<const uint16_t*>(panel_v);
+template <int R, int NP, typename WT>
+FOLIO_T_AVX512 void TileAvx512Half(const float* x, int64_t ldx, const void* panel_v, int64_t in,
+                                   float beta, float* y, int64_t ldy, int cols) {
+  const WT* panel = static_cast<const WT*>(panel_v);
   const int64_t next = in * kP;  // panel q + 1 follows panel q
   __m512 c0[NP][R], c1[NP][R];
 #pragma GCC unroll 2
@@ -159,8 +187,8 @@ FOLIO_T_AVX512 void TileAvx512F16(const float* x, int64_t ldx, const void* panel
         _mm_prefetch(reinterpret_cast<const char*>(panel + q * next + (k + kAheadK) * kP),
                      _MM_HINT_T0);
       }
-      b0[q] = PanelRow16(panel + q * next, k);
-      b1[q] = PanelRow16(panel + q * next, k + 1);
+      b0[q] = PanelRow16<WT>(panel + q * next, k);
+      b1[q] = PanelRow16<WT>(panel + q * next, k + 1);
     }
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
@@ -175,7 +203,7 @@ FOLIO_T_AVX512 void TileAvx512F16(const float* x, int64_t ldx, const void* panel
   if (k < in) {
 #pragma GCC unroll 2
     for (int q = 0; q < NP; ++q) {
-      const __m512 b0 = PanelRow16(panel + q * next, k);
+      const __m512 b0 = PanelRow16<WT>(panel + q * next, k);
 #pragma GCC unroll 6
       for (int r = 0; r < R; ++r) {
         c0[q][r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), b0, c0[q][r]);
@@ -216,15 +244,15 @@ template <typename WT>
 constexpr TileFn kAvx2Tiles[kMaxTileRows + 1] = {
     nullptr,          &TileAvx2<1, WT>, &TileAvx2<2, WT>, &TileAvx2<3, WT>,
     &TileAvx2<4, WT>, &TileAvx2<5, WT>, &TileAvx2<6, WT>};
-template <int NP>
-constexpr TileFn kAvx512F16Tiles[kMaxTileRows + 1] = {
+template <int NP, typename WT>
+constexpr TileFn kAvx512HalfTiles[kMaxTileRows + 1] = {
     nullptr,
-    &TileAvx512F16<1, NP>,
-    &TileAvx512F16<2, NP>,
-    &TileAvx512F16<3, NP>,
-    &TileAvx512F16<4, NP>,
-    &TileAvx512F16<5, NP>,
-    &TileAvx512F16<6, NP>};
+    &TileAvx512Half<1, NP, WT>,
+    &TileAvx512Half<2, NP, WT>,
+    &TileAvx512Half<3, NP, WT>,
+    &TileAvx512Half<4, NP, WT>,
+    &TileAvx512Half<5, NP, WT>,
+    &TileAvx512Half<6, NP, WT>};
 #endif
 
 // Rows [r0, r1) against panels [p0, p1): tiles of nearly equal height (32 rows: 6 6 5 5 5 5),
@@ -240,8 +268,9 @@ void RunBlock(const TileFn* tiles, const TileFn* pairs, const float* x, int64_t 
     const TileFn* run = np == 2 ? pairs : tiles;
     const int64_t o0 = p * kP, last = (p + np - 1) * kP;
     const int cols = static_cast<int>(std::min<int64_t>(kP, w.out() - last));
-    const void* panel = w.is_f16() ? static_cast<const void*>(w.half_panel(p))
-                                   : static_cast<const void*>(w.panel(p));
+    const void* panel = w.precision() != PackedMatrix::Precision::kF32
+                            ? static_cast<const void*>(w.half_panel(p))
+                            : static_cast<const void*>(w.panel(p));
     int64_t r = r0;
     for (int64_t t = 0; t < num_tiles; ++t) {
       const int64_t left = r1 - r;
@@ -264,6 +293,7 @@ PackedMatrix::PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_whe
   }
   const size_t size = static_cast<size_t>(num_panels() * in * kP);
   if (f16) {
+    precision_ = Precision::kF16;
     half_.assign(size, 0);
   } else {
     data_.assign(size, 0.0f);
@@ -281,10 +311,9 @@ PackedMatrix::PackedMatrix(const float* w, int64_t out, int64_t in, bool f16_whe
 
 PackedMatrix::PackedMatrix(int64_t out, int64_t in, Precision precision,
                            const std::function<void(int64_t row, float* dst)>& row)
-    : out_(out), in_(in) {
+    : out_(out), in_(in), precision_(precision) {
   const size_t size = static_cast<size_t>(num_panels() * in * kP);
-  const bool f16 = precision == Precision::kF16;
-  if (f16) {
+  if (precision != Precision::kF32) {
     half_.assign(size, 0);
   } else {
     data_.assign(size, 0.0f);
@@ -293,11 +322,18 @@ PackedMatrix::PackedMatrix(int64_t out, int64_t in, Precision precision,
   for (int64_t o = 0; o < out; ++o) {
     row(o, src.data());
     const int64_t first = (o / kP) * in * kP + o % kP;
-    if (f16) {
+    if (precision == Precision::kF16) {
       for (int64_t k = 0; k < in; ++k) {
         const uint16_t h = FloatToHalf(src[k]);
         CHECK(HalfToFloat(h) == src[k] || std::isnan(src[k])) << "row " << o << " is not f16";
         half_[first + k * kP] = h;
+      }
+    } else if (precision == Precision::kBF16) {
+      for (int64_t k = 0; k < in; ++k) {
+        uint32_t bits;
+        std::memcpy(&bits, &src[k], sizeof(bits));
+        CHECK((bits & 0xFFFFu) == 0 || std::isnan(src[k])) << "row " << o << " is not bf16";
+        half_[first + k * kP] = static_cast<uint16_t>(bits >> 16);
       }
     } else {
       for (int64_t k = 0; k < in; ++k) data_[first + k * kP] = src[k];
@@ -311,48 +347,54 @@ void PackedMatrix::RowToF32(int64_t o, float* dst) const {
   const int64_t first = (o / kP) * in_ * kP + o % kP;
   if (is_f16()) {
     for (int64_t k = 0; k < in_; ++k) dst[k] = HalfToFloat(half_[first + k * kP]);
+  } else if (is_bf16()) {
+    for (int64_t k = 0; k < in_; ++k) dst[k] = Bf16ToFloat(half_[first + k * kP]);
   } else {
     for (int64_t k = 0; k < in_; ++k) dst[k] = data_[first + k * kP];
   }
 }
 
-bool PackedAvx512F16(CpuIsa isa, const PackedMatrix& w) {
+bool PackedAvx512(CpuIsa isa, const PackedMatrix& w) {
   // FOLIO_PACKED_AVX512=0 keeps the AVX2 tiles (read once; for measuring).
   static const bool enabled = [] {
     const char* v = std::getenv("FOLIO_PACKED_AVX512");
     return v == nullptr || std::string(v) != "0";
   }();
-  return FOLIO_HAVE_AVX2_PATH && enabled && isa == CpuIsa::kAvx2 && w.is_f16() &&
-         EnabledCpuFeatures().avx512;
+  return FOLIO_HAVE_AVX2_PATH && enabled && isa == CpuIsa::kAvx2 &&
+         w.precision() != PackedMatrix::Precision::kF32 && EnabledCpuFeatures().avx512;
 }
 
 void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w, float beta,
                   float* y, int64_t ldy, CpuIsa isa, ThreadPool* pool) {
-  PackedLinearWith(x, ldx, rows, w, beta, y, ldy, isa, PackedAvx512F16(isa, w), pool);
+  PackedLinearWith(x, ldx, rows, w, beta, y, ldy, isa, PackedAvx512(isa, w), pool);
 }
 
 void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w,
-                      float beta, float* y, int64_t ldy, CpuIsa isa, bool avx512_f16,
+                      float beta, float* y, int64_t ldy, CpuIsa isa, bool avx512,
                       ThreadPool* pool) {
   if (rows <= 0 || w.out() <= 0) return;
-  const TileFn* tiles = w.is_f16() ? kPortableTiles<uint16_t> : kPortableTiles<float>;
+  const TileFn* tiles = w.is_f16()    ? kPortableTiles<uint16_t>
+                        : w.is_bf16() ? kPortableTiles<Bf16>
+                                      : kPortableTiles<float>;
   const TileFn* pairs = nullptr;
 #if FOLIO_HAVE_AVX2_PATH
-  if (isa == CpuIsa::kAvx2) tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : kAvx2Tiles<float>;
-  if (avx512_f16) {
-    CHECK(isa == CpuIsa::kAvx2 && w.is_f16() && DetectedCpuFeatures().avx512)
-        << "the AVX-512 f16 tiles need f16 panels, the AVX2 isa and a CPU with AVX-512";
-    tiles = kAvx512F16Tiles<1>;
+  if (isa == CpuIsa::kAvx2) {
+    tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : w.is_bf16() ? kAvx2Tiles<Bf16> : kAvx2Tiles<float>;
+  }
+  if (avx512) {
+    CHECK(isa == CpuIsa::kAvx2 && w.precision() != PackedMatrix::Precision::kF32 && DetectedCpuFeatures().avx512)
+        << "the AVX-512 tiles need f16 or bf16 panels, the AVX2 isa and a CPU with AVX-512";
+    tiles = w.is_f16() ? kAvx512HalfTiles<1, uint16_t> : kAvx512HalfTiles<1, Bf16>;
     // FOLIO_PACKED_PAIRS=0 runs one panel at a time (read once; for measuring).
     static const bool use_pairs = [] {
       const char* v = std::getenv("FOLIO_PACKED_PAIRS");
       return v == nullptr || std::string(v) != "0";
     }();
-    if (use_pairs) pairs = kAvx512F16Tiles<2>;
+    if (use_pairs) pairs = w.is_f16() ? kAvx512HalfTiles<2, uint16_t> : kAvx512HalfTiles<2, Bf16>;
   }
 #else
   (void)isa;
-  CHECK(!avx512_f16) << "the AVX-512 f16 tiles need x86-64";
+  CHECK(!avx512) << "the AVX-512 tiles need x86-64";
 #endif
   const int64_t num_panels = w.num_panels();
   const int64_t num_row_blocks = (rows + kRowBlock - 1) / kRowBlock;

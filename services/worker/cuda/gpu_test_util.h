@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "services/worker/cuda/cuda_model_runner.h"
 #include "services/worker/cuda/device_buffer.h"
+#include "services/worker/kernels/half.h"
 
 // Skips the test, with the reason, on a machine without a usable CUDA device.
 #define FOLIO_SKIP_WITHOUT_CUDA_DEVICE()                                   \
@@ -43,7 +44,7 @@ std::vector<T> Download(const DeviceBuffer& b, size_t n) {
   return host;
 }
 
-// Round-to-nearest-even f32 -> bf16 bits, and back.
+// Round-to-nearest-even f32 -> bf16 bits (back: kernels::Bf16ToFloat, half.h).
 inline uint16_t FloatToBf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
@@ -51,12 +52,7 @@ inline uint16_t FloatToBf16(float f) {
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }
-inline float Bf16ToFloat(uint16_t h) {
-  const uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
+using kernels::Bf16ToFloat;
 
 // Runner options small enough for any device: 16 MiB of KV, steps of up to 256 tokens in
 // 16 sequences.

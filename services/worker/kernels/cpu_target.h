@@ -20,6 +20,8 @@
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define FOLIO_T_AVX512BF16 \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
+// A helper of a SIMD function, inlined into it (and so compiled under its target).
+#define FOLIO_INLINE inline __attribute__((always_inline))
 
 #endif  // __x86_64__
 #endif  // FOLIO_SERVICES_WORKER_KERNELS_CPU_TARGET_H_

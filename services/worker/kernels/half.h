@@ -1,4 +1,5 @@
-// IEEE 754 binary16 ("half", f16) <-> binary32 conversion, portable scalar code.
+// IEEE 754 binary16 ("half", f16) <-> binary32 conversion, and bfloat16 -> binary32,
+// portable scalar code.
 //
 // The KV cache stores f16 values as uint16_t bit patterns. These routines round to
 // nearest-even and handle subnormals, infinities and NaN exactly like the x86 F16C
@@ -65,6 +66,14 @@ inline uint16_t FloatToHalf(float f) {
   r >>= 13;
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
   return sign | static_cast<uint16_t>(r);
+}
+
+// bfloat16 bits (the high half of a binary32) widened exactly; NaN payloads kept.
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 }  // namespace folio::worker::kernels

@@ -28,8 +28,6 @@
 #include <cstring>
 #include <vector>
 
-#define FOLIO_INLINE inline __attribute__((always_inline))
-
 namespace folio::worker::kernels::typed {
 namespace {
 

@@ -29,12 +29,6 @@ struct Bf16 {
   uint16_t bits;
 };
 
-inline float Bf16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 constexpr int kMaxTileRows = 6;
 constexpr int64_t kRowBlock = 48;
 
@@ -369,28 +363,40 @@ void PackedLinear(const float* x, int64_t ldx, int64_t rows, const PackedMatrix&
   PackedLinearWith(x, ldx, rows, w, beta, y, ldy, isa, PackedAvx512(isa, w), pool);
 }
 
+namespace {
+
+// The table of `tables` (f32, f16, bf16) for w's precision.
+const TileFn* ForPrecision(const PackedMatrix& w, const TileFn* f32, const TileFn* f16,
+                           const TileFn* bf16) {
+  return w.is_f16() ? f16 : w.is_bf16() ? bf16 : f32;
+}
+
+}  // namespace
+
 void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMatrix& w,
                       float beta, float* y, int64_t ldy, CpuIsa isa, bool avx512,
                       ThreadPool* pool) {
   if (rows <= 0 || w.out() <= 0) return;
-  const TileFn* tiles = w.is_f16()    ? kPortableTiles<uint16_t>
-                        : w.is_bf16() ? kPortableTiles<Bf16>
-                                      : kPortableTiles<float>;
+  const TileFn* tiles = ForPrecision(w, kPortableTiles<float>, kPortableTiles<uint16_t>,
+                                     kPortableTiles<Bf16>);
   const TileFn* pairs = nullptr;
 #if FOLIO_HAVE_AVX2_PATH
   if (isa == CpuIsa::kAvx2) {
-    tiles = w.is_f16() ? kAvx2Tiles<uint16_t> : w.is_bf16() ? kAvx2Tiles<Bf16> : kAvx2Tiles<float>;
+    tiles = ForPrecision(w, kAvx2Tiles<float>, kAvx2Tiles<uint16_t>, kAvx2Tiles<Bf16>);
   }
   if (avx512) {
-    CHECK(isa == CpuIsa::kAvx2 && w.precision() != PackedMatrix::Precision::kF32 && DetectedCpuFeatures().avx512)
+    CHECK(isa == CpuIsa::kAvx2 && w.precision() != PackedMatrix::Precision::kF32 &&
+          DetectedCpuFeatures().avx512)
         << "the AVX-512 tiles need f16 or bf16 panels, the AVX2 isa and a CPU with AVX-512";
-    tiles = w.is_f16() ? kAvx512HalfTiles<1, uint16_t> : kAvx512HalfTiles<1, Bf16>;
+    tiles = ForPrecision(w, nullptr, kAvx512HalfTiles<1, uint16_t>, kAvx512HalfTiles<1, Bf16>);
     // FOLIO_PACKED_PAIRS=0 runs one panel at a time (read once; for measuring).
     static const bool use_pairs = [] {
       const char* v = std::getenv("FOLIO_PACKED_PAIRS");
       return v == nullptr || std::string(v) != "0";
     }();
-    if (use_pairs) pairs = w.is_f16() ? kAvx512HalfTiles<2, uint16_t> : kAvx512HalfTiles<2, Bf16>;
+    if (use_pairs) {
+      pairs = ForPrecision(w, nullptr, kAvx512HalfTiles<2, uint16_t>, kAvx512HalfTiles<2, Bf16>);
+    }
   }
 #else
   (void)isa;
@@ -410,8 +416,9 @@ void PackedLinearWith(const float* x, int64_t ldx, int64_t rows, const PackedMat
                 for (int64_t item = begin; item < end; ++item) {
                   const int64_t rb = item / ranges;
                   const int64_t p0 = (item % ranges) * range;
-                  RunBlock(tiles, pairs, x, ldx, rb * kRowBlock, std::min(rows, (rb + 1) * kRowBlock),
-                           w, p0, std::min(num_panels, p0 + range), beta, y, ldy);
+                  const int64_t r1 = std::min(rows, (rb + 1) * kRowBlock);
+                  RunBlock(tiles, pairs, x, ldx, rb * kRowBlock, r1, w, p0,
+                           std::min(num_panels, p0 + range), beta, y, ldy);
                 }
               });
 }

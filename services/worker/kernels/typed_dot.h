@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "services/worker/kernels/cpu_isa.h"
+#include "services/worker/kernels/half.h"
 #include "services/worker/kernels/typed_gemm.h"
 
 namespace folio::worker::kernels::typed {
@@ -166,13 +167,6 @@ inline void ScalesMinsK4(const uint8_t* s, int sc[8], int m[8]) {
       m[g] = (s[g + 4] >> 4) | ((s[g] >> 2) & 0x30);
     }
   }
-}
-
-inline float Bf16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
 }
 
 }  // namespace folio::worker::kernels::typed

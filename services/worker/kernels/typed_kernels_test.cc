@@ -179,7 +179,7 @@ TEST_P(TypedKernelTest, MatchesPortable) {
     if (bf16_x) {
       std::vector<uint16_t> h(x.size());
       typed::RoundToBf16(x.data(), x.size(), h.data());
-      for (size_t i = 0; i < x.size(); ++i) x_ref[i] = typed::Bf16ToFloat(h[i]);
+      for (size_t i = 0; i < x.size(); ++i) x_ref[i] = Bf16ToFloat(h[i]);
     }
     std::vector<float> want(s.rows * ldy, 0.25f), got = want, got_beta = want;
     TypedLinearOnPath(x_ref.data(), ldx, s.rows, m.view, 0.0f, want.data(), ldy, nullptr,

@@ -19,8 +19,6 @@
 
 #include <algorithm>
 
-#define FOLIO_INLINE inline __attribute__((always_inline))
-
 namespace folio::worker::kernels::typed {
 namespace {
 

@@ -7,6 +7,7 @@
 
 #include <glog/logging.h>
 
+#include "services/worker/kernels/half.h"
 #include "services/worker/model/weight_format.h"
 
 namespace folio::worker {
@@ -68,7 +69,7 @@ uint16_t F32ToF16(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-float BF16ToF32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+float BF16ToF32(uint16_t b) { return kernels::Bf16ToFloat(b); }
 
 uint16_t F32ToBF16(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);

@@ -11,7 +11,9 @@
 // BM_StepMatmuls runs them through TypedLinearOnPath on each SIMD path the CPU has
 // (portable too) on a 2-thread pool (the /threads:1 variants: on the calling thread
 // alone); BM_StepPanels runs the same shapes as f32, f16 and bf16
-// PackedMatrix panels (PackedLinear: the runner's f32 and default F16 paths); BM_Memcpy copies a type's bytes (the weights
+// PackedMatrix panels (PackedLinear: the runner's f32 and default F16 paths);
+// BM_StepBlocked as bf16 in oneDNN's blocked layout (the runner's BF16 path where oneDNN
+// runs: Folio's GEMV, or oneDNN's matmul); BM_Memcpy copies a type's bytes (the weights
 // themselves, into a scratch buffer) on the same pool, split the same way.
 // The time per step is the figure to compare across types (q4_K's step against f32's
 // and q8_0's of the same run: the ratio is what a decode step gains); bytes_per_second
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "services/worker/kernels/blocked_bf16.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/dequant_bf16.h"
 #include "services/worker/kernels/half.h"
@@ -292,6 +295,72 @@ void BM_StepPanels(benchmark::State& state) {
                      : precision == Precision::kBF16 ? "bf16"
                                                      : "f32";
   state.SetLabel(std::string(name) + " panels " + (avx512 ? "avx512" : "avx2") +
+                 ", " + std::to_string(rows) + " token rows, " + std::to_string(bytes >> 20) +
+                 " MiB of weights");
+}
+
+// The same step on BF16 weights in oneDNN's blocked layout (the runner's BF16 path where
+// oneDNN runs): Folio's GEMV (BlockedBf16Linear on `path`, range 0) or, with range 0 = -1,
+// oneDNN's matmul on the same copy (LinearBlocked), at range 1 token rows.
+void BM_StepBlocked(benchmark::State& state) {
+  const int64_t rows = state.range(1);
+  static auto* blocked = new std::vector<k::BlockedBf16Matrix>();
+  if (blocked->empty()) {
+    uint64_t seed = 1;
+    for (int l = 0; l < kLayers; ++l) {
+      for (const auto& shape : kShapes) {
+        const int64_t out = shape[0], in = shape[1];
+        std::mt19937 rng(static_cast<uint32_t>(seed++));
+        std::normal_distribution<float> n(0.0f, 0.02f);
+        blocked->emplace_back(out, in, [&](int64_t, float* dst) {
+          for (int64_t i = 0; i < in; ++i) {
+            dst[i] = ValueOf(k::PackedMatrix::Precision::kBF16, n(rng));
+          }
+        });
+      }
+    }
+  }
+  int64_t bytes = 0, widest = 0;
+  for (const k::BlockedBf16Matrix& m : *blocked) {
+    bytes += m.size_bytes();
+    widest = std::max({widest, m.out(), m.in()});
+  }
+  std::unique_ptr<k::OnednnGemm> onednn;
+  const bool use_onednn = state.range(0) < 0;
+  const auto path = static_cast<k::BlockedBf16Path>(std::max<int64_t>(0, state.range(0)));
+  if (use_onednn) {
+    absl::StatusOr<std::unique_ptr<k::OnednnGemm>> e = k::OnednnGemm::Create(kThreads);
+    if (!e.ok()) {
+      state.SkipWithError(std::string(e.status().message()).c_str());
+      return;
+    }
+    onednn = *std::move(e);
+    if (!onednn->BlockedLayoutMatches(blocked->front().in(), blocked->front().out())) {
+      state.SkipWithError("oneDNN keeps another bf16 weights layout on this CPU");
+      return;
+    }
+  } else if (!k::BlockedBf16PathRuns(path)) {
+    state.SkipWithError("this CPU lacks the path's features");
+    return;
+  }
+  std::vector<float> x(rows * widest), y(rows * widest);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.5f;
+  for (auto _ : state) {
+    for (const k::BlockedBf16Matrix& m : *blocked) {
+      if (use_onednn) {
+        if (!onednn->LinearBlocked(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out())) {
+          state.SkipWithError("oneDNN refused the matmul");
+          return;
+        }
+      } else {
+        k::BlockedBf16Linear(x.data(), m.in(), rows, m, 0.0f, y.data(), m.out(), path, &Pool());
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(std::string("bf16 blocked, ") +
+                 (use_onednn ? "oneDNN " + onednn->impl() : k::BlockedBf16PathName(path)) +
                  ", " + std::to_string(rows) + " token rows, " + std::to_string(bytes >> 20) +
                  " MiB of weights");
 }
@@ -585,6 +654,19 @@ void Register() {
           (std::string("BM_StepPanels/") + name + "/rows:" + std::to_string(rows)).c_str(),
           BM_StepPanels)
           ->Args({precision, rows})
+          ->MeasureProcessCPUTime()
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  // BM_StepBlocked/<path or onednn>/rows:N.
+  for (int64_t path : {2, 1, -1}) {  // BlockedBf16Path: avx512_bf16, avx512; -1: oneDNN
+    const std::string name =
+        path < 0 ? "onednn" : k::BlockedBf16PathName(static_cast<k::BlockedBf16Path>(path));
+    for (int64_t rows : {1, 2, 4, 8, 32}) {
+      benchmark::RegisterBenchmark(
+          ("BM_StepBlocked/" + name + "/rows:" + std::to_string(rows)).c_str(), BM_StepBlocked)
+          ->Args({path, rows})
           ->MeasureProcessCPUTime()
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);

@@ -14,7 +14,8 @@
 //   FOLIO_MODELS_DIR=DIR FOLIO_BENCH_MODEL=bench-28m-q8_0.gguf ...: another file of DIR
 //   FOLIO_BENCH_SGEMM=0 ...: skip the sgemm ceiling (large files)
 //   OMP_WAIT_POLICY=passive FOLIO_BENCH_BF16_GEMM=onednn|folio ...: a BF16 file's batched
-//   projections by oneDNN or by Folio's kernels (FOLIO_BENCH_ONEDNN_MIN_ROWS: threshold)
+//   projections by oneDNN or by Folio's kernels (FOLIO_BENCH_ONEDNN_MIN_ROWS: threshold;
+//   FOLIO_BENCH_BF16_BLOCKED=0: oneDNN on the stored rows instead of its blocked layout)
 //   OMP_WAIT_POLICY=passive FOLIO_BENCH_DEQUANT_MIN_ROWS=16 ...: a quantized file's batched
 //   projections dequantized into oneDNN's bf16 matmul (0 or unset: Folio's integer kernels)
 #include <algorithm>
@@ -69,6 +70,8 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
     o.bf16_gemm = std::string(g) == "onednn" ? Bf16Gemm::kOnednn : Bf16Gemm::kFolio;
   }
   if (const char* m = std::getenv("FOLIO_BENCH_ONEDNN_MIN_ROWS")) o.onednn_min_rows = std::atoi(m);
+  // FOLIO_BENCH_BF16_BLOCKED=0: with oneDNN, BF16 read in place (no blocked copy).
+  if (const char* b = std::getenv("FOLIO_BENCH_BF16_BLOCKED")) o.bf16_blocked = std::string(b) != "0";
   // FOLIO_BENCH_DEQUANT_MIN_ROWS=N: quantized projections at >= N rows dequantized into
   // oneDNN's bf16 matmul (0, the default here: Folio's integer kernels).
   if (const char* m = std::getenv("FOLIO_BENCH_DEQUANT_MIN_ROWS")) o.dequant_min_rows = std::atoi(m);

@@ -84,11 +84,14 @@ ABSL_FLAG(int, max_num_seqs, 256,
 
 ABSL_FLAG(std::string, bf16_gemm, "auto",
           "--device=cpu: who multiplies BF16 weights in steps of at least --onednn_min_rows "
-          "token rows (prefill chunks, batched decode). onednn: oneDNN's bf16 matmul on the "
-          "stored rows (no copy; needs a build with libdnnl-dev and an AVX-512 CPU, else the "
-          "worker exits saying why); folio: Folio's own kernels (the BF16 projections are "
-          "then repacked into bf16 panels, the same bytes: faster decode, slower long "
-          "prefills than onednn); auto: onednn where it can run, else folio. Smaller steps always take Folio's kernels. With onednn a row's "
+          "token rows (prefill chunks, batched decode). onednn: oneDNN's bf16 matmul (needs "
+          "a build with libdnnl-dev and an AVX-512 CPU, else the worker exits saying why); "
+          "the BF16 projections are then copied once into oneDNN's blocked layout where it "
+          "keeps one (the file's pages released: the same bytes), which Folio's own GEMV "
+          "also reads for smaller steps; folio: Folio's own kernels (the BF16 projections "
+          "repacked into bf16 panels, the same bytes: slower long prefills than onednn); "
+          "auto: onednn where it can run, else folio. Smaller steps always take Folio's "
+          "kernels. With onednn a row's "
           "logits can differ in the last bits between a step above and below the threshold "
           "(oneDNN sums in another order); folio keeps them identical.");
 ABSL_FLAG(int, onednn_min_rows, folio::worker::kDefaultOnednnMinRows,

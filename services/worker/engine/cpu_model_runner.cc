@@ -93,12 +93,23 @@ int64_t CpuModelRunner::Linear::bytes() const {
   switch (kind) {
     case Kind::kPacked:
       return packed.size_bytes();
+    case Kind::kBlockedBf16:
+      return blocked.size_bytes();
     case Kind::kF32:
       return static_cast<int64_t>(f32.size() * sizeof(float));
     case Kind::kTyped:
       return typed_bytes;
   }
   return 0;
+}
+
+void CpuModelRunner::Linear::OwnRowToF32(int64_t o, float* dst) const {
+  if (kind == Kind::kBlockedBf16) {
+    blocked.RowToF32(o, dst);
+  } else {
+    CHECK(kind == Kind::kPacked) << "no copy of its own to look a row up in";
+    packed.RowToF32(o, dst);
+  }
 }
 
 CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
@@ -115,11 +126,19 @@ CpuModelRunner::Linear CpuModelRunner::MakeLinear(const ShardMatrix& m) const {
     for (int64_t o = 0; o < l.out; ++o) row(o, l.f32.data() + o * l.in);
     return l;
   }
+  // BF16 where oneDNN takes its batches and keeps its weights in BlockedBf16Matrix's
+  // layout: one blocked copy, read by oneDNN's batches and by Folio's GEMV for fewer rows.
+  if (m.all_of(DType::kBF16) && onednn_ != nullptr && bf16_onednn_ && bf16_blocked_ &&
+      features_.avx512 && onednn_->BlockedLayoutMatches(l.in, l.out)) {
+    l.kind = Linear::Kind::kBlockedBf16;
+    l.blocked = k::BlockedBf16Matrix(l.out, l.in, row);
+    return l;
+  }
   // f32 and (with f16_panels, on AVX2) f16 and bf16 projections are packed into panels of
   // the same precision (the bytes the file held; its pages are released); bf16 only when
   // oneDNN does not take its batches (it reads the stored rows). Every other type is read
-  // in place: bf16 and q8_0 (f16 without panels) by their own kernels, the rest through
-  // their dequantizers (kernels/typed_gemm.h).
+  // in place: bf16 under oneDNN and q8_0 (f16 without panels) by their own kernels, the
+  // rest through their dequantizers (kernels/typed_gemm.h).
   const bool panels16 = f16_panels_ && isa_ == k::CpuIsa::kAvx2;
   const bool f16 = panels16 && m.all_of(DType::kF16);
   const bool bf16 =
@@ -156,6 +175,8 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
       gemm_threading_(options.gemm_threading),
       onednn_(std::move(onednn)),
       bf16_onednn_(options.bf16_gemm != Bf16Gemm::kFolio),
+      bf16_blocked_(options.bf16_blocked),
+      blocked_path_(k::BestBlockedBf16Path(features_)),
       onednn_min_rows_(options.onednn_min_rows),
       dequant_min_rows_(options.dequant_min_rows),
       comm_(options.communicator) {
@@ -167,7 +188,7 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
   std::vector<TensorView> packed_tensors;
   auto linear = [&](const ShardMatrix& m) {
     Linear l = MakeLinear(m);
-    if (l.kind == Linear::Kind::kPacked) {
+    if (l.owns_weights()) {
       std::vector<TensorView> parts;
       for (const ShardMatrix::Part& p : m.parts) parts.push_back(p.tensor);
       model.ReleasePages(parts);
@@ -191,7 +212,12 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
   lm_head_ = linear(weights_.lm_head);
   tok_embeddings_ = weights_.tok_embeddings.typed();
   embed_from_lm_head_ =
-      weights_.config.tied_embeddings && lm_head_.kind == Linear::Kind::kPacked;
+      weights_.config.tied_embeddings && lm_head_.owns_weights();
+  if (const int64_t blocked = blocked_bf16_bytes(); blocked > 0) {
+    LOG(INFO) << "BF16 projections: " << (blocked >> 20) << " MiB in oneDNN's blocked layout "
+              << "(oneDNN from " << onednn_min_rows_ << " token rows, Folio's "
+              << k::BlockedBf16PathName(blocked_path_) << " GEMV below)";
+  }
   // Once more over all of them together: a page two packed tensors of different
   // matrices share (their boundary) is released now.
   model.ReleasePages(packed_tensors);
@@ -217,6 +243,17 @@ int64_t CpuModelRunner::layer_weight_bytes() const {
   return n;
 }
 
+int64_t CpuModelRunner::blocked_bf16_bytes() const {
+  auto blocked = [](const Linear& l) {
+    return l.kind == Linear::Kind::kBlockedBf16 ? l.bytes() : int64_t{0};
+  };
+  int64_t n = blocked(lm_head_);
+  for (const LayerLinears& l : linears_) {
+    n += blocked(l.qkv) + blocked(l.wo) + blocked(l.gate_up) + blocked(l.down);
+  }
+  return n;
+}
+
 int64_t CpuModelRunner::weight_bytes() const {
   // A tied table is counted once, as the LM head, unless that is an f32 copy.
   const bool separate =
@@ -231,6 +268,13 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linea
   switch (w.kind) {
     case Linear::Kind::kPacked:
       k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
+      break;
+    case Linear::Kind::kBlockedBf16:
+      if (rows >= onednn_min_rows_ &&
+          onednn_->LinearBlocked(x, ldx, rows, w.blocked, beta, y, ldy)) {
+        break;
+      }
+      k::BlockedBf16Linear(x, ldx, rows, w.blocked, beta, y, ldy, blocked_path_, &pool_);
       break;
     case Linear::Kind::kTyped:
       if (!w.onednn.empty() && rows >= onednn_min_rows_ &&
@@ -344,7 +388,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     const int64_t local = int64_t{tokens[r]} - weights_.vocab.begin;
     if (local >= 0 && local < weights_.vocab.size()) {
       if (embed_from_lm_head_) {
-        lm_head_.packed.RowToF32(local, x + r * dim);
+        lm_head_.OwnRowToF32(local, x + r * dim);
       } else {
         tok_embeddings_.RowToF32(local, x + r * dim);
       }
@@ -363,7 +407,8 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   attn_args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   attn_args.isa = isa_;
   // Elementwise kernels split over rows; small steps stay on the caller.
-  const int64_t row_grain = std::max<int64_t>(1, (T + pool_.num_threads() - 1) / pool_.num_threads());
+  const int64_t threads = pool_.num_threads();
+  const int64_t row_grain = std::max<int64_t>(1, (T + threads - 1) / threads);
 
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const ShardLayer& w = weights_.layers[l];

@@ -27,11 +27,17 @@
 //     q6_K a few rows dequantized at a time. No second copy of these weights exists.
 //     With options.bf16_gemm (folio-worker's --bf16_gemm), all-bf16 projections at
 //     >= onednn_min_rows token rows run oneDNN's bf16 matmul on the same stored rows
-//     (kernels/onednn_gemm.h: no copy either), on this runner's thread count. With
+//     (kernels/onednn_gemm.h: no copy either), on this runner's thread count, unless
+//     they are blocked (below). With
 //     options.dequant_min_rows > 0 (--dequant_gemm_min_rows), the other typed
 //     projections (q8_0, the 4/5/6-bit blocks) at >= that many rows are dequantized to
 //     bf16 a chunk of rows per thread at a time and multiplied by oneDNN
-//     (OnednnGemm::LinearDequantized): one chunk per thread is resident, not a copy.
+//     (OnednnGemm::LinearDequantized): one chunk per thread is resident, not a copy;
+//   - blocked: where oneDNN takes BF16 batches, runs on a CPU with AVX-512 and keeps bf16
+//     weights in its BA16a64b2a layout (and options.bf16_blocked is on), all-bf16
+//     projections are copied once, at creation, into that layout
+//     (kernels/blocked_bf16.h; the file pages released as for panels): oneDNN reads it
+//     as it is at >= onednn_min_rows rows and Folio's GEMV below that.
 // Nothing is widened to f32 beyond the norms, biases and small per-thread buffers.
 // kKernelPool and kOpenBlas run OpenBLAS sgemm on f32 copies of the projections (widened
 // at creation: 4 bytes a weight, against the memory rule) and are kept to measure against.
@@ -59,6 +65,7 @@
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/engine/sampler.h"
 #include "services/worker/engine/step.h"
+#include "services/worker/kernels/blocked_bf16.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/kernels/packed_gemm.h"
@@ -108,6 +115,10 @@ struct CpuModelRunnerOptions {
   // docs/benchmarks.md, issues 20 and 21).
   bool f16_panels = true;
   Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;  // folio-worker's --bf16_gemm decides its default
+  // With oneDNN for BF16 (bf16_gemm not kFolio): BF16 projections in oneDNN's blocked
+  // layout, one copy for its batches and Folio's few-row GEMV (off: oneDNN on the stored
+  // rows and Folio's in-place bf16 kernel below onednn_min_rows; kept to measure against).
+  bool bf16_blocked = true;
   int32_t onednn_min_rows = kDefaultOnednnMinRows;
   // Quantized typed projections (not f16/bf16) at >= this many token rows: dequantized
   // to bf16 by chunks and multiplied by oneDNN (kPacked, SIMD isa, a build and CPU with
@@ -141,6 +152,9 @@ class CpuModelRunner final : public ModelRunner {
   // of what it reads in place; and of those the transformer layers'.
   int64_t weight_bytes() const;
   int64_t layer_weight_bytes() const;
+  // Of weight_bytes(), those held in oneDNN's blocked bf16 layout (CpuModelRunnerOptions::
+  // bf16_blocked).
+  int64_t blocked_bf16_bytes() const;
   int32_t num_threads() const { return pool_.num_threads(); }
   // The oneDNN engine BF16 projections use at >= onednn_min_rows rows (and quantized
   // ones at >= dequant_min_rows); null when every projection takes Folio's kernels.
@@ -159,17 +173,22 @@ class CpuModelRunner final : public ModelRunner {
 
   // One projection's weights [out, in], held one way.
   struct Linear {
-    enum class Kind { kPacked, kTyped, kF32 };
+    enum class Kind { kPacked, kBlockedBf16, kTyped, kF32 };
     Kind kind = Kind::kTyped;
     int64_t out = 0;
     int64_t in = 0;
     kernels::PackedMatrix packed;  // kPacked
+    kernels::BlockedBf16Matrix blocked;  // kBlockedBf16
     kernels::TypedMatrix typed;    // kTyped: views into the model's tensors
     std::vector<float> f32;        // kF32 (the OpenBLAS modes): row-major
     int64_t typed_bytes = 0;       // stored bytes `typed` reads
     kernels::OnednnBf16Matrix onednn;  // kTyped, all bf16, with oneDNN: `typed` as its weights
     bool dequant_onednn = false;       // kTyped, not bf16: oneDNN on `typed` dequantized
     int64_t bytes() const;
+    // Whether the runner holds its own copy (the file's pages can go).
+    bool owns_weights() const { return kind == Kind::kPacked || kind == Kind::kBlockedBf16; }
+    // Row o as f32 from that copy (an embedding lookup on a tied matrix).
+    void OwnRowToF32(int64_t o, float* dst) const;
   };
   Linear MakeLinear(const ShardMatrix& m) const;
   // Adds the bias, normalises q and k per head and rotates them, for rows [b, e).
@@ -195,6 +214,8 @@ class CpuModelRunner final : public ModelRunner {
   const GemmThreading gemm_threading_;
   std::unique_ptr<kernels::OnednnGemm> onednn_;  // null: Folio's kernels only
   const bool bf16_onednn_;          // BF16 projections at >= onednn_min_rows_ on onednn_
+  const bool bf16_blocked_;         // and in its blocked layout where it keeps that
+  const kernels::BlockedBf16Path blocked_path_;  // Folio's GEMV on blocked projections
   const int32_t onednn_min_rows_;
   const int32_t dequant_min_rows_;  // 0: quantized projections never on onednn_
   Sampler sampler_;
@@ -202,7 +223,7 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<LayerLinears> linears_;  // per layer
   Linear lm_head_;                     // this rank's vocabulary rows
   kernels::TypedMatrix tok_embeddings_;  // this rank's vocabulary rows, read in place
-  bool embed_from_lm_head_ = false;      // tied and packed: look rows up in the panels
+  bool embed_from_lm_head_ = false;      // tied and owned: look rows up in lm_head_
   kernels::RopeParams rope_;
 
   // Per-step buffers, reused across steps.

@@ -3,7 +3,9 @@
 // dim 256, tied embeddings):
 //   - steps of >= onednn_min_rows rows (a prefill chunk; 8 sequences of 3 tokens) give
 //     Folio's kernels' logits within bf16 rounding, with no weight bytes added;
-//   - smaller steps take Folio's kernels: bit for bit the kFolio runner's logits;
+//   - smaller steps take Folio's kernels: bit for bit the kFolio runner's logits when the
+//     stored rows are read in place (bf16_blocked off); with the blocked copy, Folio's GEMV
+//     on it within bf16 rounding, the same bits whatever the step's other rows;
 //   - judged by llama.cpp (reference label): prefill logits of 11 prompts (8..48 tokens,
 //     one step: 308 rows, LM head at 11 rows), all on the oneDNN path, within hf_pair_reference_test's BF16 tolerance (4e-3 of max|logit|) of
 //     llama.cpp's on the same file;
@@ -62,14 +64,16 @@ const ModelWeights& Weights() {
 }
 
 // kFolio packs the BF16 projections into bf16 panels unless `panels` is off; then they are
-// read in place by the typed bf16 kernel, as under oneDNN below its threshold.
+// read in place by the typed bf16 kernel, as under oneDNN below its threshold when
+// `blocked` is off (with it on, oneDNN's blocked copy and Folio's GEMV on it).
 std::unique_ptr<CpuModelRunner> Runner(Bf16Gemm gemm, int32_t min_rows = kDefaultOnednnMinRows,
-                                       bool panels = true) {
+                                       bool panels = true, bool blocked = true) {
   CpuModelRunnerOptions o;
   o.kv_cache_bytes = 16 << 20;
   o.num_threads = 2;
   o.bf16_gemm = gemm;
   o.f16_panels = panels;
+  o.bf16_blocked = blocked;
   o.onednn_min_rows = min_rows;
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(Weights(), o);
   CHECK(r.ok()) << r.status();
@@ -126,14 +130,48 @@ TEST(OnednnRunnerTest, BatchedStepsMatchFolioKernelsWithoutExtraWeights) {
 
 TEST(OnednnRunnerTest, StepsBelowTheThresholdTakeFolioKernelsBitForBit) {
   SKIP_WITHOUT_ONEDNN();
-  auto dnn = Runner(Bf16Gemm::kOnednn, /*min_rows=*/8);
+  auto dnn = Runner(Bf16Gemm::kOnednn, /*min_rows=*/8, /*panels=*/true, /*blocked=*/false);
   auto folio = Runner(Bf16Gemm::kFolio, kDefaultOnednnMinRows, /*panels=*/false);
+  EXPECT_EQ(dnn->blocked_bf16_bytes(), 0);
   for (int n : {1, 3, 7}) {
     const auto a = testing::PrefillLastLogits(*dnn, {Prompt(n)});
     const auto b = testing::PrefillLastLogits(*folio, {Prompt(n)});
     EXPECT_EQ(a, b) << n << " rows";
   }
   EXPECT_EQ(dnn->onednn()->cached_primitives(), 0) << "oneDNN ran below the threshold";
+}
+
+// With the blocked copy every BF16 projection (the tied LM head too: embeddings are looked
+// up in it) is one copy in oneDNN's layout, no more bytes than the panels; steps below the
+// threshold run Folio's GEMV on it (no oneDNN primitive), within bf16 rounding of the
+// panels' logits, and a sequence's logits do not depend on the other rows of its step.
+TEST(OnednnRunnerTest, BlockedCopyServesFewRowsByFolioGemv) {
+  SKIP_WITHOUT_ONEDNN();
+  auto dnn = Runner(Bf16Gemm::kOnednn, /*min_rows=*/8);
+  auto folio = Runner(Bf16Gemm::kFolio);
+  if (dnn->blocked_bf16_bytes() == 0) {
+    GTEST_SKIP() << "oneDNN (" << dnn->onednn()->impl()
+                 << ") keeps another bf16 weights layout on this CPU";
+  }
+  // Every projection and the LM head blocked: only the f32 norms (2 a layer and the final
+  // one, dim 256) are outside.
+  EXPECT_EQ(dnn->weight_bytes() - dnn->blocked_bf16_bytes(), (2 * 2 + 1) * 256 * 4);
+  EXPECT_EQ(dnn->weight_bytes(), folio->weight_bytes());
+  for (int n : {1, 3, 7}) {
+    const auto a = testing::PrefillLastLogits(*dnn, {Prompt(n)});
+    const auto b = testing::PrefillLastLogits(*folio, {Prompt(n)});
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_LE(WorstRelative(a[0], b[0]), 1e-2f) << n << " rows";
+    EXPECT_GT(testing::MaxAbs(a[0]), 0.1f) << "flat logits prove nothing";
+  }
+  EXPECT_EQ(dnn->onednn()->cached_primitives(), 0) << "oneDNN ran below the threshold";
+  // Three sequences of 2 tokens (6 rows) against each alone.
+  std::vector<std::vector<int32_t>> three;
+  for (int i = 0; i < 3; ++i) three.push_back({1, 40 + 97 * i});
+  const auto together = testing::PrefillLastLogits(*dnn, three);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(testing::PrefillLastLogits(*dnn, {three[i]})[0], together[i]) << "sequence " << i;
+  }
 }
 
 TEST(OnednnRunnerTest, BadOptionsAreRefused) {
@@ -196,9 +234,19 @@ TEST(OnednnRunnerTest, PrefillLogitsAgreeWithLlamaCpp) {
     }
   }
   EXPECT_GE(decisive, 6) << "too flat to judge the argmax";
+  // Prefixes of 2 .. 7 tokens, each a step of its own: below the threshold (Folio's GEMV on
+  // the blocked copy where oneDNN keeps that layout, else its in-place kernel).
+  float worst_few = 0;
+  for (int n = 2; n <= 7; ++n) {
+    const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + n);
+    const std::vector<float> got = testing::PrefillLastLogits(*dnn, {prefix})[0];
+    const float rel = WorstRelative(got, (*want)[n - 1]);
+    worst_few = std::max(worst_few, rel);
+    EXPECT_LE(rel, tol) << n << " tokens, one step below the threshold";
+  }
   LOG(INFO) << "prefill vs llama.cpp, worst |diff| / max|logit|: oneDNN " << worst_dnn
-            << ", Folio's kernels " << worst_folio << " (tolerance " << tol << "); argmax "
-            << agree << "/" << decisive;
+            << ", Folio's kernels " << worst_folio << ", steps below the threshold "
+            << worst_few << " (tolerance " << tol << "); argmax " << agree << "/" << decisive;
 }
 
 }  // namespace

@@ -174,6 +174,13 @@ void Execute(const dnnl::primitive& prim, dnnl::stream& stream,
   prim.execute(stream, args);
 }
 
+// BlockedBf16Matrix's layout as oneDNN names it, for W [out, in] (the [in, out] matrix).
+dnnl::memory::desc BlockedDesc(int64_t in, int64_t out) {
+  return dnnl::memory::desc({in, out}, dt::bf16, tag::BA16a64b2a);
+}
+// The "row stride" GetMatmul's key takes for weights in that layout.
+constexpr int64_t kBlockedLd = -1;
+
 // Primitives kept at most; beyond that the cache starts again (oneDNN's own primitive
 // cache makes re-creating a recent one cheap).
 constexpr size_t kMaxCached = 4096;
@@ -229,6 +236,63 @@ class OnednnGemmImpl final : public OnednnGemm {
       stream.wait();
       if (!direct) StoreBlock(out, rows, p.rows, beta, y + p.first_row, ldy);
     }
+    return true;
+  }
+
+  bool BlockedLayoutMatches(int64_t in, int64_t out) override {
+    if (in <= 0 || out <= 0) return false;
+    try {
+      // The layout does not depend on the rows here (1 .. 128 measured); a prefill chunk's.
+      const dnnl::memory::desc src({32, in}, dt::bf16, tag::ab);
+      const dnnl::memory::desc any({in, out}, dt::bf16, tag::any);
+      const dnnl::memory::desc dst({32, out}, dt::f32, tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), Cpu());
+      const dnnl::memory::desc blocked = BlockedDesc(in, out);
+      return pd.weights_desc() == blocked &&
+             static_cast<int64_t>(blocked.get_size()) == BlockedBf16Matrix::SizeBytes(out, in);
+    } catch (const dnnl::error& e) {
+      LOG_FIRST_N(WARNING, 4) << "oneDNN has no bf16 matmul of " << in << " -> " << out << ": "
+                              << e.what();
+      return false;
+    }
+  }
+
+  bool LinearBlocked(const float* x, int64_t ldx, int64_t rows, const BlockedBf16Matrix& w,
+                     float beta, float* y, int64_t ldy) override {
+    if (rows <= 0 || w.out() == 0) return true;
+    omp_set_num_threads(threads_);
+    const int64_t in = w.in(), out = w.out();
+    // A dense dst for brgemm (as in Linear): y itself when its rows are out apart.
+    const bool direct = ldy == out;
+    Convert c;
+    Matmul m;
+    try {
+      c = GetConvert(rows, in, ldx);
+      m = GetMatmul(rows, in, out, kBlockedLd, direct ? ldy : out, direct ? beta : 0.0f);
+    } catch (const dnnl::error& e) {
+      LOG_FIRST_N(ERROR, 4) << "oneDNN refused a blocked bf16 matmul of " << rows << " x "
+                            << in << " -> " << out << " (Folio's kernels take it): " << e.what();
+      return false;
+    }
+    CHECK_EQ(static_cast<int64_t>(m.weights.get_size()), w.size_bytes())
+        << "the blocked matrix is not oneDNN's layout for " << in << " -> " << out;
+    ThreadBuffers& buf = Buffers();
+    uint16_t* xb = Grow(buf.x, rows * in);
+    dnnl::stream stream(Cpu());
+    {
+      dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
+      dnnl::memory dst(c.dst, Cpu(), xb);
+      Execute(c.prim, stream, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, c.scratch_desc,
+              c.scratch, buf);
+    }
+    float* d = direct ? y : Grow(buf.y, rows * out);
+    dnnl::memory src(m.src, Cpu(), xb);
+    dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(w.data()));
+    dnnl::memory dst(m.dst, Cpu(), d);
+    Execute(m.prim, stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}},
+            m.scratch_desc, m.scratch, buf);
+    stream.wait();
+    if (!direct) StoreBlock(d, rows, out, beta, y, ldy);
     return true;
   }
 
@@ -331,8 +395,11 @@ class OnednnGemmImpl final : public OnednnGemm {
     // Created outside the lock (a few ms); a race only makes the same primitive twice.
     Matmul mm;
     mm.src = dnnl::memory::desc({m, k}, dt::bf16, tag::ab);
-    // W [n, k] with row stride ld is the [k, n] matrix with strides {1, ld}.
-    mm.weights = dnnl::memory::desc({k, n}, dt::bf16, dnnl::memory::dims{1, ld});
+    // W [n, k] with row stride ld is the [k, n] matrix with strides {1, ld}; kBlockedLd
+    // means a BlockedBf16Matrix.
+    mm.weights = ld == kBlockedLd
+                     ? BlockedDesc(k, n)
+                     : dnnl::memory::desc({k, n}, dt::bf16, dnnl::memory::dims{1, ld});
     mm.dst = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{ldy, 1});
     dnnl::primitive_attr attr = UserScratchpad();
     if (beta != 0.0f) {

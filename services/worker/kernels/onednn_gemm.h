@@ -5,11 +5,15 @@
 // (docs/benchmarks.md, issue 21). Folio's own kernels (typed_gemm.h) stay the fallback
 // and the path for fewer rows.
 //
-// Weights: an OnednnBf16Matrix is a plan over a TypedMatrix whose segments are all bf16
-// rows (plain [out, in] rows, any row stride: a row-parallel shard starts mid-row). Each
-// run of segments that lie back to back in memory (Q, K, V of one layer usually do) is
-// one oneDNN weights matrix read in place, as the [in, out] matrix with strides {1, ld}:
-// no copy, no reorder, nothing resident beyond the file's pages.
+// Weights: the runner blocks a BF16 projection's rows once, at load, into oneDNN's own
+// layout where oneDNN picks that layout (BlockedBf16Matrix, blocked_bf16.h): LinearBlocked
+// reads it as it is, Folio's GEMV reads the same copy for a few rows, and the file's pages
+// are released. Otherwise an OnednnBf16Matrix is a plan over a TypedMatrix whose segments
+// are all bf16 rows (plain [out, in] rows, any row stride: a row-parallel shard starts
+// mid-row). Each run of segments that lie back to back in memory (Q, K, V of one layer
+// usually do) is one oneDNN weights matrix read in place, as the [in, out] matrix with
+// strides {1, ld}: no copy, no reorder, nothing resident beyond the file's pages (oneDNN
+// then copies each weight block into its layout on every call).
 //
 // Activations: x (f32) is rounded to bf16 (round to nearest even, by a cached oneDNN
 // reorder) into a per-thread buffer, as Folio's avx512_bf16 kernel and llama.cpp do for
@@ -51,6 +55,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/worker/kernels/blocked_bf16.h"
 #include "services/worker/kernels/thread_pool.h"
 #include "services/worker/kernels/typed_gemm.h"
 
@@ -107,6 +112,17 @@ class OnednnGemm {
   // Folio's kernels.
   virtual bool Linear(const float* x, int64_t ldx, int64_t rows, const OnednnBf16Matrix& w,
                       float beta, float* y, int64_t ldy) = 0;
+
+  // Whether oneDNN's bf16 matmul, left to choose, keeps the weights of an [in] -> [out]
+  // matrix in BlockedBf16Matrix's layout on this CPU (BA16a64b2a, with its padding): then
+  // a BlockedBf16Matrix is its weights as they are (LinearBlocked). False when oneDNN picks
+  // another layout or refuses the shape.
+  virtual bool BlockedLayoutMatches(int64_t in, int64_t out) = 0;
+  // y = x . W^T + beta * y as Linear, on weights in that layout (BlockedLayoutMatches must
+  // have said yes for w's shape). False (logged, y untouched) when oneDNN refuses it.
+  virtual bool LinearBlocked(const float* x, int64_t ldx, int64_t rows,
+                             const BlockedBf16Matrix& w, float beta, float* y,
+                             int64_t ldy) = 0;
 
   // y = x . W^T + beta * y as Linear, for a TypedMatrix of any stored type, dequantized
   // to bf16 by chunks of output rows on `pool`'s threads (null: the caller alone), each

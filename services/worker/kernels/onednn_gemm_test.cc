@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/worker/kernels/blocked_bf16.h"
+#include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/kquant_gemm.h"
 #include "services/worker/kernels/typed_gemm.h"
 #include "services/worker/model/weight_format.h"
@@ -156,6 +159,62 @@ TEST(OnednnGemmTest, RowParallelShardStartsMidRow) {
   for (const Case c : {Case{8, 1.0f}, Case{40, 0.0f}}) {
     SCOPED_TRACE(c.rows);
     Check(w, *engine, c.rows, c.beta, 64, 48, rng);
+  }
+}
+
+// A BlockedBf16Matrix of a row-parallel shard's rows (stride > in) as oneDNN's weights: its
+// matmul against the double reference (a block laid out other than oneDNN reads it would
+// miss by the size of the products), and Folio's GEMV on the same copy against oneDNN.
+TEST(OnednnGemmTest, BlockedLayoutIsOnednns) {
+  auto engine = Engine(2);
+  SKIP_WITHOUT_ONEDNN(engine);
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  ThreadPool pool(2);
+  struct Shape {
+    int64_t in, out;
+  };
+  for (const Shape sh : {Shape{96, 80}, Shape{33, 70}, Shape{256, 192}}) {
+    SCOPED_TRACE(std::to_string(sh.in) + " -> " + std::to_string(sh.out));
+    if (!engine->BlockedLayoutMatches(sh.in, sh.out)) {
+      GTEST_SKIP() << "oneDNN (" << engine->impl()
+                   << ") keeps another weights layout on this CPU";
+    }
+    const Store s = RandomStore(sh.out, sh.in + 7, rng);
+    TypedMatrix typed(sh.in);
+    typed.Append(Bf16Rows(s.v.data() + 7, sh.in + 7, sh.out));
+    const BlockedBf16Matrix w(sh.out, sh.in,
+                              [&](int64_t o, float* dst) { typed.RowToF32(o, dst); });
+    for (const Case c : {Case{1, 0.0f}, Case{8, 1.0f}, Case{33, 0.0f}}) {
+      SCOPED_TRACE(c.rows);
+      const int64_t ldx = sh.in + 3, ldy = c.beta == 0.0f ? sh.out : sh.out + 5;
+      std::vector<float> x(static_cast<size_t>(c.rows * ldx));
+      std::vector<float> y0(static_cast<size_t>(c.rows * ldy));
+      for (float& v : x) v = u(rng);
+      for (float& v : y0) v = u(rng);
+      std::vector<float> y = y0, folio = y0;
+      ASSERT_TRUE(engine->LinearBlocked(x.data(), ldx, c.rows, w, c.beta, y.data(), ldy));
+      const BlockedBf16Path path = BestBlockedBf16Path(DetectedCpuFeatures());
+      BlockedBf16Linear(x.data(), ldx, c.rows, w, c.beta, folio.data(), ldy, path, &pool);
+      std::vector<float> wrow(static_cast<size_t>(sh.in));
+      for (int64_t o = 0; o < sh.out; ++o) {
+        typed.RowToF32(o, wrow.data());
+        for (int64_t r = 0; r < c.rows; ++r) {
+          double want = c.beta * static_cast<double>(y0[r * ldy + o]), mag = std::abs(want);
+          for (int64_t k = 0; k < sh.in; ++k) {
+            const double t = static_cast<double>(FromBf16(ToBf16(x[r * ldx + k]))) * wrow[k];
+            want += t;
+            mag += std::abs(t);
+          }
+          ASSERT_NEAR(y[r * ldy + o], want, 1e-5 * mag + 1e-7) << "row " << r << " out " << o;
+          ASSERT_NEAR(folio[r * ldy + o], y[r * ldy + o], 4e-3 * mag + 1e-6)
+              << "row " << r << " out " << o << " (" << BlockedBf16PathName(path) << ")";
+        }
+      }
+      for (int64_t r = 0; r < c.rows; ++r) {
+        for (int64_t o = sh.out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], y0[r * ldy + o]);
+      }
+    }
   }
 }
 

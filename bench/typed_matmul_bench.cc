@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -249,6 +250,26 @@ float ValueOf(k::PackedMatrix::Precision p, float v) {
   return v;
 }
 
+// The step's matrices (kLayers layers of kShapes), N(0, 0.02) weights as values of
+// `precision`, each made by make(out, in, row) from its rows.
+template <typename M, typename Make>
+std::vector<M> StepMatrices(k::PackedMatrix::Precision precision, const Make& make) {
+  std::vector<M> matrices;
+  uint64_t seed = 1;
+  for (int l = 0; l < kLayers; ++l) {
+    for (const auto& shape : kShapes) {
+      std::mt19937 rng(static_cast<uint32_t>(seed++));
+      std::normal_distribution<float> n(0.0f, 0.02f);
+      const int64_t in = shape[1];
+      const std::function<void(int64_t, float*)> row = [&](int64_t, float* dst) {
+        for (int64_t i = 0; i < in; ++i) dst[i] = ValueOf(precision, n(rng));
+      };
+      matrices.push_back(make(shape[0], in, row));
+    }
+  }
+  return matrices;
+}
+
 // The same step on packed panels, as the runner holds an f32 model (f32 panels) or an F16
 // or BF16 file (f16 / bf16 panels, the default on AVX2 machines; the AVX-512 tiles where
 // the CPU has them): PackedLinear at 1, 8 and 32 token rows.
@@ -264,17 +285,9 @@ void BM_StepPanels(benchmark::State& state) {
   std::vector<k::PackedMatrix>& panels = (*made)[precision];
   int64_t bytes = 0, widest = 0;
   if (panels.empty()) {
-    uint64_t seed = 1;
-    for (int l = 0; l < kLayers; ++l) {
-      for (const auto& shape : kShapes) {
-        const int64_t out = shape[0], in = shape[1];
-        std::mt19937 rng(static_cast<uint32_t>(seed++));
-        std::normal_distribution<float> n(0.0f, 0.02f);
-        panels.emplace_back(out, in, precision, [&](int64_t, float* dst) {
-          for (int64_t i = 0; i < in; ++i) dst[i] = ValueOf(precision, n(rng));
-        });
-      }
-    }
+    panels = StepMatrices<k::PackedMatrix>(precision, [&](int64_t out, int64_t in, auto row) {
+      return k::PackedMatrix(out, in, precision, row);
+    });
   }
   for (const k::PackedMatrix& m : panels) {
     bytes += m.size_bytes();
@@ -306,19 +319,9 @@ void BM_StepBlocked(benchmark::State& state) {
   const int64_t rows = state.range(1);
   static auto* blocked = new std::vector<k::BlockedBf16Matrix>();
   if (blocked->empty()) {
-    uint64_t seed = 1;
-    for (int l = 0; l < kLayers; ++l) {
-      for (const auto& shape : kShapes) {
-        const int64_t out = shape[0], in = shape[1];
-        std::mt19937 rng(static_cast<uint32_t>(seed++));
-        std::normal_distribution<float> n(0.0f, 0.02f);
-        blocked->emplace_back(out, in, [&](int64_t, float* dst) {
-          for (int64_t i = 0; i < in; ++i) {
-            dst[i] = ValueOf(k::PackedMatrix::Precision::kBF16, n(rng));
-          }
-        });
-      }
-    }
+    *blocked = StepMatrices<k::BlockedBf16Matrix>(
+        k::PackedMatrix::Precision::kBF16,
+        [](int64_t out, int64_t in, auto row) { return k::BlockedBf16Matrix(out, in, row); });
   }
   int64_t bytes = 0, widest = 0;
   for (const k::BlockedBf16Matrix& m : *blocked) {

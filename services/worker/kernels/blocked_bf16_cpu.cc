@@ -48,6 +48,23 @@ void BlockPortable(const uint16_t* w, int64_t in_padded, const void* xv, int64_t
 constexpr int64_t kAhead = 4096;
 
 template <int R>
+FOLIO_T_AVX512 FOLIO_INLINE void Zero(__m512 (&acc)[R][4]) {
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+}
+
+// Fetches the line kAhead bytes past each of the 4 lines of a pair of k's weights.
+FOLIO_T_AVX512 FOLIO_INLINE void FetchAhead(const uint16_t* wp) {
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + 64 * j, _MM_HINT_T0);
+  }
+}
+
+template <int R>
 FOLIO_T_AVX512 FOLIO_INLINE void Store(const __m512 (&acc)[R][4], float beta, float* y,
                                        int64_t ldy, int64_t n) {
 #pragma GCC unroll 4
@@ -73,18 +90,11 @@ FOLIO_T_AVX512BF16 void BlockBf16Dp(const uint16_t* w, int64_t in_padded, const 
                                     int64_t ldx, float beta, float* y, int64_t ldy, int64_t n) {
   const uint16_t* x = static_cast<const uint16_t*>(xv);
   __m512 acc[R][4];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  }
+  Zero<R>(acc);
   const int64_t pairs = in_padded / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* wp = w + p * (2 * kB);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + 64 * j, _MM_HINT_T0);
-    }
+    FetchAhead(wp);
     __m512i wv[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) wv[j] = _mm512_loadu_si512(wp + 32 * j);
@@ -106,19 +116,12 @@ FOLIO_T_AVX512 void BlockAvx512(const uint16_t* w, int64_t in_padded, const void
                                 int64_t ldx, float beta, float* y, int64_t ldy, int64_t n) {
   const float* x = static_cast<const float*>(xv);
   __m512 acc[R][4];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  }
+  Zero<R>(acc);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   const int64_t pairs = in_padded / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* wp = w + p * (2 * kB);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      _mm_prefetch(reinterpret_cast<const char*>(wp) + kAhead + 64 * j, _MM_HINT_T0);
-    }
+    FetchAhead(wp);
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {

@@ -71,7 +71,9 @@ std::unique_ptr<CpuModelRunner> MakeRunner(int num_seqs, GemmThreading threading
   }
   if (const char* m = std::getenv("FOLIO_BENCH_ONEDNN_MIN_ROWS")) o.onednn_min_rows = std::atoi(m);
   // FOLIO_BENCH_BF16_BLOCKED=0: with oneDNN, BF16 read in place (no blocked copy).
-  if (const char* b = std::getenv("FOLIO_BENCH_BF16_BLOCKED")) o.bf16_blocked = std::string(b) != "0";
+  if (const char* b = std::getenv("FOLIO_BENCH_BF16_BLOCKED")) {
+    o.bf16_blocked = std::string(b) != "0";
+  }
   // FOLIO_BENCH_DEQUANT_MIN_ROWS=N: quantized projections at >= N rows dequantized into
   // oneDNN's bf16 matmul (0, the default here: Folio's integer kernels).
   if (const char* m = std::getenv("FOLIO_BENCH_DEQUANT_MIN_ROWS")) o.dequant_min_rows = std::atoi(m);

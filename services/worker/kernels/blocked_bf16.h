@@ -18,13 +18,16 @@
 // layout for the matrix's shape (OnednnGemm::BlockedLayoutMatches); BlockedBf16Linear
 // needs AVX-512 there (the portable path is the reference the tests hold it to).
 //
-// Immutable after construction; BlockedBf16Linear is thread-safe for disjoint outputs.
+// Immutable after construction. BlockedBf16Linear may run from several threads at once for
+// disjoint outputs only with no pool or a pool each (ThreadPool::ParallelFor is not
+// reentrant).
 #ifndef FOLIO_SERVICES_WORKER_KERNELS_BLOCKED_BF16_H_
 #define FOLIO_SERVICES_WORKER_KERNELS_BLOCKED_BF16_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
-#include <vector>
+#include <memory>
 
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/thread_pool.h"
@@ -55,10 +58,10 @@ class BlockedBf16Matrix {
   int64_t out_padded() const { return num_blocks() * kBlockOut; }
   int64_t in_padded() const { return in_padded_; }
   int64_t num_blocks() const { return (out_ + kBlockOut - 1) / kBlockOut; }
-  bool empty() const { return data_.empty(); }
+  bool empty() const { return data_ == nullptr; }
   // bf16 bit patterns, out_padded() x in_padded() of them.
-  const uint16_t* data() const { return data_.data(); }
-  int64_t size_bytes() const { return static_cast<int64_t>(data_.size() * sizeof(uint16_t)); }
+  const uint16_t* data() const { return data_.get(); }
+  int64_t size_bytes() const { return size_ * static_cast<int64_t>(sizeof(uint16_t)); }
   // size_bytes() of an [out, in] matrix.
   static int64_t SizeBytes(int64_t out, int64_t in) {
     return (out + kBlockOut - 1) / kBlockOut * kBlockOut * ((in + kBlockIn - 1) / kBlockIn) *
@@ -69,7 +72,14 @@ class BlockedBf16Matrix {
   int64_t out_ = 0;
   int64_t in_ = 0;
   int64_t in_padded_ = 0;
-  std::vector<uint16_t> data_;
+  int64_t size_ = 0;  // values
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  // 64-byte aligned (whole cache lines for every 64-byte load, the GEMV's and oneDNN's),
+  // transparent huge pages asked for where the kernel allows them (a TLB entry per 2 MiB of
+  // a stream read once a token).
+  std::unique_ptr<uint16_t[], Free> data_;
 };
 
 // The vector paths of BlockedBf16Linear. kPortable: f32 products in pair order (the

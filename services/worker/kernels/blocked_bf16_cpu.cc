@@ -2,8 +2,11 @@
 // AVX-512 paths, each SIMD function under its own target attribute.
 #include "services/worker/kernels/blocked_bf16.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -165,7 +168,17 @@ BlockedBf16Matrix::BlockedBf16Matrix(int64_t out, int64_t in,
     : out_(out), in_(in), in_padded_((in + kBlockIn - 1) / kBlockIn * kBlockIn) {
   CHECK_GE(out, 0);
   CHECK_GE(in, 0);
-  data_.assign(static_cast<size_t>(out_padded() * in_padded_), 0);
+  size_ = out_padded() * in_padded_;
+  const size_t bytes = (static_cast<size_t>(size_) * sizeof(uint16_t) + 63) / 64 * 64;
+  data_.reset(static_cast<uint16_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+  CHECK(data_ != nullptr) << "cannot allocate " << bytes << " bytes of bf16 weights";
+#ifdef MADV_HUGEPAGE
+  // madvise takes whole 4 KiB pages; the 2 MiB stretches inside them can be huge pages.
+  const auto begin = (reinterpret_cast<uintptr_t>(data_.get()) + 4095) / 4096 * 4096;
+  const auto end = (reinterpret_cast<uintptr_t>(data_.get()) + bytes) / 4096 * 4096;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
+  std::memset(data_.get(), 0, bytes);
   std::vector<float> src(static_cast<size_t>(in));
   for (int64_t o = 0; o < out; ++o) {
     row(o, src.data());

@@ -65,6 +65,7 @@ struct Matmul {
   dnnl::matmul prim;
   dnnl::memory::desc src, weights, dst, scratch_desc;
   size_t scratch = 0;
+  bool reference = false;  // oneDNN's reference implementation (no fast kernel took it)
 };
 struct Convert {
   dnnl::reorder prim;
@@ -213,28 +214,12 @@ class OnednnGemmImpl final : public OnednnGemm {
       return false;
     }
     ThreadBuffers& buf = Buffers();
-    const size_t need = static_cast<size_t>(rows * w.in);
-    if (buf.x.size() < need) buf.x.resize(need);
     dnnl::stream stream(Cpu());
-    {
-      dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
-      dnnl::memory dst(c.dst, Cpu(), buf.x.data());
-      Execute(c.prim, stream, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, c.scratch_desc,
-              c.scratch, buf);
-    }
+    const uint16_t* xb = ToBf16(c, x, rows * w.in, buf, stream);
     for (size_t i = 0; i < w.parts.size(); ++i) {
       const OnednnBf16Matrix::Part& p = w.parts[i];
-      const bool direct = ldy == p.rows;
-      const Matmul& m = mms[i];
-      float* out = y + p.first_row;
-      if (!direct) out = Grow(buf.y, rows * p.rows);
-      dnnl::memory src(m.src, Cpu(), buf.x.data());
-      dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(p.data));
-      dnnl::memory dst(m.dst, Cpu(), out);
-      Execute(m.prim, stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}},
-              m.scratch_desc, m.scratch, buf);
-      stream.wait();
-      if (!direct) StoreBlock(out, rows, p.rows, beta, y + p.first_row, ldy);
+      MultiplyInto(mms[i], xb, p.data, rows, p.rows, ldy == p.rows, beta, y + p.first_row, ldy,
+                   buf, stream);
     }
     return true;
   }
@@ -276,23 +261,15 @@ class OnednnGemmImpl final : public OnednnGemm {
     }
     CHECK_EQ(static_cast<int64_t>(m.weights.get_size()), w.size_bytes())
         << "the blocked matrix is not oneDNN's layout for " << in << " -> " << out;
-    ThreadBuffers& buf = Buffers();
-    uint16_t* xb = Grow(buf.x, rows * in);
-    dnnl::stream stream(Cpu());
-    {
-      dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
-      dnnl::memory dst(c.dst, Cpu(), xb);
-      Execute(c.prim, stream, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, c.scratch_desc,
-              c.scratch, buf);
+    if (m.reference) {
+      LOG_FIRST_N(WARNING, 4) << "oneDNN has only its reference bf16 matmul for " << rows
+                              << " x " << in << " -> " << out << " (Folio's GEMV takes it)";
+      return false;
     }
-    float* d = direct ? y : Grow(buf.y, rows * out);
-    dnnl::memory src(m.src, Cpu(), xb);
-    dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(w.data()));
-    dnnl::memory dst(m.dst, Cpu(), d);
-    Execute(m.prim, stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}},
-            m.scratch_desc, m.scratch, buf);
-    stream.wait();
-    if (!direct) StoreBlock(d, rows, out, beta, y, ldy);
+    ThreadBuffers& buf = Buffers();
+    dnnl::stream stream(Cpu());
+    const uint16_t* xb = ToBf16(c, x, rows * in, buf, stream);
+    MultiplyInto(m, xb, w.data(), rows, out, direct, beta, y, ldy, buf, stream);
     return true;
   }
 
@@ -386,6 +363,32 @@ class OnednnGemmImpl final : public OnednnGemm {
     return attr;
   }
 
+  // x rounded to bf16 (n values, by c) into the calling thread's buffer.
+  static const uint16_t* ToBf16(const Convert& c, const float* x, int64_t n, ThreadBuffers& buf,
+                                dnnl::stream& stream) {
+    uint16_t* xb = Grow(buf.x, n);
+    dnnl::memory src(c.src, Cpu(), const_cast<float*>(x));
+    dnnl::memory dst(c.dst, Cpu(), xb);
+    Execute(c.prim, stream, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, c.scratch_desc,
+            c.scratch, buf);
+    return xb;
+  }
+
+  // y[:, 0 .. n) (y already offset) = xb . weights by m: straight into y when `direct` (m
+  // was made for y's stride and beta), else into a dense buffer added in by StoreBlock.
+  static void MultiplyInto(const Matmul& m, const uint16_t* xb, const uint16_t* weights,
+                           int64_t rows, int64_t n, bool direct, float beta, float* y,
+                           int64_t ldy, ThreadBuffers& buf, dnnl::stream& stream) {
+    float* out = direct ? y : Grow(buf.y, rows * n);
+    dnnl::memory src(m.src, Cpu(), const_cast<uint16_t*>(xb));
+    dnnl::memory wts(m.weights, Cpu(), const_cast<uint16_t*>(weights));
+    dnnl::memory dst(m.dst, Cpu(), out);
+    Execute(m.prim, stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}},
+            m.scratch_desc, m.scratch, buf);
+    stream.wait();
+    if (!direct) StoreBlock(out, rows, n, beta, y, ldy);
+  }
+
   Matmul GetMatmul(int64_t m, int64_t k, int64_t n, int64_t ld, int64_t ldy, float beta) {
     const MatmulKey key{m, k, n, ld, ldy, beta};
     {
@@ -412,6 +415,7 @@ class OnednnGemmImpl final : public OnednnGemm {
     mm.prim = dnnl::matmul(pd);
     mm.scratch_desc = pd.scratchpad_desc();
     mm.scratch = mm.scratch_desc.get_size();
+    mm.reference = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
     absl::MutexLock lock(&mu_);
     if (impl_.empty()) {
       impl_ = pd.impl_info_str();

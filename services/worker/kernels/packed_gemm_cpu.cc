@@ -5,7 +5,9 @@
 // Blocking: rows are taken kRowBlock at a time (their x rows, at most 48 x in floats,
 // stay in L2 while the panels stream past) and each panel is applied to every row tile
 // of the block before the next panel (a panel, 16 x in floats, stays in L1/L2 for the
-// block's tiles). Each weight is read from memory once per row block.
+// block's tiles). Each weight is read from memory once per row block; with several row
+// tiles, the tiles of one panel fetch the next panel's lines (Ahead), so that its first
+// tile does not wait on memory (the SIMD tiles; the portable reference ignores it).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -32,6 +34,33 @@ struct Bf16 {
 constexpr int kMaxTileRows = 6;
 constexpr int64_t kRowBlock = 48;
 
+// Cache lines a tile fetches ahead for the tile that follows it in memory order: the row
+// tiles of one panel (or pair) read the panel from memory in the first tile and from L1/L2
+// in the others, so without this the first tile of every panel waits on memory while the
+// core's FMAs idle. Each tile of a block fetches its share of the next panel's lines, so
+// the next panel arrives while this one's later tiles compute. {nullptr, 0}: none.
+struct Ahead {
+  const char* p = nullptr;
+  int64_t lines = 0;
+};
+
+// An Ahead spread evenly over a tile's `steps` loop steps: Step() fetches one step's share.
+class AheadWalk {
+ public:
+  AheadWalk(Ahead a, int64_t steps)
+      : p_(a.p), end_(a.p + a.lines * 64),
+        per_step_((a.lines + std::max<int64_t>(steps, 1) - 1) / std::max<int64_t>(steps, 1)) {}
+
+  FOLIO_INLINE void Step() {
+    for (int64_t i = 0; i < per_step_ && p_ < end_; ++i, p_ += 64) __builtin_prefetch(p_);
+  }
+
+ private:
+  const char* p_;
+  const char* const end_;
+  const int64_t per_step_;
+};
+
 // y[r, j] = tile[r][j] + beta * y[r, j], r < rows, j < cols (beta 0: y is not read).
 inline void StoreTile(const float (*tile)[kP], int rows, int cols, float beta, float* y,
                       int64_t ldy) {
@@ -57,7 +86,7 @@ inline const float* PanelRow(const Bf16* panel, int64_t k, float* buf) {
 
 template <int R, typename WT>
 void TilePortable(const float* x, int64_t ldx, const void* panel_v, int64_t in, float beta,
-                  float* y, int64_t ldy, int cols) {
+                  float* y, int64_t ldy, int cols, Ahead) {
   const WT* panel = static_cast<const WT*>(panel_v);
   float acc[R][kP] = {};
   float buf[kP];
@@ -86,8 +115,9 @@ FOLIO_T_AVX2 inline __m256 LoadPanel8(const WT* p) {
 
 template <int R, typename WT>
 FOLIO_T_AVX2 void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int64_t in,
-                                float beta, float* y, int64_t ldy, int cols) {
+                                float beta, float* y, int64_t ldy, int cols, Ahead ahead) {
   const WT* panel = static_cast<const WT*>(panel_v);
+  AheadWalk fetch(ahead, in);
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
@@ -95,6 +125,7 @@ FOLIO_T_AVX2 void TileAvx2(const float* x, int64_t ldx, const void* panel_v, int
     c1[r] = _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < in; ++k) {
+    fetch.Step();
     const __m256 b0 = LoadPanel8(panel + k * kP);
     const __m256 b1 = LoadPanel8(panel + k * kP + 8);
 #pragma GCC unroll 6
@@ -160,7 +191,7 @@ constexpr int64_t kAheadK = 3072 / (kP * 2);
 // column's result is the same whichever NP and R computed it.
 template <int R, int NP, typename WT>
 FOLIO_T_AVX512 void TileAvx512Half(const float* x, int64_t ldx, const void* panel_v, int64_t in,
-                                   float beta, float* y, int64_t ldy, int cols) {
+                                   float beta, float* y, int64_t ldy, int cols, Ahead ahead) {
   const WT* panel = static_cast<const WT*>(panel_v);
   const int64_t next = in * kP;  // panel q + 1 follows panel q
   __m512 c0[NP][R], c1[NP][R];
@@ -172,8 +203,10 @@ FOLIO_T_AVX512 void TileAvx512Half(const float* x, int64_t ldx, const void* pane
       c1[q][r] = _mm512_setzero_ps();
     }
   }
+  AheadWalk fetch(ahead, in / 2);
   int64_t k = 0;
   for (; k + 2 <= in; k += 2) {
+    fetch.Step();
     __m512 b0[NP], b1[NP];
 #pragma GCC unroll 2
     for (int q = 0; q < NP; ++q) {
@@ -222,7 +255,7 @@ FOLIO_T_AVX512 void TileAvx512Half(const float* x, int64_t ldx, const void* pane
 #endif  // FOLIO_HAVE_AVX2_PATH
 
 using TileFn = void (*)(const float*, int64_t, const void*, int64_t, float, float*, int64_t,
-                        int);
+                        int, Ahead);
 
 template <typename WT>
 constexpr TileFn kPortableTiles[kMaxTileRows + 1] = {
@@ -257,6 +290,7 @@ void RunBlock(const TileFn* tiles, const TileFn* pairs, const float* x, int64_t 
               float* y, int64_t ldy) {
   const int64_t rows = r1 - r0;
   const int64_t num_tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
+  const int64_t elem = w.precision() != PackedMatrix::Precision::kF32 ? 2 : 4;
   for (int64_t p = p0; p < p1;) {
     const int np = pairs != nullptr && p + 1 < p1 ? 2 : 1;
     const TileFn* run = np == 2 ? pairs : tiles;
@@ -265,11 +299,19 @@ void RunBlock(const TileFn* tiles, const TileFn* pairs, const float* x, int64_t 
     const void* panel = w.precision() != PackedMatrix::Precision::kF32
                             ? static_cast<const void*>(w.half_panel(p))
                             : static_cast<const void*>(w.panel(p));
+    // The panels of the next step of this loop (contiguous after these), fetched by this
+    // step's tiles when there are several (one tile reads its own stream ahead).
+    const int64_t next_np = std::min<int64_t>(np, p1 - (p + np));
+    const int64_t next_lines =
+        num_tiles > 1 && next_np > 0 ? next_np * w.in() * kP * elem / 64 : 0;
+    const char* next = static_cast<const char*>(panel) + np * w.in() * kP * elem;
     int64_t r = r0;
     for (int64_t t = 0; t < num_tiles; ++t) {
       const int64_t left = r1 - r;
       const int h = static_cast<int>((left + (num_tiles - t) - 1) / (num_tiles - t));
-      run[h](x + r * ldx, ldx, panel, w.in(), beta, y + r * ldy + o0, ldy, cols);
+      const int64_t l0 = next_lines * t / num_tiles, l1 = next_lines * (t + 1) / num_tiles;
+      run[h](x + r * ldx, ldx, panel, w.in(), beta, y + r * ldy + o0, ldy, cols,
+             Ahead{next + l0 * 64, l1 - l0});
       r += h;
     }
     p += np;

@@ -1,9 +1,5 @@
 #include "services/worker/engine/kv_cache.h"
 
-#include <cstring>
-
-#include <sys/mman.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -40,21 +36,16 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& sha
   }
   const int64_t bytes = num_blocks * KvBytesPerBlock(shape);
   // Attention walks one kv head's rows (strided) across scattered blocks, which on 4 KiB
-  // pages costs a TLB miss every few rows; 2 MiB alignment lets the kernel back the pool
-  // with transparent huge pages where it allows them (MADV_HUGEPAGE is only a hint).
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t rounded = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
-  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, rounded));
-  if (raw == nullptr) {
+  // pages costs a TLB miss every few rows: the pool is 2 MiB aligned with huge pages asked
+  // for (aligned_buffer.h).
+  kernels::AlignedBuffer<uint8_t> data =
+      kernels::MakeHugePaged<uint8_t>(static_cast<size_t>(bytes), kernels::kHugePageBytes);
+  if (data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", bytes, " bytes for ", num_blocks, " KV blocks"));
   }
-#ifdef MADV_HUGEPAGE
-  madvise(raw, rounded, MADV_HUGEPAGE);
-#endif
-  std::memset(raw, 0, rounded);
   return std::unique_ptr<KvCache>(
-      new KvCache(shape, num_blocks, std::unique_ptr<uint8_t[], Free>(raw)));
+      new KvCache(shape, num_blocks, std::move(data)));
 }
 
 kernels::KvCacheView KvCache::layer(int32_t layer) const {

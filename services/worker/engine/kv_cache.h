@@ -11,11 +11,11 @@
 #define FOLIO_SERVICES_WORKER_ENGINE_KV_CACHE_H_
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "services/worker/kernels/aligned_buffer.h"
 #include "services/worker/kernels/kv_cache_view.h"
 
 namespace folio::worker {
@@ -57,17 +57,14 @@ class KvCache {
   }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  KvCache(const KvCacheShape& shape, int64_t num_blocks, std::unique_ptr<uint8_t[], Free> data)
+  KvCache(const KvCacheShape& shape, int64_t num_blocks, kernels::AlignedBuffer<uint8_t> data)
       : shape_(shape), num_blocks_(num_blocks), data_(std::move(data)) {}
 
   const KvCacheShape shape_;
   const int64_t num_blocks_;
   // Layer l's K at l * 2 * layer_bytes, its V right after; layer_bytes =
   // num_blocks * block_size * num_kv_heads * head_dim * dtype bytes.
-  std::unique_ptr<uint8_t[], Free> data_;
+  kernels::AlignedBuffer<uint8_t> data_;
 };
 
 }  // namespace folio::worker

@@ -25,10 +25,9 @@
 #define FOLIO_SERVICES_WORKER_KERNELS_BLOCKED_BF16_H_
 
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
-#include <memory>
 
+#include "services/worker/kernels/aligned_buffer.h"
 #include "services/worker/kernels/cpu_isa.h"
 #include "services/worker/kernels/thread_pool.h"
 
@@ -73,13 +72,10 @@ class BlockedBf16Matrix {
   int64_t in_ = 0;
   int64_t in_padded_ = 0;
   int64_t size_ = 0;  // values
-  struct Free {
-    void operator()(uint16_t* p) const { std::free(p); }
-  };
   // 64-byte aligned (whole cache lines for every 64-byte load, the GEMV's and oneDNN's),
   // transparent huge pages asked for where the kernel allows them (a TLB entry per 2 MiB of
   // a stream read once a token).
-  std::unique_ptr<uint16_t[], Free> data_;
+  AlignedBuffer<uint16_t> data_;
 };
 
 // The vector paths of BlockedBf16Linear. kPortable: f32 products in pair order (the

@@ -2,8 +2,6 @@
 // AVX-512 paths, each SIMD function under its own target attribute.
 #include "services/worker/kernels/blocked_bf16.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "glog/logging.h"
+#include "services/worker/kernels/aligned_buffer.h"
 #include "services/worker/kernels/cpu_target.h"
 #include "services/worker/kernels/half.h"
 #include "services/worker/kernels/typed_dot.h"
@@ -169,16 +168,8 @@ BlockedBf16Matrix::BlockedBf16Matrix(int64_t out, int64_t in,
   CHECK_GE(out, 0);
   CHECK_GE(in, 0);
   size_ = out_padded() * in_padded_;
-  const size_t bytes = (static_cast<size_t>(size_) * sizeof(uint16_t) + 63) / 64 * 64;
-  data_.reset(static_cast<uint16_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
-  CHECK(data_ != nullptr) << "cannot allocate " << bytes << " bytes of bf16 weights";
-#ifdef MADV_HUGEPAGE
-  // madvise takes whole 4 KiB pages; the 2 MiB stretches inside them can be huge pages.
-  const auto begin = (reinterpret_cast<uintptr_t>(data_.get()) + 4095) / 4096 * 4096;
-  const auto end = (reinterpret_cast<uintptr_t>(data_.get()) + bytes) / 4096 * 4096;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#endif
-  std::memset(data_.get(), 0, bytes);
+  data_ = MakeHugePaged<uint16_t>(static_cast<size_t>(size_), 64);
+  CHECK(data_ != nullptr) << "cannot allocate " << size_bytes() << " bytes of bf16 weights";
   std::vector<float> src(static_cast<size_t>(in));
   for (int64_t o = 0; o < out; ++o) {
     row(o, src.data());

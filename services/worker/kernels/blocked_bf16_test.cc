@@ -59,7 +59,9 @@ TEST(BlockedBf16MatrixTest, LayoutPaddingAndRows) {
     }
   }
   for (size_t i = 0; i < used.size(); ++i) {
-    if (!used[i]) ASSERT_EQ(m.data()[i], 0) << "padding at " << i;
+    if (!used[i]) {
+      ASSERT_EQ(m.data()[i], 0) << "padding at " << i;
+    }
   }
   std::vector<float> row(in);
   for (int64_t n : {0, 63, 64, 69}) {

@@ -226,6 +226,19 @@ class OnednnGemmImpl final : public OnednnGemm {
 
   bool BlockedLayoutMatches(int64_t in, int64_t out) override {
     if (in <= 0 || out <= 0) return false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = layout_matches_.find({in, out});
+      if (it != layout_matches_.end()) return it->second;
+    }
+    const bool matches = AsksForBlockedLayout(in, out);
+    absl::MutexLock lock(&mu_);
+    layout_matches_[{in, out}] = matches;
+    return matches;
+  }
+
+  // BlockedLayoutMatches, asked of oneDNN (a primitive descriptor: a few ms).
+  bool AsksForBlockedLayout(int64_t in, int64_t out) {
     try {
       // The layout does not depend on the rows here (1 .. 128 measured); a prefill chunk's.
       const dnnl::memory::desc src({32, in}, dt::bf16, tag::ab);
@@ -451,6 +464,9 @@ class OnednnGemmImpl final : public OnednnGemm {
   absl::flat_hash_map<MatmulKey, Matmul> matmuls_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ConvertKey, Convert> converts_ ABSL_GUARDED_BY(mu_);
   std::string impl_ ABSL_GUARDED_BY(mu_);
+  // BlockedLayoutMatches' answers by (in, out): a model asks once per projection, and
+  // its layers share a few shapes.
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, bool> layout_matches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

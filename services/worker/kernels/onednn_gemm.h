@@ -116,7 +116,7 @@ class OnednnGemm {
   // Whether oneDNN's bf16 matmul, left to choose, keeps the weights of an [in] -> [out]
   // matrix in BlockedBf16Matrix's layout on this CPU (BA16a64b2a, with its padding): then
   // a BlockedBf16Matrix is its weights as they are (LinearBlocked). False when oneDNN picks
-  // another layout or refuses the shape.
+  // another layout or refuses the shape. Asked of oneDNN once per shape.
   virtual bool BlockedLayoutMatches(int64_t in, int64_t out) = 0;
   // y = x . W^T + beta * y as Linear, on weights in that layout (BlockedLayoutMatches must
   // have said yes for w's shape). False (logged, y untouched) when oneDNN refuses it.

@@ -9,8 +9,9 @@
 // body: kAvx512 (F/BW/VL) and kAvx512Vnni, typed_quant_avx512.inc compiled twice under
 // #pragma GCC target (so the F/BW copy holds no VNNI instruction); the library itself
 // stays baseline x86-64. Stateless; thread-safe.
-#include "services/worker/kernels/typed_dot.h"
+#include "glog/logging.h"
 #include "services/worker/kernels/cpu_target.h"
+#include "services/worker/kernels/typed_dot.h"
 
 #if defined(__x86_64__)
 #include <utility>

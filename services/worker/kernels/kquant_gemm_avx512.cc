@@ -1,5 +1,6 @@
-// GemmQ4K and GemmQ6K (kquant_gemm.h) on AVX-512 VNNI. Compiled with -ffp-contract=off:
-// the f32 scaling must be the portable kernels' multiplies and adds, not fused ones.
+// GemmQ4K, GemmQ6K and GemmQ4_0 (kquant_gemm.h) on AVX-512 VNNI. Compiled with
+// -ffp-contract=off: the f32 scaling must be the portable kernels' multiplies and adds,
+// not fused ones.
 //
 // A q4_K super-block of one weight row: f16 d, f16 dmin, 12 bytes of six-bit scales and
 // mins (8 groups of 32 values), 128 bytes of nibbles: bytes 32p .. 32p + 31 hold group 2p
@@ -13,6 +14,12 @@
 // + 32, + 64, + 96 are ql[64h + l] & 15, ql[64h + 32 + l] & 15, ql[64h + l] >> 4,
 // ql[64h + 32 + l] >> 4, each with qh[32h + l]'s bits 0-1, 2-3, 4-5, 6-7 above them. The
 // integer sum is sum_g sc_g (sum_i q_i x_i - 32 bsum_g), exactly the portable kernel's.
+// A q4_0 block: f16 d, 16 bytes of nibbles (values 0 .. 15 low, 16 .. 31 high); value =
+// d * (q - 8). Eight consecutive blocks (144 bytes) are taken as one super-block of 256
+// values; block k's 16 bytes, as 4 dwords u, hold values 4u .. 4u + 3 in their low
+// nibbles and 16 + 4u .. in their high ones, so one 16 x 16 transpose of 4 blocks of 16
+// rows gives vpdpbusd's layout, and each block's integer sum is scaled into the f32 sum
+// on its own (the portable kernel's sum_b (d_w * d_x) * isum_b).
 #include "services/worker/kernels/kquant_gemm.h"
 
 #include "glog/logging.h"
@@ -26,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace folio::worker::kernels::typed {
@@ -38,6 +46,7 @@ constexpr int kMaxRows = 8;    // activation rows a register tile
 constexpr int kTilesPerPass = 4;
 constexpr int kQ4KBytes = 144;
 constexpr int kQ6KBytes = 210;
+constexpr int kQ4_0Bytes = 18;  // per block of 32 values; 8 blocks a super-block
 
 // One super-block of a 16-row q4_K tile, unpacked. 78 vectors (4992 bytes).
 struct alignas(64) Q4KBlock {
@@ -53,6 +62,12 @@ struct alignas(64) Q6KBlock {
   __m512i sc[16];    // sc[g] lane j: row j's scale of group g (int32)
   __m512i off[8];    // off[p] lane j: 32 x row j's scales of groups 2p, 2p + 1 (int16 pair)
   __m512 d;          // lane j: row j's d
+};
+
+// Eight q4_0 blocks (256 values) of a 16-row tile, unpacked. 72 vectors (4608 bytes).
+struct alignas(64) Q4_0Block {
+  __m512i q[64];  // q[8k + t] lane j: row j's values 4t .. 4t + 3 of block k (0 .. 15 each)
+  __m512 d[8];    // d[k] lane j: row j's d of block k
 };
 
 // Read in place of the rows past the matrix's end in a tile.
@@ -183,7 +198,49 @@ FOLIO_T_AVX512 void UnpackQ6K(const uint8_t* w, int64_t stride, int rows, int64_
   }
 }
 
-// The two formats for the kernels below: the unpacked block, the groups of a super-block
+FOLIO_T_AVX512 void UnpackQ4_0(const uint8_t* w, int64_t stride, int rows, int64_t blocks,
+                               Q4_0Block* tiles) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
+  const __m512i offsets = RowOffsets(stride);
+  constexpr int64_t kSuperBytes = 8 * kQ4_0Bytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk[kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      blk[j] = j < rows ? w + j * stride + b * kSuperBytes : kZeroBlock;
+    }
+    Q4_0Block& t = tiles[b];
+    for (int half = 0; half < 2; ++half) {  // blocks 4 half .. 4 half + 3
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int j = 0; j < kLanes; ++j) {
+        const uint8_t* q = blk[j] + 4 * half * kQ4_0Bytes + 2;
+        const auto at = [q](int k) {
+          return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * kQ4_0Bytes));
+        };
+        __m512i v = _mm512_castsi128_si512(at(0));
+        v = _mm512_inserti32x4(v, at(1), 1);
+        v = _mm512_inserti32x4(v, at(2), 2);
+        r[j] = _mm512_inserti32x4(v, at(3), 3);
+      }
+      Transpose16(r);  // r[m] lane j: row j's dword m % 4 of block 4 half + m / 4
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) {
+        const int k = 4 * half + m / 4, u = m % 4;
+        t.q[8 * k + u] = _mm512_and_si512(r[m], low4);
+        t.q[8 * k + 4 + u] = _mm512_and_si512(_mm512_srli_epi16(r[m], 4), low4);
+      }
+    }
+    const uint8_t* at = w + b * kSuperBytes;
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i dd = _mm512_mask_i32gather_epi32(zero, valid, offsets, at + k * kQ4_0Bytes, 1);
+      t.d[k] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    }
+  }
+}
+
+// The three formats for the kernels below: the unpacked block, the groups of a super-block
 // (each kSteps = 64 / kGroups activation dwords long, weighted by sc[g]), and how a row's
 // integer sum becomes its f32 contribution (Finish: the portable kernel's arithmetic).
 struct Q4K {
@@ -229,6 +286,55 @@ struct Q6K {
     return _mm512_add_ps(out, _mm512_mul_ps(_mm512_mul_ps(t.d, dx), sum));
   }
 };
+
+struct Q4_0 {
+  using Block = Q4_0Block;
+  static void Unpack(const uint8_t* w, int64_t stride, int rows, int64_t blocks, Block* t) {
+    UnpackQ4_0(w, stride, rows, blocks, t);
+  }
+};
+
+// Rows for q4_0 against q8_0 activations: each block's integer sum (vpdpbusd of the
+// nibbles, less 8 x the block's quant sum) scaled by d_w * d_x into the f32 sum.
+template <int R>
+FOLIO_T_AVX512VNNI void RowsQ4_0(const Q4_0Block* tiles, int64_t blocks, const Activations& x,
+                                 int64_t r0, __m512 (&out)[R]) {
+  const int64_t nb = x.in / 32;
+  const int8_t* a[R];
+  const float* xd[R];
+  const int32_t* xs[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    a[i] = x.q8 + (r0 + i) * x.in;
+    xd[i] = x.q8_d + (r0 + i) * nb;
+    xs[i] = x.q8_isum + (r0 + i) * nb;
+    out[i] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Q4_0Block& t = tiles[b];
+    for (int k = 0; k < 8; ++k) {
+      __m512i dot[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) dot[i] = _mm512_set1_epi32(-8 * xs[i][8 * b + k]);
+#pragma GCC unroll 8
+      for (int u = 0; u < 8; ++u) {
+        const __m512i wv = _mm512_load_si512(&t.q[8 * k + u]);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          int32_t av;
+          std::memcpy(&av, a[i] + b * 256 + 32 * k + 4 * u, 4);
+          dot[i] = _mm512_dpbusd_epi32(dot[i], wv, _mm512_set1_epi32(av));
+        }
+      }
+      const __m512 dw = _mm512_load_ps(&t.d[k]);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][8 * b + k]));
+        out[i] = _mm512_add_ps(out[i], _mm512_mul_ps(scale, _mm512_cvtepi32_ps(dot[i])));
+      }
+    }
+  }
+}
 
 // out[i] lane j = dot(weight row j of the tile, activation row r0 + i), i < R: per group
 // R chains of vpdpbusd, each scaled by the group's scale into its row's integer sum.
@@ -284,7 +390,11 @@ FOLIO_T_AVX512VNNI void TileStore(const typename F::Block* tiles, int64_t blocks
                                   const Activations& x, int64_t r0, __mmask16 lanes, float beta,
                                   float* y, int64_t ldy) {
   __m512 out[R];
-  Rows<F, R>(tiles, blocks, x, r0, out);
+  if constexpr (std::is_same_v<F, Q4_0>) {
+    RowsQ4_0<R>(tiles, blocks, x, r0, out);
+  } else {
+    Rows<F, R>(tiles, blocks, x, r0, out);
+  }
   const __m512 vbeta = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
@@ -348,8 +458,22 @@ void GemmQ6K(const uint8_t* w, int64_t stride, int64_t n, const Activations& x, 
   Gemm<Q6K>(w, stride, n, x, rows, beta, y, ldy);
 }
 
+void GemmQ4_0(const uint8_t* w, int64_t stride, int64_t n, const Activations& x, int64_t rows,
+              float beta, float* y, int64_t ldy) {
+  Gemm<Q4_0>(w, stride, n, x, rows, beta, y, ldy);
+}
+
 KQuantGemmFn KQuantGemmFor(StoredKind kind) {
-  return kind == StoredKind::kQ4_K ? GemmQ4K : kind == StoredKind::kQ6_K ? GemmQ6K : nullptr;
+  switch (kind) {
+    case StoredKind::kQ4_K:
+      return GemmQ4K;
+    case StoredKind::kQ6_K:
+      return GemmQ6K;
+    case StoredKind::kQ4_0:
+      return GemmQ4_0;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace folio::worker::kernels::typed
@@ -368,6 +492,11 @@ void GemmQ4K(const uint8_t*, int64_t, int64_t, const Activations&, int64_t, floa
 void GemmQ6K(const uint8_t*, int64_t, int64_t, const Activations&, int64_t, float, float*,
              int64_t) {
   LOG(FATAL) << "GemmQ6K needs AVX-512 VNNI";
+}
+
+void GemmQ4_0(const uint8_t*, int64_t, int64_t, const Activations&, int64_t, float, float*,
+              int64_t) {
+  LOG(FATAL) << "GemmQ4_0 needs AVX-512 VNNI";
 }
 
 KQuantGemmFn KQuantGemmFor(StoredKind) { return nullptr; }

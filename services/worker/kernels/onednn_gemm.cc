@@ -96,12 +96,14 @@ T* Grow(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-// Chunk c's rows (c * chunk onwards) when they all lie in one q4_K or q6_K segment: the
-// GEMM of its type (kquant_gemm.h), its first row and stride; gemm = null otherwise.
+// Chunk c's rows (c * chunk onwards) when they all lie in one q4_K, q6_K or q4_0 segment:
+// the GEMM of its type (kquant_gemm.h), its first row and stride, whether it reads q8_0
+// activations; gemm = null otherwise.
 struct KQuantRun {
   typed::KQuantGemmFn gemm = nullptr;
   const uint8_t* data = nullptr;
   int64_t stride = 0;
+  bool q8_0 = false;
 };
 // Fills runs[c] for every chunk; whether any has a GEMM. None without the K-quant GEMMs on
 // this CPU, or with FOLIO_KQUANT_GEMM=0 in the environment (read once; for measuring).
@@ -111,7 +113,8 @@ bool KQuantRuns(const TypedMatrix& w, int64_t chunk, const CpuFeatures& features
     const char* v = std::getenv("FOLIO_KQUANT_GEMM");
     return v == nullptr || std::string(v) != "0";
   }();
-  if (!enabled || !typed::HasKQuantGemm(features)) return false;
+  // The GEMMs take whole super-blocks of 256 (q4_0 rows may be shorter multiples of 32).
+  if (!enabled || !typed::HasKQuantGemm(features) || w.in() % 256 != 0) return false;
   bool any = false;
   int64_t first = 0;
   for (const TypedRows& s : w.segments()) {
@@ -120,7 +123,8 @@ bool KQuantRuns(const TypedMatrix& w, int64_t chunk, const CpuFeatures& features
         const int64_t o0 = c * chunk;
         const int64_t end = std::min(o0 + chunk, w.out());
         if (end > first + s.rows) break;
-        runs[c] = KQuantRun{gemm, s.data + (o0 - first) * s.row_stride_bytes, s.row_stride_bytes};
+        runs[c] = KQuantRun{gemm, s.data + (o0 - first) * s.row_stride_bytes, s.row_stride_bytes,
+                            typed::KQuantGemmReadsQ8_0(s.kind)};
         any = true;
       }
     }
@@ -129,20 +133,36 @@ bool KQuantRuns(const TypedMatrix& w, int64_t chunk, const CpuFeatures& features
   return any;
 }
 
-// x [rows, in] as q8_K super-blocks in the calling thread's buffers, rows split over
+// x [rows, in] as the GEMMs' activations in the calling thread's buffers: q8_K
+// super-blocks (`k8`) and / or q8_0 blocks with their quant sums (`q8_0`), rows split over
 // `pool` (each row is quantized the same way on any thread).
-typed::Activations QuantizeQ8K(const float* x, int64_t ldx, int64_t rows, int64_t in,
-                               ThreadPool* pool) {
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> d;
+typed::Activations QuantizeForGemms(const float* x, int64_t ldx, int64_t rows, int64_t in,
+                                    bool k8, bool q8_0, ThreadPool* pool) {
+  thread_local std::vector<int8_t> q, q8;
+  thread_local std::vector<float> d, q8_d;
   thread_local std::vector<int16_t> bsums;
-  const int64_t blocks = in / 256;
-  int8_t* qp = Grow(q, rows * in);
-  float* dp = Grow(d, rows * blocks);
-  int16_t* bp = Grow(bsums, rows * in / 16);
+  thread_local std::vector<int32_t> q8_isum;
+  const int64_t blocks = in / 256, nb = in / typed::kQ8Block;
+  int8_t* qp = k8 ? Grow(q, rows * in) : nullptr;
+  float* dp = k8 ? Grow(d, rows * blocks) : nullptr;
+  int16_t* bp = k8 ? Grow(bsums, rows * in / 16) : nullptr;
+  int8_t* q8p = q8_0 ? Grow(q8, rows * in) : nullptr;
+  float* q8dp = q8_0 ? Grow(q8_d, rows * nb) : nullptr;
+  int32_t* sp = q8_0 ? Grow(q8_isum, rows * nb) : nullptr;
   ParallelFor(pool, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      typed::QuantizeQ8_K(x + r * ldx, in, qp + r * in, dp + r * blocks, bp + r * (in / 16));
+      if (k8) {
+        typed::QuantizeQ8_K(x + r * ldx, in, qp + r * in, dp + r * blocks, bp + r * (in / 16));
+      }
+      if (q8_0) {
+        typed::QuantizeQ8_0(x + r * ldx, in, q8p + r * in, q8dp + r * nb);
+        for (int64_t b = 0; b < nb; ++b) {
+          const int8_t* v = q8p + r * in + b * typed::kQ8Block;
+          int32_t sum = 0;
+          for (int i = 0; i < typed::kQ8Block; ++i) sum += v[i];
+          sp[r * nb + b] = sum;
+        }
+      }
     }
   });
   typed::Activations a;
@@ -150,6 +170,9 @@ typed::Activations QuantizeQ8K(const float* x, int64_t ldx, int64_t rows, int64_
   a.k8 = qp;
   a.k8_d = dp;
   a.k8_bsums = bp;
+  a.q8 = q8p;
+  a.q8_d = q8dp;
+  a.q8_isum = sp;
   return a;
 }
 
@@ -312,8 +335,8 @@ class OnednnGemmImpl final : public OnednnGemm {
       return false;
     }
     const CpuFeatures& features = EnabledCpuFeatures();
-    // Chunks of q4_K or q6_K rows go to their GEMM against q8_K activations where the CPU
-    // has it (no bf16 copy of the weights); the others are dequantized for oneDNN.
+    // Chunks of q4_K, q6_K or q4_0 rows go to their GEMM against 8-bit activations where
+    // the CPU has it (no bf16 copy of the weights); the others are dequantized for oneDNN.
     std::vector<KQuantRun> runs(num_chunks);
     const bool any_k = KQuantRuns(w, chunk, features, runs);
     const bool all_k = any_k && std::all_of(runs.begin(), runs.end(),
@@ -324,8 +347,15 @@ class OnednnGemmImpl final : public OnednnGemm {
       xb = Grow(Buffers().x, rows * in);
       for (int64_t r = 0; r < rows; ++r) typed::RoundToBf16(x + r * ldx, in, xb + r * in);
     }
-    typed::Activations k8;
-    if (any_k) k8 = QuantizeQ8K(x, ldx, rows, in, pool);
+    typed::Activations acts;
+    if (any_k) {
+      const auto reads = [&runs](bool q8_0) {
+        return std::any_of(runs.begin(), runs.end(), [q8_0](const KQuantRun& r) {
+          return r.gemm != nullptr && r.q8_0 == q8_0;
+        });
+      };
+      acts = QuantizeForGemms(x, ldx, rows, in, reads(false), reads(true), pool);
+    }
     const int caller_threads = omp_get_max_threads();
     ParallelFor(pool, num_chunks, 1, [&](int64_t begin, int64_t end) {
       omp_set_num_threads(1);  // oneDNN runs on this pool thread alone
@@ -337,7 +367,7 @@ class OnednnGemmImpl final : public OnednnGemm {
         const int64_t o0 = c * chunk;
         const int64_t n = std::min(chunk, out - o0);
         if (runs[c].gemm != nullptr) {
-          runs[c].gemm(runs[c].data, runs[c].stride, n, k8, rows, beta, y + o0, ldy);
+          runs[c].gemm(runs[c].data, runs[c].stride, n, acts, rows, beta, y + o0, ldy);
           continue;
         }
         RowsToBf16(w, o0, n, wb, features, buf.row);

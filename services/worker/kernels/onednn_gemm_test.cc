@@ -278,8 +278,12 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
   SKIP_WITHOUT_ONEDNN(engine);
   std::mt19937 rng(5);
   const int64_t in = 512;
-  const std::vector<QuantSegment> segments = {{&kQ4_KFormat, StoredKind::kQ4_K, 160},
-                                              {&kQ6_KFormat, StoredKind::kQ6_K, 224},
+  // The first three have GEMMs (kquant_gemm.h); with the pool's chunks (two a thread, 128
+  // rows here) each holds a whole one, and the last chunk mixes the other three.
+  constexpr int kWithGemm = 3;
+  const std::vector<QuantSegment> segments = {{&kQ4_KFormat, StoredKind::kQ4_K, 128},
+                                              {&kQ6_KFormat, StoredKind::kQ6_K, 128},
+                                              {&kQ4_0Format, StoredKind::kQ4_0, 128},
                                               {&kQ8_0Format, StoredKind::kQ8_0, 64},
                                               {&kQ4_0Format, StoredKind::kQ4_0, 29},
                                               {&kQ2_KFormat, StoredKind::kOther, 18}};
@@ -315,27 +319,30 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
       for (float& v : y0) v = u(rng);
       std::vector<float> y = y0;
       ASSERT_TRUE(engine->LinearDequantized(x.data(), ldx, c.rows, w, c.beta, y.data(), ldy, p));
-      // Chunks of q4_K or q6_K rows may run GemmQ4K / GemmQ6K on q8_K activations
-      // (kquant_gemm.h), which give the portable q8_K dot bit for bit; every other output
-      // is the bf16 product.
-      std::vector<int8_t> k8(c.rows * in);
-      std::vector<float> k8_d(c.rows * in / 256);
+      // Chunks of q4_K, q6_K or q4_0 rows may run their GEMM on 8-bit activations
+      // (kquant_gemm.h), which gives the portable dot bit for bit; every other output is
+      // the bf16 product.
+      std::vector<int8_t> k8(c.rows * in), q8(c.rows * in);
+      std::vector<float> k8_d(c.rows * in / 256), q8_d(c.rows * in / 32);
       std::vector<int16_t> k8_bsums(c.rows * in / 16);
       for (int64_t r = 0; r < c.rows; ++r) {
         typed::QuantizeQ8_K(x.data() + r * ldx, in, k8.data() + r * in, k8_d.data() + r * in / 256,
                             k8_bsums.data() + r * in / 16);
+        typed::QuantizeQ8_0(x.data() + r * ldx, in, q8.data() + r * in, q8_d.data() + r * in / 32);
       }
       typed::Activations acts;
       acts.in = in;
       acts.k8 = k8.data();
       acts.k8_d = k8_d.data();
       acts.k8_bsums = k8_bsums.data();
-      int64_t through_gemm[2] = {0, 0};  // q4_K, q6_K outputs equal to the q8_K dot
+      acts.q8 = q8.data();
+      acts.q8_d = q8_d.data();
+      int64_t through_gemm[kWithGemm] = {};  // outputs equal to the portable dot, by segment
       for (int64_t r = 0; r < c.rows; ++r) {
         for (int64_t o = 0; o < out; ++o) {
-          const int s = o < segments[0].rows ? 0 : o < segments[0].rows + segments[1].rows ? 1 : -1;
-          if (s >= 0) {
-            const int64_t row = o - (s == 0 ? 0 : segments[0].rows);
+          const int s = static_cast<int>(o / 128);  // the first segments are 128 rows each
+          if (s < kWithGemm) {
+            const int64_t row = o - 128 * s;
             float dot;
             typed::PortableQuantKernel(segments[s].kind)
                 .dot[0](stores[s].data() + row * w.segments()[s].row_stride_bytes, acts, r, &dot);
@@ -354,12 +361,13 @@ TEST(OnednnGemmTest, DequantizedMatchesBf16Reference) {
         }
         for (int64_t o = out; o < ldy; ++o) ASSERT_EQ(y[r * ldy + o], y0[r * ldy + o]);
       }
-      // With the pool's chunks (about 4 a thread, 128 rows here) the 160 q4_K rows and the
-      // 224 q6_K rows each hold a whole one; alone, the caller's two chunks cross segments.
+      // With the pool's chunks every row of the first three segments goes through its
+      // GEMM; alone, the caller's two chunks cross segments.
       if (p != nullptr && typed::HasKQuantGemm(EnabledCpuFeatures()) &&
           std::getenv("FOLIO_KQUANT_GEMM") == nullptr) {
-        EXPECT_GE(through_gemm[0], c.rows * 16);
-        EXPECT_GE(through_gemm[1], c.rows * 16);
+        for (int s = 0; s < kWithGemm; ++s) {
+          EXPECT_EQ(through_gemm[s], c.rows * 128) << segments[s].format->name;
+        }
       }
     }
   }

@@ -47,6 +47,8 @@ struct Activations {
   // [rows][in / 4] -128 x (the sum of each 4 consecutive q8_0 quants), for kernels with
   // needs_q8_c (Q8Corrections); optional: they form it themselves when it is null.
   const int32_t* q8_c = nullptr;
+  // [rows][in / 32] the sum of each q8_0 block's quants (kquant_gemm.h's GemmQ4_0 only).
+  const int32_t* q8_isum = nullptr;
   // The q4_0 kernels' form of the q8_0 activations (needs_q4x; Q4_0Activations), per
   // group of 4 blocks (128 values; a last partial group has none): row r's quants at
   // q4x + r * in, its scales and offsets at q4x_d / q4x_off + r * (in / 8).

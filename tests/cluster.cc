@@ -38,45 +38,51 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
     return base;
   };
   const std::vector<std::string> fast_shutdown = {"--shutdown_grace_ms=0"};
-  auto cachemgr = ServiceProcess::Start("folio-cachemgr", with(fast_shutdown, options.cachemgr_args));
-  if (!cachemgr.ok()) return cachemgr.status();
-  c->cachemgr_ = std::move(*cachemgr);
-  std::string worker_addresses;
-  for (int rank = 0; rank < options.tp_size; ++rank) {
-    std::vector<std::string> args = {"--model=" + options.model};
-    if (options.tp_size == 1) {
-      args.push_back("--num_threads=2");
-    } else {
-      args.push_back("--num_threads=1");
-      args.push_back("--tp_size=" + std::to_string(options.tp_size));
-      args.push_back("--tp_rank=" + std::to_string(rank));
-      if (rank > 0) args.push_back("--tp_rendezvous=" + c->workers_[0]->address());
+  // Two cores in all: one thread per worker once there is more than one.
+  const bool one_thread = options.tp_size * options.num_replicas > 1;
+  std::string scheduler_addresses;
+  for (int ri = 0; ri < options.num_replicas; ++ri) {
+    Replica& r = c->replicas_.emplace_back();
+    auto cachemgr =
+        ServiceProcess::Start("folio-cachemgr", with(fast_shutdown, options.cachemgr_args));
+    if (!cachemgr.ok()) return cachemgr.status();
+    r.cachemgr = std::move(*cachemgr);
+    std::string worker_addresses;
+    for (int rank = 0; rank < options.tp_size; ++rank) {
+      std::vector<std::string> args = {"--model=" + options.model};
+      args.push_back(one_thread ? "--num_threads=1" : "--num_threads=2");
+      if (options.tp_size > 1) {
+        args.push_back("--tp_size=" + std::to_string(options.tp_size));
+        args.push_back("--tp_rank=" + std::to_string(rank));
+        if (rank > 0) args.push_back("--tp_rendezvous=" + r.workers[0]->address());
+      }
+      auto worker = ServiceProcess::Start("folio-worker",
+                                          with(with(fast_shutdown, args), options.worker_args));
+      if (!worker.ok()) return worker.status();
+      r.workers.push_back(std::move(*worker));
+      worker_addresses += (rank > 0 ? "," : "") + r.workers.back()->address();
     }
-    auto worker = ServiceProcess::Start("folio-worker",
-                                        with(with(fast_shutdown, args), options.worker_args));
-    if (!worker.ok()) return worker.status();
-    c->workers_.push_back(std::move(*worker));
-    worker_addresses += (rank > 0 ? "," : "") + c->workers_.back()->address();
+    auto scheduler = ServiceProcess::Start(
+        "folio-scheduler",
+        with(with(fast_shutdown, {"--cachemgr=" + r.cachemgr->address(),
+                                  "--workers=" + worker_addresses, "--startup_timeout_s=60"}),
+             options.scheduler_args));
+    if (!scheduler.ok()) return scheduler.status();
+    r.scheduler = std::move(*scheduler);
+    r.cachemgr_stub = pb::CacheManager::NewStub(
+        grpc::CreateChannel(r.cachemgr->address(), grpc::InsecureChannelCredentials()));
+    scheduler_addresses += (ri > 0 ? "," : "") + r.scheduler->address();
   }
-  auto scheduler = ServiceProcess::Start(
-      "folio-scheduler",
-      with(with(fast_shutdown, {"--cachemgr=" + c->cachemgr_->address(),
-                                "--workers=" + worker_addresses, "--startup_timeout_s=60"}),
-           options.scheduler_args));
-  if (!scheduler.ok()) return scheduler.status();
-  c->scheduler_ = std::move(*scheduler);
+  const std::string target = options.num_replicas == 1 ? "--scheduler=" + scheduler_addresses
+                                                       : "--replicas=" + scheduler_addresses;
   auto frontend = ServiceProcess::Start(
       "folio-frontend",
-      with(with(fast_shutdown, {"--scheduler=" + c->scheduler_->address(), "--port=0",
-                                "--http_port=0"}),
-           options.frontend_args));
+      with(with(fast_shutdown, {target, "--port=0", "--http_port=0"}), options.frontend_args));
   if (!frontend.ok()) return frontend.status();
   c->frontend_ = std::move(*frontend);
 
   auto channel = grpc::CreateChannel(c->frontend_->address(), grpc::InsecureChannelCredentials());
   c->frontend_stub_ = folio::v1::TextGeneration::NewStub(channel);
-  c->cachemgr_stub_ = pb::CacheManager::NewStub(
-      grpc::CreateChannel(c->cachemgr_->address(), grpc::InsecureChannelCredentials()));
   auto health = grpc::health::v1::Health::NewStub(channel);
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
   while (absl::Now() < deadline) {
@@ -92,19 +98,23 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
   return absl::DeadlineExceededError("the frontend did not report SERVING within 90 s");
 }
 
-pb::CacheStats Cluster::CacheStats() {
+pb::CacheStats Cluster::CacheStats(int replica) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   pb::CacheStats stats;
-  cachemgr_stub_->GetStats(&ctx, pb::GetStatsRequest(), &stats);
+  replicas_[replica].cachemgr_stub->GetStats(&ctx, pb::GetStatsRequest(), &stats);
   return stats;
 }
 
 bool Cluster::WaitForEmptyPool(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
-    const pb::CacheStats s = CacheStats();
-    if (s.num_sequences() == 0 && s.num_blocks_free() == s.num_blocks_total()) return true;
+    bool empty = true;
+    for (int i = 0; i < num_replicas() && empty; ++i) {
+      const pb::CacheStats s = CacheStats(i);
+      empty = s.num_sequences() == 0 && s.num_blocks_free() == s.num_blocks_total();
+    }
+    if (empty) return true;
     absl::SleepFor(absl::Milliseconds(50));
   }
   return false;

@@ -1,5 +1,7 @@
 // Cluster: a whole local Folio cluster (cachemgr, worker, scheduler, frontend) started
-// from the built binaries for end-to-end tests, with stubs to reach each service.
+// from the built binaries for end-to-end tests, with stubs to reach each service. With
+// num_replicas > 1, that many replicas (cachemgr, workers, scheduler each) behind one
+// frontend that routes over them (--replicas); the single-replica accessors name replica 0.
 #ifndef FOLIO_TESTS_CLUSTER_H_
 #define FOLIO_TESTS_CLUSTER_H_
 
@@ -22,6 +24,7 @@ struct ClusterOptions {
   int tp_size = 1;                          // worker ranks (tensor parallelism)
   std::vector<std::string> scheduler_args;  // e.g. --num_blocks=40
   std::vector<std::string> frontend_args;
+  int num_replicas = 1;
 };
 
 class Cluster {
@@ -30,22 +33,32 @@ class Cluster {
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& options);
 
   folio::v1::TextGeneration::Stub& frontend() { return *frontend_stub_; }
-  folio::internal::v1::CacheManager::Stub& cachemgr() { return *cachemgr_stub_; }
-  ServiceProcess& cachemgr_process() { return *cachemgr_; }
-  ServiceProcess& worker_process(int rank = 0) { return *workers_[rank]; }
-  ServiceProcess& scheduler_process() { return *scheduler_; }
+  folio::internal::v1::CacheManager::Stub& cachemgr(int replica = 0) {
+    return *replicas_[replica].cachemgr_stub;
+  }
+  ServiceProcess& cachemgr_process(int replica = 0) { return *replicas_[replica].cachemgr; }
+  ServiceProcess& worker_process(int rank = 0, int replica = 0) {
+    return *replicas_[replica].workers[rank];
+  }
+  ServiceProcess& scheduler_process(int replica = 0) { return *replicas_[replica].scheduler; }
   ServiceProcess& frontend_process() { return *frontend_; }
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
 
   // The cache manager's pool figures.
-  folio::internal::v1::CacheStats CacheStats();
-  // Polls until every block is free again (requests end asynchronously), or the timeout.
+  folio::internal::v1::CacheStats CacheStats(int replica = 0);
+  // Polls until every block of every replica is free again (requests end asynchronously),
+  // or the timeout.
   bool WaitForEmptyPool(absl::Duration timeout);
 
  private:
-  std::unique_ptr<ServiceProcess> cachemgr_, scheduler_, frontend_;
-  std::vector<std::unique_ptr<ServiceProcess>> workers_;  // by rank
+  struct Replica {
+    std::unique_ptr<ServiceProcess> cachemgr, scheduler;
+    std::vector<std::unique_ptr<ServiceProcess>> workers;  // by rank
+    std::unique_ptr<folio::internal::v1::CacheManager::Stub> cachemgr_stub;
+  };
+  std::vector<Replica> replicas_;
+  std::unique_ptr<ServiceProcess> frontend_;
   std::unique_ptr<folio::v1::TextGeneration::Stub> frontend_stub_;
-  std::unique_ptr<folio::internal::v1::CacheManager::Stub> cachemgr_stub_;
 };
 
 // $FOLIO_MODELS_DIR, or nullopt.

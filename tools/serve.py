@@ -186,6 +186,10 @@ def main():
                    help="folder with ca.crt, tls.crt and tls.key (a Kubernetes TLS secret's "
                         "layout): mutual TLS between every service, TLS on the frontend's gRPC "
                         "port (client certificate required) and HTTPS on its HTTP API")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="model replicas (each its own cache manager, workers and scheduler, the "
+                        "CPU threads split between them) behind one frontend, which routes by "
+                        "--frontend_flag=--routing=kv|least-loaded|round-robin|random (default kv)")
     p.add_argument("--frontend_flag", action="append", default=[],
                    help="extra flag for folio-frontend (repeatable), e.g. --frontend_flag=--http_idle_timeout_ms=600000")
     args = p.parse_args()
@@ -197,9 +201,12 @@ def main():
     if args.tp < 1:
         log("--tp must be at least 1")
         return 2
+    if args.replicas < 1:
+        log("--replicas must be at least 1")
+        return 2
     threads = args.threads
-    if threads == 0 and args.tp > 1:
-        threads = max(1, (os.cpu_count() or 1) // args.tp)
+    if threads == 0 and args.tp * args.replicas > 1:
+        threads = max(1, (os.cpu_count() or 1) // (args.tp * args.replicas))
     model = args.model or default_model(root, args.bin_dir)
     if not model or not os.path.exists(model):
         log("no model: pass --model=PATH (a GGUF file, a Hugging Face checkpoint folder or a "
@@ -243,35 +250,46 @@ def main():
         log("stopped")
 
     try:
-        cachemgr = Service("cachemgr", [b("folio-cachemgr"), f"--block_size={args.block_size}"] + tls, run_dir)
-        services.append(cachemgr)
-        # Rank 0 first: the other ranks find their group through its gRPC port.
-        workers = []
-        for rank in range(args.tp):
-            argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
-                    f"--kv_dtype={args.kv_dtype}", f"--num_threads={threads}"] + tls
-            if args.tp > 1:
-                argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
-                if rank > 0:
-                    argv.append(f"--tp_rendezvous={workers[0].address}")
-            name = "worker" if args.tp == 1 else f"worker{rank}"
-            worker = Service(name, argv, run_dir)
-            services.append(worker)
-            workers.append(worker)
-            worker.wait_ports(args.startup_timeout_s)
-        cachemgr.wait_ports(args.startup_timeout_s)
-        scheduler = Service("scheduler", [
-            b("folio-scheduler"), f"--cachemgr={cachemgr.address}",
-            "--workers=" + ",".join(w.address for w in workers),
-            f"--block_size={args.block_size}", f"--policy={args.policy}",
-            f"--max_num_seqs={args.max_num_seqs}",
-            f"--max_num_batched_tokens={args.max_num_batched_tokens}",
-            f"--max_model_len={args.max_model_len}",
-            f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
-            f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)
-        services.append(scheduler)
-        scheduler.wait_ports(args.startup_timeout_s)
-        frontend_argv = [b("folio-frontend"), f"--scheduler={scheduler.address}",
+        # One replica keeps the plain names (cachemgr, worker, scheduler); with more, each
+        # process is named after its replica (r0-scheduler, ...).
+        replicas = []
+        for ri in range(args.replicas):
+            prefix = "" if args.replicas == 1 else f"r{ri}-"
+            cachemgr = Service(prefix + "cachemgr",
+                               [b("folio-cachemgr"), f"--block_size={args.block_size}"] + tls, run_dir)
+            services.append(cachemgr)
+            # Rank 0 first: the other ranks find their group through its gRPC port.
+            workers = []
+            for rank in range(args.tp):
+                argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
+                        f"--kv_dtype={args.kv_dtype}", f"--num_threads={threads}"] + tls
+                if args.tp > 1:
+                    argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
+                    if rank > 0:
+                        argv.append(f"--tp_rendezvous={workers[0].address}")
+                name = prefix + ("worker" if args.tp == 1 else f"worker{rank}")
+                worker = Service(name, argv, run_dir)
+                services.append(worker)
+                workers.append(worker)
+                worker.wait_ports(args.startup_timeout_s)
+            cachemgr.wait_ports(args.startup_timeout_s)
+            scheduler = Service(prefix + "scheduler", [
+                b("folio-scheduler"), f"--cachemgr={cachemgr.address}",
+                "--workers=" + ",".join(w.address for w in workers),
+                f"--block_size={args.block_size}", f"--policy={args.policy}",
+                f"--max_num_seqs={args.max_num_seqs}",
+                f"--max_num_batched_tokens={args.max_num_batched_tokens}",
+                f"--max_model_len={args.max_model_len}",
+                f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
+                f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)
+            services.append(scheduler)
+            scheduler.wait_ports(args.startup_timeout_s)
+            replicas.append({"scheduler": scheduler, "cachemgr": cachemgr, "workers": workers})
+        if args.replicas == 1:
+            frontend_target = f"--scheduler={scheduler.address}"
+        else:
+            frontend_target = "--replicas=" + ",".join(r["scheduler"].address for r in replicas)
+        frontend_argv = [b("folio-frontend"), frontend_target,
                          f"--port={args.port}", f"--http_port={args.http_port}"]
         if args.chat_template:
             frontend_argv.append(f"--chat_template={os.path.abspath(args.chat_template)}")
@@ -308,10 +326,20 @@ def main():
                              "pid": frontend.proc.pid}}
         if frontend.ports.get("http_port", -1) > 0:
             info["frontend"]["http"] = f"{'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}"
-        for s in [scheduler, cachemgr] + workers:
-            info[s.name] = {"grpc": s.address,
-                            "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics",
-                            "pid": s.proc.pid}
+        describe = lambda s: {"grpc": s.address,
+                              "metrics": f"http://127.0.0.1:{s.ports['metrics_port']}/metrics",
+                              "pid": s.proc.pid}
+        # Every replica's services under "replicas"; with one replica also at the top level
+        # (scheduler, cachemgr, worker...), as before there were many.
+        info["replicas"] = []
+        for r in replicas:
+            entry = {"scheduler": describe(r["scheduler"]), "cachemgr": describe(r["cachemgr"])}
+            for w in r["workers"]:
+                entry[w.name.split("-")[-1]] = describe(w)
+            info["replicas"].append(entry)
+        if len(replicas) == 1:
+            for s in [scheduler, cachemgr] + workers:
+                info[s.name] = describe(s)
         tmp = args.info_file + ".tmp"
         with open(tmp, "w") as f:
             json.dump(info, f, indent=2)
@@ -321,8 +349,12 @@ def main():
         write_info()
     print("Folio is serving.", flush=True)
     print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
-    for s in [scheduler, cachemgr] + workers:
-        print(f"  {s.name:<9} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
+    for r in replicas:
+        for s in [r["scheduler"], r["cachemgr"]] + r["workers"]:
+            print(f"  {s.name:<12} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
+    if len(replicas) > 1:
+        routing = next((f.split("=", 1)[1] for f in args.frontend_flag if f.startswith("--routing=")), "kv")
+        print(f"  {len(replicas)} replicas behind the frontend, routed by {routing}")
     if frontend.ports.get("http_port", -1) > 0:
         print(f"  frontend  http {'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
     print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "services/cachemgr/block_pool.h"
 #include "services/cachemgr/sequence.h"
 #include "services/cachemgr/step_types.h"
 
@@ -59,6 +60,10 @@ class AllocationPolicy {
   virtual void Free(Sequence& seq) = 0;
 
   virtual PoolStats Stats() const = 0;
+
+  // The pool whose prefix-cache index and event log routers follow; null for a policy
+  // without a prefix cache.
+  virtual const BlockPool* prefix_pool() const { return nullptr; }
 
   // Checks the pool against the live sequences: ref counts equal table holdings,
   // free + used = total, only last blocks partial.

@@ -1,5 +1,7 @@
 #include "services/cachemgr/block_hash.h"
 
+#include <algorithm>
+
 namespace folio::cachemgr {
 namespace {
 
@@ -28,6 +30,20 @@ BlockHash HashBlock(const BlockHash& parent, absl::Span<const int32_t> tokens) {
   hi = Mix(hi ^ tokens.size());
   lo = Mix(lo + tokens.size());
   return BlockHash{hi, lo};
+}
+
+std::vector<BlockHash> HashFullBlocks(absl::Span<const int32_t> tokens, int32_t block_size,
+                                      int32_t max_blocks) {
+  std::vector<BlockHash> hashes;
+  if (block_size <= 0) return hashes;
+  const size_t n = std::min<size_t>(tokens.size() / block_size, std::max(max_blocks, 0));
+  hashes.reserve(n);
+  BlockHash parent = kRootBlockHash;
+  for (size_t i = 0; i < n; ++i) {
+    parent = HashBlock(parent, tokens.subspan(i * block_size, block_size));
+    hashes.push_back(parent);
+  }
+  return hashes;
 }
 
 }  // namespace folio::cachemgr

@@ -5,9 +5,11 @@
 #ifndef FOLIO_SERVICES_CACHEMGR_BLOCK_HASH_H_
 #define FOLIO_SERVICES_CACHEMGR_BLOCK_HASH_H_
 
+#include <climits>
 #include <compare>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/types/span.h"
 
@@ -28,6 +30,12 @@ inline constexpr BlockHash kRootBlockHash{0x6a09e667f3bcc908ULL, 0xbb67ae8584caa
 
 // Hash of a full block holding `tokens`, chained from its parent's hash.
 BlockHash HashBlock(const BlockHash& parent, absl::Span<const int32_t> tokens);
+
+// The chained hashes of the first `max_blocks` full blocks of `tokens` (a partial last
+// block is left out), exactly as the cache manager computes them when it caches the
+// blocks of a sequence holding these tokens: what a router predicts hits with.
+std::vector<BlockHash> HashFullBlocks(absl::Span<const int32_t> tokens, int32_t block_size,
+                                      int32_t max_blocks = INT32_MAX);
 
 }  // namespace folio::cachemgr
 

@@ -12,7 +12,8 @@ BlockPool::BlockPool(int32_t num_blocks, int32_t block_size)
       block_size_(block_size),
       sentinel_(num_blocks),
       blocks_(num_blocks + 1),
-      block_tokens_(static_cast<size_t>(num_blocks) * block_size) {
+      block_tokens_(static_cast<size_t>(num_blocks) * block_size),
+      events_(std::clamp(8 * num_blocks, 1024, BlockEventLog::kDefaultCapacity)) {
   CHECK_GE(num_blocks, 0);
   CHECK_GT(block_size, 0);
   Reset();
@@ -25,6 +26,7 @@ void BlockPool::Reset() {
     blocks_[i] = Block{};
     PushBack(i);
   }
+  for (const auto& [hash, id] : cached_) events_.Append(BlockEvent::Kind::kRemoved, hash);
   cached_.clear();
   num_free_ = num_blocks_;
   num_cached_free_ = 0;
@@ -49,6 +51,7 @@ void BlockPool::Unlink(int32_t id) {
 void BlockPool::EvictHash(int32_t id) {
   Block& b = blocks_[id];
   cached_.erase(b.hash);
+  events_.Append(BlockEvent::Kind::kRemoved, b.hash);
   b.hashed = false;
   b.hash = BlockHash{};
   ++num_evictions_;
@@ -98,6 +101,13 @@ std::optional<BlockId> BlockPool::FindCached(const BlockHash& hash,
   return it->second;
 }
 
+std::vector<BlockHash> BlockPool::SnapshotHashes() const {
+  std::vector<BlockHash> hashes;
+  hashes.reserve(cached_.size());
+  for (const auto& [hash, id] : cached_) hashes.push_back(hash);
+  return hashes;
+}
+
 bool BlockPool::Register(BlockId id, const BlockHash& hash, absl::Span<const int32_t> tokens) {
   Block& b = blocks_[id.value];
   CHECK_GT(b.ref_count, 0) << "register of free block " << id.value;
@@ -106,6 +116,7 @@ bool BlockPool::Register(BlockId id, const BlockHash& hash, absl::Span<const int
   b.hashed = true;
   b.hash = hash;
   cached_.emplace(hash, id);
+  events_.Append(BlockEvent::Kind::kStored, hash);
   std::copy(tokens.begin(), tokens.end(),
             &block_tokens_[static_cast<size_t>(id.value) * block_size_]);
   return true;

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "services/cachemgr/block_event_log.h"
 #include "services/cachemgr/block_hash.h"
 #include "services/cachemgr/types.h"
 
@@ -70,6 +71,12 @@ class BlockPool {
   // Drops every hash and reference: all blocks free, in id order.
   void Reset();
 
+  // The index's changes (block_event_log.h): every hash Register enters and every one
+  // eviction or Reset drops.
+  const BlockEventLog& events() const { return events_; }
+  // Every hash in the index, as of events().last_seq().
+  std::vector<BlockHash> SnapshotHashes() const;
+
   // Checks the invariants above; returns Internal with a description on violation.
   absl::Status CheckInvariants() const;
 
@@ -92,6 +99,7 @@ class BlockPool {
   std::vector<Block> blocks_;  // [num_blocks + 1]; the last entry is the sentinel
   std::vector<int32_t> block_tokens_;  // [num_blocks, block_size]: ids of hashed blocks
   absl::flat_hash_map<BlockHash, BlockId> cached_;
+  BlockEventLog events_;
   int32_t num_free_ = 0;
   int32_t num_cached_free_ = 0;
   int64_t num_evictions_ = 0;

@@ -64,6 +64,8 @@ class KvCacheManager {
   absl::StatusOr<StepResponse> Step(const StepRequest& request);
 
   CacheStats Stats() const;
+  // The prefix cache's pool (index and event log), or null without one (contiguous).
+  const BlockPool* prefix_pool() const { return policy_->prefix_pool(); }
   const CacheConfig& config() const { return config_; }
 
   // The record of a live sequence, or nullptr.

@@ -35,6 +35,7 @@ class PagedPolicy final : public AllocationPolicy {
   void Commit(Sequence& seq, int32_t num_computed) override;
   void Free(Sequence& seq) override;
   PoolStats Stats() const override;
+  const BlockPool* prefix_pool() const override { return &pool_; }
   absl::Status CheckInvariants(const SequenceMap& seqs) const override;
 
  private:

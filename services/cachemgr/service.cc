@@ -139,6 +139,7 @@ absl::Status CacheManagerService::Configure(const CacheConfig& config) {
           " live sequences; call Reset before configuring a new pool"));
     }
     manager_ = std::move(*manager);
+    ++pool_generation_;
   }
   LOG(INFO) << "pool configured: " << config.num_blocks << " blocks of " << config.block_size
             << " tokens, policy " << PolicyKindName(config.policy);
@@ -283,7 +284,64 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
   }
   // A fresh manager with the same configuration: every block free, no cached prefix.
   manager_ = *KvCacheManager::Create(manager_->config());
+  ++pool_generation_;
   LOG(INFO) << "pool reset";
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CacheManagerService::GetBlockEvents(
+    grpc::CallbackServerContext* ctx, const pb::BlockEventsRequest* request,
+    pb::BlockEvents* response) {
+  constexpr int32_t kDefaultMaxEvents = 4096;
+  if (request->max_events() < 0) {
+    return Finish(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "max_events must be >= 0, got ", request->max_events())));
+  }
+  const int32_t max_events = request->max_events() > 0 ? request->max_events() : kDefaultMaxEvents;
+  absl::MutexLock lock(&mu_);
+  if (manager_ == nullptr) {
+    response->set_configured(false);
+    return Finish(ctx, absl::OkStatus());
+  }
+  const CacheStats s = manager_->Stats();
+  response->set_configured(true);
+  response->set_pool_id(absl::StrCat(incarnation_id_, "/", pool_generation_));
+  response->set_block_size(manager_->config().block_size);
+  response->set_num_blocks_total(s.pool.num_blocks_total);
+  response->set_num_blocks_free(s.pool.num_blocks_free);
+  response->set_num_blocks_cached_evictable(s.pool.num_blocks_cached_evictable);
+  const BlockPool* pool = manager_->prefix_pool();
+  if (pool == nullptr) {  // no prefix cache: always the (empty) snapshot
+    response->set_snapshot(true);
+    return Finish(ctx, absl::OkStatus());
+  }
+  const BlockEventLog& log = pool->events();
+  response->set_last_seq(log.last_seq());
+  std::optional<std::vector<BlockEvent>> events;
+  if (request->pool_id() == response->pool_id()) {
+    events = log.ReadAfter(request->after_seq(), max_events);
+  }
+  if (!events.has_value()) {  // another pool, or fallen behind the log: the whole index
+    response->set_snapshot(true);
+    for (const BlockHash& hash : pool->SnapshotHashes()) {
+      pb::BlockEvent* e = response->add_events();
+      e->set_seq(log.last_seq());
+      e->set_kind(pb::BlockEvent::STORED);
+      e->set_hash_hi(hash.hi);
+      e->set_hash_lo(hash.lo);
+    }
+    return Finish(ctx, absl::OkStatus());
+  }
+  for (const BlockEvent& event : *events) {
+    pb::BlockEvent* e = response->add_events();
+    e->set_seq(event.seq);
+    e->set_kind(event.kind == BlockEvent::Kind::kStored ? pb::BlockEvent::STORED
+                                                        : pb::BlockEvent::REMOVED);
+    e->set_hash_hi(event.hash.hi);
+    e->set_hash_lo(event.hash.lo);
+  }
+  if (!events->empty()) response->set_last_seq(events->back().seq);
+  response->set_more(response->last_seq() < log.last_seq());
   return Finish(ctx, absl::OkStatus());
 }
 

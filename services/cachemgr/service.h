@@ -44,6 +44,9 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx,
                                   const folio::internal::v1::ResetRequest* request,
                                   folio::internal::v1::ResetResponse* response) override;
+  grpc::ServerUnaryReactor* GetBlockEvents(
+      grpc::CallbackServerContext* ctx, const folio::internal::v1::BlockEventsRequest* request,
+      folio::internal::v1::BlockEvents* response) override;
 
  private:
   struct Metrics {
@@ -76,6 +79,9 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   std::function<void()> on_configured_;
   absl::Mutex mu_;
   std::unique_ptr<KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
+  // Counts the pools built (Configure and Reset each build one): with the incarnation,
+  // the pool id of GetBlockEvents.
+  int64_t pool_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Refuses Configure, Step and Reset from a scheduler older than the newest one seen
   // (common/scheduler_epoch.h).
   EpochFence fence_{"cache manager"};

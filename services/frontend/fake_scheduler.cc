@@ -131,4 +131,38 @@ grpc::Status FakeScheduler::Generate(grpc::ServerContext* ctx, const ipb::Schedu
   return script.final_status;
 }
 
+void FakeScheduler::SetReplicaState(int32_t num_running, int32_t num_waiting,
+                                    int64_t num_tokens_pending,
+                                    std::shared_ptr<grpc::ChannelInterface> cachemgr) {
+  absl::MutexLock lock(&mu_);
+  load_.set_num_running(num_running);
+  load_.set_num_waiting(num_waiting);
+  load_.set_num_tokens_pending(num_tokens_pending);
+  cachemgr_ = cachemgr == nullptr ? nullptr : ipb::CacheManager::NewStub(std::move(cachemgr));
+}
+
+grpc::Status FakeScheduler::GetReplicaState(grpc::ServerContext* ctx,
+                                            const ipb::ReplicaStateRequest* request,
+                                            ipb::ReplicaState* response) {
+  std::shared_ptr<ipb::CacheManager::Stub> cachemgr;
+  {
+    absl::MutexLock lock(&mu_);
+    *response = load_;
+    cachemgr = cachemgr_;
+  }
+  if (cachemgr == nullptr) {
+    response->set_block_events_error("no cache manager");
+    return grpc::Status::OK;
+  }
+  grpc::ClientContext call;
+  call.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  grpc::Status s = cachemgr->GetBlockEvents(&call, request->block_events(),
+                                            response->mutable_block_events());
+  if (!s.ok()) {
+    response->clear_block_events();
+    response->set_block_events_error(s.error_message());
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace folio::frontend::testing

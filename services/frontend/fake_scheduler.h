@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "folio/internal/v1/cachemgr.grpc.pb.h"
 #include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "grpcpp/server.h"
 
@@ -56,12 +57,20 @@ class FakeScheduler final : public folio::internal::v1::Scheduler::Service {
   // Waits until `n` calls have returned; false on timeout.
   bool WaitForDoneCalls(int n, absl::Duration timeout) const;
 
+  // GetReplicaState answers this load, with the block events of `cachemgr` (a cache
+  // manager's channel; null: none) relayed as the real scheduler relays them.
+  void SetReplicaState(int32_t num_running, int32_t num_waiting, int64_t num_tokens_pending,
+                       std::shared_ptr<grpc::ChannelInterface> cachemgr);
+
   grpc::Status GetClusterInfo(grpc::ServerContext* ctx,
                               const folio::internal::v1::GetClusterInfoRequest* request,
                               folio::internal::v1::ClusterInfo* response) override;
   grpc::Status Generate(grpc::ServerContext* ctx,
                         const folio::internal::v1::ScheduleRequest* request,
                         grpc::ServerWriter<folio::internal::v1::ScheduleEvent>* writer) override;
+  grpc::Status GetReplicaState(grpc::ServerContext* ctx,
+                               const folio::internal::v1::ReplicaStateRequest* request,
+                               folio::internal::v1::ReplicaState* response) override;
 
  private:
   explicit FakeScheduler(folio::internal::v1::ClusterInfo info) : info_(std::move(info)) {}
@@ -74,6 +83,8 @@ class FakeScheduler final : public folio::internal::v1::Scheduler::Service {
   Script script_ ABSL_GUARDED_BY(mu_);
   std::deque<Script> queued_ ABSL_GUARDED_BY(mu_);
   std::vector<CallRecord> calls_ ABSL_GUARDED_BY(mu_);
+  folio::internal::v1::ReplicaState load_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<folio::internal::v1::CacheManager::Stub> cachemgr_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace folio::frontend::testing

@@ -370,7 +370,7 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   // reactions; the stream holds its call open for them until ReleaseHold: at the end of
   // the stream, when the call is finished, or when the client is gone.
   hold_ = true;
-  stream_ = ResumableStream::Start(env_.scheduler, ToScheduleRequest(*validated), until,
+  stream_ = ResumableStream::Start(env_.router, ToScheduleRequest(*validated), until,
                                    env_.resume, this, env_.calls);
   stream_->Read();
   return absl::OkStatus();

@@ -39,7 +39,7 @@ namespace folio::frontend {
 // What a call needs from the service. `scheduler` and `metrics` are not owned.
 struct CallEnv {
   std::shared_ptr<const ModelContext> model;
-  folio::internal::v1::Scheduler::Stub* scheduler = nullptr;
+  routing::StreamRouter* router = nullptr;  // where the scheduler streams go
   FrontendMetrics* metrics = nullptr;
   // How a stream whose scheduler is lost waits for one to continue it (resumable_stream.h).
   ResumeOptions resume;

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,10 +26,26 @@
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/http/chat_template.h"
 #include "services/frontend/http/openai_server.h"
+#include "services/frontend/routing/replica_set.h"
 #include "services/frontend/service.h"
 
 ABSL_FLAG(std::string, scheduler, "",
-          "Required. Address (HOST:PORT) of the replica's folio-scheduler.");
+          "Address (HOST:PORT) of the one replica's folio-scheduler (or use --replicas).");
+ABSL_FLAG(std::string, replicas, "",
+          "The replicas' schedulers: HOST:PORT[,HOST:PORT...], or dns:///NAME:PORT (a headless "
+          "Service; resolved again every --replica_resolve_ms, so replicas join and leave "
+          "without a restart). Requests are routed by --routing; a stream whose replica is "
+          "lost continues on another. One of --scheduler and --replicas is required.");
+ABSL_FLAG(std::string, routing, "kv",
+          "How requests pick a replica: kv (the fewest prompt blocks to compute, from each "
+          "replica's prefix cache, weighed against its load), least-loaded, round-robin, "
+          "random. Only used with more than one replica.");
+ABSL_FLAG(double, kv_prefill_weight, 1.0,
+          "--routing=kv: weight of a prompt block to compute against a block of queued work "
+          "(> 1 favours cache hits, < 1 balance).");
+ABSL_FLAG(int, replica_poll_ms, 50,
+          "How often the router asks every replica for its load and prefix-cache events.");
+ABSL_FLAG(int, replica_resolve_ms, 5000, "How often a dns:/// --replicas name is resolved again.");
 ABSL_FLAG(int, port, 50051, "gRPC port of the public API; 0 picks a free one (see --port_file).");
 ABSL_FLAG(int, startup_timeout_s, 300,
           "Give up (exit 1) when the scheduler has not answered GetClusterInfo for this long.");
@@ -93,19 +111,14 @@ namespace {
 // scheduler is SERVING (it died, restarts, recovers its replica, or was fenced), when
 // streams wait to be continued; liveness stays SERVING throughout. Polls every 250 ms
 // until `stop`.
-void FollowSchedulerReadiness(const std::shared_ptr<grpc::Channel>& channel,
+// With many replicas, "the scheduler" is any replica: `serving` says whether one serves.
+void FollowSchedulerReadiness(const std::function<bool()>& serving_now,
                               folio::ServiceRunner* runner, const std::atomic<bool>* stop) {
   runner->SetHealth("liveness", folio::ServingState::kServing);
-  auto health = grpc::health::v1::Health::NewStub(channel);
   bool ready = true;
   while (!stop->load()) {
     absl::SleepFor(absl::Milliseconds(250));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    grpc::health::v1::HealthCheckRequest req;
-    grpc::health::v1::HealthCheckResponse resp;
-    const bool serving = health->Check(&ctx, req, &resp).ok() &&
-                         resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    const bool serving = serving_now();
     if (serving != ready) {
       ready = serving;
       LOG(INFO) << "the scheduler is " << (ready ? "serving again" : "not serving")
@@ -116,6 +129,53 @@ void FollowSchedulerReadiness(const std::shared_ptr<grpc::Channel>& channel,
   }
 }
 
+// Asks the scheduler on `channel` whether it serves (grpc.health.v1).
+std::function<bool()> SchedulerHealth(const std::shared_ptr<grpc::Channel>& channel) {
+  std::shared_ptr<grpc::health::v1::Health::Stub> health =
+      grpc::health::v1::Health::NewStub(channel);
+  return [health] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    return health->Check(&ctx, req, &resp).ok() &&
+           resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  };
+}
+
+// GetClusterInfo from whichever replica answers first (they serve one model), trying each
+// in turn until `timeout`.
+absl::StatusOr<folio::internal::v1::ClusterInfo> FetchFromAnyReplica(
+    folio::frontend::routing::ReplicaSet* set, absl::Duration timeout,
+    const std::atomic<bool>* stop) {
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Status last = absl::UnavailableError("no replica yet");
+  absl::Time next_log = absl::Now() + absl::Seconds(5);
+  while (!stop->load() && absl::Now() < give_up) {
+    for (const auto& [address, stub] : set->Stubs()) {
+      folio::frontend::FetchOptions one;
+      one.target = address;
+      one.timeout = absl::Seconds(2);
+      absl::StatusOr<folio::internal::v1::ClusterInfo> info =
+          folio::frontend::FetchClusterInfo(stub.get(), one, stop);
+      if (info.ok()) {
+        LOG(INFO) << "model description from replica " << address;
+        return info;
+      }
+      last = info.status();
+    }
+    if (absl::Now() >= next_log) {
+      LOG(INFO) << "waiting for a replica to answer: " << last;
+      next_log = absl::Now() + absl::Seconds(5);
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  if (stop->load()) return absl::CancelledError("stopped");
+  return absl::DeadlineExceededError(absl::StrCat(
+      "no replica answered GetClusterInfo within ", absl::FormatDuration(timeout), ": ",
+      last.message()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,11 +184,39 @@ int main(int argc, char** argv) {
       argc, argv,
       "the public gRPC API (folio.v1.TextGeneration) of a Folio model replica.\n"
       "Usage: folio-frontend --scheduler=HOST:PORT [--port=50051] [--metrics_port=N] ...\n"
+      "       folio-frontend --replicas=HOST:PORT,HOST:PORT|dns:///NAME:PORT [--routing=kv]\n"
       "Tokenizes, validates, streams, applies stop strings; the scheduler does the rest.\n"
       "Health (grpc.health.v1) reports NOT_SERVING until the scheduler has answered.");
-  const std::string target = absl::GetFlag(FLAGS_scheduler);
-  if (target.empty()) {
-    LOG(ERROR) << "--scheduler=HOST:PORT is required";
+  const std::string replicas_flag = absl::GetFlag(FLAGS_replicas);
+  if (absl::GetFlag(FLAGS_scheduler).empty() == replicas_flag.empty()) {
+    LOG(ERROR) << "give one of --scheduler=HOST:PORT and --replicas=HOST:PORT,... (see --help)";
+    return kExitBadFlags;
+  }
+  std::optional<folio::frontend::routing::ReplicaTargets> replica_targets;
+  if (!replicas_flag.empty()) {
+    absl::StatusOr<folio::frontend::routing::ReplicaTargets> t =
+        folio::frontend::routing::ParseReplicaTargets(replicas_flag);
+    if (!t.ok()) {
+      LOG(ERROR) << t.status().message();
+      return kExitBadFlags;
+    }
+    replica_targets = *std::move(t);
+  }
+  const std::string target = replica_targets.has_value()
+                                 ? (replica_targets->dns_name.empty()
+                                        ? replica_targets->addresses.front()
+                                        : "dns:///" + replica_targets->dns_name)
+                                 : absl::GetFlag(FLAGS_scheduler);
+  absl::StatusOr<folio::frontend::routing::RoutingPolicy> routing =
+      folio::frontend::routing::ParseRoutingPolicy(absl::GetFlag(FLAGS_routing));
+  if (!routing.ok()) {
+    LOG(ERROR) << "--routing: " << routing.status().message();
+    return kExitBadFlags;
+  }
+  if (absl::GetFlag(FLAGS_replica_poll_ms) <= 0 || absl::GetFlag(FLAGS_replica_resolve_ms) <= 0 ||
+      !(absl::GetFlag(FLAGS_kv_prefill_weight) > 0)) {
+    LOG(ERROR) << "--replica_poll_ms, --replica_resolve_ms and --kv_prefill_weight must be "
+                  "positive";
     return kExitBadFlags;
   }
   if (absl::GetFlag(FLAGS_startup_timeout_s) <= 0 || absl::GetFlag(FLAGS_max_stop_strings) < 0 ||
@@ -209,8 +297,35 @@ int main(int argc, char** argv) {
   options.chat_template = std::move(chat_template);
   options.resume.recovery_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
   const folio::TlsConfig tls = folio::TlsConfigFromFlagsOrExit();
+  // One --scheduler: a channel to it, as a one-replica frontend always had. --replicas: a
+  // replica set (routing/replica_set.h) routes the streams and decides readiness; the
+  // channel (to the first replica, or gRPC's own dns:/// resolution) is then unused.
   std::shared_ptr<grpc::Channel> channel =
       folio::frontend::MakeSchedulerChannel(target, absl::Seconds(2), tls);
+  std::shared_ptr<folio::frontend::routing::ReplicaSet> replica_set;
+  if (replica_targets.has_value()) {
+    folio::frontend::routing::ReplicaSetOptions set_options;
+    set_options.targets = *replica_targets;
+    set_options.policy = *routing;
+    set_options.kv_prefill_weight = absl::GetFlag(FLAGS_kv_prefill_weight);
+    set_options.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_replica_poll_ms));
+    set_options.resolve_interval = absl::Milliseconds(absl::GetFlag(FLAGS_replica_resolve_ms));
+    set_options.make_channel = [tls](const std::string& address) {
+      return std::shared_ptr<grpc::ChannelInterface>(
+          folio::frontend::MakeSchedulerChannel(address, absl::Seconds(2), tls));
+    };
+    set_options.registry = &registry;
+    absl::StatusOr<std::unique_ptr<folio::frontend::routing::ReplicaSet>> set =
+        folio::frontend::routing::ReplicaSet::Create(std::move(set_options));
+    if (!set.ok()) {
+      LOG(ERROR) << "--replicas: " << set.status().message();
+      return kExitBadFlags;
+    }
+    replica_set = *std::move(set);
+    options.router = replica_set;
+    LOG(INFO) << "routing over " << replicas_flag << " by "
+              << folio::frontend::routing::RoutingPolicyName(*routing);
+  }
   folio::frontend::FrontendService service(options, channel, &registry);
 
   // The HTTP API binds first, so that the port file (written by the runner) can name it.
@@ -238,6 +353,10 @@ int main(int argc, char** argv) {
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
     http_options.resume = options.resume;
     http_options.tool_call_parser = tool_call_parser;
+    http_options.router = replica_set;
+    if (replica_set != nullptr) {
+      http_options.replicas_serving = [set = replica_set.get()] { return set->AnyServing(); };
+    }
     auto started = folio::frontend::OpenAiServer::Start(
         http_options, [&service] { return service.model(); }, channel, service.metrics());
     if (!started.ok()) {
@@ -262,16 +381,26 @@ int main(int argc, char** argv) {
   std::atomic<bool> startup_failed{false};
   folio::ServiceRunner* r = runner->get();
   std::thread startup([&] {
-    auto stub = folio::internal::v1::Scheduler::NewStub(channel);
-    folio::frontend::FetchOptions fetch;
-    fetch.target = target;
-    fetch.timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
-    absl::StatusOr<folio::internal::v1::ClusterInfo> info =
-        folio::frontend::FetchClusterInfo(stub.get(), fetch, &stop);
+    const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+    absl::StatusOr<folio::internal::v1::ClusterInfo> info;
+    if (replica_set != nullptr) {
+      info = FetchFromAnyReplica(replica_set.get(), timeout, &stop);
+    } else {
+      auto stub = folio::internal::v1::Scheduler::NewStub(channel);
+      folio::frontend::FetchOptions fetch;
+      fetch.target = target;
+      fetch.timeout = timeout;
+      info = folio::frontend::FetchClusterInfo(stub.get(), fetch, &stop);
+    }
     absl::Status status = info.ok() ? service.SetClusterInfo(*std::move(info)) : info.status();
     if (status.ok()) {
       r->SetServing(folio::ServingState::kServing);
-      FollowSchedulerReadiness(channel, r, &stop);
+      FollowSchedulerReadiness(replica_set != nullptr
+                                   ? std::function<bool()>([set = replica_set.get()] {
+                                       return set->AnyServing();
+                                     })
+                                   : SchedulerHealth(channel),
+                               r, &stop);
       return;
     }
     if (stop.load()) return;

@@ -44,6 +44,8 @@ class ResumableStream::Attempt final : public grpc::ClientReadReactor<ipb::Sched
   }
 
   const CallTracker::Hold hold;  // first: released after the context is gone
+  std::shared_ptr<routing::RouteLease> lease;  // the replica's count of this attempt
+  std::string replica;                         // where it runs
   grpc::ClientContext ctx;
   ipb::ScheduleRequest request;
   ipb::ScheduleEvent event;
@@ -57,11 +59,13 @@ class ResumableStream::Attempt final : public grpc::ClientReadReactor<ipb::Sched
   std::shared_ptr<ResumableStream> stream_;
 };
 
-ResumableStream::ResumableStream(ipb::Scheduler::Stub* stub, ipb::ScheduleRequest request,
-                                 absl::Time deadline, ResumeOptions options, Listener* listener,
-                                 CallTracker* calls)
+ResumableStream::ResumableStream(routing::StreamRouter* router,
+                                 std::unique_ptr<routing::StreamRouter> owned_router,
+                                 ipb::ScheduleRequest request, absl::Time deadline,
+                                 ResumeOptions options, Listener* listener, CallTracker* calls)
     : hold_(CallTracker::Enter(calls)),
-      stub_(stub),
+      owned_router_(std::move(owned_router)),
+      router_(router != nullptr ? router : owned_router_.get()),
       request_(std::move(request)),
       deadline_(deadline),
       options_(options),
@@ -72,17 +76,36 @@ ResumableStream::ResumableStream(ipb::Scheduler::Stub* stub, ipb::ScheduleReques
   backoff_ = options_.first_backoff;
 }
 
+std::shared_ptr<ResumableStream> ResumableStream::Start(routing::StreamRouter* router,
+                                                        ipb::ScheduleRequest request,
+                                                        absl::Time deadline,
+                                                        ResumeOptions options,
+                                                        Listener* listener,
+                                                        CallTracker* calls) {
+  std::shared_ptr<ResumableStream> s(new ResumableStream(
+      router, nullptr, std::move(request), deadline, options, listener, calls));
+  std::optional<grpc::Status> end;
+  {
+    absl::MutexLock lock(&s->mu_);
+    s->self_ = s;
+    end = s->StartAttempt();
+  }
+  if (end.has_value()) s->End(*end);
+  return s;
+}
+
 std::shared_ptr<ResumableStream> ResumableStream::Start(ipb::Scheduler::Stub* stub,
                                                         ipb::ScheduleRequest request,
                                                         absl::Time deadline,
                                                         ResumeOptions options,
                                                         Listener* listener,
                                                         CallTracker* calls) {
-  std::shared_ptr<ResumableStream> s(
-      new ResumableStream(stub, std::move(request), deadline, options, listener, calls));
+  std::shared_ptr<ResumableStream> s(new ResumableStream(
+      nullptr, std::make_unique<routing::StubRouter>(stub), std::move(request), deadline,
+      options, listener, calls));
   absl::MutexLock lock(&s->mu_);
   s->self_ = s;
-  s->StartAttempt();
+  CHECK(!s->StartAttempt().has_value()) << "a StubRouter always routes";
   return s;
 }
 
@@ -103,12 +126,19 @@ ipb::ScheduleRequest ResumableStream::ContinuationOf(const ipb::ScheduleRequest&
   return out;
 }
 
-void ResumableStream::StartAttempt() {
+std::optional<grpc::Status> ResumableStream::StartAttempt() {
+  absl::StatusOr<routing::StreamRouter::Target> target = router_->Route(request_, broken_replica_);
+  if (!target.ok()) {
+    return WaitToResume(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                     std::string(target.status().message())));
+  }
   auto a = std::make_shared<Attempt>(shared_from_this());
   a->self = a;
+  a->replica = target->replica;
+  a->lease = std::move(target->lease);
   a->request = num_resumes_ == 0 ? request_ : ContinuationOf(request_, streamed_, finished_);
   if (deadline_ != absl::InfiniteFuture()) a->ctx.set_deadline(absl::ToChronoTime(deadline_));
-  stub_->async()->Generate(&a->ctx, &a->request, a.get());
+  target->stub->async()->Generate(&a->ctx, &a->request, a.get());
   if (!released_) {
     a->AddHold();
     a->held = true;
@@ -120,6 +150,7 @@ void ResumableStream::StartAttempt() {
     a->StartRead(&a->event);
   }
   a->StartCall();
+  return std::nullopt;
 }
 
 void ResumableStream::Read() {
@@ -174,6 +205,7 @@ void ResumableStream::OnAttemptEvent(Attempt* a) {
     const int32_t index = e.index();
     if (!num_cached_prompt_tokens_.has_value()) {
       num_cached_prompt_tokens_ = e.num_cached_prompt_tokens();
+      a->lease->ReportCachedTokens(e.num_cached_prompt_tokens());
     } else {
       // As the first scheduler counted them: a recomputed prompt may hit other caches.
       e.set_num_cached_prompt_tokens(*num_cached_prompt_tokens_);
@@ -206,43 +238,54 @@ void ResumableStream::OnAttemptEnd(Attempt* a, const grpc::Status& status, bool 
     if (!resumable) {
       end = all_finished && !cancelled_ ? grpc::Status::OK : status;
     } else {
-      const absl::Time now = absl::Now();
-      if (!broke_at_.has_value()) {
-        broke_at_ = now;
-        break_status_ = status;
-        LOG(WARNING) << "request " << request_.request_id() << ": the scheduler stream broke ("
-                     << status.error_message() << "); waiting up to "
-                     << absl::FormatDuration(options_.recovery_timeout)
-                     << " for a scheduler to continue it";
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        a->lease->ReportBroken();
+        broken_replica_ = a->replica;
       }
-      const absl::Time give_up = std::min(deadline_, *broke_at_ + options_.recovery_timeout);
-      if (now >= give_up) {
-        end = give_up == deadline_
-                  ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                 "the deadline passed while waiting for the scheduler")
-                  : grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                 absl::StrCat("no scheduler took the stream over within ",
-                                              absl::FormatDuration(options_.recovery_timeout),
-                                              " (--recovery_timeout_ms) after it broke: ",
-                                              break_status_.error_message()));
-      } else {
-        const absl::Time at = std::min(now + backoff_, give_up);
-        backoff_ = std::min(backoff_ * 2, options_.max_backoff);
-        // The previous alarm (if any) has fired: it started the attempt that just ended.
-        alarm_ = std::make_unique<grpc::Alarm>();
-        alarm_set_ = true;
-        std::weak_ptr<ResumableStream> weak = weak_from_this();
-        alarm_->Set(absl::ToChronoTime(at), [weak](bool fired) {
-          if (std::shared_ptr<ResumableStream> s = weak.lock()) s->OnAlarm(fired);
-        });
-        return;
-      }
+      std::optional<grpc::Status> over = WaitToResume(status);
+      if (!over.has_value()) return;
+      end = *over;
     }
   }
   End(end);
 }
 
+std::optional<grpc::Status> ResumableStream::WaitToResume(const grpc::Status& status) {
+  const absl::Time now = absl::Now();
+  if (options_.recovery_timeout <= absl::ZeroDuration()) return status;
+  if (!broke_at_.has_value()) {
+    broke_at_ = now;
+    break_status_ = status;
+    LOG(WARNING) << "request " << request_.request_id() << ": the scheduler stream broke ("
+                 << status.error_message() << "); waiting up to "
+                 << absl::FormatDuration(options_.recovery_timeout)
+                 << " for a scheduler to continue it";
+  }
+  const absl::Time give_up = std::min(deadline_, *broke_at_ + options_.recovery_timeout);
+  if (now >= give_up) {
+    return give_up == deadline_
+               ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              "the deadline passed while waiting for the scheduler")
+               : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("no scheduler took the stream over within ",
+                                           absl::FormatDuration(options_.recovery_timeout),
+                                           " (--recovery_timeout_ms) after it broke: ",
+                                           break_status_.error_message()));
+  }
+  const absl::Time at = std::min(now + backoff_, give_up);
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  // The previous alarm (if any) has fired: it started the attempt that just ended.
+  alarm_ = std::make_unique<grpc::Alarm>();
+  alarm_set_ = true;
+  std::weak_ptr<ResumableStream> weak = weak_from_this();
+  alarm_->Set(absl::ToChronoTime(at), [weak](bool fired) {
+    if (std::shared_ptr<ResumableStream> s = weak.lock()) s->OnAlarm(fired);
+  });
+  return std::nullopt;
+}
+
 void ResumableStream::OnAlarm(bool fired) {
+  grpc::Status end(grpc::StatusCode::CANCELLED, "cancelled while waiting for the scheduler");
   {
     absl::MutexLock lock(&mu_);
     alarm_set_ = false;
@@ -251,11 +294,12 @@ void ResumableStream::OnAlarm(bool fired) {
       ++num_resumes_;
       VLOG(1) << "request " << request_.request_id() << ": submitting it again (attempt "
               << num_resumes_ + 1 << ")";
-      StartAttempt();
-      return;
+      std::optional<grpc::Status> over = StartAttempt();
+      if (!over.has_value()) return;
+      end = *over;
     }
   }
-  End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting for the scheduler"));
+  End(end);
 }
 
 void ResumableStream::End(const grpc::Status& status) {

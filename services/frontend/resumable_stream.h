@@ -5,7 +5,8 @@
 // choice has finished. When the stream breaks with UNAVAILABLE (the scheduler died, is
 // restarting, or was fenced by a newer one), and the scheduler did not mark the error as
 // its final word (common/stream_resume.h), it waits with backoff (50 ms doubling to
-// 250 ms) and submits the request again, to whichever scheduler answers on the channel:
+// 250 ms) and submits the request again, to the replica its StreamRouter picks (with many
+// replicas, another one than the replica that broke, while another can take it):
 //   * sampling: the original request plus a Continuation (scheduler.proto) naming the
 //     unfinished choices and their tokens so far; the scheduler recomputes them and
 //     streams only new tokens, exactly those of an undisturbed run (draws are keyed by
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -42,6 +44,7 @@
 #include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
 #include "services/frontend/call_tracker.h"
+#include "services/frontend/routing/stream_router.h"
 
 namespace folio::frontend {
 
@@ -63,10 +66,17 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
     virtual void OnEnd(const grpc::Status& status) = 0;
   };
 
-  // Starts the stream of `request` under `deadline` (infinite: none). `stub` and
-  // `listener` must outlive the stream's OnEnd. No read is started: call Read().
-  // `calls` (may be null) counts the stream and its attempts until gRPC is done with them
-  // (call_tracker.h); it must outlive them, or its owner must WaitIdle.
+  // Starts the stream of `request` under `deadline` (infinite: none), each attempt on the
+  // replica `router` picks. `router` and `listener` must outlive the stream's OnEnd. No
+  // read is started: call Read(). `calls` (may be null) counts the stream and its attempts
+  // until gRPC is done with them (call_tracker.h); it must outlive them, or its owner
+  // must WaitIdle.
+  static std::shared_ptr<ResumableStream> Start(routing::StreamRouter* router,
+                                                folio::internal::v1::ScheduleRequest request,
+                                                absl::Time deadline, ResumeOptions options,
+                                                Listener* listener,
+                                                CallTracker* calls = nullptr);
+  // The same with every attempt on `stub` (one scheduler), which must outlive OnEnd.
   static std::shared_ptr<ResumableStream> Start(folio::internal::v1::Scheduler::Stub* stub,
                                                 folio::internal::v1::ScheduleRequest request,
                                                 absl::Time deadline, ResumeOptions options,
@@ -88,11 +98,19 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
 
  private:
   class Attempt;
-  ResumableStream(folio::internal::v1::Scheduler::Stub* stub,
+  ResumableStream(routing::StreamRouter* router,
+                  std::unique_ptr<routing::StreamRouter> owned_router,
                   folio::internal::v1::ScheduleRequest request, absl::Time deadline,
                   ResumeOptions options, Listener* listener, CallTracker* calls);
 
-  void StartAttempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Submits the request (again) where the router says. When no replica can take it, waits
+  // as after a break; returns the status to End with (outside the lock) when that wait is
+  // over or resuming is off.
+  std::optional<grpc::Status> StartAttempt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a break with `status`: schedules the next attempt (nullopt), or returns the
+  // status to End with when the recovery window or the deadline has passed.
+  std::optional<grpc::Status> WaitToResume(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAttemptEvent(Attempt* attempt);
   void OnAttemptEnd(Attempt* attempt, const grpc::Status& status, bool final_error);
   void OnAlarm(bool fired);
@@ -100,7 +118,8 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
   void End(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CallTracker::Hold hold_;  // first: released last
-  folio::internal::v1::Scheduler::Stub* const stub_;
+  const std::unique_ptr<routing::StreamRouter> owned_router_;  // for a stream on one stub
+  routing::StreamRouter* const router_;
   const folio::internal::v1::ScheduleRequest request_;
   const absl::Time deadline_;
   const ResumeOptions options_;
@@ -117,6 +136,8 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
   std::vector<std::vector<int32_t>> streamed_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
   std::optional<int32_t> num_cached_prompt_tokens_ ABSL_GUARDED_BY(mu_);
+  // The replica of the attempt that broke last: the next attempt avoids it if it can.
+  std::string broken_replica_ ABSL_GUARDED_BY(mu_);
   // The wait after a break.
   std::optional<absl::Time> broke_at_ ABSL_GUARDED_BY(mu_);
   grpc::Status break_status_ ABSL_GUARDED_BY(mu_);

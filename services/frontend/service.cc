@@ -35,6 +35,9 @@ FrontendService::FrontendService(FrontendOptions options,
                                  MetricsRegistry* registry)
     : options_(std::move(options)),
       scheduler_(ipb::Scheduler::NewStub(std::move(scheduler))),
+      router_(options_.router != nullptr
+                  ? options_.router
+                  : std::make_shared<routing::StubRouter>(scheduler_.get())),
       metrics_(registry) {}
 
 FrontendService::~FrontendService() {
@@ -105,7 +108,7 @@ grpc::ServerWriteReactor<pb::GenerateResponse>* FrontendService::Generate(
     metrics_.RecordRequest("Generate", absl::StatusCode::kUnavailable, absl::ZeroDuration());
     return new FailedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, kNotReady));
   }
-  return StartGenerate(ctx, *request, CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume, &calls_});
+  return StartGenerate(ctx, *request, CallEnv{std::move(model), router_.get(), &metrics_, options_.resume, &calls_});
 }
 
 grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext* ctx,
@@ -119,7 +122,7 @@ grpc::ServerUnaryReactor* FrontendService::Complete(grpc::CallbackServerContext*
     return FinishLocal(ctx, "Complete", absl::Now(), absl::UnavailableError(kNotReady));
   }
   return StartComplete(ctx, *request, response,
-                       CallEnv{std::move(model), scheduler_.get(), &metrics_, options_.resume, &calls_});
+                       CallEnv{std::move(model), router_.get(), &metrics_, options_.resume, &calls_});
 }
 
 grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext* ctx,

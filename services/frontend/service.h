@@ -25,6 +25,7 @@
 #include "services/frontend/request_validator.h"
 #include "services/frontend/call_tracker.h"
 #include "services/frontend/resumable_stream.h"
+#include "services/frontend/routing/stream_router.h"
 
 namespace folio::frontend {
 
@@ -39,6 +40,9 @@ struct FrontendOptions {
   std::string chat_template;
   // How a stream whose scheduler is lost waits for one to continue it (resumable_stream.h).
   ResumeOptions resume;
+  // Where generation streams go (routing/stream_router.h: a ReplicaSet with many
+  // replicas); null: the scheduler on the channel given to the constructor.
+  std::shared_ptr<routing::StreamRouter> router;
 };
 
 class FrontendService final : public folio::v1::TextGeneration::CallbackService {
@@ -81,6 +85,7 @@ class FrontendService final : public folio::v1::TextGeneration::CallbackService 
 
   const FrontendOptions options_;
   const std::unique_ptr<folio::internal::v1::Scheduler::Stub> scheduler_;
+  const std::shared_ptr<routing::StreamRouter> router_;  // options_.router or one on scheduler_
   FrontendMetrics metrics_;
   CallTracker calls_;  // the calls' scheduler streams (call_tracker.h)
   mutable absl::Mutex mu_;

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   sched::AddPoolUsageGauge(&registry, cachemgr_channel, absl::Milliseconds(250));
   // The service starts first so health answers NOT_SERVING while the cluster sets up; the
   // scheduler is built once the model's limits are known.
-  sched::SchedulerService service;
+  sched::SchedulerService service(cachemgr_channel);
   sched::SchedulerOptions options;
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);

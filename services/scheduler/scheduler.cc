@@ -311,6 +311,13 @@ void Scheduler::Publish() {
   absl::MutexLock lock(&mu_);
   state_.stats.num_running = static_cast<int32_t>(state_.running.size());
   state_.stats.num_waiting = static_cast<int32_t>(state_.waiting.size());
+  int64_t pending = 0;
+  auto add_pending = [&pending](const Request* r) {
+    for (const Branch& b : r->branches) pending += std::max(0, r->max_len - b.num_computed);
+  };
+  for (const Request* r : state_.running) add_pending(r);
+  for (const Request* r : state_.waiting) add_pending(r);
+  state_.stats.num_tokens_pending = pending;
   stats_ = state_.stats;
   health_ = LoopHealth{.last_iteration = absl::Now(), .has_work = HasWork(),
                        .recovering = recovery_.active(), .fenced = state_.fenced.has_value()};

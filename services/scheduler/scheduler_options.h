@@ -62,6 +62,9 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
+  // Tokens the admitted requests may still compute: per live branch, its max length less
+  // the tokens whose KV is computed (an upper bound: a request may stop early).
+  int64_t num_tokens_pending = 0;
 };
 
 }  // namespace folio::scheduler

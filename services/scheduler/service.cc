@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/incarnation.h"
 #include "common/stream_resume.h"
 #include "glog/logging.h"
 
@@ -274,6 +275,52 @@ grpc::ServerUnaryReactor* SchedulerService::GetSchedulerStats(
   resp->set_generation_tokens(s.generation_tokens);
   resp->set_prefix_cache_hit_tokens(s.prefix_cache_hit_tokens);
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+SchedulerService::SchedulerService(std::shared_ptr<grpc::ChannelInterface> cachemgr)
+    : cachemgr_(cachemgr == nullptr ? nullptr : pb::CacheManager::NewStub(std::move(cachemgr))),
+      incarnation_id_(NewIncarnationId()) {}
+
+grpc::ServerUnaryReactor* SchedulerService::GetReplicaState(grpc::CallbackServerContext* ctx,
+                                                            const pb::ReplicaStateRequest* req,
+                                                            pb::ReplicaState* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  Scheduler* scheduler = ready();
+  if (scheduler == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
+    return reactor;
+  }
+  const SchedulerStats s = scheduler->Stats();
+  resp->set_num_running(s.num_running);
+  resp->set_num_waiting(s.num_waiting);
+  resp->set_num_tokens_pending(s.num_tokens_pending);
+  resp->set_incarnation_id(incarnation_id_);
+  if (cachemgr_ == nullptr) {
+    resp->set_block_events_error("this scheduler has no cache manager channel");
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  // The relay: one call to the cache manager, finished from its callback.
+  struct Relay {
+    grpc::ClientContext context;
+    pb::BlockEventsRequest request;
+    pb::BlockEvents events;
+  };
+  auto* relay = new Relay;
+  relay->request = req->block_events();
+  relay->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  cachemgr_->async()->GetBlockEvents(
+      &relay->context, &relay->request, &relay->events,
+      [relay, resp, reactor](grpc::Status status) {
+        if (status.ok()) {
+          resp->mutable_block_events()->Swap(&relay->events);
+        } else {
+          resp->set_block_events_error(absl::StrCat("cache manager: ", status.error_message()));
+        }
+        delete relay;
+        reactor->Finish(grpc::Status::OK);
+      });
   return reactor;
 }
 

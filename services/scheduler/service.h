@@ -10,6 +10,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include <memory>
+#include <string>
+
+#include "folio/internal/v1/cachemgr.grpc.pb.h"
 #include "folio/internal/v1/scheduler.grpc.pb.h"
 #include "services/scheduler/scheduler.h"
 
@@ -17,7 +21,9 @@ namespace folio::scheduler {
 
 class SchedulerService final : public folio::internal::v1::Scheduler::CallbackService {
  public:
-  SchedulerService() = default;
+  // `cachemgr` (may be null: GetReplicaState then reports no block events) is the channel
+  // to this replica's cache manager, whose block events GetReplicaState relays.
+  explicit SchedulerService(std::shared_ptr<grpc::ChannelInterface> cachemgr = nullptr);
 
   // Until this is called, every RPC answers UNAVAILABLE ("the cluster is starting").
   // `scheduler` must outlive the service.
@@ -31,11 +37,19 @@ class SchedulerService final : public folio::internal::v1::Scheduler::CallbackSe
   grpc::ServerUnaryReactor* GetSchedulerStats(
       grpc::CallbackServerContext* ctx, const folio::internal::v1::GetSchedulerStatsRequest* req,
       folio::internal::v1::SchedulerStats* resp) override;
+  // The load, and the cache manager's block events relayed (an asynchronous call of its
+  // own, so the handler never blocks; a cache manager that does not answer within 1 s
+  // leaves block_events unset and block_events_error set).
+  grpc::ServerUnaryReactor* GetReplicaState(grpc::CallbackServerContext* ctx,
+                                            const folio::internal::v1::ReplicaStateRequest* req,
+                                            folio::internal::v1::ReplicaState* resp) override;
 
  private:
   // Null until Start().
   Scheduler* ready() const;
 
+  const std::unique_ptr<folio::internal::v1::CacheManager::Stub> cachemgr_;  // may be null
+  const std::string incarnation_id_;
   mutable absl::Mutex mu_;
   Scheduler* scheduler_ ABSL_GUARDED_BY(mu_) = nullptr;
   folio::internal::v1::ClusterInfo info_ ABSL_GUARDED_BY(mu_);

@@ -46,7 +46,7 @@ Generation::Generation(std::shared_ptr<const ModelContext> model,
 }
 
 std::shared_ptr<Generation> Generation::Start(std::shared_ptr<const ModelContext> model,
-                                              ipb::Scheduler::Stub* scheduler,
+                                              routing::StreamRouter* router,
                                               const ValidatedRequest& request, int32_t n,
                                               ResumeOptions resume, CallTracker* calls,
                                               Listener listener,
@@ -54,7 +54,7 @@ std::shared_ptr<Generation> Generation::Start(std::shared_ptr<const ModelContext
   std::shared_ptr<Generation> g(new Generation(std::move(model), request, n,
                                                std::move(listener), preserved_tokens));
   g->self_ = g;
-  g->stream_ = ResumableStream::Start(scheduler, g->request_, absl::InfiniteFuture(), resume,
+  g->stream_ = ResumableStream::Start(router, g->request_, absl::InfiniteFuture(), resume,
                                       g.get(), calls);
   g->stream_->Read();
   // From here on reads come only from OnEvent.

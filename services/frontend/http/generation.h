@@ -46,12 +46,12 @@ class Generation final : public ResumableStream::Listener {
   };
   using Listener = std::function<void(Update)>;
 
-  // Starts the scheduler call for `request` with `n` choices. `scheduler` must outlive the
+  // Starts the scheduler call for `request` with `n` choices. `router` must outlive the
   // call (the server waits for every generation to end before it goes); `calls` counts
   // its gRPC stream until gRPC is done with it (call_tracker.h). `preserved_tokens` are
   // control tokens decoded to their text (CompletionText), for a tool-call parser.
   static std::shared_ptr<Generation> Start(std::shared_ptr<const ModelContext> model,
-                                           folio::internal::v1::Scheduler::Stub* scheduler,
+                                           routing::StreamRouter* router,
                                            const ValidatedRequest& request, int32_t n,
                                            ResumeOptions resume, CallTracker* calls,
                                            Listener listener,

@@ -92,6 +92,9 @@ OpenAiServer::OpenAiServer(OpenAiServerOptions options, ModelSource model,
     : options_(std::move(options)),
       model_(std::move(model)),
       scheduler_(folio::internal::v1::Scheduler::NewStub(channel)),
+      router_(options_.router != nullptr
+                  ? options_.router
+                  : std::make_shared<routing::StubRouter>(scheduler_.get())),
       scheduler_health_(grpc::health::v1::Health::NewStub(channel)),
       metrics_(metrics),
       created_(absl::ToUnixSeconds(absl::Now())) {}
@@ -285,6 +288,13 @@ void OpenAiServer::HandleHealth(std::shared_ptr<HttpExchange> x) {
   if (model_() == nullptr) {
     return x->Respond(ErrorResponse(openai::ErrorFromStatus(absl::UnavailableError(kNotReady))));
   }
+  if (options_.replicas_serving) {
+    if (!options_.replicas_serving()) {
+      return x->Respond(ErrorResponse(
+          openai::ErrorFromStatus(absl::UnavailableError("no replica is serving"))));
+    }
+    return x->Respond(JsonResponse(200, {{"status", "ok"}}));
+  }
   if (!BeginHealthCheck()) {
     return x->Respond(ErrorResponse(
         openai::ErrorFromStatus(absl::UnavailableError("the frontend is shutting down"))));
@@ -431,7 +441,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   VLOG(1) << "request " << validated->request_id << ": " << MethodName(endpoint) << ", "
           << validated->prompt_token_ids.size() << " prompt tokens";
   std::shared_ptr<Generation> gen = Generation::Start(
-      model, scheduler_.get(), *validated, r.n, options_.resume, &calls_,
+      model, router_.get(), *validated, r.n, options_.resume, &calls_,
       [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); },
       std::move(preserved));
   {

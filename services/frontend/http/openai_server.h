@@ -39,6 +39,7 @@
 #include "services/frontend/http/generation.h"
 #include "services/frontend/http/http_server.h"
 #include "services/frontend/http/openai_json.h"
+#include "services/frontend/routing/stream_router.h"
 
 namespace folio::frontend {
 
@@ -62,6 +63,12 @@ struct OpenAiServerOptions {
   // The tool-call parser of chat requests with tools; unset: the one the chat template's
   // family uses (ToolCallFormatOfTemplate), none when it shows no format.
   std::optional<ToolCallFormat> tool_call_parser;
+  // Where generation streams go (routing/stream_router.h); null: the scheduler on the
+  // channel given to Start.
+  std::shared_ptr<routing::StreamRouter> router;
+  // Set with many replicas: /health is 200 while this answers true (some replica serves),
+  // in place of asking the channel's scheduler.
+  std::function<bool()> replicas_serving;
 };
 
 class OpenAiServer {
@@ -111,6 +118,7 @@ class OpenAiServer {
   const OpenAiServerOptions options_;
   const ModelSource model_;
   const std::unique_ptr<folio::internal::v1::Scheduler::Stub> scheduler_;
+  const std::shared_ptr<routing::StreamRouter> router_;  // options_.router or one on scheduler_
   const std::unique_ptr<grpc::health::v1::Health::Stub> scheduler_health_;
   FrontendMetrics* const metrics_;
   const int64_t created_;  // Unix seconds at start, reported as the model's "created"

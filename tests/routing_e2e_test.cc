@@ -1,0 +1,184 @@
+// Many replicas, one cluster: three replicas of stories260K behind one frontend
+// (--replicas), on loopback.
+//   * kv routing: every turn of a conversation lands where its blocks are (the scheduler
+//     reports cached prompt tokens from turn 2 on), for several conversations at once;
+//   * least-loaded spreads a burst of unrelated requests over every replica;
+//   * a replica SIGKILLed (all its processes) under 16 streams: every stream completes with
+//     exactly the tokens of an undisturbed run (continued on the others), new requests
+//     are served at once, and the replica takes work again once it is started again.
+#include <signal.h>
+
+#include <map>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "folio/internal/v1/scheduler.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+#include "tests/streams.h"
+
+namespace folio {
+namespace {
+
+namespace v1 = folio::v1;
+namespace ipb = folio::internal::v1;
+using testing::Cluster;
+using testing::ClusterOptions;
+
+class RoutingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::ModelsDir();
+    if (!dir_) GTEST_SKIP() << testing::kModelsDirHelp;
+  }
+
+  void StartCluster(const std::string& routing) {
+    ClusterOptions options;
+    options.model = *dir_ + "/stories260K/stories260K.gguf";
+    options.num_replicas = 3;
+    options.worker_args = {"--kv_cache_bytes=32MiB"};
+    options.frontend_args = {"--routing=" + routing, "--recovery_timeout_ms=30000"};
+    auto cluster = Cluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+  }
+
+  // The scheduler's own counters of replica `i`.
+  ipb::SchedulerStats SchedulerStats(int i) {
+    auto stub = ipb::Scheduler::NewStub(grpc::CreateChannel(
+        cluster_->scheduler_process(i).address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ipb::SchedulerStats stats;
+    EXPECT_TRUE(stub->GetSchedulerStats(&ctx, ipb::GetSchedulerStatsRequest(), &stats).ok());
+    return stats;
+  }
+
+  struct Completion {
+    std::vector<int32_t> tokens;
+    v1::Usage usage;
+    grpc::Status status;
+  };
+  Completion Generate(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+    v1::GenerateRequest req;
+    req.mutable_prompt_token_ids()->Assign(prompt.begin(), prompt.end());
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_ignore_eos(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = cluster_->frontend().Generate(&ctx, req);
+    Completion c;
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+      for (const auto& t : resp.tokens()) c.tokens.push_back(t.token_id());
+      if (resp.has_usage()) c.usage = resp.usage();
+    }
+    c.status = reader->Finish();
+    return c;
+  }
+
+  std::optional<std::string> dir_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+// Token ids of a user turn (stories260K's vocabulary has 512; 1 is BOS).
+std::vector<int32_t> UserTurn(int conversation, int turn, int n) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 3 + (conversation * 97 + turn * 31 + i * 7) % 500;
+  return t;
+}
+
+TEST_F(RoutingTest, KvRoutingKeepsEachConversationWhereItsBlocksAre) {
+  StartCluster("kv");
+  constexpr int kConversations = 4, kTurns = 4;
+  std::vector<std::vector<int32_t>> history(kConversations, std::vector<int32_t>{1});
+  for (int turn = 0; turn < kTurns; ++turn) {
+    for (int c = 0; c < kConversations; ++c) {
+      std::vector<int32_t> user = UserTurn(c, turn, 40);
+      history[c].insert(history[c].end(), user.begin(), user.end());
+      const Completion out = Generate(history[c], 24);
+      ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+      ASSERT_EQ(out.tokens.size(), 24u);
+      if (turn > 0) {
+        // The whole previous turn's full blocks (prompt and output) are cached where it ran.
+        EXPECT_GE(out.usage.cached_prompt_tokens(), 16 * ((history[c].size() - 40 - 1) / 16 - 1))
+            << "conversation " << c << " turn " << turn << " of " << history[c].size()
+            << " prompt tokens";
+      }
+      history[c].insert(history[c].end(), out.tokens.begin(), out.tokens.end());
+    }
+    absl::SleepFor(absl::Milliseconds(300));  // a few polls: the router sees the new blocks
+  }
+  // The conversations were spread, not all piled on one replica.
+  int used = 0;
+  for (int i = 0; i < 3; ++i) used += SchedulerStats(i).prompt_tokens() > 0;
+  EXPECT_GE(used, 2);
+  const std::string metrics =
+      testing::HttpGet(cluster_->frontend_process().metrics_port(), "/metrics");
+  EXPECT_GT(testing::MetricValue(metrics, "folio_frontend_route_predicted_cached_tokens_total"), 0);
+  EXPECT_GT(testing::MetricValue(metrics, "folio_frontend_route_actual_cached_tokens_total"), 0);
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+TEST_F(RoutingTest, LeastLoadedSpreadsABurstOverEveryReplica) {
+  StartCluster("least-loaded");
+  std::vector<std::thread> clients;
+  std::vector<Completion> out(12);
+  for (int i = 0; i < 12; ++i) {
+    clients.emplace_back([&, i] { out[i] = Generate(UserTurn(i, 0, 20), 48); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (const Completion& c : out) EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GE(SchedulerStats(i).generation_tokens(), 48 * 2) << "replica " << i;
+  }
+}
+
+TEST_F(RoutingTest, AKilledReplicasStreamsContinueOnTheOthersTokenForToken) {
+  StartCluster("round-robin");
+  const std::vector<v1::GenerateRequest> requests = testing::MixedRequests();
+  const std::vector<testing::Stream> want = testing::RunStreams(cluster_->frontend(), requests);
+  ASSERT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+  const int64_t victim_tokens_before = SchedulerStats(1).generation_tokens();
+  const std::vector<testing::Stream> got =
+      testing::RunStreams(cluster_->frontend(), requests, /*after_tokens=*/200, [&] {
+        // The whole replica: scheduler, worker and cache manager.
+        for (testing::ServiceProcess* p :
+             {&cluster_->scheduler_process(1), &cluster_->worker_process(0, 1),
+              &cluster_->cachemgr_process(1)}) {
+          p->Signal(SIGKILL);
+          EXPECT_TRUE(p->Wait(absl::Seconds(10)).ok());
+        }
+      });
+  EXPECT_GT(victim_tokens_before, 0) << "round-robin gave the victim work";
+  testing::ExpectSameStreams(want, got);
+
+  // New requests are served at once by the others.
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time start = absl::Now();
+    const Completion c = Generate(UserTurn(i, 9, 10), 5);
+    EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  }
+
+  // Started again (as Kubernetes restarts its pod's containers), it takes work again.
+  ASSERT_TRUE(cluster_->cachemgr_process(1).Restart().ok());
+  ASSERT_TRUE(cluster_->worker_process(0, 1).Restart().ok());
+  ASSERT_TRUE(cluster_->scheduler_process(1).Restart().ok());
+  int64_t served = 0;
+  for (int attempt = 0; attempt < 60 && served == 0; ++attempt) {
+    absl::SleepFor(absl::Milliseconds(500));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(Generate(UserTurn(i, 10 + attempt, 10), 4).status.ok());
+    served = SchedulerStats(1).generation_tokens();
+  }
+  EXPECT_GT(served, 0) << "the restarted replica never took work again";
+  EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10))) << "every pool is full again";
+}
+
+}  // namespace
+}  // namespace folio

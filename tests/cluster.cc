@@ -83,19 +83,29 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& op
 
   auto channel = grpc::CreateChannel(c->frontend_->address(), grpc::InsecureChannelCredentials());
   c->frontend_stub_ = folio::v1::TextGeneration::NewStub(channel);
-  auto health = grpc::health::v1::Health::NewStub(channel);
-  const absl::Time deadline = absl::Now() + absl::Seconds(90);
-  while (absl::Now() < deadline) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    grpc::health::v1::HealthCheckResponse resp;
-    if (health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok() &&
-        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
-      return c;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
+  // The frontend is SERVING once one replica answers; with many, every scheduler too, so
+  // that a test starts with all of them taking work.
+  std::vector<std::string> addresses = {c->frontend_->address()};
+  if (options.num_replicas > 1) {
+    for (const Replica& r : c->replicas_) addresses.push_back(r.scheduler->address());
   }
-  return absl::DeadlineExceededError("the frontend did not report SERVING within 90 s");
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  for (const std::string& address : addresses) {
+    auto health = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    bool serving = false;
+    while (!serving && absl::Now() < deadline) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      grpc::health::v1::HealthCheckResponse resp;
+      serving = health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok() &&
+                resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      if (!serving) absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (!serving) break;
+    if (address == addresses.back()) return c;
+  }
+  return absl::DeadlineExceededError("the frontend (and every scheduler) did not report SERVING within 90 s");
 }
 
 pb::CacheStats Cluster::CacheStats(int replica) {

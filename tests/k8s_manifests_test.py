@@ -281,15 +281,22 @@ def check_overlay(overlay, kubectl, bin_dir, rules):
             chk.expect(target in ports or target in ports.values(),
                        f"Service {name}: targetPort {target} is no container port of its pods")
 
-    # The frontend dials a Service that leads to the scheduler's --port.
+    # The frontend dials a Service that leads to the scheduler's --port: --scheduler, or
+    # --replicas=dns:///NAME:PORT, whose NAME must be headless (one address per pod).
     for _, labels, containers in pods:
         for c, b, f in containers:
             if b != "folio-frontend":
                 continue
-            host, _, port = f.get("scheduler", "").rpartition(":")
+            target = f.get("replicas") or f.get("scheduler", "")
+            dns = target.startswith("dns:///")
+            host, _, port = target[len("dns:///"):].rpartition(":") if dns else target.rpartition(":")
             svc = services.get(host)
-            if not chk.expect(svc is not None, f"--scheduler={f.get('scheduler')}: no Service {host}"):
+            if not chk.expect(svc is not None, f"frontend target {target}: no Service {host}"):
                 continue
+            if dns:
+                chk.expect(svc["spec"].get("clusterIP") == "None",
+                           f"--replicas={target}: Service {host} is not headless, so its DNS "
+                           "name gives one virtual address, not one per replica")
             sp = [p for p in svc["spec"]["ports"] if str(p["port"]) == port]
             sched_ports = [int(fl.get("port", -1)) for _, l, cs in pods for _, bb, fl in cs
                            if bb == "folio-scheduler" and selects(svc["spec"]["selector"], l)]
@@ -297,7 +304,7 @@ def check_overlay(overlay, kubectl, bin_dir, rules):
             resolved = pod_ports([l for _, l, _ in pods if selects(svc["spec"]["selector"], l)][0]
                                  ).get(tp, tp) if sp else None
             chk.expect(sp and resolved in sched_ports,
-                       f"--scheduler={f.get('scheduler')} does not reach a scheduler's --port")
+                       f"frontend target {target} does not reach a scheduler's --port")
 
     # Every metrics port is scraped by a PodMonitor or a ServiceMonitor.
     scraped = set()

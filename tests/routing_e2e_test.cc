@@ -54,7 +54,8 @@ class RoutingTest : public ::testing::Test {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     ipb::SchedulerStats stats;
-    EXPECT_TRUE(stub->GetSchedulerStats(&ctx, ipb::GetSchedulerStatsRequest(), &stats).ok());
+    const grpc::Status s = stub->GetSchedulerStats(&ctx, ipb::GetSchedulerStatsRequest(), &stats);
+    EXPECT_TRUE(s.ok()) << "replica " << i << ": " << s.error_message();
     return stats;
   }
 

@@ -139,5 +139,78 @@ TEST_F(FrontendMainTest, SchedulerFlagIsRequired) {
   EXPECT_THAT(r.output, HasSubstr("--scheduler"));
 }
 
+TEST_F(FrontendMainTest, BadReplicaFlagsStopTheStartAndSayWhatIsWrong) {
+  const std::string bin = folio::testing::BinDir() + "/folio-frontend --port=0 ";
+  struct Case {
+    std::string flags;
+    std::string message;
+  } cases[] = {
+      {"--replicas=127.0.0.1:1,,127.0.0.1:2", "an empty entry"},
+      {"--replicas=127.0.0.1", "is not HOST:PORT"},
+      {"--replicas=127.0.0.1:1,127.0.0.1:1", "listed twice"},
+      {"--replicas=dns:///name-without-port", "is not HOST:PORT"},
+      {"--replicas=127.0.0.1:1,127.0.0.1:2 --routing=fastest", "unknown routing policy \"fastest\""},
+      {"--replicas=127.0.0.1:1 --scheduler=127.0.0.1:2", "one of --scheduler"},
+      {"--replicas=127.0.0.1:1,127.0.0.1:2 --replica_poll_ms=0", "--replica_poll_ms"},
+  };
+  for (const Case& c : cases) {
+    folio::testing::CommandResult r = folio::testing::RunCommand(bin + c.flags);
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << c.flags;
+  }
+}
+
+// A DNS name with no address yet is not a start-up error: the frontend is NOT_SERVING
+// (replica pods may come up later), and gives up only at --startup_timeout_s.
+TEST_F(FrontendMainTest, ADnsNameThatResolvesToNothingIsNotServingUntilTheTimeout) {
+  auto proc = folio::testing::ServiceProcess::Start(
+      "folio-frontend", {"--replicas=dns:///no-such-replica.invalid:50052", "--port=0",
+                         "--metrics_port=-1", "--http_port=-1", "--startup_timeout_s=3",
+                         "--replica_resolve_ms=200", "--shutdown_grace_ms=0"});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  EXPECT_EQ(Health((*proc)->address()), HealthCheckResponse::NOT_SERVING);
+  absl::StatusOr<int> exit_status = (*proc)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(exit_status.ok()) << exit_status.status();
+  EXPECT_EQ(*exit_status, 1);
+}
+
+// Two replicas behind one frontend: requests complete through the router (the fakes have
+// no cache manager, so both count as recovering and still take work: nothing better).
+TEST_F(FrontendMainTest, ServesThroughAReplicaList) {
+  std::unique_ptr<FakeScheduler> a = FakeScheduler::Start(info_);
+  std::unique_ptr<FakeScheduler> b = FakeScheduler::Start(info_);
+  const std::vector<int32_t> tokens = Encode("there was a dog");
+  a->SetScript(TokensScript(tokens, ipb::FINISH_REASON_LENGTH, 5));
+  b->SetScript(TokensScript(tokens, ipb::FINISH_REASON_LENGTH, 5));
+  auto proc = folio::testing::ServiceProcess::Start(
+      "folio-frontend", {"--replicas=" + a->address() + "," + b->address(),
+                         "--routing=round-robin", "--port=0", "--metrics_port=0",
+                         "--http_port=0", "--shutdown_grace_ms=0"});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  auto stub = pb::TextGeneration::NewStub(
+      grpc::CreateChannel((*proc)->address(), grpc::InsecureChannelCredentials()));
+  auto complete = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    pb::CompleteResponse response;
+    grpc::Status rpc = stub->Complete(&ctx, Request("Once upon a time"), &response);
+    if (rpc.ok()) EXPECT_EQ(response.text(), Decode(tokens));
+    return rpc;
+  };
+  // Until the frontend has the model (UNAVAILABLE before), nothing reaches a replica.
+  grpc::Status first = complete();
+  for (int i = 0; i < 200 && !first.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    first = complete();
+  }
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(complete().ok());
+  EXPECT_EQ(a->calls().size(), 2u) << "round-robin over both";
+  EXPECT_EQ(b->calls().size(), 2u);
+  const std::string metrics = folio::testing::HttpGet((*proc)->metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_frontend_route_total{replica=\"" + a->address() +
+                                 "\",policy=\"round-robin\"} 2"));
+}
+
 }  // namespace
 }  // namespace folio::frontend::testing

@@ -14,15 +14,19 @@
 //   build-sim/bin/cachemgr_rpc_bench --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
 #include "common/metrics.h"
 #include "common/service_runner.h"
@@ -153,9 +157,50 @@ void CheckedStep(Loopback& l, const pb::CacheStepRequest& request) {
   CHECK(status.ok()) << status.error_message();
 }
 
+// A frontend router's view of the pool: GetBlockEvents every `period` on its own channel,
+// following the cursor, until stopped (the load the routers put on the step path).
+class BlockEventsWatcher {
+ public:
+  BlockEventsWatcher(const std::string& address, absl::Duration period)
+      : stub_(pb::CacheManager::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        thread_([this, period] {
+          pb::BlockEventsRequest request;
+          while (!stop_.load()) {
+            grpc::ClientContext ctx;
+            pb::BlockEvents events;
+            if (stub_->GetBlockEvents(&ctx, request, &events).ok()) {
+              request.set_pool_id(events.pool_id());
+              request.set_after_seq(events.last_seq());
+              num_events_ += events.events_size();
+              ++num_polls_;
+            }
+            absl::SleepFor(period);
+          }
+        }) {}
+  ~BlockEventsWatcher() {
+    stop_.store(true);
+    thread_.join();
+  }
+  int64_t num_events() const { return num_events_.load(); }
+  int64_t num_polls() const { return num_polls_.load(); }
+
+ private:
+  std::unique_ptr<pb::CacheManager::Stub> stub_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> num_events_{0};
+  std::atomic<int64_t> num_polls_{0};
+  std::thread thread_;
+};
+
+// Arguments: sequences per step; watched: 0 as a bare decode step, 1 with each step also
+// committing the tokens computed so far (so full blocks enter the prefix cache and the
+// event log, as under a real scheduler) while four routers poll GetBlockEvents every 50 ms
+// (one every 12.5 ms).
 void BM_DecodeStepRpc(benchmark::State& state) {
   Loopback& l = GetLoopback();
   const int32_t num_seqs = static_cast<int32_t>(state.range(0));
+  const bool watched = state.range(1) != 0;
   {
     // A fresh pool with room for every sequence at max_len.
     // Reset drops the previous run's sequences; it fails (harmlessly) before the first
@@ -194,6 +239,10 @@ void BM_DecodeStepRpc(benchmark::State& state) {
     CheckedStep(l, prefill);
   }
 
+  std::unique_ptr<BlockEventsWatcher> watcher;
+  if (watched) {
+    watcher = std::make_unique<BlockEventsWatcher>(l.runner->address(), absl::Microseconds(12500));
+  }
   Latencies latencies;
   int64_t recycled = 0;
   const std::pair<double, double> server_before = ServerStepSeconds(l);
@@ -212,6 +261,11 @@ void BM_DecodeStepRpc(benchmark::State& state) {
         create->set_seq_id(ids[i]);
         create->set_max_len(kMaxLen);
         ++recycled;
+      }
+      if (watched && lengths[i] > 0) {
+        pb::Commit* commit = request.add_commits();
+        commit->set_seq_id(ids[i]);
+        commit->set_num_computed_tokens(lengths[i]);
       }
       pb::Grant* grant = request.add_grants();
       grant->set_seq_id(ids[i]);
@@ -235,9 +289,19 @@ void BM_DecodeStepRpc(benchmark::State& state) {
                                   (server_after.second - server_before.second);
   }
   state.counters["recycled"] = static_cast<double>(recycled);
+  if (watcher != nullptr) {
+    state.counters["events_per_poll"] =
+        static_cast<double>(watcher->num_events()) / std::max<int64_t>(watcher->num_polls(), 1);
+  }
   state.SetItemsProcessed(state.iterations() * num_seqs);  // tokens granted
 }
-BENCHMARK(BM_DecodeStepRpc)->ArgName("seqs")->Arg(1)->Arg(64)->Arg(256)->UseManualTime();
+BENCHMARK(BM_DecodeStepRpc)
+    ->ArgNames({"seqs", "watched"})
+    ->Args({1, 0})
+    ->Args({64, 0})
+    ->Args({256, 0})
+    ->Args({256, 1})
+    ->UseManualTime();
 
 }  // namespace
 }  // namespace folio::cachemgr

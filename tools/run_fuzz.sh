@@ -52,11 +52,12 @@ for t in "$@"; do
     grammar) targets+=(grammar_fuzz) ;;
     json_schema) targets+=(json_schema_fuzz) ;;
     tools) targets+=(tool_call_fuzz) ;;
+    routing) targets+=(routing_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
-                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz)
+                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz routing_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -69,6 +70,7 @@ seed_dir() {
     grammar_fuzz) echo "$repo/common/structured/grammar_fuzz_corpus" ;;
     json_schema_fuzz) echo "$repo/common/structured/json_schema_fuzz_corpus" ;;
     tool_call_fuzz) echo "$repo/services/frontend/http/tool_call_fuzz_corpus" ;;
+    routing_fuzz) echo "$repo/services/frontend/routing/fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }

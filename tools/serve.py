@@ -142,11 +142,18 @@ def healthy(cli, address, tls_flags=()):
 
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = argparse.ArgumentParser(description="Run a local Folio cluster (./folio serve).")
-    p.add_argument("--bin_dir", default=os.path.join(root, "build", "bin"))
+    p = argparse.ArgumentParser(
+        prog="folio serve", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run a local Folio cluster: cache manager, workers and scheduler per "
+                    "replica, one frontend (gRPC and OpenAI-compatible HTTP) in front.")
+    p.add_argument("--bin_dir", default=os.path.join(root, "build", "bin"),
+                   help="where the folio binaries are (./folio serve builds them there)")
     p.add_argument("--model", help="GGUF file, Hugging Face checkpoint folder (config.json, "
                    "safetensors, tokenizer.json) or llama2.c checkpoint (default: stories260K)")
-    p.add_argument("--port", type=int, default=50051, help="frontend gRPC port (default 50051)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address the frontend's gRPC and HTTP ports bind (0.0.0.0: every "
+                        "interface); the internal services stay on loopback")
+    p.add_argument("--port", type=int, default=50051, help="frontend gRPC port")
     p.add_argument("--http_port", type=int, default=8000,
                    help="port of the frontend's OpenAI-compatible HTTP API (-1: off)")
     p.add_argument("--chat_template",
@@ -160,9 +167,19 @@ def main():
     p.add_argument("--kv_dtype", default="f16", choices=["f16", "f32", "q8_0"],
                    help="KV cache element type of the worker (q8_0: 8-bit, about half the bytes "
                         "of f16 per token; CPU only)")
-    p.add_argument("--policy", default="paged", choices=["paged", "contiguous"])
-    p.add_argument("--max_num_seqs", type=int, default=64)
-    p.add_argument("--max_num_batched_tokens", type=int, default=512)
+    p.add_argument("--served_model_name", action="append", default=[],
+                   help="a name the HTTP API answers to in \"model\" (repeatable; the first is "
+                        "the id /v1/models gives; default: the model file's name)")
+    p.add_argument("--api_key", action="append", default=[],
+                   help="require this key (Authorization: Bearer KEY) on both APIs (repeatable)")
+    p.add_argument("--api_key_file", help="a file of keys, one per line, as --api_key")
+    p.add_argument("--policy", default="paged", choices=["paged", "contiguous"],
+                   help="KV allocation: paged (PagedAttention) or contiguous (one reservation "
+                        "per request, the baseline the paper compares with)")
+    p.add_argument("--max_num_seqs", type=int, default=64,
+                   help="sequences the scheduler runs in one step, at most")
+    p.add_argument("--max_num_batched_tokens", type=int, default=512,
+                   help="tokens one step computes, at most (prefill chunks plus decodes)")
     p.add_argument("--max_model_len", type=int, default=0,
                    help="cap on prompt plus output tokens (0: the model's context)")
     p.add_argument("--reserve_max_model_len", action="store_true",
@@ -178,7 +195,8 @@ def main():
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel degree: worker ranks splitting the model (must divide "
                         "its KV head count)")
-    p.add_argument("--startup_timeout_s", type=int, default=300)
+    p.add_argument("--startup_timeout_s", type=int, default=300,
+                   help="give up when the cluster is not serving within this many seconds")
     p.add_argument("--no_supervise", action="store_true",
                    help="stop the whole cluster when one service dies, instead of restarting "
                         "that service (with backoff) as Kubernetes would")
@@ -289,8 +307,14 @@ def main():
             frontend_target = f"--scheduler={scheduler.address}"
         else:
             frontend_target = "--replicas=" + ",".join(r["scheduler"].address for r in replicas)
-        frontend_argv = [b("folio-frontend"), frontend_target,
+        frontend_argv = [b("folio-frontend"), frontend_target, f"--host={args.host}",
                          f"--port={args.port}", f"--http_port={args.http_port}"]
+        if args.served_model_name:
+            frontend_argv.append("--served_model_name=" + ",".join(args.served_model_name))
+        if args.api_key:
+            frontend_argv.append("--api_key=" + ",".join(args.api_key))
+        if args.api_key_file:
+            frontend_argv.append(f"--api_key_file={os.path.abspath(args.api_key_file)}")
         if args.chat_template:
             frontend_argv.append(f"--chat_template={os.path.abspath(args.chat_template)}")
         if args.tool_call_parser:

@@ -56,6 +56,13 @@ ABSL_FLAG(int, recovery_timeout_ms, 60000,
           "A stream whose scheduler is lost (it died, restarts, or was replaced) waits this "
           "long for a scheduler to continue it, token for token, before it ends UNAVAILABLE; "
           "0 ends it at once.");
+ABSL_FLAG(std::vector<std::string>, served_model_name, {},
+          "Names the model answers to in the HTTP API's \"model\" field (comma-separated; "
+          "the first is the id /v1/models gives and responses carry). Default: the model's "
+          "own name.");
+ABSL_FLAG(std::string, allowed_origins, "*",
+          "CORS on the HTTP API: * (any origin), a comma-separated list of origins, or empty "
+          "(off). Preflights are answered without an API key; requests still need one.");
 ABSL_FLAG(int, http_port, 8000,
           "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
           "/v1/models, /health); 0 picks a free one (see --port_file), -1 turns it off.");
@@ -238,6 +245,12 @@ int main(int argc, char** argv) {
                   "timeouts and --http_stream_buffer_bytes must be positive";
     return kExitBadFlags;
   }
+  for (const std::string& name : absl::GetFlag(FLAGS_served_model_name)) {
+    if (name.empty()) {
+      LOG(ERROR) << "--served_model_name: an empty name (expected NAME[,NAME...])";
+      return kExitBadFlags;
+    }
+  }
   const bool http_tls = !absl::GetFlag(FLAGS_http_tls_cert).empty() ||
                         !absl::GetFlag(FLAGS_http_tls_key).empty();
   if (http_tls && (absl::GetFlag(FLAGS_http_tls_cert).empty() ||
@@ -353,6 +366,9 @@ int main(int argc, char** argv) {
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
     http_options.resume = options.resume;
     http_options.tool_call_parser = tool_call_parser;
+    http_options.served_model_names = absl::GetFlag(FLAGS_served_model_name);
+    http_options.allowed_origins = absl::GetFlag(FLAGS_allowed_origins);
+    http_options.metrics_text = [&registry] { return registry.Serialize(); };
     http_options.router = replica_set;
     if (replica_set != nullptr) {
       http_options.replicas_serving = [set = replica_set.get()] { return set->AnyServing(); };

@@ -143,7 +143,10 @@ grpc::ServerUnaryReactor* FrontendService::Tokenize(grpc::CallbackServerContext*
   }
   const Tokenizer& tokenizer = model->tokenizer();
   absl::StatusOr<std::vector<int32_t>> ids =
-      tokenizer.Encode(request->text(), request->add_bos() ? AddBos::kYes : AddBos::kNo,
+      tokenizer.Encode(request->text(),
+                       !request->has_add_bos() ? AddBos::kVocabDefault
+                       : request->add_bos()    ? AddBos::kYes
+                                               : AddBos::kNo,
                        !request->has_parse_special() || request->parse_special()
                            ? ParseSpecial::kYes
                            : ParseSpecial::kNo);

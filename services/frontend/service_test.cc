@@ -652,6 +652,30 @@ TEST_F(FrontendServiceTest, TokenizeAndModelInfoAreLocal) {
   ASSERT_EQ(response.pieces_size(), 5);
   EXPECT_EQ(response.pieces(0), "<s>");
 
+  // Unset add_bos: the model's own rule, as generation tokenizes. stories260K adds BOS; a
+  // model whose file says not to (Qwen2's add_bos_token = false) gets none.
+  pb::TokenizeRequest plain;
+  plain.set_text("Once upon a time");
+  {
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub_->Tokenize(&c, plain, &response).ok());
+    EXPECT_EQ(response.token_ids(0), 1);
+  }
+  ipb::ClusterInfo no_bos = info_;
+  no_bos.mutable_tokenizer()->set_add_bos(false);
+  ASSERT_TRUE(service_->SetClusterInfo(no_bos).ok());
+  {
+    grpc::ClientContext c;
+    ASSERT_TRUE(stub_->Tokenize(&c, plain, &response).ok());
+    EXPECT_EQ(std::vector<int32_t>(response.token_ids().begin(), response.token_ids().end()),
+              (std::vector<int32_t>{403, 407, 261, 378}));
+    grpc::ClientContext c2;
+    plain.set_add_bos(true);  // an explicit true still wins
+    ASSERT_TRUE(stub_->Tokenize(&c2, plain, &response).ok());
+    EXPECT_EQ(response.token_ids(0), 1);
+  }
+  ASSERT_TRUE(service_->SetClusterInfo(info_).ok());
+
   grpc::ClientContext ctx2;
   request.set_add_bos(false);
   request.set_text("bad \xff");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -53,7 +54,9 @@ ABSL_FLAG(bool, unary, false,
 ABSL_FLAG(std::string, request_id, "",
           "generate: request id to send (appears in every server log line). Unset: the "
           "frontend generates one.");
-ABSL_FLAG(bool, add_bos, true, "tokenize: prepend the BOS token.");
+ABSL_FLAG(std::string, add_bos, "",
+          "tokenize: true or false to prepend the BOS token or not; unset: the model's own "
+          "rule, as generation tokenizes a prompt.");
 ABSL_FLAG(std::string, service, "",
           "health: the service name to check; empty (default) is the whole server.");
 ABSL_FLAG(bool, json, false,
@@ -270,7 +273,15 @@ int Generate(pb::TextGeneration::Stub* stub, const std::string& prompt) {
 int Tokenize(pb::TextGeneration::Stub* stub, const std::string& text) {
   pb::TokenizeRequest request;
   request.set_text(text);
-  request.set_add_bos(absl::GetFlag(FLAGS_add_bos));
+  // Only an explicit --add_bos overrides the model's rule.
+  if (const std::string add_bos = absl::GetFlag(FLAGS_add_bos); !add_bos.empty()) {
+    bool value = false;
+    if (!absl::SimpleAtob(add_bos, &value)) {
+      std::cerr << "--add_bos must be true or false, not \"" << add_bos << "\"\n";
+      return kExitUsage;
+    }
+    request.set_add_bos(value);
+  }
   pb::TokenizeResponse response;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);

@@ -1,13 +1,18 @@
 #include "services/frontend/http/openai_server.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/frontend/http/tokenize_api.h"
 #include "services/frontend/http/tool_call_grammar.h"
 
 namespace folio::frontend {
@@ -196,9 +201,55 @@ void OpenAiServer::EndHealthCheck() {
 }
 
 std::string OpenAiServer::ModelName(const ModelContext& model) const {
+  if (!options_.served_model_names.empty()) return options_.served_model_names.front();
   const std::string& name = model.info().model().name();
   return name.empty() ? "default" : name;
 }
+
+bool OpenAiServer::ServesModel(const ModelContext& model, const std::string& name) const {
+  if (options_.served_model_names.empty()) return name == ModelName(model);
+  return std::find(options_.served_model_names.begin(), options_.served_model_names.end(),
+                   name) != options_.served_model_names.end();
+}
+
+std::optional<std::string> OpenAiServer::CorsOrigin(const HttpRequest& req) const {
+  const std::optional<std::string_view> origin = req.header("origin");
+  if (!origin.has_value() || options_.allowed_origins.empty()) return std::nullopt;
+  if (options_.allowed_origins == "*") return std::string("*");
+  for (absl::string_view allowed : absl::StrSplit(options_.allowed_origins, ',')) {
+    const absl::string_view a = absl::StripAsciiWhitespace(allowed);
+    if (std::string_view(a.data(), a.size()) == *origin) return std::string(*origin);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// An exchange whose responses (whole or streamed) carry the CORS headers.
+class CorsExchange final : public HttpExchange {
+ public:
+  CorsExchange(std::shared_ptr<HttpExchange> inner, std::string origin)
+      : inner_(std::move(inner)), origin_(std::move(origin)) {}
+  void Respond(HttpResponse response) override { inner_->Respond(With(std::move(response))); }
+  void StartStream(HttpResponse head, std::string cut_event) override {
+    inner_->StartStream(With(std::move(head)), std::move(cut_event));
+  }
+  bool Write(std::string data) override { return inner_->Write(std::move(data)); }
+  void EndStream() override { inner_->EndStream(); }
+  void OnClose(std::function<void()> on_close) override { inner_->OnClose(std::move(on_close)); }
+  bool closed() const override { return inner_->closed(); }
+
+ private:
+  HttpResponse With(HttpResponse r) const {
+    r.headers.emplace_back("Access-Control-Allow-Origin", origin_);
+    if (origin_ != "*") r.headers.emplace_back("Vary", "Origin");
+    return r;
+  }
+  const std::shared_ptr<HttpExchange> inner_;
+  const std::string origin_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> OpenAiServer::TemplateFor(
     const std::shared_ptr<const ModelContext>& model, bool has_tools) {
@@ -234,10 +285,6 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> OpenAiServer::TemplateFor(
 }
 
 void OpenAiServer::Handle(HttpRequest req, std::shared_ptr<HttpExchange> x) {
-  if (req.path != "/health" && options_.api_keys.enabled()) {
-    const absl::Status st = options_.api_keys.Check(req.header("authorization"));
-    if (!st.ok()) return x->Respond(ErrorResponse(openai::ErrorFromStatus(st)));
-  }
   struct Route {
     const char* path;
     const char* method;
@@ -245,14 +292,45 @@ void OpenAiServer::Handle(HttpRequest req, std::shared_ptr<HttpExchange> x) {
   static constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
                                       {"/v1/chat/completions", "POST"},
                                       {"/v1/models", "GET"},
-                                      {"/health", "GET"}};
-  for (const Route& route : kRoutes) {
-    if (req.path != route.path) continue;
-    if (req.method != route.method) {
+                                      {"/health", "GET"},
+                                      {"/metrics", "GET"},
+                                      {"/version", "GET"},
+                                      {"/tokenize", "POST"},
+                                      {"/detokenize", "POST"}};
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes) {
+    if (req.path == r.path) route = &r;
+  }
+  if (std::optional<std::string> origin = CorsOrigin(req)) {
+    if (route != nullptr && req.method == "OPTIONS" &&
+        req.header("access-control-request-method").has_value()) {
+      // A browser's preflight: it carries no credentials, so no API key is asked for.
+      HttpResponse r;
+      r.status = 204;
+      r.content_type.clear();
+      r.headers.emplace_back("Access-Control-Allow-Origin", *origin);
+      if (*origin != "*") r.headers.emplace_back("Vary", "Origin");
+      r.headers.emplace_back("Access-Control-Allow-Methods", absl::StrCat(route->method, ", OPTIONS"));
+      const std::optional<std::string_view> asked = req.header("access-control-request-headers");
+      r.headers.emplace_back("Access-Control-Allow-Headers",
+                             asked.has_value() ? std::string(*asked)
+                                               : "authorization, content-type, x-request-id");
+      r.headers.emplace_back("Access-Control-Max-Age", "600");
+      return x->Respond(std::move(r));
+    }
+    x = std::make_shared<CorsExchange>(std::move(x), *std::move(origin));
+  }
+  const bool open = req.path == "/health" || req.path == "/metrics" || req.path == "/version";
+  if (!open && options_.api_keys.enabled()) {
+    const absl::Status st = options_.api_keys.Check(req.header("authorization"));
+    if (!st.ok()) return x->Respond(ErrorResponse(openai::ErrorFromStatus(st)));
+  }
+  if (route != nullptr) {
+    if (req.method != route->method) {
       HttpResponse r = ErrorResponse(openai::MakeError(
           405, "invalid_request_error", "",
           absl::StrCat("method ", req.method, " is not allowed on ", req.path)));
-      r.headers.emplace_back("Allow", route.method);
+      r.headers.emplace_back("Allow", route->method);
       return x->Respond(std::move(r));
     }
     if (req.path == "/v1/completions") return HandleGenerate(Endpoint::kCompletions, req, x);
@@ -260,6 +338,32 @@ void OpenAiServer::Handle(HttpRequest req, std::shared_ptr<HttpExchange> x) {
       return HandleGenerate(Endpoint::kChatCompletions, req, x);
     }
     if (req.path == "/v1/models") return HandleModels(*x);
+    if (req.path == "/tokenize" || req.path == "/detokenize") {
+      std::shared_ptr<const ModelContext> model = model_();
+      if (model == nullptr) {
+        return x->Respond(
+            ErrorResponse(openai::ErrorFromStatus(absl::UnavailableError(kNotReady))));
+      }
+      absl::StatusOr<json> out =
+          req.path == "/tokenize"
+              ? TokenizeBody(*model, req.body, [&] { return TemplateFor(model, false); })
+              : DetokenizeBody(*model, req.body);
+      if (!out.ok()) return x->Respond(ErrorResponse(openai::ErrorFromStatus(out.status())));
+      return x->Respond(JsonResponse(200, *out));
+    }
+    if (req.path == "/version") {
+      return x->Respond(JsonResponse(200, {{"version", kVersionNumber}, {"revision", kGitRevision}}));
+    }
+    if (req.path == "/metrics") {
+      if (!options_.metrics_text) {
+        return x->Respond(ErrorResponse(openai::MakeError(
+            404, "invalid_request_error", "unknown_url", "this server has no /metrics")));
+      }
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = options_.metrics_text();
+      return x->Respond(std::move(r));
+    }
     return HandleHealth(std::move(x));
   }
   x->Respond(ErrorResponse(openai::MakeError(
@@ -281,7 +385,14 @@ void OpenAiServer::HandleModels(HttpExchange& x) {
                 {"eos_token_id", model->tokenizer().eos_id()},
                 {"eog_token_ids", model->tokenizer().eog_ids()},
                 {"stored_type", model->info().model().stored_type()}};
-  x.Respond(JsonResponse(200, {{"object", "list"}, {"data", json::array({entry})}}));
+  // One entry per served name (--served_model_name), the first as the model's id.
+  json data = json::array({entry});
+  for (size_t i = 1; i < options_.served_model_names.size(); ++i) {
+    json alias = entry;
+    alias["id"] = options_.served_model_names[i];
+    data.push_back(std::move(alias));
+  }
+  x.Respond(JsonResponse(200, {{"object", "list"}, {"data", std::move(data)}}));
 }
 
 void OpenAiServer::HandleHealth(std::shared_ptr<HttpExchange> x) {
@@ -336,7 +447,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   std::shared_ptr<const ModelContext> model = model_();
   if (model == nullptr) return fail(absl::UnavailableError(kNotReady));
   const std::string served = ModelName(*model);
-  if (!r.model.empty() && r.model != served) {
+  if (!r.model.empty() && !ServesModel(*model, r.model)) {
     return fail(absl::NotFoundError(absl::StrCat("the model '", r.model,
                                                  "' does not exist; this server serves '",
                                                  served, "'")));

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -69,6 +70,16 @@ struct OpenAiServerOptions {
   // Set with many replicas: /health is 200 while this answers true (some replica serves),
   // in place of asking the channel's scheduler.
   std::function<bool()> replicas_serving;
+  // The names the model answers to in requests' "model" (--served_model_name); the first is
+  // the id /v1/models lists first and the one responses carry. Empty: the model's own name.
+  std::vector<std::string> served_model_names;
+  // CORS (--allowed_origins): "*" lets any origin's page call the API, a comma-separated
+  // list only those origins, empty turns CORS off. Preflights (OPTIONS) are answered
+  // without an API key; the requests themselves still need one where keys are set.
+  std::string allowed_origins = "*";
+  // GET /metrics on this port answers this text (the frontend's Prometheus metrics); unset:
+  // 404. Open like /health and /version, as on vLLM's API port.
+  std::function<std::string()> metrics_text;
 };
 
 class OpenAiServer {
@@ -109,6 +120,10 @@ class OpenAiServer {
   absl::StatusOr<std::shared_ptr<const ChatTemplate>> TemplateFor(
       const std::shared_ptr<const ModelContext>& model, bool has_tools);
   std::string ModelName(const ModelContext& model) const;
+  // Whether a request's "model" names the served model (any of its names).
+  bool ServesModel(const ModelContext& model, const std::string& name) const;
+  // The CORS origin to allow for `req` ("*" or the request's Origin), or nullopt.
+  std::optional<std::string> CorsOrigin(const HttpRequest& req) const;
 
   bool Register(const std::shared_ptr<Call>& call);
   void Unregister(const std::shared_ptr<Call>& call);

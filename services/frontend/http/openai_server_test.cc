@@ -28,7 +28,7 @@ class OpenAiServerTest : public FrontendTestEnv {
   void SetUp() override {
     FrontendTestEnv::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    OpenAiServerOptions options;
+    OpenAiServerOptions options = options_;
     options.port = 0;
     options.resume.recovery_timeout = resume_timeout_;  // off unless a test turns it on
     auto server = OpenAiServer::Start(
@@ -62,6 +62,22 @@ class OpenAiServerTest : public FrontendTestEnv {
 
   std::unique_ptr<OpenAiServer> http_;
   absl::Duration resume_timeout_ = absl::ZeroDuration();  // ResumeOptions.recovery_timeout
+  OpenAiServerOptions options_;  // what a derived fixture sets before SetUp
+};
+
+// Served names, the open endpoints and CORS.
+class OpenAiServerSurfaceTest : public OpenAiServerTest {
+ protected:
+  OpenAiServerSurfaceTest() {
+    options_.served_model_names = {"tiny-llama", "alias"};
+    options_.allowed_origins = "http://ui.example, http://other.example";
+    options_.api_keys = *ApiKeys::Create({"sekret"}, "");
+    options_.metrics_text = [] { return std::string("folio_test_metric 1\n"); };
+  }
+  httplib::Client Client() { return httplib::Client("127.0.0.1", http_->port()); }
+  static std::string Header(const httplib::Result& r, const std::string& name) {
+    return r && r->has_header(name) ? r->get_header_value(name) : "";
+  }
 };
 
 // With resuming on (the frontend's --recovery_timeout_ms).
@@ -204,6 +220,137 @@ TEST_F(OpenAiResumeTest, ABrokenStreamIsContinuedOnTheNextScheduler) {
   EXPECT_EQ(std::vector<int32_t>(c.choices(0).token_ids().begin(), c.choices(0).token_ids().end()),
             want);
   EXPECT_EQ(calls[1].request.prompt_token_ids_size(), calls[0].request.prompt_token_ids_size());
+}
+
+TEST_F(OpenAiServerSurfaceTest, ServedNamesAreTheModelsIdsAndOthersAre404) {
+  fake_->SetScript(TokensScript(Encode("Hello"), ipb::FINISH_REASON_LENGTH, 2));
+  httplib::Client client = Client();
+  const httplib::Headers key = {{"Authorization", "Bearer sekret"}};
+  for (const char* name : {"tiny-llama", "alias"}) {
+    const json body = {{"model", name}, {"prompt", "Once"}, {"max_tokens", 4}};
+    httplib::Result r = client.Post("/v1/completions", key, body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << name << ": " << r->body;
+    EXPECT_EQ(json::parse(r->body)["model"], "tiny-llama") << "responses carry the first name";
+  }
+  const json other = {{"model", "gpt-4"}, {"prompt", "Once"}, {"max_tokens", 4}};
+  httplib::Result r = client.Post("/v1/completions", key, other.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_THAT(r->body, ::testing::HasSubstr("this server serves 'tiny-llama'"));
+  r = client.Get("/v1/models", key);
+  ASSERT_TRUE(r);
+  const json models = json::parse(r->body);
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], "tiny-llama");
+  EXPECT_EQ(models["data"][1]["id"], "alias");
+}
+
+TEST_F(OpenAiServerSurfaceTest, MetricsAndVersionAreOpenAndTheApiStillNeedsItsKey) {
+  httplib::Client client = Client();
+  httplib::Result metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(metrics->body, "folio_test_metric 1\n");
+  EXPECT_THAT(Header(metrics, "Content-Type"), ::testing::HasSubstr("text/plain"));
+  httplib::Result version = client.Get("/version");
+  ASSERT_TRUE(version);
+  EXPECT_EQ(version->status, 200);
+  EXPECT_FALSE(json::parse(version->body)["version"].get<std::string>().empty());
+  httplib::Result models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401) << "the API itself keeps its key";
+  httplib::Result post = client.Post("/metrics", "", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+}
+
+TEST_F(OpenAiServerSurfaceTest, CorsPreflightAndHeadersForAllowedOriginsOnly) {
+  httplib::Client client = Client();
+  const httplib::Headers preflight = {{"Origin", "http://ui.example"},
+                                      {"Access-Control-Request-Method", "POST"},
+                                      {"Access-Control-Request-Headers", "authorization, content-type"}};
+  httplib::Result r = client.Options("/v1/chat/completions", preflight);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204) << "a preflight needs no API key";
+  EXPECT_EQ(Header(r, "Access-Control-Allow-Origin"), "http://ui.example");
+  EXPECT_THAT(Header(r, "Access-Control-Allow-Methods"), ::testing::HasSubstr("POST"));
+  EXPECT_EQ(Header(r, "Access-Control-Allow-Headers"), "authorization, content-type");
+
+  // The request itself: the CORS header on the answer, errors included.
+  r = client.Get("/v1/models", {{"Origin", "http://ui.example"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(Header(r, "Access-Control-Allow-Origin"), "http://ui.example");
+  r = client.Get("/v1/models",
+                 {{"Origin", "http://ui.example"}, {"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(Header(r, "Access-Control-Allow-Origin"), "http://ui.example");
+  EXPECT_EQ(Header(r, "Vary"), "Origin");
+
+  // An origin not on the list gets no CORS header, and its preflight is no preflight.
+  const httplib::Headers stranger = {{"Origin", "http://evil.example"},
+                                     {"Access-Control-Request-Method", "POST"}};
+  r = client.Options("/v1/chat/completions", stranger);
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->status, 204);
+  EXPECT_EQ(Header(r, "Access-Control-Allow-Origin"), "");
+}
+
+TEST_F(OpenAiServerTest, TokenizeAndDetokenizeRoundTrip) {
+  httplib::Client client("127.0.0.1", http_->port());
+  httplib::Result r = client.Post("/tokenize", json({{"prompt", "Once upon a time"}}).dump(),
+                                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json t = json::parse(r->body);
+  std::vector<int32_t> want = Encode("Once upon a time");
+  const std::vector<int32_t> got = t["tokens"].get<std::vector<int32_t>>();
+  // The model's own BOS rule: the test vocabulary adds BOS, so it leads.
+  ASSERT_EQ(got.size(), want.size() + 1);
+  EXPECT_EQ(std::vector<int32_t>(got.begin() + 1, got.end()), want);
+  EXPECT_EQ(t["count"], got.size());
+  EXPECT_GT(t["max_model_len"].get<int>(), 0);
+  r = client.Post("/tokenize",
+                  json({{"prompt", "Once upon a time"}, {"add_special_tokens", false}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["tokens"].get<std::vector<int32_t>>(), want);
+
+  r = client.Post("/detokenize", json({{"tokens", want}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["prompt"], Decode(want));
+
+  // Chat messages go through the chat template.
+  r = client.Post("/tokenize",
+                  json({{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}}).dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_GT(json::parse(r->body)["count"].get<int>(), 1);
+
+  // Bad bodies name what is wrong.
+  struct Bad {
+    const char* path;
+    json body;
+    const char* message;
+  } bad[] = {{"/tokenize", json::object(), "give one of prompt and messages"},
+             {"/tokenize", {{"prompt", 5}}, "prompt must be a string"},
+             {"/tokenize", {{"prompt", "x"}, {"add_special_tokens", "yes"}}, "add_special_tokens"},
+             {"/tokenize", {{"prompt", "x"}, {"bogus", 1}}, "unknown field"},
+             {"/detokenize", {{"tokens", {1, -4}}}, "tokens[1] is -4"},
+             {"/detokenize", {{"tokens", "1 2"}}, "tokens must be an array"}};
+  for (const Bad& b : bad) {
+    r = client.Post(b.path, b.body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << b.body.dump();
+    EXPECT_THAT(r->body, ::testing::HasSubstr(b.message)) << b.body.dump();
+  }
+  r = client.Post("/tokenize", "{not json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
 }
 
 TEST_F(OpenAiServerTest, UpstreamLossIs503) {

@@ -294,16 +294,18 @@ void ReplicaSet::PollAll() {
     }
   }
   if (polls.empty()) return;
-  absl::BlockingCounter done(static_cast<int>(polls.size()));
+  // Shared with the callbacks: the last one may still be inside DecrementCount when
+  // Wait returns.
+  auto done = std::make_shared<absl::BlockingCounter>(static_cast<int>(polls.size()));
   for (auto& p : polls) {
     Poll* raw = p.get();
     raw->replica->stub->async()->GetReplicaState(&raw->ctx, &raw->request, &raw->response,
-                                                 [raw, &done](grpc::Status s) {
+                                                 [raw, done](grpc::Status s) {
                                                    raw->status = std::move(s);
-                                                   done.DecrementCount();
+                                                   done->DecrementCount();
                                                  });
   }
-  done.Wait();
+  done->Wait();
 
   absl::MutexLock lock(&mu_);
   for (auto& p : polls) {

@@ -621,6 +621,7 @@ TEST(OpenAiHttpClusterTest, ChatUsesTheTemplateInTheModelFile) {
   grpc::ClientContext ctx;
   v1::TokenizeRequest tok_req;
   tok_req.set_text("[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
+  tok_req.set_add_bos(false);  // BOS is added below, as the template writes it
   v1::TokenizeResponse tok;
   ASSERT_TRUE(cluster->frontend().Tokenize(&ctx, tok_req, &tok).ok());
   v1::GenerateRequest req = Greedy("", 12);

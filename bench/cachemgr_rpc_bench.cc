@@ -193,14 +193,15 @@ class BlockEventsWatcher {
   std::thread thread_;
 };
 
-// Arguments: sequences per step; watched: 0 as a bare decode step, 1 with each step also
-// committing the tokens computed so far (so full blocks enter the prefix cache and the
-// event log, as under a real scheduler) while four routers poll GetBlockEvents every 50 ms
-// (one every 12.5 ms).
+// Arguments: sequences per step; mode: 0 a bare decode step (grants only, as this
+// benchmark always measured), 1 each step also commits the tokens computed so far (so full
+// blocks enter the prefix cache and its event log, as under a real scheduler), 2 the same
+// while four routers poll GetBlockEvents every 50 ms (one every 12.5 ms).
 void BM_DecodeStepRpc(benchmark::State& state) {
   Loopback& l = GetLoopback();
   const int32_t num_seqs = static_cast<int32_t>(state.range(0));
-  const bool watched = state.range(1) != 0;
+  const int64_t mode = state.range(1);
+  const bool commits = mode >= 1;
   {
     // A fresh pool with room for every sequence at max_len.
     // Reset drops the previous run's sequences; it fails (harmlessly) before the first
@@ -240,7 +241,7 @@ void BM_DecodeStepRpc(benchmark::State& state) {
   }
 
   std::unique_ptr<BlockEventsWatcher> watcher;
-  if (watched) {
+  if (mode == 2) {
     watcher = std::make_unique<BlockEventsWatcher>(l.runner->address(), absl::Microseconds(12500));
   }
   Latencies latencies;
@@ -262,7 +263,7 @@ void BM_DecodeStepRpc(benchmark::State& state) {
         create->set_max_len(kMaxLen);
         ++recycled;
       }
-      if (watched && lengths[i] > 0) {
+      if (commits && lengths[i] > 0) {
         pb::Commit* commit = request.add_commits();
         commit->set_seq_id(ids[i]);
         commit->set_num_computed_tokens(lengths[i]);
@@ -296,11 +297,12 @@ void BM_DecodeStepRpc(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * num_seqs);  // tokens granted
 }
 BENCHMARK(BM_DecodeStepRpc)
-    ->ArgNames({"seqs", "watched"})
+    ->ArgNames({"seqs", "mode"})
     ->Args({1, 0})
     ->Args({64, 0})
     ->Args({256, 0})
     ->Args({256, 1})
+    ->Args({256, 2})
     ->UseManualTime();
 
 }  // namespace

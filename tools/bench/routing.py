@@ -145,8 +145,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     _cluster.add_cluster_args(p)
     p.add_argument("--replicas", type=int, default=4)
-    p.add_argument("--kv_cache_bytes", default="6MiB",
-                   help="KV pool per replica (the ceiling gets --replicas times it)")
+    p.add_argument("--kv_cache_bytes", default="12MiB",
+                   help="KV pool per replica (the ceiling gets --replicas times it); bench-28m "
+                        "keeps 8 KiB per token, so 12 MiB is 96 blocks of 16")
+    p.add_argument("--max_model_len", type=int, default=512,
+                   help="context cap, so that a small pool can start (a conversation's last "
+                        "turn is about 400 tokens)")
     p.add_argument("--conversations", type=int, default=48)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--system_prompts", type=int, default=4)
@@ -158,14 +162,22 @@ def main():
     p.add_argument("--policies", default="kv,least-loaded,round-robin")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--markdown", help="write the table as Markdown here")
+    p.add_argument("--plot", help="draw hit rate, TTFT p50 and output tokens/s per policy "
+                                  "into this PNG (needs python3-matplotlib)")
+    p.add_argument("--from_json", help="only tabulate and plot an earlier run's --out file")
     args = p.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        report(saved["results"], saved["args"].get("replicas", args.replicas), args)
+        return 0
     if not _cluster.find_model(args):
         return 2
     model = args.model
 
     configs = [(pol, args.replicas, args.kv_cache_bytes) for pol in args.policies.split(",")]
     if not args.kv_cache_bytes.endswith("MiB"):
-        _cluster.log("--kv_cache_bytes must be given in MiB (e.g. 6MiB)")
+        _cluster.log("--kv_cache_bytes must be given in MiB (e.g. 12MiB)")
         return 2
     ceiling_kv = f"{int(args.kv_cache_bytes[:-3]) * args.replicas}MiB"
     configs.append((f"one replica, {args.replicas}x KV", 1, ceiling_kv))
@@ -174,7 +186,7 @@ def main():
     for name, replicas, kv in configs:
         http_port = _cluster.free_port()
         serve = [f"--model={model}", f"--replicas={replicas}", f"--kv_cache_bytes={kv}",
-                 f"--http_port={http_port}"]
+                 f"--max_model_len={args.max_model_len}", f"--http_port={http_port}"]
         if replicas > 1:
             serve.append(f"--frontend_flag=--routing={name}")
         with _cluster.Cluster(args.bin_dir, serve, name=name.split(",")[0].replace(" ", "-")):
@@ -186,6 +198,40 @@ def main():
         results[name] = {"chat": r_chat, "no-reuse": r_none}
         _cluster.log(f"{name}: chat {json.dumps(r_chat)}; no-reuse {json.dumps(r_none)}")
 
+    report(results, args.replicas, args)
+    return 0
+
+
+def draw(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _cluster.log("matplotlib is not installed (python3-matplotlib): no plot")
+        return
+    names = list(results)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = [("hit_rate", "prefix hit rate", 100.0, "%"), ("ttft_ms_p50", "TTFT p50", 1.0, "ms"),
+              ("output_tokens_per_s", "output tokens/s", 1.0, "tok/s")]
+    width = 0.38
+    for ax, (key, title, scale, unit) in zip(axes, panels):
+        for k, (w, color) in enumerate((("chat", "tab:blue"), ("no-reuse", "tab:gray"))):
+            xs = [i + (k - 0.5) * width for i in range(len(names))]
+            ax.bar(xs, [results[n][w][key] * scale for n in names], width, label=w, color=color)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=15, fontsize=8)
+        ax.set_title(f"{title} ({unit})")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    _cluster.log(f"plot: {path}")
+
+
+def report(results, replicas, args):
+    """Prints (and writes, per --markdown and --plot) the table and the aims."""
     lines = ["| policy | workload | hit rate | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | output tok/s |",
              "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
@@ -195,7 +241,7 @@ def main():
                          f"{x['ttft_ms_p99']:.0f} | {x['tpot_ms_p50']:.1f} | "
                          f"{x['output_tokens_per_s']:.0f} |")
     kv, rr = results.get("kv"), results.get("round-robin")
-    ll, ceil = results.get("least-loaded"), results.get(f"one replica, {args.replicas}x KV")
+    ll, ceil = results.get("least-loaded"), results.get(f"one replica, {replicas}x KV")
     aims = []
     if kv and ceil:
         aims.append(f"chat hit rate kv / ceiling: {kv['chat']['hit_rate'] / max(ceil['chat']['hit_rate'], 1e-9):.2f} (aim >= 0.90)")
@@ -206,13 +252,14 @@ def main():
         aims.append(f"no-reuse output kv / least-loaded: {kv['no-reuse']['output_tokens_per_s'] / ll['no-reuse']['output_tokens_per_s']:.2f} (aim >= 0.95)")
     table = "\n".join(lines) + "\n\n" + "\n".join(f"- {a}" for a in aims) + "\n"
     print(table)
-    if args.out:
+    if args.out and not args.from_json:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "results": results, "aims": aims}, f, indent=2)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table)
-    return 0
+    if args.plot:
+        draw(results, args.plot)
 
 
 if __name__ == "__main__":

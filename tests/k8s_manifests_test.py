@@ -18,7 +18,7 @@ import sys
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K8S = os.path.join(ROOT, "deploy", "k8s")
-OVERLAYS = ["cpu-demo", "gpu-tp2", "cpu-demo-tls"]
+OVERLAYS = ["cpu-demo", "gpu-tp2", "cpu-demo-tls", "cpu-demo-scale-out"]
 # The grpc.health.v1 name each binary reports (ServerOptions.service_name in its main.cc).
 HEALTH_NAMES = {
     "folio-frontend": "folio.v1.TextGeneration",

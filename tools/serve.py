@@ -225,6 +225,9 @@ def main():
     threads = args.threads
     if threads == 0 and args.tp * args.replicas > 1:
         threads = max(1, (os.cpu_count() or 1) // (args.tp * args.replicas))
+    if args.model and not os.path.exists(args.model):
+        log(f"--model: no such file or folder: {args.model}")
+        return 2
     model = args.model or default_model(root, args.bin_dir)
     if not model or not os.path.exists(model):
         log("no model: pass --model=PATH (a GGUF file, a Hugging Face checkpoint folder or a "

@@ -112,6 +112,36 @@ TEST_F(CliTest, TokenizeModelAndHealth) {
   EXPECT_EQ(down.output, "NOT_SERVING\n");
 }
 
+TEST_F(CliTest, TokenizeTakesAnExplicitAddBosAndRefusesAnythingElse) {
+  folio::testing::CommandResult tok = Cli("tokenize 'Once upon a time' --json --add_bos=false");
+  ASSERT_EQ(tok.exit_code, 0) << tok.output;
+  EXPECT_EQ(json::parse(tok.output)["token_ids"].get<std::vector<int32_t>>(),
+            (std::vector<int32_t>{403, 407, 261, 378}));
+  folio::testing::CommandResult bad = Cli("tokenize 'Once' --add_bos=maybe");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--add_bos must be true or false"));
+}
+
+// A frontend with API keys: folio-cli authenticates with --api_key or $FOLIO_API_KEY.
+class KeyedCliTest : public CliTest {
+ protected:
+  KeyedCliTest() { frontend_options_.api_keys = *ApiKeys::Create({"sekret"}, ""); }
+};
+
+TEST_F(KeyedCliTest, TheKeyComesFromTheFlagOrTheEnvironment) {
+  folio::testing::CommandResult none = Cli("tokenize 'Once'");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.output, HasSubstr("UNAUTHENTICATED"));
+  folio::testing::CommandResult flag = Cli("tokenize 'Once' --api_key=sekret");
+  EXPECT_EQ(flag.exit_code, 0) << flag.output;
+  folio::testing::CommandResult env = folio::testing::RunCommand(absl::StrCat(
+      "FOLIO_API_KEY=sekret ", folio::testing::BinDir(), "/folio-cli tokenize Once --server=",
+      address(), " --timeout_s=20"));
+  EXPECT_EQ(env.exit_code, 0) << env.output;
+  folio::testing::CommandResult wrong = Cli("tokenize 'Once' --api_key=nope");
+  EXPECT_EQ(wrong.exit_code, 1);
+}
+
 TEST_F(CliTest, HelpExplainsEveryCommand) {
   folio::testing::CommandResult r =
       folio::testing::RunCommand(folio::testing::BinDir() + "/folio-cli --help");

@@ -58,7 +58,7 @@ void FrontendTestEnv::SetUp() {
   ASSERT_NE(fake_, nullptr);
   // Resuming broken streams is off here, so that the fake's error statuses reach the
   // client as they are; service_test.cc starts a frontend with it on.
-  FrontendOptions frontend_options;
+  FrontendOptions frontend_options = frontend_options_;
   frontend_options.resume.recovery_timeout = absl::ZeroDuration();
   service_ = std::make_unique<FrontendService>(frontend_options,
                                                MakeSchedulerChannel(fake_->address()), &registry_);

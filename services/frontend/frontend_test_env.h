@@ -50,6 +50,8 @@ class FrontendTestEnv : public ::testing::Test {
 
   std::string address() const { return runner_->address(); }
 
+  // What a derived fixture sets before SetUp (API keys, ...); resuming stays off.
+  FrontendOptions frontend_options_;
   folio::internal::v1::ClusterInfo info_;
   std::optional<Tokenizer> tokenizer_;
   MetricsRegistry registry_;

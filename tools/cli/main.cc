@@ -1,6 +1,7 @@
 // folio-cli: a command-line client of the public API (folio.v1.TextGeneration) and of
 // grpc.health.v1. See kUsage.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -25,6 +26,9 @@
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, server, "localhost:50051", "Address (HOST:PORT) of folio-frontend.");
+ABSL_FLAG(std::string, api_key, "",
+          "The API key of a frontend started with --api_key (sent as authorization: Bearer "
+          "KEY); default: $FOLIO_API_KEY.");
 ABSL_FLAG(int, max_tokens, 100, "generate: tokens to generate at most.");
 ABSL_FLAG(float, temperature, 0.0f, "generate: sampling temperature in [0, 2]; 0 is greedy.");
 ABSL_FLAG(std::optional<float>, top_p, std::nullopt,
@@ -119,11 +123,17 @@ int RpcError(const char* what, const grpc::Status& status) {
   return kExitRpcError;
 }
 
+// Every call's deadline, and its API key when one is given (--api_key, else $FOLIO_API_KEY).
 void SetDeadline(grpc::ClientContext* ctx) {
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (timeout_s > 0) {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(timeout_s)));
   }
+  std::string key = absl::GetFlag(FLAGS_api_key);
+  if (key.empty()) {
+    if (const char* env = std::getenv("FOLIO_API_KEY"); env != nullptr) key = env;
+  }
+  if (!key.empty()) ctx->AddMetadata("authorization", "Bearer " + key);
 }
 
 pb::GenerateRequest BuildRequest(const std::string& prompt) {

@@ -120,12 +120,18 @@ absl::Status RequestValidator::ValidatePrompt(const GenerateInput& input,
         absl::StrCat("max_tokens is ", out->max_tokens, "; it must be at least 1"));
   }
   const int64_t num_prompt = static_cast<int64_t>(out->prompt_token_ids.size());
+  // Each message opens with the field it is about (the HTTP API's error "param").
+  if (num_prompt >= options_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt has ", num_prompt, " tokens; the context (max_model_len) is ",
+        options_.max_model_len, " tokens, so a prompt may have at most ",
+        options_.max_model_len - 1, " to leave room for one generated token"));
+  }
   if (num_prompt + out->max_tokens > options_.max_model_len) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", num_prompt, " tokens and max_tokens is ", out->max_tokens,
-        "; together they must be at most max_model_len ", options_.max_model_len,
-        " (max_tokens may be at most ", std::max<int64_t>(0, options_.max_model_len - num_prompt),
-        " for this prompt)"));
+        "max_tokens is ", out->max_tokens, "; with the prompt's ", num_prompt,
+        " tokens it may be at most ", options_.max_model_len - num_prompt,
+        " (prompt and output together fit max_model_len ", options_.max_model_len, ")"));
   }
   return absl::OkStatus();
 }
@@ -155,7 +161,8 @@ absl::Status RequestValidator::ValidateSampling(const GenerateInput& input,
   if (input.logprobs.has_value() &&
       (*input.logprobs < 0 || *input.logprobs > options_.max_logprobs)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "logprobs is ", *input.logprobs, "; it must be in [0, ", options_.max_logprobs, "]"));
+        input.logprobs_field, " is ", *input.logprobs, "; it must be in [0, ",
+        options_.max_logprobs, "]"));
   }
   out->logprobs = input.logprobs;
   out->n = input.n.value_or(1);

@@ -45,6 +45,9 @@ struct GenerateInput {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   std::optional<int32_t> logprobs;
+  // The request's own name for `logprobs`, for messages: the chat API calls it
+  // top_logprobs.
+  const char* logprobs_field = "logprobs";
   bool ignore_eos = false;
   std::optional<int32_t> n;
   std::optional<int32_t> beam_width;

@@ -151,8 +151,16 @@ TEST_F(RequestValidatorTest, LengthLimitNamesBothNumbers) {
   absl::StatusOr<ValidatedRequest> r = validator_.Validate(in);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(r.status().message(), HasSubstr("3 tokens"));
-  EXPECT_THAT(r.status().message(), HasSubstr("max_tokens is 30"));
+  EXPECT_THAT(std::string(r.status().message()), ::testing::StartsWith("max_tokens is 30"));
+  EXPECT_THAT(r.status().message(), HasSubstr("may be at most 29"));
   EXPECT_THAT(r.status().message(), HasSubstr("max_model_len 32"));
+  // A prompt that fills the context alone is the prompt's fault, with both numbers.
+  in.prompt_token_ids.assign(kMaxModelLen, 5);
+  in.max_tokens = 1;
+  r = validator_.Validate(in);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::StartsWith("prompt has 32 tokens"));
+  EXPECT_THAT(r.status().message(), HasSubstr("max_model_len) is 32"));
 }
 
 TEST_F(RequestValidatorTest, BoundaryValuesAreAccepted) {

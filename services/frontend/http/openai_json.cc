@@ -452,6 +452,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
       return absl::InvalidArgumentError("top_logprobs needs logprobs set to true");
     }
     if (logprobs) in.logprobs = top_logprobs.value_or(0);
+    in.logprobs_field = "top_logprobs";
     FOLIO_RETURN_IF_ERROR(GetInt32(body, "max_completion_tokens", &in.max_tokens));
     if (!in.max_tokens.has_value()) FOLIO_RETURN_IF_ERROR(GetInt32(body, "max_tokens", &in.max_tokens));
   }
@@ -484,6 +485,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "n", &n));
   r.n = n.value_or(1);
   if (r.n < 1) return absl::InvalidArgumentError(absl::StrCat("n is ", r.n, "; it must be at least 1"));
+  in.n = r.n;  // so the validator holds it to the replica's max_n, naming the field
   std::optional<int32_t> best_of;
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "best_of", &best_of));
   if (best_of.has_value() && *best_of != r.n) {

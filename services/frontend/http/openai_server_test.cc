@@ -353,6 +353,32 @@ TEST_F(OpenAiServerTest, TokenizeAndDetokenizeRoundTrip) {
   EXPECT_EQ(r->status, 400);
 }
 
+TEST_F(OpenAiServerTest, ErrorsNameTheFieldTheClientSent) {
+  httplib::Client client("127.0.0.1", http_->port());
+  auto param_of = [&](const std::string& path, const json& body, std::string* message) {
+    httplib::Result r = client.Post(path, body.dump(), "application/json");
+    if (!r || r->status != 400) return std::string("status ") + (r ? std::to_string(r->status) : "none");
+    const json e = json::parse(r->body)["error"];
+    *message = e["message"].get<std::string>();
+    return e["param"].is_null() ? std::string("null") : e["param"].get<std::string>();
+  };
+  const json user = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  std::string message;
+  EXPECT_EQ(param_of("/v1/chat/completions",
+                     {{"messages", user}, {"logprobs", true}, {"top_logprobs", 50}}, &message),
+            "top_logprobs");
+  EXPECT_THAT(message, ::testing::HasSubstr("top_logprobs is 50"));
+  EXPECT_EQ(param_of("/v1/completions", {{"prompt", "Once"}, {"n", 1000}}, &message), "n");
+  EXPECT_EQ(param_of("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 100000}}, &message),
+            "max_tokens");
+  EXPECT_THAT(message, ::testing::HasSubstr("may be at most"));
+  const std::vector<int32_t> long_prompt(kMaxModelLen + 5, 300);
+  EXPECT_EQ(param_of("/v1/completions", {{"prompt", long_prompt}, {"max_tokens", 1}}, &message),
+            "prompt");
+  EXPECT_THAT(message, ::testing::HasSubstr(absl::StrCat("prompt has ", kMaxModelLen + 5, " tokens")));
+  EXPECT_THAT(message, ::testing::HasSubstr(absl::StrCat("is ", kMaxModelLen, " tokens")));
+}
+
 TEST_F(OpenAiServerTest, UpstreamLossIs503) {
   for (const grpc::Status& end :
        {grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection lost"),

@@ -55,6 +55,15 @@ def generate(cli, port, timeout_s):
     return r.returncode == 0, r.stdout + r.stderr
 
 
+def pid_alive(pid):
+    """True while `pid` runs (a zombie, reaped by init soon, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin_dir", required=True)
@@ -120,6 +129,34 @@ def main():
         except subprocess.TimeoutExpired:
             proc.kill()
     expect(proc.returncode == 0, f"./folio serve exited {proc.returncode} on SIGTERM")
+    if info is not None:
+        expect(not os.path.exists(info["run_dir"]),
+               f"a clean stop leaves its run folder behind: {info['run_dir']}")
+
+    # serve.py SIGKILLed (no chance to stop anything): its services die with it, so the
+    # ports are free again; bounded loosely.
+    info_file2 = os.path.join(run, "info2.json")
+    port2 = free_port()
+    proc2 = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "tools", "serve.py"), f"--bin_dir={args.bin_dir}",
+         f"--model={model}", f"--port={port2}", "--http_port=-1", "--kv_cache_bytes=16MiB",
+         "--threads=1", f"--info_file={info_file2}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while read_info(info_file2) is None and time.time() < deadline and proc2.poll() is None:
+        time.sleep(0.1)
+    info2 = read_info(info_file2)
+    if expect(info2 is not None, "the second cluster did not start"):
+        pids = [info2[n]["pid"] for n in ("frontend", "scheduler", "cachemgr", "worker")]
+        proc2.kill()
+        proc2.wait()
+        killed = time.time()
+        alive = pids
+        while alive and time.time() < killed + 10:
+            alive = [p for p in pids if pid_alive(p)]
+            time.sleep(0.1)
+        expect(not alive, f"services outlived their SIGKILLed supervisor: {alive}")
+        shutil.rmtree(info2["run_dir"], ignore_errors=True)
     if not failures:
         shutil.rmtree(run, ignore_errors=True)
     print("OK" if not failures else f"{len(failures)} failures (logs in {run})")

@@ -13,8 +13,10 @@ worker or the cache manager comes back (services/scheduler/recovery.h). --no_sup
 stops the whole cluster instead.
 """
 import argparse
+import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +44,16 @@ def default_model(root, bin_dir):
     return None
 
 
+def die_with_parent():
+    """Runs in each child before exec: the kernel sends it SIGTERM when serve.py dies, even
+    by SIGKILL, so no service outlives its supervisor holding the cluster's ports."""
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
 class Service:
     def __init__(self, name, argv, run_dir):
         self.name = name
@@ -50,7 +62,8 @@ class Service:
         self.log_path = os.path.join(run_dir, f"{name}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(argv + [f"--port_file={self.port_file}"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=die_with_parent)
         self.ports = None
         self.restarts = 0          # restarts in a row (reset once it has run a while)
         self.started = time.time()
@@ -70,7 +83,8 @@ class Service:
         self.log.write(f"[folio serve] restarting {self.name}\n")
         self.log.flush()
         self.proc = subprocess.Popen(self.argv + same_ports + [f"--port_file={self.port_file}"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=die_with_parent)
         self.started = time.time()
         self.restart_at = None
 
@@ -344,6 +358,7 @@ def main():
             if tail:
                 log(f"--- {s.name} log (last lines) ---\n{tail}")
         stop_all()
+        log(f"logs kept in {run_dir}")
         return 1
 
     def write_info():
@@ -402,6 +417,9 @@ def main():
             write_info()  # new pids
         time.sleep(0.2)
     stop_all()
+    # A clean stop leaves nothing behind; after a failure the logs stay (their path was
+    # printed at the start).
+    shutil.rmtree(run_dir, ignore_errors=True)
     return 0
 
 

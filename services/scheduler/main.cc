@@ -1,4 +1,6 @@
 // folio-scheduler: the request state and step loop of one model replica.
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -136,6 +138,24 @@ int main(int argc, char** argv) {
   // The process is alive while it sets up; liveness turns on progress once it steps.
   (*runner)->SetHealth("liveness", folio::ServingState::kServing);
 
+  // SIGTERM and SIGINT are taken on their own thread from here on: during start-up (the
+  // wait for workers and the cache manager can last --startup_timeout_s) there is nothing
+  // to drain, so the process exits at once; once serving, main shuts down in order.
+  // Static: the detached thread may outlive main's frame on a failed start-up.
+  static std::atomic<bool> set_up{false};
+  static std::atomic<int> signal_number{0};
+  static absl::Notification terminated;
+  std::thread signals([] {
+    const int sig = folio::WaitForTerminationSignal();
+    signal_number = sig;
+    if (!set_up.load()) {
+      LOG(INFO) << "signal " << sig << " during start-up: exiting";
+      std::_Exit(0);
+    }
+    terminated.Notify();
+  });
+  signals.detach();  // a failed start-up returns from main while it waits
+
   sched::ClusterSetupOptions setup;
   setup.block_size = options.block_size;
   setup.max_model_len = absl::GetFlag(FLAGS_max_model_len);
@@ -183,6 +203,7 @@ int main(int argc, char** argv) {
   sched::Scheduler scheduler(options, &timed_cache, &timed_workers, &registry);
   service.Start(&scheduler, *info);
   std::thread loop([&] { scheduler.Run(); });
+  set_up = true;  // from here a signal shuts down in order
   (*runner)->SetServing(folio::ServingState::kServing);
 
   // Liveness from the loop's progress (stall_watchdog.h); readiness drops while the
@@ -211,8 +232,8 @@ int main(int argc, char** argv) {
     }
   });
 
-  const int sig = folio::WaitForTerminationSignal();
-  LOG(INFO) << "signal " << sig << ", shutting down";
+  terminated.WaitForNotification();
+  LOG(INFO) << "signal " << signal_number.load() << ", shutting down";
   stopping.Notify();
   health.join();
   (*runner)->Shutdown();

@@ -245,6 +245,51 @@ TEST_F(OpenAiHttpTest, ChatCompletionRendersTheDefaultTemplate) {
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
 }
 
+// The tool-call loop on a model without a chat template (stories260K), with no flags: the
+// default template teaches Hermes calls, so tool_choice "required" yields a call; the
+// client's own assistant message (content null, tool_calls) and the tool's result go back
+// and get an answer. Streamed and not.
+TEST_F(OpenAiHttpTest, TheToolLoopWorksOnAModelWithoutATemplate) {
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"},
+          {"parameters",
+           {{"type", "object"},
+            {"properties", {{"city", {{"type", "string"}, {"maxLength", 12}}}}},
+            {"required", {"city"}}}}}}}});
+  json messages = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
+  for (bool stream : {false, true}) {
+    json body = {{"messages", messages}, {"tools", tools}, {"tool_choice", "required"},
+                 {"parallel_tool_calls", false},
+                 {"max_tokens", 200}, {"temperature", 0}};
+    HttpResult h = Post(port_, "/v1/chat/completions", body);
+    ASSERT_EQ(h.status, 200) << h.body;
+    const json& choice = h.parsed["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << h.body;
+    const json& call = choice["message"]["tool_calls"][0];
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    const json args = json::parse(call["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args.contains("city")) << args.dump();
+
+    json loop = messages;
+    loop.push_back({{"role", "assistant"}, {"content", nullptr},
+                    {"tool_calls", choice["message"]["tool_calls"]}});
+    loop.push_back({{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "22 C"}});
+    json again = {{"messages", loop}, {"tools", tools}, {"max_tokens", 8}, {"temperature", 0},
+                  {"stream", stream}};
+    HttpResult answer = Post(port_, "/v1/chat/completions", again);
+    ASSERT_EQ(answer.status, 200) << answer.body;
+    if (stream) {
+      bool done = false;
+      EXPECT_FALSE(SseEvents(answer.body, &done).empty());
+      EXPECT_TRUE(done);
+    } else {
+      EXPECT_EQ(answer.parsed["object"], "chat.completion");
+    }
+  }
+}
+
 // The same request on both APIs gets the same validation message: HTTP 400 with OpenAI's
 // error object, gRPC INVALID_ARGUMENT.
 TEST_F(OpenAiHttpTest, ValidationErrorsMatchTheGrpcApi) {

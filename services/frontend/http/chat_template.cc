@@ -15,7 +15,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view source, std::
       jinja::Template::Parse(is_default ? std::string_view(kDefaultChatTemplate) : source);
   if (!t.ok()) return t.status();
   ChatTemplate out(*std::move(t), std::move(bos_token), std::move(eos_token), is_default);
-  out.tool_call_format_ = ToolCallFormatOfTemplate(source);
+  out.tool_call_format_ =
+      ToolCallFormatOfTemplate(is_default ? std::string_view(kDefaultChatTemplate) : source);
   return out;
 }
 

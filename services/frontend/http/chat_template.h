@@ -6,7 +6,13 @@
 //   user: Hello
 //   assistant:
 //
-// (one "role: content" line per message, then "assistant:" when a reply is wanted).
+// (one "role: content" line per message, then "assistant:" when a reply is wanted). It
+// also carries the tool-call loop for models without a template of their own: a null or
+// missing content is empty, a list of text parts is joined, tools open the prompt as a
+// system line that teaches Hermes' <tool_call>{"name": ..., "arguments": ...}</tool_call>
+// with one JSON line per function, an assistant's tool_calls follow its content in that
+// form, and a tool result is a "tool: ..." line; its tool-call format is Hermes, so
+// tool_choice works on such models with no flag.
 //
 // EncodeChatPrompt then tokenizes that text the way llama.cpp's server does: the pieces of
 // control and user-defined tokens written in it ("<s>", "</s>", "<|im_start|>" when the
@@ -32,11 +38,25 @@
 
 namespace folio::frontend {
 
-inline constexpr char kDefaultChatTemplate[] =
-    "{% for message in messages %}"
-    "{{ message['role'] + ': ' + message['content'] + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
+inline constexpr char kDefaultChatTemplate[] = R"JINJA({%- if tools %}
+{{- 'system: You can call these functions. To call one, answer with <tool_call>{"name": <function name>, "arguments": <its arguments as a JSON object>}</tool_call>.\n' }}
+{%- for tool in tools %}{{ (tool['function'] if tool['function'] is defined else tool) | tojson }}{{ '\n' }}{% endfor %}
+{%- endif %}
+{%- for message in messages %}
+{%- set content = message['content'] %}
+{{- message['role'] + ': ' }}
+{%- if content is string %}{{ content }}
+{%- elif content is iterable %}{% for part in content %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}
+{%- endif %}
+{%- if message['tool_calls'] %}{% for call in message['tool_calls'] %}
+{%- set fn = call['function'] if call['function'] is defined else call %}
+{{- '<tool_call>{"name": ' }}{{ fn['name'] | tojson }}{{ ', "arguments": ' }}
+{%- if fn['arguments'] is string %}{{ fn['arguments'] }}{% else %}{{ fn['arguments'] | tojson }}{% endif %}
+{{- '}</tool_call>' }}
+{%- endfor %}{% endif %}
+{{- '\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ 'assistant:' }}{% endif %})JINJA";
 
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", ... (passed to the template as is)

@@ -3,6 +3,8 @@
 // folio-make-model's writer.
 #include "services/frontend/http/chat_template.h"
 
+#include "services/frontend/http/chat_template_input.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/frontend/http/chat_template_input.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/model/random_model.h"
 
@@ -81,6 +84,40 @@ TEST(ChatTemplateTest, DefaultTemplateWhenTheModelHasNone) {
   absl::StatusOr<std::string> out = t->Render({{"system", "Be kind."}, {"user", "Hi"}}, true);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "system: Be kind.\nuser: Hi\nassistant:");
+}
+
+// The default template carries the openai SDK's whole tool loop: tools, an assistant
+// message with content null and tool_calls, a tool result, a message without content.
+TEST(ChatTemplateTest, DefaultTemplateRendersTheToolLoop) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create("", "<s>", "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->tool_call_format(), ToolCallFormat::kHermes)
+      << "a model without a template still gets a tool-call parser";
+  absl::StatusOr<ChatInput> in = ParseChatInput(R"({
+    "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "22 C"},
+      {"role": "user", "content": [{"type": "text", "text": "And "}, {"type": "text", "text": "tomorrow?"}]},
+      {"role": "user"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object"}}}]})");
+  ASSERT_TRUE(in.ok()) << in.status();
+  absl::StatusOr<std::string> out = t->Render(*in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "system: You can call these functions. To call one, answer with <tool_call>"
+            "{\"name\": <function name>, \"arguments\": <its arguments as a JSON object>}"
+            "</tool_call>.\n"
+            "{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}\n"
+            "user: Weather in Paris?\n"
+            "assistant: <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+            "\"Paris\"}}</tool_call>\n"
+            "tool: 22 C\n"
+            "user: And tomorrow?\n"
+            "user: \n"
+            "assistant:");
 }
 
 TEST(ChatTemplateTest, BadTemplateIsAnErrorWithTheLine) {

@@ -249,8 +249,17 @@ TEST_F(ToolCallsTest, RequiredAndNamedFunctionSendTheCallsGrammar) {
   }
 }
 
+// A chat template that teaches no tool-call format (the default one teaches Hermes').
+FrontendOptions PlainTemplate() {
+  FrontendOptions o;
+  o.chat_template =
+      "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}assistant:{% endif %}";
+  return o;
+}
+
 TEST_F(ToolCallsTest, RequiredNeedsATemplateWithAFormat) {
-  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));  // the default template
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(PlainTemplate()));
   Play(Encode("ok"));
   auto [status, r] = Post(Body({{"tool_choice", "required"}}));
   EXPECT_EQ(status, 400) << r.dump();
@@ -263,12 +272,26 @@ constexpr char kMistralOutput[] =
     "\"id\": \"abcdefghi\"}]";
 
 TEST_F(ToolCallsTest, TemplateWithoutAFormatLeavesTheOutputContent) {
-  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));  // the default template
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(PlainTemplate()));
   Play(Encode(kMistralOutput));
   auto [status, r] = Post(Body());
   ASSERT_EQ(status, 200);
   EXPECT_EQ(r["choices"][0]["message"]["content"], Said(kMistralOutput));
   EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+}
+
+// A model without a template of its own: the default template teaches Hermes calls, and
+// they are parsed with no flag.
+TEST_F(ToolCallsTest, TheDefaultTemplateParsesHermesCalls) {
+  ASSERT_NO_FATAL_FAILURE(StartFrontend(FrontendOptions{}));
+  constexpr char kHermes[] =
+      "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>";
+  Play(Encode(kHermes));
+  auto [status, r] = Post(Body());
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
 }
 
 TEST_F(ToolCallsTest, ToolCallParserOptionForcesAFormat) {

@@ -1,6 +1,7 @@
 // FrontendService: folio.v1.TextGeneration, the public API, on the gRPC callback API.
 //
-// Generate and Complete run through the replica's scheduler (see generate_call.h);
+// Generate and Complete run through a replica's scheduler (see generate_call.h), the one
+// on the constructor's channel or the one FrontendOptions.router picks per attempt;
 // Tokenize and GetModelInfo are answered locally from the scheduler's ClusterInfo. Until
 // SetClusterInfo() has succeeded every RPC answers UNAVAILABLE, so the process can serve
 // health checks (NOT_SERVING) while it waits for the scheduler.

@@ -9,7 +9,8 @@
 namespace folio {
 
 // Sets the usage message and --version, parses Abseil flags and starts glog (logging to
-// stderr unless GLOG_* environment variables say otherwise). Returns the positional
+// stderr unless GLOG_* environment variables say otherwise), and in release builds turns
+// off Abseil's mutex deadlock detection (a cost on every lock). Returns the positional
 // arguments (argv[0] first). An unknown flag or a value of the wrong type ends the
 // process with a message, as Abseil does.
 std::vector<char*> InitProcess(int argc, char** argv, const std::string& usage);

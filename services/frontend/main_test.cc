@@ -194,7 +194,9 @@ TEST_F(FrontendMainTest, ServesThroughAReplicaList) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
     pb::CompleteResponse response;
     grpc::Status rpc = stub->Complete(&ctx, Request("Once upon a time"), &response);
-    if (rpc.ok()) EXPECT_EQ(response.text(), Decode(tokens));
+    if (rpc.ok()) {
+      EXPECT_EQ(response.text(), Decode(tokens));
+    }
     return rpc;
   };
   // Until the frontend has the model (UNAVAILABLE before), nothing reaches a replica.

@@ -59,13 +59,11 @@ class ResumableStream::Attempt final : public grpc::ClientReadReactor<ipb::Sched
   std::shared_ptr<ResumableStream> stream_;
 };
 
-ResumableStream::ResumableStream(routing::StreamRouter* router,
-                                 std::unique_ptr<routing::StreamRouter> owned_router,
-                                 ipb::ScheduleRequest request, absl::Time deadline,
-                                 ResumeOptions options, Listener* listener, CallTracker* calls)
+ResumableStream::ResumableStream(routing::StreamRouter* router, ipb::ScheduleRequest request,
+                                 absl::Time deadline, ResumeOptions options, Listener* listener,
+                                 CallTracker* calls)
     : hold_(CallTracker::Enter(calls)),
-      owned_router_(std::move(owned_router)),
-      router_(router != nullptr ? router : owned_router_.get()),
+      router_(router),
       request_(std::move(request)),
       deadline_(deadline),
       options_(options),
@@ -82,8 +80,8 @@ std::shared_ptr<ResumableStream> ResumableStream::Start(routing::StreamRouter* r
                                                         ResumeOptions options,
                                                         Listener* listener,
                                                         CallTracker* calls) {
-  std::shared_ptr<ResumableStream> s(new ResumableStream(
-      router, nullptr, std::move(request), deadline, options, listener, calls));
+  std::shared_ptr<ResumableStream> s(
+      new ResumableStream(router, std::move(request), deadline, options, listener, calls));
   std::optional<grpc::Status> end;
   {
     absl::MutexLock lock(&s->mu_);
@@ -91,21 +89,6 @@ std::shared_ptr<ResumableStream> ResumableStream::Start(routing::StreamRouter* r
     end = s->StartAttempt();
   }
   if (end.has_value()) s->End(*end);
-  return s;
-}
-
-std::shared_ptr<ResumableStream> ResumableStream::Start(ipb::Scheduler::Stub* stub,
-                                                        ipb::ScheduleRequest request,
-                                                        absl::Time deadline,
-                                                        ResumeOptions options,
-                                                        Listener* listener,
-                                                        CallTracker* calls) {
-  std::shared_ptr<ResumableStream> s(new ResumableStream(
-      nullptr, std::make_unique<routing::StubRouter>(stub), std::move(request), deadline,
-      options, listener, calls));
-  absl::MutexLock lock(&s->mu_);
-  s->self_ = s;
-  CHECK(!s->StartAttempt().has_value()) << "a StubRouter always routes";
   return s;
 }
 

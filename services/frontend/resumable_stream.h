@@ -76,12 +76,6 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
                                                 absl::Time deadline, ResumeOptions options,
                                                 Listener* listener,
                                                 CallTracker* calls = nullptr);
-  // The same with every attempt on `stub` (one scheduler), which must outlive OnEnd.
-  static std::shared_ptr<ResumableStream> Start(folio::internal::v1::Scheduler::Stub* stub,
-                                                folio::internal::v1::ScheduleRequest request,
-                                                absl::Time deadline, ResumeOptions options,
-                                                Listener* listener,
-                                                CallTracker* calls = nullptr);
 
   void Read();
   void Release();
@@ -99,7 +93,6 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
  private:
   class Attempt;
   ResumableStream(routing::StreamRouter* router,
-                  std::unique_ptr<routing::StreamRouter> owned_router,
                   folio::internal::v1::ScheduleRequest request, absl::Time deadline,
                   ResumeOptions options, Listener* listener, CallTracker* calls);
 
@@ -118,7 +111,6 @@ class ResumableStream : public std::enable_shared_from_this<ResumableStream> {
   void End(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CallTracker::Hold hold_;  // first: released last
-  const std::unique_ptr<routing::StreamRouter> owned_router_;  // for a stream on one stub
   routing::StreamRouter* const router_;
   const folio::internal::v1::ScheduleRequest request_;
   const absl::Time deadline_;

@@ -47,6 +47,7 @@ TEST(ResumableStreamTest, TheTrackerCountsTheStreamUntilGrpcLetsGoOfIt) {
   fake->SetScript(TokensScript({5, 6, 7}, ipb::FINISH_REASON_STOP, 3));
   auto stub = ipb::Scheduler::NewStub(
       grpc::CreateChannel(fake->address(), grpc::InsecureChannelCredentials()));
+  routing::StubRouter router(stub.get());
   CallTracker tracker;
   CountingListener listener(&tracker);
   ipb::ScheduleRequest request;
@@ -54,7 +55,7 @@ TEST(ResumableStreamTest, TheTrackerCountsTheStreamUntilGrpcLetsGoOfIt) {
   request.set_n(1);
   {
     std::shared_ptr<ResumableStream> s = ResumableStream::Start(
-        stub.get(), request, absl::InfiniteFuture(), ResumeOptions(), &listener, &tracker);
+        &router, request, absl::InfiniteFuture(), ResumeOptions(), &listener, &tracker);
     listener.stream = s.get();
     EXPECT_GE(tracker.live(), 2);  // the stream and its attempt
     s->Read();

@@ -14,6 +14,11 @@ namespace pb = folio::internal::v1;
 
 namespace {
 
+// Every RPC's answer before Start(): the replica is still setting up.
+grpc::Status Starting() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting");
+}
+
 pb::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
     case FinishReason::kLength: return pb::FINISH_REASON_LENGTH;
@@ -240,7 +245,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetClusterInfo(grpc::CallbackServerC
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::MutexLock lock(&mu_);
   if (scheduler_ == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
+    reactor->Finish(Starting());
   } else {
     *resp = info_;
     reactor->Finish(grpc::Status::OK);
@@ -252,7 +257,7 @@ grpc::ServerWriteReactor<pb::ScheduleEvent>* SchedulerService::Generate(
     grpc::CallbackServerContext* ctx, const pb::ScheduleRequest* req) {
   Scheduler* scheduler = ready();
   if (scheduler == nullptr) {
-    return new RejectedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
+    return new RejectedStream(Starting());
   }
   return new GenerateReactor(ctx, scheduler, *req, ctx->deadline());
 }
@@ -263,7 +268,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetSchedulerStats(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   Scheduler* scheduler = ready();
   if (scheduler == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
+    reactor->Finish(Starting());
     return reactor;
   }
   const SchedulerStats s = scheduler->Stats();
@@ -288,7 +293,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetReplicaState(grpc::CallbackServer
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   Scheduler* scheduler = ready();
   if (scheduler == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cluster is starting"));
+    reactor->Finish(Starting());
     return reactor;
   }
   const SchedulerStats s = scheduler->Stats();

@@ -483,12 +483,14 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   }
   std::optional<int32_t> n;
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "n", &n));
-  r.n = n.value_or(1);
-  if (r.n < 1) return absl::InvalidArgumentError(absl::StrCat("n is ", r.n, "; it must be at least 1"));
-  in.n = r.n;  // so the validator holds it to the replica's max_n, naming the field
+  // The validator holds it to the replica's max_n as well, naming the field.
+  in.n = n.value_or(1);
+  if (*in.n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n is ", *in.n, "; it must be at least 1"));
+  }
   std::optional<int32_t> best_of;
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "best_of", &best_of));
-  if (best_of.has_value() && *best_of != r.n) {
+  if (best_of.has_value() && *best_of != *in.n) {
     return absl::InvalidArgumentError("best_of is not supported (only best_of equal to n)");
   }
   FOLIO_RETURN_IF_ERROR(GetBool(body, "stream", &r.stream));

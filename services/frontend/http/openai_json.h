@@ -54,7 +54,6 @@ struct Request {
   nlohmann::json tools;  // as sent (null when absent)
   ToolChoice tool_choice;
   bool parallel_tool_calls = true;
-  int32_t n = 1;                      // choices; passed to the scheduler as is
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   bool echo = false;                  // completions: the prompt opens the text

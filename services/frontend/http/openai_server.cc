@@ -520,7 +520,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   call->header.model = served;
   call->header.endpoint = endpoint;
   call->header.logprobs = validated->logprobs.has_value();
-  call->n = r.n;
+  call->n = validated->n;
   call->stream = r.stream;
   std::vector<int32_t> preserved;
   if (tool_format.has_value()) {
@@ -528,8 +528,8 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     ToolCallParserOptions po;
     po.format = *tool_format;
     if (!r.parallel_tool_calls) po.max_calls = 1;
-    call->parsers.reserve(static_cast<size_t>(r.n));
-    for (int32_t i = 0; i < r.n; ++i) call->parsers.emplace_back(po);
+    call->parsers.reserve(static_cast<size_t>(validated->n));
+    for (int32_t i = 0; i < validated->n; ++i) call->parsers.emplace_back(po);
   }
   call->include_usage = r.include_usage;
   if (r.echo) {
@@ -541,8 +541,8 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     }
   }
   if (!call->stream) {
-    call->choices.resize(static_cast<size_t>(r.n));
-    for (int32_t i = 0; i < r.n; ++i) {
+    call->choices.resize(static_cast<size_t>(validated->n));
+    for (int32_t i = 0; i < validated->n; ++i) {
       call->choices[i].index = i;
       call->choices[i].text = call->echo;
     }
@@ -552,7 +552,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   VLOG(1) << "request " << validated->request_id << ": " << MethodName(endpoint) << ", "
           << validated->prompt_token_ids.size() << " prompt tokens";
   std::shared_ptr<Generation> gen = Generation::Start(
-      model, router_.get(), *validated, r.n, options_.resume, &calls_,
+      model, router_.get(), *validated, validated->n, options_.resume, &calls_,
       [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); },
       std::move(preserved));
   {

@@ -230,7 +230,8 @@ ReplicaSet::ReplicaSet(ReplicaSetOptions options)
     : options_(std::move(options)),
       metrics_(options_.registry != nullptr ? std::make_unique<Metrics>(options_.registry)
                                             : nullptr),
-      chooser_(options_.policy, options_.kv_prefill_weight) {}
+      chooser_(options_.policy, options_.kv_prefill_weight),
+      block_size_(options_.block_size) {}
 
 ReplicaSet::~ReplicaSet() {
   stop_.store(true);
@@ -344,6 +345,8 @@ void ReplicaSet::PollAll() {
               .seq = ev.seq(), .stored = ev.kind() == ipb::BlockEvent::STORED,
               .hash = BlockHash{ev.hash_hi(), ev.hash_lo()}});
         }
+        // All replicas of one model share a block size; the hashes follow what they report.
+        if (batch.block_size > 0) block_size_.store(batch.block_size, std::memory_order_relaxed);
         if (r.index.Apply(batch) == PrefixIndex::ApplyResult::kResync) {
           VLOG(1) << "replica " << r.address << ": block events out of step; resyncing";
           if (metrics_ != nullptr) metrics_->resyncs.WithLabels({r.address}).Increment();
@@ -396,6 +399,14 @@ absl::StatusOr<StreamRouter::Target> ReplicaSet::Route(const ipb::ScheduleReques
                                                        const std::string& avoid) {
   const auto& prompt = request.prompt_token_ids();
   const int32_t prompt_tokens = prompt.size();
+  // The prompt's block hashes, outside the lock (a long prompt's hashing must not hold up
+  // other requests' routing), with the block size the replicas reported.
+  const int32_t block_size = block_size_.load(std::memory_order_relaxed);
+  std::vector<BlockHash> hashes;
+  if (polling() && options_.policy == RoutingPolicy::kKv) {
+    hashes = cachemgr::HashFullBlocks(absl::MakeConstSpan(prompt.data(), prompt.size()),
+                                      block_size);
+  }
   absl::MutexLock lock(&mu_);
   if (replicas_.empty()) {
     return absl::UnavailableError(absl::StrCat(
@@ -416,20 +427,6 @@ absl::StatusOr<StreamRouter::Target> ReplicaSet::Route(const ipb::ScheduleReques
   }
   int32_t num_best = 0;
   for (const auto& r : replicas_) num_best += r->health == best && r->address != avoid;
-  // The prompt's block hashes, with the block size the indexes report (all replicas of
-  // one model share it; the option is the fallback before any report).
-  int32_t block_size = options_.block_size;
-  for (const auto& r : replicas_) {
-    if (r->index.block_size() > 0) {
-      block_size = r->index.block_size();
-      break;
-    }
-  }
-  std::vector<BlockHash> hashes;
-  if (options_.policy == RoutingPolicy::kKv) {
-    hashes = cachemgr::HashFullBlocks(
-        absl::MakeConstSpan(prompt.data(), prompt.size()), block_size);
-  }
   std::vector<ReplicaLoad> loads;
   loads.reserve(replicas_.size());
   for (const auto& r : replicas_) {

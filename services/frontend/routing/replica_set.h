@@ -142,6 +142,9 @@ class ReplicaSet final : public StreamRouter {
   std::vector<std::shared_ptr<Replica>> replicas_ ABSL_GUARDED_BY(mu_);
   RouteChooser chooser_ ABSL_GUARDED_BY(mu_);
   absl::Time last_resolve_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The block size the replicas report (options_.block_size until one does); Route hashes
+  // prompts with it before it takes mu_.
+  std::atomic<int32_t> block_size_;
   std::atomic<bool> stop_{false};
   absl::Mutex poll_mu_;  // one poll at a time (the loop and PollNow)
   std::thread poller_;

@@ -148,7 +148,9 @@ TEST(ResolveDnsTest, LocalhostResolvesAndAMissingNameIsEmpty) {
   for (const std::string& a : *local) EXPECT_THAT(a, ::testing::EndsWith(":5"));
   absl::StatusOr<std::vector<std::string>> none = ResolveDns("no-such-host.invalid:5");
   // No address: empty, or a resolver error where the machine has no DNS at all.
-  if (none.ok()) EXPECT_TRUE(none->empty());
+  if (none.ok()) {
+    EXPECT_TRUE(none->empty());
+  }
 }
 
 TEST_F(ReplicaSetTest, KvRoutesToTheReplicaHoldingThePrefix) {

@@ -130,7 +130,6 @@ struct ReplicaSet::Replica {
   const std::shared_ptr<grpc::ChannelInterface> channel;
   const std::shared_ptr<ipb::Scheduler::Stub> stub;
 
-  bool member = true;  // false once DNS no longer names it
   ReplicaHealth health = ReplicaHealth::kServing;
   PrefixIndex index;
   int64_t reported_pending_tokens = 0;
@@ -142,7 +141,6 @@ struct ReplicaSet::Replica {
   int32_t in_flight = 0;
   int64_t num_polls = 0;
   absl::Time last_applied = absl::InfinitePast();  // the start of the poll whose events applied
-  std::string scheduler_incarnation;
 
   int64_t pending_tokens() const {
     int64_t total = reported_pending_tokens;
@@ -258,7 +256,7 @@ void ReplicaSet::Resolve() {
     if (now.erase(r->address) > 0) {
       kept.push_back(std::move(r));
     } else {
-      r->member = false;  // its streams keep their leases; no new work
+      // Its streams keep their leases (and so the replica); it takes no new work.
       LOG(INFO) << "replica " << r->address << " left " << options_.targets.dns_name;
     }
   }
@@ -327,7 +325,6 @@ void ReplicaSet::PollAll() {
       r.num_running = s.num_running();
       r.num_waiting = s.num_waiting();
       while (!r.sent.empty() && r.sent.front().first < started) r.sent.pop_front();
-      r.scheduler_incarnation = s.incarnation_id();
       if (!s.has_block_events() || !s.block_events().configured()) {
         r.health = ReplicaHealth::kRecovering;
         r.index.Clear();

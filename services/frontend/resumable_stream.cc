@@ -221,10 +221,9 @@ void ResumableStream::OnAttemptEnd(Attempt* a, const grpc::Status& status, bool 
     if (!resumable) {
       end = all_finished && !cancelled_ ? grpc::Status::OK : status;
     } else {
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        a->lease->ReportBroken();
-        broken_replica_ = a->replica;
-      }
+      // The replica is lost to this stream: new work avoids it, and so does the next attempt.
+      a->lease->ReportBroken();
+      broken_replica_ = a->replica;
       std::optional<grpc::Status> over = WaitToResume(status);
       if (!over.has_value()) return;
       end = *over;

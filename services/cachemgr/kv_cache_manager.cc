@@ -69,9 +69,10 @@ absl::Status KvCacheManager::Validate(const StepRequest& request) const {
     if (seq == nullptr) return Planned{};
     return Planned{true, seq->num_tokens(), seq->max_len};
   };
-  auto check_tokens = [](SeqId id, absl::Span<const int32_t> tokens) -> absl::Status {
+  auto check_tokens = [](SeqId id, absl::Span<const int32_t> tokens,
+                         bool may_be_pending = false) -> absl::Status {
     for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] < 0) {
+      if (tokens[i] < 0 && !(may_be_pending && tokens[i] == kPendingToken)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "sequence ", id.value, ": token id ", tokens[i], " at index ", i, " is negative"));
       }
@@ -79,6 +80,30 @@ absl::Status KvCacheManager::Validate(const StepRequest& request) const {
     return absl::OkStatus();
   };
 
+  // Resolves apply first, to the sequences as they are.
+  absl::flat_hash_map<SeqId, std::vector<int32_t>> resolved;  // positions, per sequence
+  for (const ResolveOp& op : request.resolves) {
+    const Sequence* seq = Find(op.seq);
+    if (seq == nullptr) {
+      return absl::NotFoundError(absl::StrCat("resolve: sequence ", op.seq.value, " is unknown"));
+    }
+    if (!std::binary_search(seq->pending.begin(), seq->pending.end(), op.pos)) {
+      return absl::InvalidArgumentError(absl::StrCat("resolve: sequence ", op.seq.value,
+                                                     " has no pending token at position ",
+                                                     op.pos));
+    }
+    std::vector<int32_t>& positions = resolved[op.seq];
+    if (std::find(positions.begin(), positions.end(), op.pos) != positions.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resolve: sequence ", op.seq.value, " position ", op.pos, " appears twice"));
+    }
+    positions.push_back(op.pos);
+    if (op.token_id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("resolve: sequence ", op.seq.value,
+                                                     " token id ", op.token_id,
+                                                     " is negative"));
+    }
+  }
   absl::flat_hash_set<SeqId> committed;
   for (const CommitOp& op : request.commits) {
     const Sequence* seq = Find(op.seq);
@@ -93,6 +118,19 @@ absl::Status KvCacheManager::Validate(const StepRequest& request) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "commit: sequence ", op.seq.value, " num_computed_tokens ", op.num_computed_tokens,
           " must be in [", seq->num_computed, ", ", seq->num_tokens(), "]"));
+    }
+    // The KV of a token is computed before it is committed, and a token is known by then:
+    // a prefix-cache block must never hash a placeholder.
+    auto left = resolved.find(op.seq);
+    for (int32_t pos : seq->pending) {
+      if (pos >= op.num_computed_tokens) break;
+      if (left != resolved.end() &&
+          std::find(left->second.begin(), left->second.end(), pos) != left->second.end()) {
+        continue;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "commit: sequence ", op.seq.value, " position ", pos,
+          " still holds a pending token (resolve it first)"));
     }
   }
   for (SeqId id : request.frees) {
@@ -157,7 +195,9 @@ absl::Status KvCacheManager::Validate(const StepRequest& request) const {
                                                      " would reach ", end,
                                                      " tokens, past its max_len ", seq.max_len));
     }
-    if (absl::Status s = check_tokens(op.seq, op.token_ids); !s.ok()) return s;
+    if (absl::Status s = check_tokens(op.seq, op.token_ids, /*may_be_pending=*/true); !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -170,6 +210,11 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
     if (r.status == SeqStatus::kNoRoom) ++counters_.num_grant_failures;
     counters_.num_cow_copies += static_cast<int64_t>(r.copies.size());
   };
+  for (const ResolveOp& op : request.resolves) {
+    Sequence& seq = seqs_.at(op.seq);
+    seq.tokens[op.pos] = op.token_id;
+    seq.pending.erase(std::find(seq.pending.begin(), seq.pending.end(), op.pos));
+  }
   for (const CommitOp& op : request.commits) {
     policy_->Commit(seqs_.at(op.seq), op.num_computed_tokens);
   }
@@ -182,6 +227,7 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
     Sequence child{.id = op.child, .max_len = seqs_.at(op.parent).max_len};
     SeqResult r = policy_->Fork(seqs_.at(op.parent), child);
     if (r.status == SeqStatus::kOk) {
+      child.pending = seqs_.at(op.parent).pending;
       seqs_.emplace(op.child, std::move(child));
       ++counters_.num_forks;
     }
@@ -205,6 +251,13 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
       r = SeqResult{.seq = op.seq, .status = SeqStatus::kNoRoom};
     } else {
       r = policy_->Grant(it->second, op.token_ids);
+      if (r.status == SeqStatus::kOk) {
+        for (size_t i = 0; i < op.token_ids.size(); ++i) {
+          if (op.token_ids[i] == kPendingToken) {
+            it->second.pending.push_back(op.start_pos + static_cast<int32_t>(i));
+          }
+        }
+      }
     }
     record(r);
     response.grants.push_back(std::move(r));
@@ -223,6 +276,24 @@ CacheStats KvCacheManager::Stats() const {
   return stats;
 }
 
-absl::Status KvCacheManager::CheckInvariants() const { return policy_->CheckInvariants(seqs_); }
+absl::Status KvCacheManager::CheckInvariants() const {
+  for (const auto& [id, seq] : seqs_) {
+    for (size_t i = 0; i < seq.pending.size(); ++i) {
+      const int32_t pos = seq.pending[i];
+      if (pos < 0 || pos >= seq.num_tokens() || seq.tokens[pos] != kPendingToken ||
+          pos < seq.num_computed || (i > 0 && pos <= seq.pending[i - 1])) {
+        return absl::InternalError(absl::StrCat("sequence ", id.value,
+                                                " has a bad pending position ", pos));
+      }
+    }
+    const int64_t placeholders = std::count(seq.tokens.begin(), seq.tokens.end(), kPendingToken);
+    if (placeholders != static_cast<int64_t>(seq.pending.size())) {
+      return absl::InternalError(absl::StrCat("sequence ", id.value, " holds ", placeholders,
+                                              " placeholder tokens but ", seq.pending.size(),
+                                              " pending positions"));
+    }
+  }
+  return policy_->CheckInvariants(seqs_);
+}
 
 }  // namespace folio::cachemgr

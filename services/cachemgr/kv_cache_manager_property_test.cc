@@ -1,5 +1,6 @@
 // Randomized property test: thousands of random creates, grants, forks, commits and
-// frees, with every invariant checked after each step. A shadow "worker" applies the
+// frees (some grants with a pending token, resolved later, as pipelined steps grant
+// them), with every invariant checked after each step. A shadow "worker" applies the
 // granted copies and writes every token into its slot, then reads each live sequence
 // back through its block table: any write into a shared block without a copy, or a
 // prefix-cache hit with the wrong content, shows up as a mismatch.
@@ -34,6 +35,8 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
     for (int i = 0; i < 40; ++i) s.push_back(static_cast<int32_t>(rng() % 7));
   }
   std::vector<uint64_t> live;
+  // The ids behind pending tokens: the shadow worker writes them when it computes.
+  absl::flat_hash_map<std::pair<uint64_t, int32_t>, int32_t> pending_ids;
   uint64_t next_id = 1;
   int no_room = 0;
 
@@ -88,11 +91,16 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         const int32_t n = 1 + static_cast<int32_t>(rng() % std::min(5, room));
         for (int i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>(rng() % 7));
         start = seq->num_tokens();
-        req.grants.push_back(GrantOp{.seq = SeqId{target}, .start_pos = start, .token_ids = tokens});
+        const bool pend = rng() % 3 == 0;
+        std::vector<int32_t> granted = tokens;
+        if (pend) granted.back() = kPendingToken;
+        req.grants.push_back(
+            GrantOp{.seq = SeqId{target}, .start_pos = start, .token_ids = granted});
         auto resp = mgr->Step(req);
         ASSERT_TRUE(resp.ok()) << resp.status();
         if (resp->grants[0].status == SeqStatus::kOk) {
           apply(resp->grants[0], tokens, start);
+          if (pend) pending_ids[{target, start + n - 1}] = tokens.back();
         } else {
           ++no_room;
         }
@@ -104,12 +112,19 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         if (resp->forks[0].status == SeqStatus::kOk) {
           apply(resp->forks[0], {}, 0);
           live.push_back(child);
+          for (int32_t pos : mgr->Find(SeqId{child})->pending) {
+            pending_ids[{child, pos}] = pending_ids.at({target, pos});
+          }
         } else {
           ++no_room;
         }
-      } else if (op < 8) {  // commit everything computed so far
+      } else if (op < 8) {  // resolve what is pending and commit everything computed so far
+        for (int32_t pos : seq->pending) {
+          req.resolves.push_back(ResolveOp{SeqId{target}, pos, pending_ids.at({target, pos})});
+        }
         req.commits.push_back(CommitOp{SeqId{target}, seq->num_tokens()});
-        ASSERT_TRUE(mgr->Step(req).ok());
+        auto resp = mgr->Step(req);
+        ASSERT_TRUE(resp.ok()) << resp.status();
       } else {  // free
         req.frees.push_back(SeqId{target});
         ASSERT_TRUE(mgr->Step(req).ok());
@@ -126,8 +141,10 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
       ASSERT_NE(seq, nullptr);
       for (int32_t pos = 0; pos < seq->num_tokens(); ++pos) {
         const BlockId b = seq->table[pos / p.block_size];
+        const int32_t want = seq->tokens[pos] == kPendingToken ? pending_ids.at({id, pos})
+                                                               : seq->tokens[pos];
         ASSERT_EQ(slots[static_cast<size_t>(b.value) * p.block_size + pos % p.block_size],
-                  seq->tokens[pos])
+                  want)
             << "sequence " << id << " position " << pos << " after op " << iter;
       }
     }

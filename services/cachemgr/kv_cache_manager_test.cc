@@ -231,6 +231,63 @@ TEST_F(PagedTest, OrderWithinOneRequestIsFreesForksCreatesGrants) {
   EXPECT_EQ(mgr_->Find(SeqId{1})->num_tokens(), 1);
 }
 
+// A pipelined step grants the slot of a token still being sampled: the token is pending
+// until resolved, a commit may not cover it before, and the prefix cache hashes the
+// resolved id, never the placeholder.
+TEST_F(PagedTest, PendingTokensAreResolvedBeforeTheyAreCommitted) {
+  CreateAndGrant(1, Iota(7));
+  Grant(1, {kPendingToken});  // position 7 ends block 1
+  EXPECT_EQ(mgr_->Find(SeqId{1})->pending, std::vector<int32_t>{7});
+  {
+    StepRequest r;
+    r.commits.push_back(CommitOp{SeqId{1}, 8});
+    ExpectRejected(r, absl::StatusCode::kInvalidArgument,
+                   "position 7 still holds a pending token");
+  }
+  {
+    StepRequest r;
+    r.resolves.push_back(ResolveOp{SeqId{1}, 6, 5});
+    ExpectRejected(r, absl::StatusCode::kInvalidArgument, "no pending token at position 6");
+  }
+  {
+    StepRequest r;
+    r.resolves.push_back(ResolveOp{SeqId{1}, 7, 5});
+    r.resolves.push_back(ResolveOp{SeqId{1}, 7, 5});
+    ExpectRejected(r, absl::StatusCode::kInvalidArgument, "appears twice");
+  }
+  {
+    StepRequest r;
+    r.resolves.push_back(ResolveOp{SeqId{1}, 7, -3});
+    ExpectRejected(r, absl::StatusCode::kInvalidArgument, "negative");
+  }
+  {
+    StepRequest r;
+    r.resolves.push_back(ResolveOp{SeqId{4}, 7, 1});
+    ExpectRejected(r, absl::StatusCode::kNotFound, "resolve: sequence 4 is unknown");
+  }
+  // A fork carries the pending token with it; each sequence resolves its own.
+  StepRequest fork;
+  fork.forks.push_back(ForkOp{SeqId{1}, SeqId{2}});
+  MustStep(fork);
+  EXPECT_EQ(mgr_->Find(SeqId{2})->pending, std::vector<int32_t>{7});
+  Free(2);
+  // Commit up to the pending token is fine; with its resolve in the same request, past it.
+  StepRequest part;
+  part.commits.push_back(CommitOp{SeqId{1}, 7});
+  MustStep(part);
+  StepRequest whole;
+  whole.resolves.push_back(ResolveOp{SeqId{1}, 7, 107});
+  whole.commits.push_back(CommitOp{SeqId{1}, 8});
+  MustStep(whole);
+  EXPECT_TRUE(mgr_->Find(SeqId{1})->pending.empty());
+  EXPECT_EQ(mgr_->Find(SeqId{1})->tokens, Iota(8));
+  // Both blocks are cached under their resolved content.
+  StepRequest lookup;
+  std::vector<int32_t> prompt = Iota(9);
+  lookup.creates.push_back(CreateOp{.seq = SeqId{3}, .max_len = 64, .prompt = prompt});
+  EXPECT_EQ(MustStep(lookup).creates.at(0).num_cached_tokens, 8);
+}
+
 TEST_F(PagedTest, BadInputIsRejectedAndChangesNothing) {
   CreateAndGrant(1, Iota(5), /*max_len=*/8);
   {

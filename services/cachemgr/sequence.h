@@ -1,5 +1,6 @@
 // Sequence: the cache manager's record of one sequence. Owned by KvCacheManager and
-// changed only by the allocation policy. Thread-compatible.
+// changed only by the allocation policy, except that KvCacheManager resolves pending
+// tokens (`pending`). Thread-compatible.
 #ifndef FOLIO_SERVICES_CACHEMGR_SEQUENCE_H_
 #define FOLIO_SERVICES_CACHEMGR_SEQUENCE_H_
 
@@ -19,6 +20,9 @@ struct Sequence {
                                    // entry may be partly filled
   int32_t num_computed = 0;        // tokens whose KV the scheduler reported computed
   std::vector<BlockHash> hashes;   // chained hashes of the first hashes.size() blocks
+  // Positions whose token was granted as kPendingToken and not resolved yet, ascending.
+  // Kept by KvCacheManager (the only field the policies leave alone).
+  std::vector<int32_t> pending;
   // Contiguous policy only: the reserved run [run_start, run_start + run_blocks).
   int32_t run_start = -1;
   int32_t run_blocks = 0;

@@ -13,6 +13,9 @@ namespace {
 
 StepRequest FromProto(const pb::CacheStepRequest& in) {
   StepRequest out;
+  for (const pb::Resolve& r : in.resolves()) {
+    out.resolves.push_back(ResolveOp{SeqId{r.seq_id()}, r.pos(), r.token_id()});
+  }
   for (const pb::Commit& c : in.commits()) {
     out.commits.push_back(CommitOp{SeqId{c.seq_id()}, c.num_computed_tokens()});
   }

@@ -1,7 +1,7 @@
 // The cache manager's batched step, as native types (service.cc maps the protobuf
 // messages onto these). DESIGN.md, "The cachemgr step RPC", is the contract; in short,
-// one request is applied in this order: commits, frees, forks, creates (with prefix
-// lookups), grants. Plain values; thread-compatible.
+// one request is applied in this order: resolves, commits, frees, forks, creates (with
+// prefix lookups), grants. Plain values; thread-compatible.
 #ifndef FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
 #define FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
 
@@ -12,6 +12,18 @@
 #include "services/cachemgr/types.h"
 
 namespace folio::cachemgr {
+
+// A grant may hold tokens whose ids are not known yet: a pipelined step (the scheduler's
+// --async_steps) grants the slot of the token the step in flight is sampling. Such a
+// token is kPendingToken until a ResolveOp names it; a commit may not cover it before.
+inline constexpr int32_t kPendingToken = -1;
+
+// The id of a token granted as kPendingToken, now that it has been sampled.
+struct ResolveOp {
+  SeqId seq;
+  int32_t pos = 0;
+  int32_t token_id = 0;
+};
 
 // The scheduler reports that the KV of the first `num_computed_tokens` tokens of a
 // sequence has been computed; full blocks among them may enter the prefix cache.
@@ -37,7 +49,7 @@ struct CreateOp {
 };
 
 // Slots for `token_ids` at positions [start_pos, start_pos + size). start_pos must be the
-// sequence's current token count.
+// sequence's current token count. Any of them may be kPendingToken.
 struct GrantOp {
   SeqId seq;
   int32_t start_pos = 0;
@@ -45,6 +57,7 @@ struct GrantOp {
 };
 
 struct StepRequest {
+  std::vector<ResolveOp> resolves;
   std::vector<CommitOp> commits;
   std::vector<SeqId> frees;
   std::vector<ForkOp> forks;

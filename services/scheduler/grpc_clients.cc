@@ -50,6 +50,12 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
   pb::CacheStepRequest req;
   req.set_step_id(absl::StrCat("s", next_step_++));
   req.set_scheduler_epoch(epoch_);
+  for (const cachemgr::ResolveOp& r : request.resolves) {
+    pb::Resolve* out = req.add_resolves();
+    out->set_seq_id(r.seq.value);
+    out->set_pos(r.pos);
+    out->set_token_id(r.token_id);
+  }
   for (const cachemgr::CommitOp& c : request.commits) {
     pb::Commit* out = req.add_commits();
     out->set_seq_id(c.seq.value);

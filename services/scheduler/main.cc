@@ -42,6 +42,10 @@ ABSL_FLAG(std::string, policy, "paged",
 ABSL_FLAG(bool, reserve_max_model_len, false,
           "Each sequence reserves max_model_len tokens, not prompt + max_tokens (with "
           "--policy=contiguous: a reservation system that cannot know the output length).");
+ABSL_FLAG(std::string, async_steps, "on",
+          "Pipelined steps, on|off: plan the next step and get its slots from the cache "
+          "manager while the workers run this one, so the workers wait for no round of "
+          "planning between steps.");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Reuse the KV of prompt prefixes seen before.");
 ABSL_FLAG(int, worker_timeout_ms, 60000, "Deadline of one worker step RPC.");
 ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");
@@ -123,6 +127,12 @@ int main(int argc, char** argv) {
   options.max_n = absl::GetFlag(FLAGS_max_n);
   options.max_beam_width = absl::GetFlag(FLAGS_max_beam_width);
   options.recovery.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_recovery_timeout_ms));
+  if (const std::string async = absl::GetFlag(FLAGS_async_steps); async == "on" || async == "off") {
+    options.async_steps = async == "on";
+  } else {
+    LOG(ERROR) << "--async_steps must be on or off, got '" << async << "'";
+    return 2;
+  }
   if (options.max_n < 1 || options.max_beam_width < 0) {
     LOG(ERROR) << "--max_n must be at least 1 and --max_beam_width at least 0";
     return 1;

@@ -24,6 +24,7 @@
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/grammar_trigger.h"
 #include "services/scheduler/beam_search.h"
+#include "services/cachemgr/step_types.h"
 #include "services/worker/engine/step.h"
 
 namespace folio::scheduler {
@@ -116,12 +117,26 @@ struct Branch {
   // the branch unconstrained) until it fires.
   std::optional<structured::TriggerWatch> watch;
 
+  // Pipelined steps (scheduler.h): tokens sampled by steps sent to the workers whose
+  // outputs are not applied yet, so the next step can already compute them. They count in
+  // num_tokens() and read as cachemgr::kPendingToken; the step that computes one gets its
+  // real id when it is sent. At most 1 while a step is planned (2 between sending a step
+  // and applying the outputs of the one before it).
+  int32_t pending_samples = 0;
+
+  // Generated tokens, pending ones included.
   int32_t num_tokens(const std::vector<int32_t>& prompt) const {
+    return static_cast<int32_t>(prompt.size() + output.size()) + pending_samples;
+  }
+  // Without the pending ones.
+  int32_t num_known_tokens(const std::vector<int32_t>& prompt) const {
     return static_cast<int32_t>(prompt.size() + output.size());
   }
   int32_t TokenAt(const std::vector<int32_t>& prompt, int32_t pos) const {
     const int32_t p = static_cast<int32_t>(prompt.size());
-    return pos < p ? prompt[pos] : output[pos - p];
+    if (pos < p) return prompt[pos];
+    if (pos - p < static_cast<int32_t>(output.size())) return output[pos - p];
+    return cachemgr::kPendingToken;  // the pending sample
   }
 };
 

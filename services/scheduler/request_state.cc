@@ -141,8 +141,10 @@ Request* RequestState::Find(uint64_t handle) {
 }
 
 absl::StatusOr<cachemgr::StepResponse> RequestState::CacheStep(cachemgr::StepRequest request) {
+  request.resolves = std::move(pending_resolves);
   request.commits = std::move(pending_commits);
   request.frees = std::move(pending_frees);
+  pending_resolves.clear();
   pending_commits.clear();
   pending_frees.clear();
   return cache_->Step(request);
@@ -154,6 +156,16 @@ void RequestState::Flush() {
   if (!resp.ok()) {
     Lose(LostService::kCache, resp.status());
   }
+}
+
+void RequestState::QueueCommit(uint64_t seq_id, int32_t num_computed) {
+  for (cachemgr::CommitOp& c : pending_commits) {
+    if (c.seq.value == seq_id) {
+      c.num_computed_tokens = std::max(c.num_computed_tokens, num_computed);
+      return;
+    }
+  }
+  pending_commits.push_back({cachemgr::SeqId{seq_id}, num_computed});
 }
 
 void RequestState::ApplyTable(Branch* branch, const cachemgr::SeqResult& result) {
@@ -230,12 +242,14 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
       b.block_table.clear();
       b.num_computed = 0;
       b.candidates.clear();
+      b.pending_samples = 0;  // its steps' outputs are dropped; it is sampled again
     }
     waiting.push_front(r);
   }
   running.clear();
   // The pool is rebuilt from scratch: what we meant to tell it no longer applies.
   pending_frees.clear();
+  pending_resolves.clear();
   pending_commits.clear();
   pending_forks.clear();
   pending_copies.clear();
@@ -251,6 +265,7 @@ void RequestState::Preempt(Request* victim) {
     b.block_table.clear();
     b.num_computed = 0;
     b.candidates.clear();
+    b.pending_samples = 0;  // its steps' outputs are dropped; it is sampled again
   }
   running.erase(std::remove(running.begin(), running.end(), victim), running.end());
   waiting.push_front(victim);

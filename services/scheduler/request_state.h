@@ -78,7 +78,13 @@ class RequestState {
   absl::StatusOr<cachemgr::StepResponse> CacheStep(cachemgr::StepRequest request);
   // Sends the pending commits and frees, if any. A failure is a loss of the cache (Lose).
   void Flush();
-  bool HasPendingCacheOps() const { return !pending_commits.empty() || !pending_frees.empty(); }
+  bool HasPendingCacheOps() const {
+    return !pending_commits.empty() || !pending_frees.empty() || !pending_resolves.empty();
+  }
+  // Queues the commit of a sequence's first `num_computed` tokens; a later commit of the
+  // same sequence before the next cache RPC replaces it (pipelined steps can apply two
+  // steps' outputs between RPCs).
+  void QueueCommit(uint64_t seq_id, int32_t num_computed);
 
   // Gives a branch's sequence back: dropped from the queued forks if it is one of them,
   // freed with the next cache RPC otherwise. 0 is ignored.
@@ -118,6 +124,7 @@ class RequestState {
   // logic and the loop (all on the loop thread).
   std::deque<Request*> waiting;
   std::vector<Request*> running;  // in arrival order
+  std::vector<cachemgr::ResolveOp> pending_resolves;  // pipelined steps' sampled tokens
   std::vector<cachemgr::CommitOp> pending_commits;
   std::vector<cachemgr::SeqId> pending_frees;
   std::vector<PendingFork> pending_forks;         // applied at the end of the step

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/scheduler_epoch.h"
@@ -33,7 +34,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, CacheClient* cache, Worker
       planner_(&state_),
       sharing_(&state_),
       recovery_(options.recovery, &state_, cache, workers,
-                registry != nullptr ? registry : own_registry_.get()) {
+                registry != nullptr ? registry : own_registry_.get()),
+      executor_(workers, /*threaded=*/options.async_steps) {
   CHECK_GT(options_.block_size, 0);
   CHECK_GT(options_.max_num_batched_tokens, 0);
   CHECK_GT(options_.max_num_seqs, 0);
@@ -182,6 +184,7 @@ void Scheduler::Run() {
     if (!RunOnce()) absl::SleepFor(absl::Milliseconds(2));
   }
   // Whatever is left ends now.
+  if (inflight_.has_value()) DropInflight();
   DrainInbox();
   while (!state_.running.empty()) state_.Finish(state_.running.back(), FinishReason::kCancelled);
   while (!state_.waiting.empty()) state_.Finish(state_.waiting.back(), FinishReason::kCancelled);
@@ -189,18 +192,22 @@ void Scheduler::Run() {
 }
 
 bool Scheduler::HasWork() const {
-  return !state_.running.empty() || !state_.waiting.empty() || !state_.pending_frees.empty() ||
-         recovery_.active();
+  return !state_.running.empty() || !state_.waiting.empty() || state_.HasPendingCacheOps() ||
+         recovery_.active() || inflight_.has_value();
 }
 
 bool Scheduler::RunOnce() {
   DrainInbox();
   bool did = false;
+  if (inflight_.has_value() && (state_.fenced.has_value() || state_.loss.has_value())) {
+    DropInflight();  // before recovery or the fence touches anything
+    did = true;
+  }
   if (state_.fenced.has_value()) {
-    did = Fence();
+    did = Fence() || did;
   } else if (recovery_.active()) {
-    did = recovery_.Poll(absl::Now());
-  } else if (!state_.running.empty() || !state_.waiting.empty()) {
+    did = recovery_.Poll(absl::Now()) || did;
+  } else if (inflight_.has_value() || !state_.running.empty() || !state_.waiting.empty()) {
     did = true;
     Step();
   } else if (state_.HasPendingCacheOps()) {
@@ -226,6 +233,7 @@ bool Scheduler::Fence() {
   // Nothing goes to the replica any more: it is not ours.
   state_.loss.reset();
   state_.pending_frees.clear();
+  state_.pending_resolves.clear();
   state_.pending_commits.clear();
   state_.pending_forks.clear();
   state_.pending_copies.clear();
@@ -250,14 +258,102 @@ void Scheduler::DrainInbox() {
 }
 
 void Scheduler::Step() {
-  const absl::Time start = absl::Now();
-  PlannedStep plan = planner_.Plan();
-  if (state_.loss.has_value()) return;  // recovery takes over at the next iteration
-  if (plan.batch.empty()) {
-    state_.Flush();
+  if (!inflight_.has_value()) {
+    PlannedStep plan = planner_.Plan();
+    if (state_.loss.has_value()) return;  // recovery takes over at the next iteration
+    if (plan.batch.empty()) {
+      state_.Flush();
+      return;
+    }
+    Launch(std::move(plan), nullptr, nullptr);
+    if (options_.async_steps && inflight_->pipelined) return;  // planned ahead next time
+    InflightStep step = std::move(*inflight_);
+    inflight_.reset();
+    Complete(step, executor_.Wait());
     return;
   }
-  absl::StatusOr<worker::StepOutput> output = workers_->Execute(plan.input, plan.request_ids);
+  // A step is in flight: plan the next one meanwhile, if its sequences can go on before
+  // its answer, and send it the moment the answer is there.
+  PlannedStep next;
+  if (inflight_->pipelined) next = planner_.Plan();
+  absl::StatusOr<worker::StepOutput> output = executor_.Wait();
+  InflightStep done = std::move(*inflight_);
+  inflight_.reset();
+  if (output.ok() && !state_.loss.has_value() && !next.batch.empty()) {
+    Launch(std::move(next), &done, &*output);
+  }
+  Complete(done, std::move(output));
+  // A step planned ahead and not sent (its predecessor failed) holds slots that the loss
+  // or the failed requests give back.
+}
+
+void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
+                       const worker::StepOutput* output) {
+  // The tokens the previous step sampled are the inputs its pending slots stand for.
+  if (previous != nullptr) {
+    absl::flat_hash_map<uint64_t, int32_t> sampled;
+    for (size_t i = 0; i < previous->seqs.size(); ++i) {
+      const std::vector<worker::SampledToken>& samples = output->seqs[i].samples;
+      if (previous->seqs[i].pending && !samples.empty()) {
+        sampled[previous->seqs[i].seq_id] = samples[0].token_id;
+      }
+    }
+    for (size_t i = 0; i < plan.input.seqs.size(); ++i) {
+      worker::SequenceStep& s = plan.input.seqs[i];
+      if (s.token_ids.back() != cachemgr::kPendingToken) continue;
+      auto it = sampled.find(s.seq_id);
+      CHECK(it != sampled.end()) << "sequence " << s.seq_id
+                                 << " has a pending token its last step did not sample";
+      const int32_t token = it->second;
+      s.token_ids.back() = token;
+      state_.pending_resolves.push_back(
+          {SeqId{s.seq_id}, s.start_pos + static_cast<int32_t>(s.token_ids.size()) - 1, token});
+      const Request& r = *plan.batch[i].request;
+      if (UsesTokenHistory(r.spec)) {
+        std::vector<int32_t> history = r.branches[plan.batch[i].branch].output;
+        history.push_back(token);
+        s.history = MakeTokenHistory(r.spec, r.prompt_token_set, history, options_.eos_id);
+      }
+    }
+  }
+  if (previous != nullptr) {
+    ++state_.stats.num_steps_planned_ahead;
+    metrics_->steps_planned_ahead.Increment();
+  }
+  InflightStep step;
+  step.start = absl::Now();
+  step.num_tokens = plan.num_tokens;
+  for (size_t i = 0; i < plan.batch.size(); ++i) {
+    const Granted& g = plan.batch[i];
+    Request* r = g.request;
+    Branch& b = r->branches[g.branch];
+    const worker::SequenceStep& s = plan.input.seqs[i];
+    CHECK(std::find(s.token_ids.begin(), s.token_ids.end(), cachemgr::kPendingToken) ==
+          s.token_ids.end())
+        << "sequence " << b.seq_id << " goes to the workers with a pending token";
+    b.num_computed += g.num_tokens;
+    InflightStep::Seq seq{.handle = r->arrival, .seq_id = b.seq_id,
+                          .num_computed = b.num_computed};
+    if (s.num_samples > 0 || s.num_candidates > 0) {
+      if (!r->beam() && EndsByLength(*r, b)) {
+        // Its last token: nothing follows it, the next step can go without it.
+      } else if (options_.async_steps && Pipelinable(*r)) {
+        seq.pending = true;
+        ++b.pending_samples;
+      } else {
+        step.pipelined = false;
+      }
+    }
+    step.seqs.push_back(seq);
+  }
+  ++state_.stats.num_steps;
+  metrics_->batch_size.Observe(static_cast<double>(plan.batch.size()));
+  metrics_->batch_tokens.Observe(static_cast<double>(plan.num_tokens));
+  inflight_ = std::move(step);
+  executor_.Start(std::move(plan.input), std::move(plan.request_ids));
+}
+
+void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOutput> output) {
   if (!output.ok()) {
     if (output.status().code() == absl::StatusCode::kInvalidArgument) {
       // The workers refused the step as malformed: a scheduler bug, which recomputing
@@ -277,32 +373,56 @@ void Scheduler::Step() {
                     absl::StrCat("worker step failed: ", output.status().message())));
     return;
   }
+  if (state_.loss.has_value()) return;  // everything it computed is recomputed
   const bool sampled = std::any_of(output->seqs.begin(), output->seqs.end(), [](const auto& s) {
     return !s.samples.empty() || !s.candidates.empty();
   });
   recovery_.OnStep(absl::Now(), sampled);
-  // Every branch's new KV first, then each request's outputs, request by request.
-  const std::vector<Granted>& batch = plan.batch;
+  // Every branch's new KV first, then each request's outputs, request by request. A
+  // request or branch that ended (or was preempted) since the step was sent has its
+  // outputs dropped.
   std::vector<std::pair<Request*, BranchOutputs>> per_request;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Request* r = batch[i].request;
-    Branch& b = r->branches[batch[i].branch];
-    b.num_computed += batch[i].num_tokens;
-    state_.pending_commits.push_back({SeqId{b.seq_id}, b.num_computed});
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const InflightStep::Seq& seq = step.seqs[i];
+    Request* r = state_.Find(seq.handle);
+    auto b = r == nullptr ? std::vector<Branch>::iterator()
+                          : std::find_if(r->branches.begin(), r->branches.end(),
+                                         [&seq](const Branch& b) { return b.seq_id == seq.seq_id; });
+    if (r == nullptr || b == r->branches.end()) {
+      if (!output->seqs[i].samples.empty()) {
+        ++state_.stats.num_samples_dropped;
+        metrics_->samples_dropped.Increment();
+      }
+      continue;
+    }
+    if (seq.pending) --b->pending_samples;
+    state_.QueueCommit(seq.seq_id, seq.num_computed);
     auto it = std::find_if(per_request.begin(), per_request.end(),
                            [r](const auto& p) { return p.first == r; });
     if (it == per_request.end()) {
       per_request.push_back({r, {}});
       it = per_request.end() - 1;
     }
-    it->second.push_back({batch[i].branch, &output->seqs[i]});
+    it->second.push_back({static_cast<int32_t>(b - r->branches.begin()), &output->seqs[i]});
   }
   for (auto& [r, outs] : per_request) sharing_.Advance(r, outs);
   sharing_.ApplyForks();
-  ++state_.stats.num_steps;
-  metrics_->batch_size.Observe(static_cast<double>(batch.size()));
-  metrics_->batch_tokens.Observe(static_cast<double>(plan.num_tokens));
-  metrics_->step_duration.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->step_duration.Observe(absl::ToDoubleSeconds(absl::Now() - step.start));
+}
+
+void Scheduler::DropInflight() {
+  absl::StatusOr<worker::StepOutput> output = executor_.Wait();
+  inflight_.reset();
+  if (!output.ok()) LOG(WARNING) << "dropped step failed too: " << output.status();
+}
+
+bool Scheduler::Pipelinable(const Request& r) const {
+  return !r.beam() && (r.spec.n == 1 || r.fanned_out) && r.grammar == nullptr;
+}
+
+bool Scheduler::EndsByLength(const Request& r, const Branch& b) {
+  const int64_t outputs = static_cast<int64_t>(b.output.size()) + b.pending_samples + 1;
+  return outputs >= r.spec.max_tokens || b.num_tokens(r.spec.prompt) + 1 >= r.max_len;
 }
 
 void Scheduler::Publish() {

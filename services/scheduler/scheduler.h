@@ -11,6 +11,23 @@
 // repeats nor loses a token. Then the workers run the step and the sampled tokens are
 // streamed, with stops checked.
 //
+// Pipelined steps (SchedulerOptions::async_steps): the workers run a step on the
+// executor's thread (step_executor.h) while the loop plans the next one and gets its
+// slots, so the next step is sent the moment this one's answer arrives, and this one's
+// outputs are applied (tokens streamed, stops checked, forks made) while the next runs.
+// A decoding sequence then grows in the plan by the token the step in flight is sampling
+// (Branch::pending_samples): the cache manager grants its slot as pending
+// (cachemgr::kPendingToken), the step carries the real id, filled in when it is sent, and
+// a resolve tells the cache manager the id before any commit covers it. A sequence that
+// stops on a sampled token (EOS, a stop token) so runs one step too far: that step's
+// outputs for it are dropped, never streamed, and its blocks are freed as at any finish.
+// Steps are planned ahead only when every sequence the step in flight samples is plain
+// sampling (no grammar mask, no beam search, no fan-out of n first tokens) and its sample
+// cannot end it by length; otherwise that step is followed synchronously. The loop names
+// the step's requests by handle and branches by sequence id, so a cancel, a preemption or
+// a loss before the answer drops the outputs it no longer has a branch for; a loss or a
+// fence waits for the step in flight before recovery touches the processes.
+//
 // Sharing (request.h): a request with n > 1 samples or with beam search runs as a group
 // of sequences forked from one another in the cache manager. The forks of a step go to
 // the cache manager in one RPC right after the step, so the pool and the mirrors agree
@@ -32,6 +49,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -45,6 +63,7 @@
 #include "services/scheduler/scheduler_metrics.h"
 #include "services/scheduler/scheduler_options.h"
 #include "services/scheduler/sharing.h"
+#include "services/scheduler/step_executor.h"
 #include "services/scheduler/step_planner.h"
 
 namespace folio::scheduler {
@@ -99,6 +118,36 @@ class Scheduler {
   void Step();
   void Publish();
 
+  // Pipelined steps: what the loop keeps of a step sent to the workers.
+  struct InflightStep {
+    struct Seq {
+      uint64_t handle = 0;        // the request
+      uint64_t seq_id = 0;        // its branch
+      int32_t num_computed = 0;   // the branch's computed tokens once the step is done
+      bool pending = false;       // the step's sample counted in Branch::pending_samples
+    };
+    std::vector<Seq> seqs;        // as the step's input.seqs
+    bool pipelined = true;        // every branch it samples can go on before its answer
+    int64_t num_tokens = 0;
+    absl::Time start;
+  };
+  // Sends `plan` to the workers; `previous` (with its `output`), when given, is the step
+  // whose samples the plan's pending tokens are.
+  void Launch(PlannedStep plan, const InflightStep* previous,
+              const worker::StepOutput* output);
+  // Applies a step's answer: the outputs of branches it still has, or the loss it means.
+  void Complete(const InflightStep& step, absl::StatusOr<worker::StepOutput> output);
+  // Waits for the step in flight and drops its answer (a loss or a fence already reset
+  // what it was for).
+  void DropInflight();
+  // Whether a branch of `r` sampling in a step being sent may grow by that sample in the
+  // next plan, before the answer arrives: plain sampling, nothing the host must compute
+  // from the sample first (a grammar mask, beam selection, the fan-out of n first tokens).
+  bool Pipelinable(const Request& r) const;
+  // Whether the sample of a step being sent is branch `b`'s last by length (max_tokens or
+  // max_len), pending samples before it counted.
+  static bool EndsByLength(const Request& r, const Branch& b);
+
   const SchedulerOptions options_;
   CacheClient* const cache_;
   WorkerClient* const workers_;
@@ -121,6 +170,8 @@ class Scheduler {
   StepPlanner planner_;
   Sharing sharing_;
   Recovery recovery_;
+  std::optional<InflightStep> inflight_;
+  StepExecutor executor_;  // last: its thread stops first
 };
 
 }  // namespace folio::scheduler

@@ -19,6 +19,14 @@ SchedulerMetrics::SchedulerMetrics(MetricsRegistry* r)
       step_duration(r->AddHistogram("folio_scheduler_step_duration_seconds",
                                     "Wall time of one scheduler step, RPCs included.",
                                     ExponentialBuckets(1e-4, 2, 18))),
+      steps_planned_ahead(r->AddCounter(
+          "folio_scheduler_steps_planned_ahead_total",
+          "Steps planned while the one before ran and sent as soon as it answered "
+          "(--async_steps).")),
+      samples_dropped(r->AddCounter(
+          "folio_scheduler_samples_dropped_total",
+          "Tokens a pipelined step sampled for a sequence that had ended (or was "
+          "preempted) meanwhile, dropped unseen.")),
       batch_size(r->AddHistogram("folio_scheduler_batch_sequences",
                                  "Sequences computed per step.", ExponentialBuckets(1, 2, 10))),
       batch_tokens(r->AddHistogram("folio_scheduler_batch_tokens", "Tokens computed per step.",

@@ -21,6 +21,8 @@ struct SchedulerMetrics {
   Counter& prefix_hits;
   Family<Counter>& finished;
   Histogram& step_duration;
+  Counter& steps_planned_ahead;
+  Counter& samples_dropped;
   Histogram& batch_size;
   Histogram& batch_tokens;
   Histogram& ttft;

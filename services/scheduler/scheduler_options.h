@@ -43,6 +43,9 @@ struct SchedulerOptions {
   // plus max_tokens: what a reservation system that cannot know the output length must
   // reserve (the article's Orca (Max) baseline, with the contiguous policy).
   bool reserve_max_model_len = false;
+  // Pipelined steps (scheduler.h): plan step N+1 and get its slots while the workers run
+  // step N. --async_steps.
+  bool async_steps = true;
   RecoveryOptions recovery;
   // Structured output: grammars compiled against the model's vocabulary, once per text.
   // Null: requests with a grammar are refused.
@@ -65,6 +68,10 @@ struct SchedulerStats {
   // Tokens the admitted requests may still compute: per live branch, its max length less
   // the tokens whose KV is computed (an upper bound: a request may stop early).
   int64_t num_tokens_pending = 0;
+  // Pipelined steps: steps planned and sent before the previous one's outputs were
+  // applied, and samples computed past a sequence's end (or its preemption) and dropped.
+  int64_t num_steps_planned_ahead = 0;
+  int64_t num_samples_dropped = 0;
 };
 
 }  // namespace folio::scheduler

@@ -100,7 +100,7 @@ void Sharing::AdvanceSamples(
     } else if (grammar == GrammarVerdict::kDeadEnd) {
       event.finish = FinishReason::kLength;
     } else if (static_cast<int32_t>(b.output.size()) >= r->spec.max_tokens ||
-               b.num_tokens(r->spec.prompt) >= r->max_len) {
+               b.num_known_tokens(r->spec.prompt) >= r->max_len) {
       event.finish = FinishReason::kLength;
     }
     if (event.finish != FinishReason::kNone) ended.push_back(i);

@@ -188,6 +188,8 @@ TEST_F(ChaosTest, AKilledWorkerComesBackAndNoStreamIsLost) {
   const std::string metrics =
       testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
   EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"worker\"} 1"));
+  // The worker died while steps were pipelined (--async_steps is on by default).
+  EXPECT_GT(testing::MetricValue(metrics, "folio_scheduler_steps_planned_ahead_total"), 0);
 }
 
 TEST_F(ChaosTest, AKilledCacheManagerComesBackAndNoStreamIsLost) {

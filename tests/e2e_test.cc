@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
+#include "tests/streams.h"
 
 namespace folio {
 namespace {
@@ -202,6 +203,46 @@ TEST_F(E2eTest, StopStringAcrossTokenBoundaries) {
   EXPECT_EQ(c.finish, v1::FINISH_REASON_STOP);
   EXPECT_EQ(c.text, golden_.substr(0, at));
   EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+// Pipelined steps (--async_steps=on, the default) against synchronous ones, through the
+// whole cluster: the mixed streams (greedy, seeded, n = 3, beams) plus seeded requests that
+// end on EOS or on stop strings, which the frontend matches in text, come out token for
+// token the same, and the steps really were planned ahead.
+TEST_F(E2eTest, AsyncStepsGiveTheSameStreamsAsSynchronousSteps) {
+  std::vector<v1::GenerateRequest> requests = testing::MixedRequests();
+  for (int i = 0; i < 6; ++i) {
+    v1::GenerateRequest req;
+    req.set_prompt(i % 2 == 0 ? "Lily and Tom" : "The little dog");
+    v1::SamplingOptions* s = req.mutable_sampling();
+    s->set_max_tokens(200);
+    s->set_temperature(0.9f);
+    s->set_seed(31 + i);
+    if (i >= 3) {
+      s->add_stop(" the");
+      s->add_stop(".");
+    }
+    requests.push_back(std::move(req));
+  }
+  std::vector<testing::Stream> want;
+  for (const char* mode : {"off", "on"}) {
+    auto cluster = StartCluster(
+        ClusterOptions{.scheduler_args = {std::string("--async_steps=") + mode}});
+    ASSERT_NE(cluster, nullptr);
+    std::vector<testing::Stream> got = testing::RunStreams(cluster->frontend(), requests);
+    const std::string metrics =
+        testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics");
+    const double ahead =
+        testing::MetricValue(metrics, "folio_scheduler_steps_planned_ahead_total");
+    if (std::string(mode) == "off") {
+      EXPECT_EQ(ahead, 0);
+      want = std::move(got);
+    } else {
+      EXPECT_GT(ahead, 50);
+      testing::ExpectSameStreams(want, got);
+    }
+    EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+  }
 }
 
 TEST_F(E2eTest, FullWaitingQueueAnswersResourceExhausted) {

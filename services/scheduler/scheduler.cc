@@ -279,7 +279,8 @@ void Scheduler::Step() {
   absl::StatusOr<worker::StepOutput> output = executor_.Wait();
   InflightStep done = std::move(*inflight_);
   inflight_.reset();
-  if (output.ok() && !state_.loss.has_value() && !next.batch.empty()) {
+  if (output.ok() && CheckAnswer(done, *output).ok() && !state_.loss.has_value() &&
+      !next.batch.empty()) {
     Launch(std::move(next), &done, &*output);
   }
   Complete(done, std::move(output));
@@ -333,7 +334,8 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
         << "sequence " << b.seq_id << " goes to the workers with a pending token";
     b.num_computed += g.num_tokens;
     InflightStep::Seq seq{.handle = r->arrival, .seq_id = b.seq_id,
-                          .num_computed = b.num_computed};
+                          .num_computed = b.num_computed, .num_samples = s.num_samples,
+                          .num_candidates = s.num_candidates};
     if (s.num_samples > 0 || s.num_candidates > 0) {
       if (!r->beam() && EndsByLength(*r, b)) {
         // Its last token: nothing follows it, the next step can go without it.
@@ -374,6 +376,11 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
     return;
   }
   if (state_.loss.has_value()) return;  // everything it computed is recomputed
+  if (absl::Status s = CheckAnswer(step, *output); !s.ok()) {
+    // A worker bug (a step planned ahead was not sent on it): nothing to recompute from.
+    state_.FailRunning(s);
+    return;
+  }
   const bool sampled = std::any_of(output->seqs.begin(), output->seqs.end(), [](const auto& s) {
     return !s.samples.empty() || !s.candidates.empty();
   });
@@ -408,6 +415,26 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
   for (auto& [r, outs] : per_request) sharing_.Advance(r, outs);
   sharing_.ApplyForks();
   metrics_->step_duration.Observe(absl::ToDoubleSeconds(absl::Now() - step.start));
+}
+
+absl::Status Scheduler::CheckAnswer(const InflightStep& step, const worker::StepOutput& output) {
+  if (output.seqs.size() != step.seqs.size()) {
+    return absl::InternalError(absl::StrCat("the workers answered a step of ", step.seqs.size(),
+                                            " sequences with ", output.seqs.size(), " outputs"));
+  }
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const InflightStep::Seq& seq = step.seqs[i];
+    const worker::SequenceOutput& out = output.seqs[i];
+    // Candidates may be fewer than asked: a grammar's mask may allow fewer tokens.
+    if (static_cast<int32_t>(out.samples.size()) != seq.num_samples ||
+        static_cast<int32_t>(out.candidates.size()) > seq.num_candidates) {
+      return absl::InternalError(absl::StrCat(
+          "the workers answered sequence ", seq.seq_id, " with ", out.samples.size(),
+          " samples and ", out.candidates.size(), " candidates; the step asked for ",
+          seq.num_samples, " and at most ", seq.num_candidates));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void Scheduler::DropInflight() {

@@ -124,6 +124,8 @@ class Scheduler {
       uint64_t handle = 0;        // the request
       uint64_t seq_id = 0;        // its branch
       int32_t num_computed = 0;   // the branch's computed tokens once the step is done
+      int32_t num_samples = 0;    // what the step asked for
+      int32_t num_candidates = 0;
       bool pending = false;       // the step's sample counted in Branch::pending_samples
     };
     std::vector<Seq> seqs;        // as the step's input.seqs
@@ -137,6 +139,9 @@ class Scheduler {
               const worker::StepOutput* output);
   // Applies a step's answer: the outputs of branches it still has, or the loss it means.
   void Complete(const InflightStep& step, absl::StatusOr<worker::StepOutput> output);
+  // InternalError unless `output` has one output per sequence of `step`, each with the
+  // samples it asked for and at most the candidates.
+  static absl::Status CheckAnswer(const InflightStep& step, const worker::StepOutput& output);
   // Waits for the step in flight and drops its answer (a loss or a fence already reset
   // what it was for).
   void DropInflight();

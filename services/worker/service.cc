@@ -318,6 +318,11 @@ WorkerService::Metrics::Metrics(MetricsRegistry* r)
     : step_duration(r->AddHistogram("folio_worker_step_duration_seconds",
                                     "Time to run one ExecuteStep on the model, in seconds.",
                                     ExponentialBuckets(1e-4, 2, 18))),
+      step_gap(r->AddHistogram(
+          "folio_worker_step_gap_seconds",
+          "Time the model sat idle between the end of one step and the start of the next "
+          "(the step protocol's share while busy; idle periods land in the top buckets).",
+          ExponentialBuckets(1e-5, 2, 24))),
       step_tokens(r->AddHistogram("folio_worker_step_tokens",
                                   "Tokens computed per step (prefill and decode together).",
                                   ExponentialBuckets(1, 2, 14))),
@@ -625,8 +630,12 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   absl::StatusOr<NativeStep> step = StepFromProto(request);
   if (!step.ok()) return step.status();
   const absl::Time start = absl::Now();
+  if (last_step_end_ != absl::InfinitePast()) {
+    metrics_.step_gap.Observe(absl::ToDoubleSeconds(start - last_step_end_));
+  }
   absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  last_step_end_ = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(last_step_end_ - start);
   if (communicator_ != nullptr) {
     const CollectiveCounts counts = communicator_->counts();
     metrics_.collectives.WithLabels({"all_reduce"})

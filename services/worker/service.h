@@ -136,6 +136,7 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   struct Metrics {
     explicit Metrics(MetricsRegistry* registry);
     Histogram& step_duration;
+    Histogram& step_gap;
     Histogram& step_tokens;
     Histogram& step_sequences;
     Counter& steps;
@@ -211,6 +212,7 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   std::unique_ptr<ModelRunner> runner_;         // uses communicator_: declared after it
   ResidentBound resident_bound_;                // step thread: set at KV allocation
   int32_t steps_since_resident_ = 0;            // step thread
+  absl::Time last_step_end_ = absl::InfinitePast();  // step thread: the last step's end
 
   // Last member: destroyed first, so queued tasks still see everything above.
   StepThread step_thread_;

@@ -11,6 +11,7 @@
 #include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "services/frontend/http/chat_page.h"
 #include "services/frontend/http/chat_template.h"
 #include "services/frontend/http/tokenize_api.h"
 #include "services/frontend/http/tool_call_grammar.h"
@@ -64,6 +65,22 @@ void ParseToolCalls(ToolCallParser& parser, openai::ChoiceDelta& d) {
   }
   d.text = std::move(p.content);
   d.tool_calls = std::move(p.calls);
+}
+
+// The chat page (chat_page.h). Its policy lets it run its own inline script and style and
+// talk to this origin only: no other origin's code, fetches or frames, and no page may
+// frame it (it holds the API key).
+HttpResponse ChatPageResponse() {
+  HttpResponse r;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = std::string(ChatPageHtml());
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'none'; script-src 'unsafe-inline'; "
+                         "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; "
+                         "form-action 'none'; frame-ancestors 'none'");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  return r;
 }
 
 const char* MethodName(Endpoint e) {
@@ -296,7 +313,9 @@ void OpenAiServer::Handle(HttpRequest req, std::shared_ptr<HttpExchange> x) {
                                       {"/metrics", "GET"},
                                       {"/version", "GET"},
                                       {"/tokenize", "POST"},
-                                      {"/detokenize", "POST"}};
+                                      {"/detokenize", "POST"},
+                                      {"/", "GET"},
+                                      {"/index.html", "GET"}};
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
     if (req.path == r.path) route = &r;
@@ -320,7 +339,11 @@ void OpenAiServer::Handle(HttpRequest req, std::shared_ptr<HttpExchange> x) {
     }
     x = std::make_shared<CorsExchange>(std::move(x), *std::move(origin));
   }
-  const bool open = req.path == "/health" || req.path == "/metrics" || req.path == "/version";
+  // The chat page is open too: it holds no data, and its API calls carry the key the user
+  // types into it.
+  const bool chat_page = req.path == "/" || req.path == "/index.html";
+  const bool open =
+      chat_page || req.path == "/health" || req.path == "/metrics" || req.path == "/version";
   if (!open && options_.api_keys.enabled()) {
     const absl::Status st = options_.api_keys.Check(req.header("authorization"));
     if (!st.ok()) return x->Respond(ErrorResponse(openai::ErrorFromStatus(st)));
@@ -338,6 +361,7 @@ void OpenAiServer::Handle(HttpRequest req, std::shared_ptr<HttpExchange> x) {
       return HandleGenerate(Endpoint::kChatCompletions, req, x);
     }
     if (req.path == "/v1/models") return HandleModels(*x);
+    if (chat_page) return x->Respond(ChatPageResponse());
     if (req.path == "/tokenize" || req.path == "/detokenize") {
       std::shared_ptr<const ModelContext> model = model_();
       if (model == nullptr) {

@@ -6,6 +6,7 @@
 //                              (tool_call_parser.h) as OpenAI's tool_calls
 //   GET  /v1/models            the served model
 //   GET  /health               200 only when the model is known and the scheduler serves
+//   GET  / and /index.html     the chat page (chat_page.h), open even with API keys
 //
 // Requests are parsed at the edge (openai_json.h), validated by the same RequestValidator
 // as the gRPC API and run through the scheduler (generation.h). Errors are OpenAI error

@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -263,6 +266,45 @@ TEST_F(OpenAiServerSurfaceTest, MetricsAndVersionAreOpenAndTheApiStillNeedsItsKe
   httplib::Result post = client.Post("/metrics", "", "text/plain");
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 405);
+}
+
+TEST_F(OpenAiServerSurfaceTest, TheChatPageIsServedWithoutAKeyAndIsSelfContained) {
+  httplib::Client client = Client();
+  httplib::Result page = client.Get("/");
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200) << "the page is open even with API keys: " << page->body;
+  EXPECT_THAT(Header(page, "Content-Type"), ::testing::StartsWith("text/html"));
+  EXPECT_THAT(Header(page, "Content-Security-Policy"), ::testing::HasSubstr("connect-src 'self'"));
+  const std::string& html = page->body;
+  EXPECT_THAT(html, ::testing::HasSubstr("<form id=\"chat-form\""));
+  EXPECT_THAT(html, ::testing::HasSubstr("/v1/chat/completions"));
+  EXPECT_THAT(html, ::testing::HasSubstr("/v1/models"));
+  // Nothing from elsewhere: no scripts, styles, images or fonts of another origin.
+  for (const char* external : {"src=\"http", "href=\"http", "src='http", "href='http",
+                               "@import", "url(http", "//cdn"}) {
+    const size_t at = html.find(external);
+    if (at != std::string::npos) ADD_FAILURE() << external << " in: " << html.substr(at, 80);
+  }
+  // The binary serves the page in the source tree (CMake re-embeds it when it changes).
+  std::ifstream source(FOLIO_CHAT_PAGE_FILE, std::ios::binary);
+  ASSERT_TRUE(source) << FOLIO_CHAT_PAGE_FILE;
+  const std::string tree(std::istreambuf_iterator<char>(source), {});
+  EXPECT_TRUE(html == tree) << "the page served (" << html.size() << " bytes) is not "
+                            << FOLIO_CHAT_PAGE_FILE << " (" << tree.size() << " bytes)";
+
+  httplib::Result index = client.Get("/index.html");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_TRUE(index->body == html) << "/index.html is another page";
+  EXPECT_THAT(Header(index, "Content-Type"), ::testing::StartsWith("text/html"));
+
+  httplib::Result post = client.Post("/", "", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(Header(post, "Allow"), "GET");
+  httplib::Result models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401) << "the API the page calls keeps its key";
 }
 
 TEST_F(OpenAiServerSurfaceTest, CorsPreflightAndHeadersForAllowedOriginsOnly) {

@@ -41,6 +41,20 @@ class WorkerClient {
   // `request_ids[i]` names the request of step.seqs[i], for the workers' logs.
   virtual absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                                      const std::vector<std::string>& request_ids) = 0;
+  // Pipelined steps (scheduler.h): Start sends a step and returns; Finish waits for its
+  // answer. One step at a time, Start and Finish alternating, on one thread. This default
+  // runs the whole step in Start (in-process clients have nothing to overlap); the gRPC
+  // client sends in Start and waits in Finish, so the caller works meanwhile with no
+  // thread of its own.
+  virtual void Start(const worker::StepInput& step, const std::vector<std::string>& request_ids) {
+    started_ = Execute(step, request_ids);
+  }
+  virtual absl::StatusOr<worker::StepOutput> Finish() {
+    absl::StatusOr<worker::StepOutput> output = std::move(started_);
+    started_ = absl::FailedPreconditionError("no step was started");
+    return output;
+  }
+
   // Recovery (recovery.h): makes every rank usable again after a failed step. A rank that
   // came back as a new process (a new incarnation) gets its KV cache allocated again,
   // with the block count and size of start-up. UNAVAILABLE while a rank does not answer;
@@ -48,6 +62,9 @@ class WorkerClient {
   virtual absl::Status Restore() = 0;
   // As CacheClient::CancelRestore. Thread-safe.
   virtual void CancelRestore() {}
+
+ private:
+  absl::StatusOr<worker::StepOutput> started_ = absl::FailedPreconditionError("no step was started");
 };
 
 }  // namespace folio::scheduler

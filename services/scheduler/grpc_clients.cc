@@ -427,68 +427,95 @@ absl::Status GrpcWorkerClient::Restore() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
-    const worker::StepInput& step, const std::vector<std::string>& request_ids) {
-  pb::ExecuteStepRequest req = ToProto(step);
-  for (size_t i = 0; i < request_ids.size() && i < step.seqs.size(); ++i) {
-    req.mutable_sequences(static_cast<int>(i))->set_request_id(request_ids[i]);
-  }
-  req.set_step_id(absl::StrCat("w", next_step_++));
-  req.set_scheduler_epoch(epoch_);
-  // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other),
-  // each call under the same deadline. The first rank to fail cancels the others: a rank
-  // blocked in a collective on a dead peer would otherwise hold the step until the
-  // deadline. A rank that does not answer fails the step with DEADLINE_EXCEEDED.
-  const int n = num_ranks();
+// A step sent to every rank: the request, one call per rank, and how many are left.
+// Allocated once per step and never moved: the calls' callbacks hold pointers into it.
+struct GrpcWorkerClient::StepCalls {
   struct Call {
     grpc::ClientContext ctx;
     pb::ExecuteStepResponse resp;
     grpc::Status status;
   };
-  std::vector<Call> calls(n);
-  struct Progress {
-    absl::Mutex mu;
-    int pending ABSL_GUARDED_BY(mu) = 0;
-    int first_failure ABSL_GUARDED_BY(mu) = -1;
-  } progress;
+  explicit StepCalls(int n) : calls(n) {}
+  pb::ExecuteStepRequest req;
+  size_t num_seqs = 0;
+  std::vector<Call> calls;
+  absl::Mutex mu;
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  int first_failure ABSL_GUARDED_BY(mu) = -1;
+};
+
+GrpcWorkerClient::~GrpcWorkerClient() {
+  CHECK(step_calls_ == nullptr) << "a worker step is still in flight";
+}
+
+absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
+    const worker::StepInput& step, const std::vector<std::string>& request_ids) {
+  Start(step, request_ids);
+  return Finish();
+}
+
+void GrpcWorkerClient::Start(const worker::StepInput& step,
+                             const std::vector<std::string>& request_ids) {
+  CHECK(step_calls_ == nullptr) << "a step is already in flight";
+  const int n = num_ranks();
+  step_calls_ = std::make_unique<StepCalls>(n);
+  StepCalls& c = *step_calls_;
+  c.req = ToProto(step);
+  c.num_seqs = step.seqs.size();
+  for (size_t i = 0; i < request_ids.size() && i < step.seqs.size(); ++i) {
+    c.req.mutable_sequences(static_cast<int>(i))->set_request_id(request_ids[i]);
+  }
+  c.req.set_step_id(absl::StrCat("w", next_step_++));
+  c.req.set_scheduler_epoch(epoch_);
+  // Every rank runs the step at once (tensor-parallel ranks all-reduce with each other),
+  // each call under the same deadline. The first rank to fail cancels the others (Finish):
+  // a rank blocked in a collective on a dead peer would otherwise hold the step until the
+  // deadline. A rank that does not answer fails the step with DEADLINE_EXCEEDED.
   {
-    absl::MutexLock lock(&progress.mu);
-    progress.pending = n;
+    absl::MutexLock lock(&c.mu);
+    c.pending = n;
   }
   const absl::Time deadline = absl::Now() + timeout_;
   for (int rank = 0; rank < n; ++rank) {
-    Call& call = calls[rank];
+    StepCalls::Call& call = c.calls[rank];
     call.ctx.set_deadline(absl::ToChronoTime(deadline));
     stubs_[rank]->async()->ExecuteStep(
-        &call.ctx, &req, &call.resp, [&progress, &call, rank](grpc::Status s) {
-          absl::MutexLock lock(&progress.mu);
+        &call.ctx, &c.req, &call.resp, [&c, &call, rank](grpc::Status s) {
+          absl::MutexLock lock(&c.mu);
           call.status = std::move(s);
-          if (!call.status.ok() && progress.first_failure < 0) progress.first_failure = rank;
-          --progress.pending;
+          if (!call.status.ok() && c.first_failure < 0) c.first_failure = rank;
+          --c.pending;
         });
   }
+}
+
+absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Finish() {
+  CHECK(step_calls_ != nullptr) << "no step in flight";
+  std::unique_ptr<StepCalls> done = std::move(step_calls_);
+  StepCalls& c = *done;
+  const int n = static_cast<int>(c.calls.size());
   int first_failure = -1;
   {
-    absl::MutexLock lock(&progress.mu);
-    progress.mu.Await(absl::Condition(
-        +[](Progress* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    absl::MutexLock lock(&c.mu);
+    c.mu.Await(absl::Condition(
+        +[](StepCalls* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           return p->pending == 0 || p->first_failure >= 0;
         },
-        &progress));
+        &c));
   }
   // Cancel outside the lock (a cancelled call's callback takes it); a finished call
   // ignores it.
-  for (Call& call : calls) call.ctx.TryCancel();
+  for (StepCalls::Call& call : c.calls) call.ctx.TryCancel();
   {
-    absl::MutexLock lock(&progress.mu);
-    progress.mu.Await(absl::Condition(
-        +[](Progress* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending == 0; }, &progress));
-    first_failure = progress.first_failure;
+    absl::MutexLock lock(&c.mu);
+    c.mu.Await(absl::Condition(
+        +[](StepCalls* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending == 0; }, &c));
+    first_failure = c.first_failure;
   }
   if (first_failure >= 0) {
     // The first failure is the cause; the others are usually its echo (cancelled, or a
     // collective that lost its peer), listed after it.
-    const grpc::Status& cause = calls[first_failure].status;
+    const grpc::Status& cause = c.calls[first_failure].status;
     std::string message = absl::StrCat("worker rank ", first_failure, " of ", n, ": ",
                                        cause.error_message());
     if (cause.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -496,7 +523,7 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
                       absl::FormatDuration(timeout_), ")");
     }
     for (int rank = 0; rank < n; ++rank) {
-      const grpc::Status& s = calls[rank].status;
+      const grpc::Status& s = c.calls[rank].status;
       if (rank == first_failure || s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
         continue;
       }
@@ -504,8 +531,8 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Execute(
     }
     return FromGrpcStatus(grpc::Status(cause.error_code(), message));
   }
-  const pb::ExecuteStepResponse& resp = calls[0].resp;
-  if (resp.outputs_size() != static_cast<int>(step.seqs.size())) {
+  const pb::ExecuteStepResponse& resp = c.calls[0].resp;
+  if (resp.outputs_size() != static_cast<int>(c.num_seqs)) {
     return absl::InternalError("worker answered a different number of sequences");
   }
   return FromProto(resp);

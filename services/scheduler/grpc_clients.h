@@ -69,8 +69,12 @@ class GrpcCacheClient final : public CacheClient {
 class GrpcWorkerClient final : public WorkerClient {
  public:
   GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> ranks, absl::Duration timeout);
+  ~GrpcWorkerClient() override;  // a started step must have been finished
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>& request_ids) override;
+  // Sends the step to every rank (asynchronous calls) and returns at once; Finish waits.
+  void Start(const worker::StepInput& step, const std::vector<std::string>& request_ids) override;
+  absl::StatusOr<worker::StepOutput> Finish() override;
   // Probes every rank's GetWorkerInfo. One rank: a new incarnation (or no pool) gets
   // AllocateKvCache with the start-up block count and size. Several: a new incarnation on
   // any rank, or a group not joined, forms the group again (JoinGroup) and allocates on
@@ -97,7 +101,10 @@ class GrpcWorkerClient final : public WorkerClient {
   uint64_t epoch() const { return epoch_; }
 
  private:
+  struct StepCalls;  // a step sent to every rank (grpc_clients.cc)
+
   std::vector<std::unique_ptr<folio::internal::v1::Worker::Stub>> stubs_;
+  std::unique_ptr<StepCalls> step_calls_;  // between Start and Finish
   uint64_t epoch_ = 0;
   const absl::Duration timeout_;
   uint64_t next_step_ = 1;

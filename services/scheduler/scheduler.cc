@@ -34,14 +34,15 @@ Scheduler::Scheduler(const SchedulerOptions& options, CacheClient* cache, Worker
       planner_(&state_),
       sharing_(&state_),
       recovery_(options.recovery, &state_, cache, workers,
-                registry != nullptr ? registry : own_registry_.get()),
-      executor_(workers, /*threaded=*/options.async_steps) {
+                registry != nullptr ? registry : own_registry_.get()) {
   CHECK_GT(options_.block_size, 0);
   CHECK_GT(options_.max_num_batched_tokens, 0);
   CHECK_GT(options_.max_num_seqs, 0);
 }
 
-Scheduler::~Scheduler() = default;
+Scheduler::~Scheduler() {
+  if (inflight_.has_value()) DropInflight();  // its calls must not outlive us
+}
 
 namespace {
 
@@ -269,14 +270,14 @@ void Scheduler::Step() {
     if (options_.async_steps && inflight_->pipelined) return;  // planned ahead next time
     InflightStep step = std::move(*inflight_);
     inflight_.reset();
-    Complete(step, executor_.Wait());
+    Complete(step, workers_->Finish());
     return;
   }
   // A step is in flight: plan the next one meanwhile, if its sequences can go on before
   // its answer, and send it the moment the answer is there.
   PlannedStep next;
   if (inflight_->pipelined) next = planner_.Plan();
-  absl::StatusOr<worker::StepOutput> output = executor_.Wait();
+  absl::StatusOr<worker::StepOutput> output = workers_->Finish();
   InflightStep done = std::move(*inflight_);
   inflight_.reset();
   if (output.ok() && CheckAnswer(done, *output).ok() && !state_.loss.has_value() &&
@@ -352,7 +353,7 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   metrics_->batch_size.Observe(static_cast<double>(plan.batch.size()));
   metrics_->batch_tokens.Observe(static_cast<double>(plan.num_tokens));
   inflight_ = std::move(step);
-  executor_.Start(std::move(plan.input), std::move(plan.request_ids));
+  workers_->Start(plan.input, plan.request_ids);
 }
 
 void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOutput> output) {
@@ -438,7 +439,7 @@ absl::Status Scheduler::CheckAnswer(const InflightStep& step, const worker::Step
 }
 
 void Scheduler::DropInflight() {
-  absl::StatusOr<worker::StepOutput> output = executor_.Wait();
+  absl::StatusOr<worker::StepOutput> output = workers_->Finish();
   inflight_.reset();
   if (!output.ok()) LOG(WARNING) << "dropped step failed too: " << output.status();
 }

@@ -11,10 +11,11 @@
 // repeats nor loses a token. Then the workers run the step and the sampled tokens are
 // streamed, with stops checked.
 //
-// Pipelined steps (SchedulerOptions::async_steps): the workers run a step on the
-// executor's thread (step_executor.h) while the loop plans the next one and gets its
-// slots, so the next step is sent the moment this one's answer arrives, and this one's
-// outputs are applied (tokens streamed, stops checked, forks made) while the next runs.
+// Pipelined steps (SchedulerOptions::async_steps): the loop sends a step
+// (WorkerClient::Start) and, while the workers run it, plans the next one and gets its
+// slots, then waits for the answer (WorkerClient::Finish), sends the next step at once and
+// applies this one's outputs (tokens streamed, stops checked, forks made) while the next
+// runs. No thread is added: the gRPC client's calls are asynchronous.
 // A decoding sequence then grows in the plan by the token the step in flight is sampling
 // (Branch::pending_samples): the cache manager grants its slot as pending
 // (cachemgr::kPendingToken), the step carries the real id, filled in when it is sent, and
@@ -63,7 +64,6 @@
 #include "services/scheduler/scheduler_metrics.h"
 #include "services/scheduler/scheduler_options.h"
 #include "services/scheduler/sharing.h"
-#include "services/scheduler/step_executor.h"
 #include "services/scheduler/step_planner.h"
 
 namespace folio::scheduler {
@@ -176,7 +176,6 @@ class Scheduler {
   Sharing sharing_;
   Recovery recovery_;
   std::optional<InflightStep> inflight_;
-  StepExecutor executor_;  // last: its thread stops first
 };
 
 }  // namespace folio::scheduler

@@ -61,4 +61,16 @@ absl::StatusOr<worker::StepOutput> TimedWorkerClient::Execute(
   return output;
 }
 
+void TimedWorkerClient::Start(const worker::StepInput& step,
+                              const std::vector<std::string>& request_ids) {
+  started_ = absl::Now();
+  inner_->Start(step, request_ids);
+}
+
+absl::StatusOr<worker::StepOutput> TimedWorkerClient::Finish() {
+  absl::StatusOr<worker::StepOutput> output = inner_->Finish();
+  metrics_->Record("worker", "ExecuteStep", output.status().code(), absl::Now() - started_);
+  return output;
+}
+
 }  // namespace folio::scheduler

@@ -53,12 +53,15 @@ class TimedWorkerClient final : public WorkerClient {
   TimedWorkerClient(WorkerClient* inner, RpcMetrics* metrics) : inner_(inner), metrics_(metrics) {}
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>& request_ids) override;
+  void Start(const worker::StepInput& step, const std::vector<std::string>& request_ids) override;
+  absl::StatusOr<worker::StepOutput> Finish() override;
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
 
  private:
   WorkerClient* const inner_;
   RpcMetrics* const metrics_;
+  absl::Time started_;  // of the step in flight
 };
 
 }  // namespace folio::scheduler

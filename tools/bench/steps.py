@@ -101,12 +101,16 @@ def gap_figures(before, after):
 
 
 def proc_counts(pid):
-    """(context switches, CPU seconds) of a process so far."""
+    """(context switches of all its threads, CPU seconds) of a process so far."""
     switches = 0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                switches += int(line.split()[1])
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        switches += int(line.split()[1])
+        except OSError:  # the thread ended meanwhile
+            pass
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -152,6 +156,8 @@ def one_run(args, mode, run_dir, index):
             if tokens else None,
             "scheduler_cpu_ms_per_step": 1e3 * (p1["scheduler"][1] - p0["scheduler"][1]) / steps
             if steps else None,
+            "cpu_ms_per_step": {s: 1e3 * (p1[s][1] - p0[s][1]) / steps if steps else None
+                                for s in services},
         }
         figures.update(gap_figures(m0, m1))
         figures["commands"] = c.commands

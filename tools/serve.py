@@ -192,9 +192,11 @@ def main():
                         "per request, the baseline the paper compares with)")
     p.add_argument("--max_num_seqs", type=int, default=64,
                    help="sequences the scheduler runs in one step, at most")
-    p.add_argument("--async_steps", default="on", choices=["on", "off"],
-                   help="pipelined steps: the scheduler plans the next step while the "
-                        "workers run this one")
+    p.add_argument("--async_steps", default="auto", choices=["auto", "on", "off"],
+                   help="pipelined steps: the scheduler plans the next step while the workers "
+                        "run this one. auto = off here, where the workers' threads take every "
+                        "core the scheduler would plan on (measured 0.96x the throughput on 2 "
+                        "cores, docs/benchmarks.md); on where they do not share cores")
     p.add_argument("--max_num_batched_tokens", type=int, default=512,
                    help="tokens one step computes, at most (prefill chunks plus decodes)")
     p.add_argument("--max_model_len", type=int, default=0,
@@ -316,7 +318,7 @@ def main():
                 "--workers=" + ",".join(w.address for w in workers),
                 f"--block_size={args.block_size}", f"--policy={args.policy}",
                 f"--max_num_seqs={args.max_num_seqs}",
-                f"--async_steps={args.async_steps}",
+                f"--async_steps={'off' if args.async_steps == 'auto' else args.async_steps}",
                 f"--max_num_batched_tokens={args.max_num_batched_tokens}",
                 f"--max_model_len={args.max_model_len}",
                 f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",

@@ -45,7 +45,10 @@ ABSL_FLAG(bool, reserve_max_model_len, false,
 ABSL_FLAG(std::string, async_steps, "on",
           "Pipelined steps, on|off: plan the next step and get its slots from the cache "
           "manager while the workers run this one, so the workers wait for no round of "
-          "planning between steps.");
+          "planning between steps. It halves the workers' idle time between steps; where "
+          "the workers' threads use every core this process runs on, the planning competes "
+          "with them instead (0.96x the throughput on 2 cores, docs/benchmarks.md), and off "
+          "is better (./folio serve's auto).");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Reuse the KV of prompt prefixes seen before.");
 ABSL_FLAG(int, worker_timeout_ms, 60000, "Deadline of one worker step RPC.");
 ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");

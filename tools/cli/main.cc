@@ -30,7 +30,9 @@ ABSL_FLAG(std::string, api_key, "",
           "The API key of a frontend started with --api_key (sent as authorization: Bearer "
           "KEY); default: $FOLIO_API_KEY.");
 ABSL_FLAG(int, max_tokens, 100, "generate: tokens to generate at most.");
-ABSL_FLAG(float, temperature, 0.0f, "generate: sampling temperature in [0, 2]; 0 is greedy.");
+ABSL_FLAG(std::optional<float>, temperature, std::nullopt,
+          "generate: sampling temperature in [0, 2]; 0 is greedy. Unset: the server's default, "
+          "1.0, as over HTTP and in folio-run.");
 ABSL_FLAG(std::optional<float>, top_p, std::nullopt,
           "generate: nucleus sampling mass in (0, 1]. Unset: the server's default (1).");
 ABSL_FLAG(std::optional<int>, top_k, std::nullopt,
@@ -85,7 +87,7 @@ constexpr char kUsage[] =
     "  generate PROMPT  Generate a completion of PROMPT and print its text as it arrives\n"
     "                   (--json: one JSON object with text, token_ids, finish_reason,\n"
     "                   usage and request_id once done). Sampling flags: --max_tokens\n"
-    "                   (default 100), --temperature (default 0, greedy), --top_p, --top_k,\n"
+    "                   (default 100), --temperature (default 1.0; 0 is greedy), --top_p, --top_k,\n"
     "                   --min_p, --seed, --stop, --logprobs, --ignore_eos; --n=N for N\n"
     "                   choices, --beam=K (--length_penalty) for beam search: each choice\n"
     "                   prints once done as [INDEX] TEXT (--json: a choices list);\n"
@@ -142,7 +144,7 @@ pb::GenerateRequest BuildRequest(const std::string& prompt) {
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
   pb::SamplingOptions* s = request.mutable_sampling();
   s->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
-  s->set_temperature(absl::GetFlag(FLAGS_temperature));
+  if (auto v = absl::GetFlag(FLAGS_temperature)) s->set_temperature(*v);
   if (auto v = absl::GetFlag(FLAGS_top_p)) s->set_top_p(*v);
   if (auto v = absl::GetFlag(FLAGS_top_k)) s->set_top_k(*v);
   if (auto v = absl::GetFlag(FLAGS_min_p)) s->set_min_p(*v);

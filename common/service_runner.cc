@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/reflection_v1.h"
 #include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -19,6 +20,7 @@ absl::StatusOr<std::unique_ptr<ServiceRunner>> ServiceRunner::Start(
   auto runner = absl::WrapUnique(new ServiceRunner(options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  EnableReflectionV1();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =

@@ -8,7 +8,9 @@
 #include "folio/internal/v1/cachemgr.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "google/protobuf/descriptor.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/service_process.h"
@@ -313,6 +315,52 @@ TEST_F(CacheManagerServiceTest, ReflectionListsTheServices) {
   for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
   EXPECT_THAT(names, ::testing::IsSupersetOf(
                          std::vector<std::string>{kService, "grpc.health.v1.Health"}));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Reflection v1 (common/reflection_v1.h): the services, a service's file with its
+// imports (each once per stream), and a clear NOT_FOUND.
+TEST_F(CacheManagerServiceTest, ReflectionV1ListsTheServicesAndTheirFiles) {
+  namespace refl = grpc::reflection::v1;
+  auto stub = refl::ServerReflection::NewStub(
+      grpc::CreateChannel(proc_->address(), grpc::InsecureChannelCredentials()));
+  auto ctx = Ctx();
+  auto stream = stub->ServerReflectionInfo(ctx.get());
+  refl::ServerReflectionRequest list;
+  list.set_list_services("");
+  ASSERT_TRUE(stream->Write(list));
+  refl::ServerReflectionResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  std::vector<std::string> names;
+  for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
+  EXPECT_THAT(names, ::testing::IsSupersetOf(std::vector<std::string>{
+                         kService, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                         "grpc.reflection.v1alpha.ServerReflection"}));
+
+  refl::ServerReflectionRequest symbol;
+  symbol.set_file_containing_symbol(kService);
+  ASSERT_TRUE(stream->Write(symbol));
+  ASSERT_TRUE(stream->Read(&resp));
+  std::vector<std::string> files;
+  for (const std::string& bytes : resp.file_descriptor_response().file_descriptor_proto()) {
+    google::protobuf::FileDescriptorProto file;
+    ASSERT_TRUE(file.ParseFromString(bytes));
+    files.push_back(file.name());
+  }
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(files[0], "folio/internal/v1/cachemgr.proto");
+  // The same file again on this stream: sent once already.
+  ASSERT_TRUE(stream->Write(symbol));
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.file_descriptor_response().file_descriptor_proto_size(), 0);
+
+  refl::ServerReflectionRequest missing;
+  missing.set_file_containing_symbol("no.such.Service");
+  ASSERT_TRUE(stream->Write(missing));
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.error_response().error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(resp.error_response().error_message(), HasSubstr("no.such.Service"));
+  stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }
 

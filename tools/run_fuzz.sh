@@ -12,10 +12,12 @@
 #   grammar_fuzz         the GBNF grammar parser, the regex compiler and the token matcher
 #   json_schema_fuzz     the JSON Schema -> grammar compiler
 #   tool_call_fuzz       the tool-call output parsers (whole = streamed, no call = the text)
+#   reasoning_fuzz       the <think> reasoning splitter (whole = streamed, the rules, nothing
+#                        but the tags and whitespace around them dropped)
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
 #   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors,
-#   hf_tokenizer, grammar, json_schema and tools name them too)
+#   hf_tokenizer, grammar, json_schema, tools and reasoning name them too)
 #
 # Environment: FOLIO_FUZZ_BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2),
 # FOLIO_REFERENCE_DIR (default <repo>/build/reference).
@@ -52,12 +54,14 @@ for t in "$@"; do
     grammar) targets+=(grammar_fuzz) ;;
     json_schema) targets+=(json_schema_fuzz) ;;
     tools) targets+=(tool_call_fuzz) ;;
+    reasoning) targets+=(reasoning_fuzz) ;;
     routing) targets+=(routing_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
-                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz routing_fuzz)
+                                     hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz routing_fuzz
+                                     reasoning_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -70,6 +74,7 @@ seed_dir() {
     grammar_fuzz) echo "$repo/common/structured/grammar_fuzz_corpus" ;;
     json_schema_fuzz) echo "$repo/common/structured/json_schema_fuzz_corpus" ;;
     tool_call_fuzz) echo "$repo/services/frontend/http/tool_call_fuzz_corpus" ;;
+    reasoning_fuzz) echo "$repo/services/frontend/http/reasoning_fuzz_corpus" ;;
     routing_fuzz) echo "$repo/services/frontend/routing/fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac

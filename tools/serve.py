@@ -173,6 +173,9 @@ def main():
     p.add_argument("--chat_template",
                    help="a Jinja chat template file for /v1/chat/completions, in place of the "
                         "model's own")
+    p.add_argument("--reasoning_parser", default="auto", choices=["auto", "think", "none"],
+                   help="split <think>...</think> off chat answers into reasoning_content "
+                        "(auto: when the chat template mentions <think>)")
     p.add_argument("--tool_call_parser", choices=["llama3_json", "hermes", "mistral"],
                    help="how tool calls are read out of the model's output (default: by the "
                         "chat template's family)")
@@ -342,6 +345,7 @@ def main():
             frontend_argv.append(f"--chat_template={os.path.abspath(args.chat_template)}")
         if args.tool_call_parser:
             frontend_argv.append(f"--tool_call_parser={args.tool_call_parser}")
+        frontend_argv.append(f"--reasoning_parser={args.reasoning_parser}")
         frontend = Service("frontend", frontend_argv + tls + args.frontend_flag, run_dir)
         services.append(frontend)
         frontend.wait_ports(args.startup_timeout_s)

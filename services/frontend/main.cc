@@ -25,6 +25,7 @@
 #include "services/frontend/api_keys.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/frontend/http/reasoning_parser.h"
 #include "services/frontend/http/openai_server.h"
 #include "services/frontend/routing/replica_set.h"
 #include "services/frontend/service.h"
@@ -100,6 +101,11 @@ ABSL_FLAG(std::string, tool_call_parser, "",
           "How /v1/chat/completions reads tool calls out of the model's output: llama3_json, "
           "hermes (also Qwen2.5/Qwen3) or mistral. Empty: the one the chat template's family "
           "uses (none when it shows no tool-call format).");
+ABSL_FLAG(std::string, reasoning_parser, "auto",
+          "Whether /v1/chat/completions splits a reasoning model's <think>...</think> out of "
+          "the answer as message.reasoning_content / delta.reasoning_content: think (always), "
+          "none (never), auto (when the chat template mentions <think>: Qwen3, QwQ, "
+          "DeepSeek-R1).");
 ABSL_FLAG(std::string, api_key_file, "",
           "File of API keys, one per line ('#' starts a comment line).");
 
@@ -296,6 +302,12 @@ int main(int argc, char** argv) {
     }
     tool_call_parser = *f;
   }
+  absl::StatusOr<folio::frontend::ReasoningParserMode> reasoning_parser =
+      folio::frontend::ReasoningParserModeByName(absl::GetFlag(FLAGS_reasoning_parser));
+  if (!reasoning_parser.ok()) {
+    LOG(ERROR) << "--reasoning_parser: " << reasoning_parser.status().message();
+    return kExitBadFlags;
+  }
   folio::ExitIfCheckingFlags();
   // A client that drops its HTTP connection must not take the process with it: writes to
   // it fail with EPIPE instead.
@@ -366,6 +378,7 @@ int main(int argc, char** argv) {
     http_options.drain_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_drain_timeout_ms));
     http_options.resume = options.resume;
     http_options.tool_call_parser = tool_call_parser;
+    http_options.reasoning_parser = *reasoning_parser;
     http_options.served_model_names = absl::GetFlag(FLAGS_served_model_name);
     http_options.allowed_origins = absl::GetFlag(FLAGS_allowed_origins);
     http_options.metrics_text = [&registry] { return registry.Serialize(); };

@@ -17,6 +17,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view source, std::
   ChatTemplate out(*std::move(t), std::move(bos_token), std::move(eos_token), is_default);
   out.tool_call_format_ =
       ToolCallFormatOfTemplate(is_default ? std::string_view(kDefaultChatTemplate) : source);
+  out.mentions_think_ = !is_default && source.find("<think>") != std::string_view::npos;
   return out;
 }
 

@@ -106,6 +106,10 @@ class ChatTemplate {
   // The tool-call format the template teaches (ToolCallFormatOfTemplate), if any.
   std::optional<ToolCallFormat> tool_call_format() const { return tool_call_format_; }
 
+  // Whether the template's source mentions <think> (Qwen3, QwQ, DeepSeek-R1: a reasoning
+  // model's template), which turns --reasoning_parser=auto on (reasoning_parser.h).
+  bool mentions_think() const { return mentions_think_; }
+
  private:
   ChatTemplate(jinja::Template t, std::string bos, std::string eos, bool is_default)
       : template_(std::move(t)), bos_(std::move(bos)), eos_(std::move(eos)),
@@ -116,6 +120,7 @@ class ChatTemplate {
   std::string eos_;
   bool is_default_;
   std::optional<ToolCallFormat> tool_call_format_;
+  bool mentions_think_ = false;
 };
 
 // The template a model's chat requests render with, chosen as llama.cpp's server and

@@ -511,6 +511,12 @@ json BuildResponse(const ResponseHeader& h, const std::vector<ChoiceDelta>& choi
     json choice = {{"index", c.index}};
     if (h.endpoint == Endpoint::kChatCompletions) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      // Under both names the ecosystem uses: reasoning_content (llama.cpp's server,
+      // DeepSeek's API) and reasoning (vLLM).
+      if (!c.reasoning.empty()) {
+        choice["message"]["reasoning_content"] = c.reasoning;
+        choice["message"]["reasoning"] = c.reasoning;
+      }
       if (!c.tool_calls.empty()) {
         // As OpenAI: no text beside the calls is null content.
         if (c.text.empty()) choice["message"]["content"] = nullptr;
@@ -541,8 +547,13 @@ json BuildChunk(const ResponseHeader& h, const std::vector<ChoiceDelta>& deltas,
   for (const ChoiceDelta& d : deltas) {
     json choice = {{"index", d.index}};
     if (h.endpoint == Endpoint::kChatCompletions) {
-      const bool no_text = d.text.empty() && (!d.finish_reason.empty() || !d.tool_calls.empty());
+      const bool no_text = d.text.empty() && (!d.finish_reason.empty() || !d.tool_calls.empty() ||
+                                               !d.reasoning.empty());
       choice["delta"] = no_text ? json::object() : json{{"content", d.text}};
+      if (!d.reasoning.empty()) {
+        choice["delta"]["reasoning_content"] = d.reasoning;
+        choice["delta"]["reasoning"] = d.reasoning;
+      }
       if (!d.tool_calls.empty()) {
         // OpenAI's shape: a call's first delta has its id, type and name (and arguments
         // ""); the next ones only arguments fragments.

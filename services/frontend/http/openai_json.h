@@ -85,6 +85,9 @@ struct ChoiceDelta {
   // Chat with tool-call parsing: the calls' deltas (streamed as OpenAI's delta.tool_calls);
   // in the non-streamed response each entry is a whole call (id, name, all arguments).
   std::vector<ToolCallDelta> tool_calls;
+  // Chat with a reasoning parser (reasoning_parser.h): the reasoning, apart from `text`
+  // (OpenAI-compatible servers' message.reasoning_content / delta.reasoning_content).
+  std::string reasoning;
 };
 
 struct Usage {

@@ -252,5 +252,27 @@ TEST(OpenAiJsonTest, ResponsesAndChunks) {
   EXPECT_EQ(SseEvent(json{{"a", 1}}), "data: {\"a\":1}\n\n");
 }
 
+TEST(OpenAiJsonTest, ReasoningIsReasoningContentBesideContent) {
+  ResponseHeader chat{"chatcmpl-r1", 1, "m", Endpoint::kChatCompletions, false};
+  ChoiceDelta d;
+  d.reasoning = "hmm";
+  json chunk = BuildChunk(chat, {d}, /*include_usage_field=*/false);
+  EXPECT_EQ(chunk["choices"][0]["delta"],
+            json({{"reasoning_content", "hmm"}, {"reasoning", "hmm"}}));
+  d.text = "4";
+  chunk = BuildChunk(chat, {d}, /*include_usage_field=*/false);
+  EXPECT_EQ(chunk["choices"][0]["delta"],
+            json({{"reasoning_content", "hmm"}, {"reasoning", "hmm"}, {"content", "4"}}));
+  json r = BuildResponse(chat, {d}, Usage{});
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "hmm");
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning"], "hmm");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "4");
+  d.reasoning.clear();
+  r = BuildResponse(chat, {d}, Usage{});
+  EXPECT_FALSE(r["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_FALSE(r["choices"][0]["message"].contains("reasoning"));
+  EXPECT_FALSE(BuildChunk(chat, {d}, false)["choices"][0]["delta"].contains("reasoning_content"));
+}
+
 }  // namespace
 }  // namespace folio::frontend::openai

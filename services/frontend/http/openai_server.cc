@@ -67,6 +67,19 @@ void ParseToolCalls(ToolCallParser& parser, openai::ChoiceDelta& d) {
   d.tool_calls = std::move(p.calls);
 }
 
+// Runs `d` through its choice's reasoning parser: the reasoning goes to d.reasoning and
+// `d.text` keeps the rest (which a tool-call parser then reads).
+void ParseReasoning(ReasoningParser& parser, openai::ChoiceDelta& d) {
+  ReasoningDelta p = parser.Feed(d.text);
+  if (!d.finish_reason.empty()) {
+    ReasoningDelta rest = parser.Finish();
+    p.reasoning += rest.reasoning;
+    p.content += rest.content;
+  }
+  d.text = std::move(p.content);
+  d.reasoning = std::move(p.reasoning);
+}
+
 // The chat page (chat_page.h). Its policy lets it run its own inline script and style and
 // talk to this origin only: no other origin's code, fetches or frames, and no page may
 // frame it (it holds the API key).
@@ -102,6 +115,8 @@ struct OpenAiServer::Call {
   std::string echo;                          // completions: the prompt, sent first
   // Chat with tools: one tool-call parser per choice (none: the text is all content).
   std::vector<ToolCallParser> parsers;
+  // Chat with a reasoning parser: one per choice, run before the tool-call parser.
+  std::vector<ReasoningParser> reasoning_parsers;
   std::vector<openai::ChoiceDelta> choices;  // not streamed: the whole answer so far
   bool started = false;                      // streamed: the response head is out
   absl::Mutex mu;
@@ -480,6 +495,7 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     r.input.request_id = std::string(*id);
   }
   std::optional<ToolCallFormat> tool_format;
+  std::optional<ReasoningStart> reasoning_start;  // set: split out the <think> reasoning
   if (endpoint == Endpoint::kChatCompletions) {
     // Tools are rendered into the prompt by the template; the model's calls are parsed out
     // of its output in the template family's format (or --tool_call_parser's).
@@ -525,6 +541,11 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     }
     absl::StatusOr<std::string> prompt = (*t)->Render(r.chat);
     if (!prompt.ok()) return fail(prompt.status());
+    if (options_.reasoning_parser == ReasoningParserMode::kThink ||
+        (options_.reasoning_parser == ReasoningParserMode::kAuto && (*t)->mentions_think())) {
+      // A prompt ending in <think> (DeepSeek-R1, Qwen3-Thinking) starts the output inside.
+      reasoning_start = ReasoningStartOfPrompt(*prompt);
+    }
     absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(model->tokenizer(), *prompt);
     if (!ids.ok()) {
       return fail(absl::InvalidArgumentError(absl::StrCat("messages: ", ids.status().message())));
@@ -554,6 +575,10 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     if (!r.parallel_tool_calls) po.max_calls = 1;
     call->parsers.reserve(static_cast<size_t>(validated->n));
     for (int32_t i = 0; i < validated->n; ++i) call->parsers.emplace_back(po);
+  }
+  if (reasoning_start.has_value()) {
+    call->reasoning_parsers.assign(static_cast<size_t>(validated->n),
+                                   ReasoningParser(*reasoning_start));
   }
   call->include_usage = r.include_usage;
   if (r.echo) {
@@ -607,6 +632,9 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
     call->exchange.reset();
     Unregister(call);
   };
+  if (!call->reasoning_parsers.empty()) {
+    for (openai::ChoiceDelta& d : u.deltas) ParseReasoning(call->reasoning_parsers[d.index], d);
+  }
   if (!call->parsers.empty()) {
     for (openai::ChoiceDelta& d : u.deltas) ParseToolCalls(call->parsers[d.index], d);
   }
@@ -614,6 +642,7 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
     for (openai::ChoiceDelta& d : u.deltas) {
       openai::ChoiceDelta& c = call->choices[d.index];
       c.text += d.text;
+      c.reasoning += d.reasoning;
       for (ToolCallDelta& t : d.tool_calls) {
         if (!t.name.empty()) {
           c.tool_calls.push_back(std::move(t));
@@ -637,10 +666,11 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
   // reports at once (queue full, no replica) get their own HTTP status rather than an
   // error event in a 200 stream.
   auto write_deltas = [&](std::vector<openai::ChoiceDelta> deltas) {
-    // A tool-call parser may hold a delta's whole text back: nothing to send for it.
+    // A tool-call or reasoning parser may hold a delta's whole text back: nothing to send
+    // for it.
     std::erase_if(deltas, [](const openai::ChoiceDelta& d) {
       return d.text.empty() && d.tokens.empty() && d.finish_reason.empty() &&
-             d.tool_calls.empty();
+             d.tool_calls.empty() && d.reasoning.empty();
     });
     if (deltas.empty()) return;
     x.Write(openai::SseEvent(openai::BuildChunk(call->header, deltas, call->include_usage)));

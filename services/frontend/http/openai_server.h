@@ -3,7 +3,8 @@
 //   POST /v1/completions       text or token-id prompt, streamed (SSE) or not
 //   POST /v1/chat/completions  messages through the model's chat template (chat_template.h);
 //                              with tools, the model's calls parsed out of its output
-//                              (tool_call_parser.h) as OpenAI's tool_calls
+//                              (tool_call_parser.h) as OpenAI's tool_calls; a reasoning
+//                              model's <think> part as reasoning_content (reasoning_parser.h)
 //   GET  /v1/models            the served model
 //   GET  /health               200 only when the model is known and the scheduler serves
 //   GET  / and /index.html     the chat page (chat_page.h), open even with API keys
@@ -41,6 +42,7 @@
 #include "services/frontend/http/generation.h"
 #include "services/frontend/http/http_server.h"
 #include "services/frontend/http/openai_json.h"
+#include "services/frontend/http/reasoning_parser.h"
 #include "services/frontend/routing/stream_router.h"
 
 namespace folio::frontend {
@@ -65,6 +67,9 @@ struct OpenAiServerOptions {
   // The tool-call parser of chat requests with tools; unset: the one the chat template's
   // family uses (ToolCallFormatOfTemplate), none when it shows no format.
   std::optional<ToolCallFormat> tool_call_parser;
+  // Whether chat answers' <think> reasoning is split out as reasoning_content
+  // (reasoning_parser.h): kAuto for chat templates that mention <think>.
+  ReasoningParserMode reasoning_parser = ReasoningParserMode::kAuto;
   // Where generation streams go (routing/stream_router.h); null: the scheduler on the
   // channel given to Start.
   std::shared_ptr<routing::StreamRouter> router;

@@ -89,6 +89,133 @@ class OpenAiResumeTest : public OpenAiServerTest {
   OpenAiResumeTest() { resume_timeout_ = absl::Seconds(10); }
 };
 
+// A reasoning model: --reasoning_parser=think over the default template (the output opens
+// with <think>), and a chat template that mentions <think> (auto) and ends the prompt in it.
+class OpenAiReasoningTest : public OpenAiServerTest {
+ protected:
+  OpenAiReasoningTest() { options_.reasoning_parser = ReasoningParserMode::kThink; }
+
+  json PostChat(const json& body, int* status) {
+    httplib::Client client("127.0.0.1", http_->port());
+    httplib::Result r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    *status = r ? r->status : 0;
+    if (!r) return json();
+    if (!body.value("stream", false)) return json::parse(r->body, nullptr, false);
+    // Streamed: the chunks' deltas, as a list.
+    json deltas = json::array();
+    for (absl::string_view event : absl::StrSplit(r->body, "\n\n", absl::SkipEmpty())) {
+      if (event == "data: [DONE]") continue;
+      json chunk = json::parse(event.substr(6));
+      for (const json& c : chunk["choices"]) deltas.push_back(c["delta"]);
+    }
+    return deltas;
+  }
+  // The model writes `text` (decoded with a leading space), one token per event.
+  Script OneTokenPerEvent(const std::string& text) {
+    Script script;
+    const std::vector<int32_t> ids = Encode(text);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ipb::ScheduleEvent e;
+      e.add_tokens()->set_token_id(ids[i]);
+      e.set_num_prompt_tokens(2);
+      if (i + 1 == ids.size()) e.set_finish_reason(ipb::FINISH_REASON_STOP);
+      script.events.push_back(std::move(e));
+    }
+    return script;
+  }
+  static const json& Messages() {
+    static const json* m = new json{{{"role", "user"}, {"content", "Hi"}}};
+    return *m;
+  }
+};
+
+class OpenAiReasoningTemplateTest : public OpenAiReasoningTest {
+ protected:
+  OpenAiReasoningTemplateTest() {
+    options_.reasoning_parser = ReasoningParserMode::kAuto;
+    frontend_options_.chat_template =
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}";
+  }
+};
+
+class OpenAiReasoningToolsTest : public OpenAiReasoningTest {
+ protected:
+  OpenAiReasoningToolsTest() { options_.tool_call_parser = ToolCallFormat::kHermes; }
+};
+
+TEST_F(OpenAiReasoningTest, ReasoningContentIsSplitFromTheAnswer) {
+  // " <think> hmm, sum</think> Four", one token per event: the tokenizer spells the tags
+  // out in several tokens, so they arrive split.
+  Script script = OneTokenPerEvent("<think> hmm, sum</think> Four");
+  ASSERT_GT(script.events.size(), 10u);
+  fake_->SetScript(script);
+  int status = 0;
+  json r = PostChat({{"messages", Messages()}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  json message = r["choices"][0]["message"];  // a copy: a missing key is null, not UB
+  EXPECT_EQ(message["reasoning_content"], " hmm, sum") << r.dump();
+  EXPECT_EQ(message["content"], "Four") << r.dump();  // the space after </think> dropped
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+
+  fake_->SetScript(script);
+  json deltas = PostChat({{"messages", Messages()}, {"stream", true}}, &status);
+  ASSERT_EQ(status, 200);
+  std::string reasoning, content;
+  for (const json& d : deltas) {
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    // No delta carries a tag.
+    EXPECT_EQ(d.dump().find("think>"), std::string::npos) << d.dump();
+  }
+  EXPECT_EQ(reasoning, " hmm, sum") << deltas.dump();
+  EXPECT_EQ(content, "Four") << deltas.dump();
+  // The reasoning streams as it comes, in several deltas before the answer's.
+  int reasoning_deltas = 0;
+  for (const json& d : deltas) {
+    if (d.contains("content") && !d["content"].get<std::string>().empty()) break;
+    reasoning_deltas += d.contains("reasoning_content") ? 1 : 0;
+  }
+  EXPECT_GT(reasoning_deltas, 1) << deltas.dump();
+}
+
+TEST_F(OpenAiReasoningToolsTest, ToolCallsAreReadFromTheAnswerOnly) {
+  fake_->SetScript(OneTokenPerEvent(
+      "<think>maybe <tool_call> f</think>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n"
+      "</tool_call>"));
+  const json tools = json::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])");
+  int status = 0;
+  json r = PostChat({{"messages", Messages()}, {"tools", tools}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  json message = r["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "maybe <tool_call> f") << r.dump();
+  EXPECT_TRUE(message["content"].is_null()) << r.dump();
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST_F(OpenAiReasoningTest, AnOutputWithoutTagsIsAllContent) {
+  Script script;
+  script.events = {Event(0, "Hello"), Event(0, "world", ipb::FINISH_REASON_STOP)};
+  fake_->SetScript(script);
+  int status = 0;
+  json r = PostChat({{"messages", Messages()}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], " Hello world");
+  EXPECT_FALSE(r["choices"][0]["message"].contains("reasoning_content")) << r.dump();
+}
+
+TEST_F(OpenAiReasoningTemplateTest, APromptEndingInThinkStartsTheOutputInside) {
+  fake_->SetScript(OneTokenPerEvent("hmm </think>\n\nFour"));
+  int status = 0;
+  json r = PostChat({{"messages", Messages()}}, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], " hmm ") << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "Four") << r.dump();
+}
+
 TEST_F(OpenAiServerTest, ChoicesFollowTheSchedulerEventIndex) {
   Script script;
   // Each piece is encoded on its own, so it decodes with a leading space.

@@ -94,29 +94,44 @@ absl::Status GetTokenIds(const json& array, absl::string_view field, std::vector
   return absl::OkStatus();
 }
 
-absl::Status ParsePrompt(const json& body, GenerateInput* in) {
+absl::Status ParsePrompt(const json& body, Request* r) {
+  GenerateInput* in = &r->input;
   const json* p = Field(body, "prompt");
   if (p == nullptr) return absl::OkStatus();  // as an empty prompt: start from BOS
   if (p->is_string()) {
     in->prompt = p->get<std::string>();
     return absl::OkStatus();
   }
-  const char* kShape = "a string, an array of token ids, or an array holding one of these";
+  const char* kShape =
+      "a string, an array of token ids, or an array of strings or of token-id arrays";
   if (!p->is_array()) return TypeError("prompt", kShape);
   if (p->empty()) return absl::InvalidArgumentError("prompt is an empty array");
   if (p->at(0).is_number()) return GetTokenIds(*p, "prompt", &in->prompt_token_ids);
-  if (p->size() > 1) {
-    return absl::InvalidArgumentError(
-        "prompt holds several prompts; send one request per prompt (batched prompts are not "
-        "supported)");
+  if (p->size() > kMaxPrompts) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt lists ", p->size(),
+                                                   " prompts; at most ", kMaxPrompts,
+                                                   " may go in one request"));
   }
-  const json& only = p->at(0);
-  if (only.is_string()) {
-    in->prompt = only.get<std::string>();
-    return absl::OkStatus();
+  std::vector<PromptInput> prompts(p->size());
+  for (size_t i = 0; i < p->size(); ++i) {
+    const json& one = p->at(i);
+    const std::string field = absl::StrCat("prompt[", i, "]");
+    if (one.is_string()) {
+      prompts[i].text = one.get<std::string>();
+    } else if (one.is_array()) {
+      if (one.empty()) return absl::InvalidArgumentError(field + " is an empty array");
+      if (absl::Status s = GetTokenIds(one, field, &prompts[i].token_ids); !s.ok()) return s;
+    } else {
+      return TypeError(field, "a string or an array of token ids");
+    }
   }
-  if (only.is_array()) return GetTokenIds(only, "prompt[0]", &in->prompt_token_ids);
-  return TypeError("prompt", kShape);
+  if (prompts.size() == 1) {
+    in->prompt = std::move(prompts[0].text);
+    in->prompt_token_ids = std::move(prompts[0].token_ids);
+  } else {
+    r->prompts = std::move(prompts);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseStop(const json& body, GenerateInput* in) {
@@ -430,7 +445,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
     r.model = m->get<std::string>();
   }
   if (endpoint == Endpoint::kCompletions) {
-    FOLIO_RETURN_IF_ERROR(ParsePrompt(body, &in));
+    FOLIO_RETURN_IF_ERROR(ParsePrompt(body, &r));
     FOLIO_RETURN_IF_ERROR(GetBool(body, "echo", &r.echo));
     std::optional<int32_t> logprobs;
     FOLIO_RETURN_IF_ERROR(GetInt32(body, "logprobs", &logprobs));

@@ -37,12 +37,25 @@ struct ToolChoice {
 };
 
 // One parsed request of either endpoint.
+// One prompt of a completions request's list: text or token ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> token_ids;
+};
+
+// The most prompts one completions request may list.
+inline constexpr size_t kMaxPrompts = 128;
+
 struct Request {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // empty when the body names none
   // Prompt (completions: text or token ids) and sampling, as the gRPC API takes them. For
   // chat, the prompt is filled in later from `messages` and the chat template.
   GenerateInput input;
+  // completions: a list of several prompts (strings or token-id lists), each run with the
+  // request's sampling and n, prompt k's choices numbered k * n ...; then input's own
+  // prompt is unused. Empty for one prompt.
+  std::vector<PromptInput> prompts;
   std::vector<ChatMessage> messages;  // chat only
   // chat only: everything the template renders (chat_template_input.h), messages with
   // tool_calls and tool results, tools, chat_template_kwargs. messages[i].message is
@@ -60,7 +73,7 @@ struct Request {
 };
 
 // Parses a request body. InvalidArgument naming the field for malformed JSON, a wrong
-// type, an unsupported feature (several prompts, suffix, best_of > n) or a missing
+// type, an unsupported feature (suffix, best_of > n), more than kMaxPrompts prompts or a missing
 // prompt / messages; for a tool_choice that is not one of its forms, that needs tools when
 // none are given, or names a function that is not in tools; for tool_choice or
 // parallel_tool_calls on /v1/completions. presence_penalty, frequency_penalty, logit_bias ({"token id": bias})

@@ -47,8 +47,22 @@ TEST(OpenAiJsonTest, PromptShapes) {
   EXPECT_EQ(prompt_ids(R"({"prompt": [[4, 5]]})"), (std::vector<int32_t>{4, 5}));
   EXPECT_EQ(ParseRequest(Endpoint::kCompletions, R"({"prompt": ["x"]})")->input.prompt, "x");
   EXPECT_EQ(ParseRequest(Endpoint::kCompletions, R"({})")->input.prompt, "");
-  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": ["a", "b"]})").message(),
-              HasSubstr("several prompts"));
+  // A list of prompts: strings and token-id lists, each its own.
+  absl::StatusOr<Request> list =
+      ParseRequest(Endpoint::kCompletions, R"({"prompt": ["a", [7, 8], "c"]})");
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->prompts.size(), 3u);
+  EXPECT_EQ(list->prompts[0].text, "a");
+  EXPECT_EQ(list->prompts[1].token_ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(list->prompts[2].text, "c");
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": ["a", 5]})").message(),
+              HasSubstr("prompt[1] must be a string or an array of token ids"));
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": ["a", []]})").message(),
+              HasSubstr("prompt[1] is an empty array"));
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i < 129; ++i) many += std::string(i ? "," : "") + "\"p\"";
+  many += "]}";
+  EXPECT_THAT(ParseError(Endpoint::kCompletions, many).message(), HasSubstr("at most 128"));
   EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": [1, "x"]})").message(),
               HasSubstr("prompt[1] must be an integer"));
   EXPECT_THAT(ParseError(Endpoint::kCompletions, R"({"prompt": 5})").message(),

@@ -13,6 +13,7 @@
 #include "grpcpp/client_context.h"
 #include "services/frontend/http/chat_page.h"
 #include "services/frontend/http/chat_template.h"
+#include "services/frontend/http/generation_group.h"
 #include "services/frontend/http/tokenize_api.h"
 #include "services/frontend/http/tool_call_grammar.h"
 
@@ -112,7 +113,10 @@ struct OpenAiServer::Call {
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;
-  std::string echo;                          // completions: the prompt, sent first
+  // completions with echo: each prompt's text, sent first in its choices (prompt k's
+  // choices are k * choices_per_prompt ...).
+  std::vector<std::string> echoes;
+  int32_t choices_per_prompt = 1;
   // Chat with tools: one tool-call parser per choice (none: the text is all content).
   std::vector<ToolCallParser> parsers;
   // Chat with a reasoning parser: one per choice, run before the tool-call parser.
@@ -120,7 +124,7 @@ struct OpenAiServer::Call {
   std::vector<openai::ChoiceDelta> choices;  // not streamed: the whole answer so far
   bool started = false;                      // streamed: the response head is out
   absl::Mutex mu;
-  std::weak_ptr<Generation> generation ABSL_GUARDED_BY(mu);
+  std::weak_ptr<GenerationGroup> generation ABSL_GUARDED_BY(mu);
 };
 
 OpenAiServer::OpenAiServer(OpenAiServerOptions options, ModelSource model,
@@ -176,7 +180,7 @@ void OpenAiServer::Stop() {
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return active_.empty() && health_checks_ == 0;
   };
-  std::vector<std::shared_ptr<Generation>> cancel;
+  std::vector<std::shared_ptr<GenerationGroup>> cancel;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
@@ -186,13 +190,15 @@ void OpenAiServer::Stop() {
       LOG(WARNING) << "HTTP API: cancelling " << active_.size() << " requests at shutdown";
       for (const std::shared_ptr<Call>& c : active_) {
         absl::MutexLock call_lock(&c->mu);
-        if (std::shared_ptr<Generation> g = c->generation.lock()) cancel.push_back(std::move(g));
+        if (std::shared_ptr<GenerationGroup> g = c->generation.lock()) {
+          cancel.push_back(std::move(g));
+        }
       }
     }
   }
   if (!cancel.empty()) {
     // Outside the lock: cancelling may run a call's last update, which unregisters it.
-    for (const std::shared_ptr<Generation>& g : cancel) g->Cancel();
+    for (const std::shared_ptr<GenerationGroup>& g : cancel) g->Cancel();
     cancel.clear();
     // A cancelled call ends at once; the scheduler's health check has a 2 s deadline.
     absl::MutexLock lock(&mu_);
@@ -552,8 +558,33 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     }
     r.input.prompt_token_ids = *std::move(ids);
   }
-  absl::StatusOr<ValidatedRequest> validated = model->validator().Validate(r.input);
-  if (!validated.ok()) return fail(validated.status());
+  // A list of prompts: each is validated as a request of its own (the sampling shared).
+  std::vector<ValidatedRequest> requests;
+  std::vector<GenerateInput> inputs;
+  if (r.prompts.empty()) {
+    inputs.push_back(r.input);
+  } else {
+    for (const openai::PromptInput& p : r.prompts) {
+      GenerateInput in = r.input;
+      in.prompt = p.text;
+      in.prompt_token_ids = p.token_ids;
+      inputs.push_back(std::move(in));
+    }
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs.size() > 1 && !r.input.request_id.empty()) {
+      inputs[k].request_id = absl::StrCat(r.input.request_id, "-", k);
+    }
+    absl::StatusOr<ValidatedRequest> v = model->validator().Validate(inputs[k]);
+    if (!v.ok()) {
+      if (inputs.size() == 1) return fail(v.status());
+      return fail(absl::Status(v.status().code(),
+                               absl::StrCat("prompt[", k, "]: ", v.status().message())));
+    }
+    requests.push_back(*std::move(v));
+  }
+  const ValidatedRequest* validated = &requests[0];
+  const int32_t num_choices = validated->n * static_cast<int32_t>(requests.size());
 
   auto call = std::make_shared<Call>();
   call->endpoint = endpoint;
@@ -565,7 +596,8 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
   call->header.model = served;
   call->header.endpoint = endpoint;
   call->header.logprobs = validated->logprobs.has_value();
-  call->n = validated->n;
+  call->n = num_choices;
+  call->choices_per_prompt = validated->n;
   call->stream = r.stream;
   std::vector<int32_t> preserved;
   if (tool_format.has_value()) {
@@ -573,35 +605,40 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     ToolCallParserOptions po;
     po.format = *tool_format;
     if (!r.parallel_tool_calls) po.max_calls = 1;
-    call->parsers.reserve(static_cast<size_t>(validated->n));
-    for (int32_t i = 0; i < validated->n; ++i) call->parsers.emplace_back(po);
+    call->parsers.reserve(static_cast<size_t>(num_choices));
+    for (int32_t i = 0; i < num_choices; ++i) call->parsers.emplace_back(po);
   }
   if (reasoning_start.has_value()) {
-    call->reasoning_parsers.assign(static_cast<size_t>(validated->n),
+    call->reasoning_parsers.assign(static_cast<size_t>(num_choices),
                                    ReasoningParser(*reasoning_start));
   }
   call->include_usage = r.include_usage;
   if (r.echo) {
-    if (!r.input.prompt.empty() || r.input.prompt_token_ids.empty()) {
-      call->echo = r.input.prompt;
-    } else {
-      absl::StatusOr<std::string> text = model->tokenizer().Decode(r.input.prompt_token_ids);
-      call->echo = text.ok() ? *text : std::string();
+    for (const GenerateInput& in : inputs) {
+      if (!in.prompt.empty() || in.prompt_token_ids.empty()) {
+        call->echoes.push_back(in.prompt);
+      } else {
+        absl::StatusOr<std::string> text = model->tokenizer().Decode(in.prompt_token_ids);
+        call->echoes.push_back(text.ok() ? *text : std::string());
+      }
     }
   }
   if (!call->stream) {
-    call->choices.resize(static_cast<size_t>(validated->n));
-    for (int32_t i = 0; i < validated->n; ++i) {
+    call->choices.resize(static_cast<size_t>(num_choices));
+    for (int32_t i = 0; i < num_choices; ++i) {
       call->choices[i].index = i;
-      call->choices[i].text = call->echo;
+      if (!call->echoes.empty()) call->choices[i].text = call->echoes[i / validated->n];
     }
   }
   if (!Register(call)) return fail(absl::UnavailableError("the frontend is shutting down"));
-  metrics_->prompt_tokens.Increment(static_cast<double>(validated->prompt_token_ids.size()));
+  for (const ValidatedRequest& v : requests) {
+    metrics_->prompt_tokens.Increment(static_cast<double>(v.prompt_token_ids.size()));
+  }
   VLOG(1) << "request " << validated->request_id << ": " << MethodName(endpoint) << ", "
-          << validated->prompt_token_ids.size() << " prompt tokens";
-  std::shared_ptr<Generation> gen = Generation::Start(
-      model, router_.get(), *validated, validated->n, options_.resume, &calls_,
+          << requests.size() << " prompt(s), " << validated->prompt_token_ids.size()
+          << " tokens in the first";
+  std::shared_ptr<GenerationGroup> gen = GenerationGroup::Start(
+      model, router_.get(), requests, validated->n, options_.resume, &calls_,
       [this, call](Generation::Update u) { OnUpdate(call, std::move(u)); },
       std::move(preserved));
   {
@@ -609,9 +646,9 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
     call->generation = gen;
   }
   // The client leaving (or a stream cut for a slow reader) cancels the scheduler call.
-  std::weak_ptr<Generation> weak = gen;
+  std::weak_ptr<GenerationGroup> weak = gen;
   x->OnClose([weak, id = call->header.id] {
-    if (std::shared_ptr<Generation> g = weak.lock()) {
+    if (std::shared_ptr<GenerationGroup> g = weak.lock()) {
       LOG(INFO) << "request " << id << ": the HTTP client went away; cancelled";
       g->Cancel();
     }
@@ -693,11 +730,11 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
                                        .body));
     if (call->endpoint == Endpoint::kChatCompletions) {
       x.Write(openai::SseEvent(openai::BuildRoleChunk(call->header, call->n, call->include_usage)));
-    } else if (!call->echo.empty()) {
+    } else if (!call->echoes.empty()) {
       std::vector<openai::ChoiceDelta> echo(static_cast<size_t>(call->n));
       for (int32_t i = 0; i < call->n; ++i) {
         echo[i].index = i;
-        echo[i].text = call->echo;
+        echo[i].text = call->echoes[i / call->choices_per_prompt];
       }
       write_deltas(std::move(echo));
     }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
@@ -237,6 +238,64 @@ TEST_F(OpenAiServerTest, ChoicesFollowTheSchedulerEventIndex) {
                              Encode("Bye").size() + Encode("now").size()));
   ASSERT_EQ(fake_->calls().size(), 1u);
   EXPECT_EQ(fake_->calls()[0].request.n(), 2);
+}
+
+// A list of prompts: each its own scheduler call with n choices; prompt k's choices are
+// k * n ..., echo is per prompt, usage sums, streamed and not.
+TEST_F(OpenAiServerTest, APromptListRunsEachPromptWithItsOwnChoices) {
+  Script script;
+  script.events = {Event(0, "Hello"), Event(1, "Bye"), Event(1, "now", ipb::FINISH_REASON_STOP),
+                   Event(0, "world", ipb::FINISH_REASON_LENGTH)};
+  fake_->SetScript(script);
+  int status = 0;
+  json r = Post({{"prompt", {"Once", "Twice"}}, {"n", 2}, {"max_tokens", 4}, {"echo", true}},
+                &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["choices"].size(), 4u);
+  const char* want[] = {"Once Hello world", "Once Bye now", "Twice Hello world", "Twice Bye now"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r["choices"][i]["index"], i);
+    EXPECT_EQ(r["choices"][i]["text"], want[i]);
+  }
+  const int per_call = static_cast<int>(Encode("Hello").size() + Encode("world").size() +
+                                        Encode("Bye").size() + Encode("now").size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], 2 * per_call);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 4);
+  ASSERT_EQ(fake_->calls().size(), 2u);
+  EXPECT_NE(fake_->calls()[0].request.prompt_token_ids_size(), 0);
+  EXPECT_EQ(fake_->calls()[0].request.n(), 2);
+
+  Script one_choice;
+  one_choice.events = {Event(0, "Hello"), Event(0, "world", ipb::FINISH_REASON_LENGTH)};
+  fake_->SetScript(one_choice);
+  httplib::Client client("127.0.0.1", http_->port());
+  httplib::Result streamed = client.Post(
+      "/v1/completions",
+      json{{"prompt", {json::array({5, 6}), "Twice"}}, {"stream", true}}.dump(),
+      "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::map<int, std::string> text;
+  bool done = false;
+  for (absl::string_view event : absl::StrSplit(streamed->body, "\n\n", absl::SkipEmpty())) {
+    if (event == "data: [DONE]") {
+      done = true;
+      continue;
+    }
+    json chunk = json::parse(event.substr(6));
+    for (const json& c : chunk["choices"]) text[c["index"].get<int>()] += c["text"].get<std::string>();
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(text.size(), 2u);
+  EXPECT_EQ(text[0], " Hello world");
+  EXPECT_EQ(text[1], " Hello world");
+  EXPECT_EQ(fake_->calls().size(), 4u);
+  EXPECT_EQ(fake_->calls()[2].request.prompt_token_ids_size(), 2);
+
+  // A bad prompt of the list is named.
+  json bad = Post({{"prompt", {"fine", json::array({-1})}}}, &status);
+  EXPECT_EQ(status, 400) << bad.dump();
+  EXPECT_THAT(bad["error"]["message"].get<std::string>(), ::testing::HasSubstr("prompt[1]"));
 }
 
 TEST_F(OpenAiServerTest, StreamedChoicesCarryTheirIndex) {

@@ -408,7 +408,9 @@ def main():
         routing = next((f.split("=", 1)[1] for f in args.frontend_flag if f.startswith("--routing=")), "kv")
         print(f"  {len(replicas)} replicas behind the frontend, routed by {routing}")
     if frontend.ports.get("http_port", -1) > 0:
-        print(f"  frontend  http {'https' if tls else 'http'}://127.0.0.1:{frontend.ports['http_port']}/v1 (OpenAI-compatible)")
+        http_url = f"{'https' if tls else 'http'}://{args.host if args.host not in ('0.0.0.0', '::') else '127.0.0.1'}:{frontend.ports['http_port']}"
+        print(f"  frontend  http {http_url}/v1 (OpenAI-compatible)")
+        print(f"  chat page {http_url}/ (open it in a browser)")
     print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
     print("Ctrl-C stops the cluster.", flush=True)
 

@@ -25,11 +25,7 @@ class AsyncStepsTest : public stories::StoriesSchedulerTest {
   void SetUp() override {
     StoriesSchedulerTest::SetUp();
     if (IsSkipped()) return;
-    absl::StatusOr<Tokenizer> t = Tokenizer::Create(weights_->vocab);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = std::make_unique<Tokenizer>(*std::move(t));
-    grammars_ = std::make_shared<structured::GrammarCache>(
-        structured::TokenVocabulary::FromTokenizer(*tokenizer_), 8);
+    LoadGrammars();
   }
 
   void MakeWith(bool async, int32_t num_blocks, int32_t max_num_seqs = 64) {
@@ -114,8 +110,6 @@ class AsyncStepsTest : public stories::StoriesSchedulerTest {
     EXPECT_TRUE(manager_->CheckInvariants().ok()) << manager_->CheckInvariants();
   }
 
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::shared_ptr<structured::GrammarCache> grammars_;
 };
 
 TEST_F(AsyncStepsTest, SameStreamsAsSynchronousSteps) {

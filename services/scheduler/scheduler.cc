@@ -324,7 +324,6 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   }
   InflightStep step;
   step.start = absl::Now();
-  step.num_tokens = plan.num_tokens;
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     const Granted& g = plan.batch[i];
     Request* r = g.request;

@@ -130,7 +130,6 @@ class Scheduler {
     };
     std::vector<Seq> seqs;        // as the step's input.seqs
     bool pipelined = true;        // every branch it samples can go on before its answer
-    int64_t num_tokens = 0;
     absl::Time start;
   };
   // Sends `plan` to the workers; `previous` (with its `output`), when given, is the step

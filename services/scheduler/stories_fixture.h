@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/structured/grammar_matcher.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "services/cachemgr/kv_cache_manager.h"
 #include "services/scheduler/local_clients.h"
@@ -118,7 +120,19 @@ class StoriesSchedulerTest : public ::testing::Test {
     }
   }
 
+  // Structured output: the model's tokenizer and a grammar cache over its vocabulary, for
+  // SchedulerOptions::grammars.
+  void LoadGrammars() {
+    absl::StatusOr<Tokenizer> t = Tokenizer::Create(weights_->vocab);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = std::make_unique<Tokenizer>(*std::move(t));
+    grammars_ = std::make_shared<structured::GrammarCache>(
+        structured::TokenVocabulary::FromTokenizer(*tokenizer_), 8);
+  }
+
   std::optional<std::string> dir_;
+  std::unique_ptr<Tokenizer> tokenizer_;                   // LoadGrammars
+  std::shared_ptr<structured::GrammarCache> grammars_;     // LoadGrammars
   std::unique_ptr<worker::ModelWeights> weights_;
   std::unique_ptr<worker::ModelRunner> runner_;
   std::unique_ptr<cachemgr::KvCacheManager> manager_;

@@ -35,11 +35,7 @@ class StructuredOutputTest : public stories::StoriesSchedulerTest {
   void SetUp() override {
     StoriesSchedulerTest::SetUp();
     if (IsSkipped()) return;
-    absl::StatusOr<Tokenizer> t = Tokenizer::Create(weights_->vocab);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = std::make_unique<Tokenizer>(*std::move(t));
-    grammars_ = std::make_shared<structured::GrammarCache>(
-        structured::TokenVocabulary::FromTokenizer(*tokenizer_), 8);
+    LoadGrammars();
     grammar_ = *structured::JsonSchemaToGrammar(kSchema, {});
   }
 
@@ -75,8 +71,6 @@ class StructuredOutputTest : public stories::StoriesSchedulerTest {
     }
   }
 
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::shared_ptr<structured::GrammarCache> grammars_;
   std::string grammar_;
 };
 

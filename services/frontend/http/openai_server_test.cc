@@ -57,6 +57,30 @@ class OpenAiServerTest : public FrontendTestEnv {
     return e;
   }
 
+  // A streamed completions response, per choice index: its text and finish reason, and
+  // whether the stream ended with [DONE].
+  struct Streamed {
+    std::map<int, std::string> text;
+    std::map<int, std::string> finish;
+    bool done = false;
+  };
+  static Streamed ParseStream(const std::string& body) {
+    Streamed out;
+    for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+      if (event == "data: [DONE]") {
+        out.done = true;
+        continue;
+      }
+      json chunk = json::parse(event.substr(6));
+      for (const json& c : chunk["choices"]) {
+        const int i = c["index"];
+        out.text[i] += c["text"].get<std::string>();
+        if (!c["finish_reason"].is_null()) out.finish[i] = c["finish_reason"];
+      }
+    }
+    return out;
+  }
+
   json Post(const json& body, int* status) {
     httplib::Client client("127.0.0.1", http_->port());
     httplib::Result r = client.Post("/v1/completions", body.dump(), "application/json");
@@ -275,20 +299,11 @@ TEST_F(OpenAiServerTest, APromptListRunsEachPromptWithItsOwnChoices) {
       "application/json");
   ASSERT_TRUE(streamed);
   ASSERT_EQ(streamed->status, 200) << streamed->body;
-  std::map<int, std::string> text;
-  bool done = false;
-  for (absl::string_view event : absl::StrSplit(streamed->body, "\n\n", absl::SkipEmpty())) {
-    if (event == "data: [DONE]") {
-      done = true;
-      continue;
-    }
-    json chunk = json::parse(event.substr(6));
-    for (const json& c : chunk["choices"]) text[c["index"].get<int>()] += c["text"].get<std::string>();
-  }
-  EXPECT_TRUE(done);
-  EXPECT_EQ(text.size(), 2u);
-  EXPECT_EQ(text[0], " Hello world");
-  EXPECT_EQ(text[1], " Hello world");
+  Streamed st = ParseStream(streamed->body);
+  EXPECT_TRUE(st.done);
+  EXPECT_EQ(st.text.size(), 2u);
+  EXPECT_EQ(st.text[0], " Hello world");
+  EXPECT_EQ(st.text[1], " Hello world");
   EXPECT_EQ(fake_->calls().size(), 4u);
   EXPECT_EQ(fake_->calls()[2].request.prompt_token_ids_size(), 2);
 
@@ -309,22 +324,10 @@ TEST_F(OpenAiServerTest, StreamedChoicesCarryTheirIndex) {
       "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  std::string text[2];
-  std::string finish[2];
-  bool done = false;
-  for (absl::string_view event : absl::StrSplit(r->body, "\n\n", absl::SkipEmpty())) {
-    if (event == "data: [DONE]") {
-      done = true;
-      continue;
-    }
-    json chunk = json::parse(event.substr(6));
-    for (const json& c : chunk["choices"]) {
-      const int i = c["index"];
-      text[i] += c["text"].get<std::string>();
-      if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
-    }
-  }
-  EXPECT_TRUE(done);
+  Streamed st = ParseStream(r->body);
+  std::map<int, std::string>& text = st.text;
+  std::map<int, std::string>& finish = st.finish;
+  EXPECT_TRUE(st.done);
   EXPECT_EQ(text[0], " Hello");
   EXPECT_EQ(text[1], " Bye now");
   EXPECT_EQ(finish[0], "length");

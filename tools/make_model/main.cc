@@ -50,8 +50,14 @@ ABSL_FLAG(std::string, bos_token, "",
 ABSL_FLAG(std::vector<std::string>, eos_token_ids, {},
           "--format=hf: generation_config.json eos_token_id (comma-separated ids).");
 ABSL_FLAG(std::string, arch, "llama",
-          "general.architecture: llama (Llama 2/3.x, Mistral), qwen2 (Q/K/V biases) or qwen3 "
-          "(Q/K norms).");
+          "general.architecture: llama (Llama 2/3.x, Mistral; Mixtral with --experts), qwen2 "
+          "(Q/K/V biases), qwen3 (Q/K norms) or qwen3moe (Q/K norms and experts).");
+ABSL_FLAG(int32_t, experts, 0,
+          "Mixture of experts (llama or qwen3moe): number of experts per layer; 0: a dense MLP.");
+ABSL_FLAG(int32_t, experts_used, 2, "With --experts: experts each token runs (top-k).");
+ABSL_FLAG(int32_t, expert_hidden_dim, 0,
+          "With --experts: each expert's SwiGLU width; 0: --hidden_dim.");
+ABSL_FLAG(float, router_std, 0.5f, "With --experts: std of the router's N(0, std) weights.");
 ABSL_FLAG(int32_t, head_dim, 0, "Per-head width; 0: dim / heads, else written as "
           "attention.key_length (Mistral-Nemo, Qwen3).");
 ABSL_FLAG(float, weight_std, 0.02f, "Std of the matrices' N(0, std) weights.");
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
   usage.version_string = [] { return std::string("folio-make-model ") + folio::kVersion + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "Writes a random-weight Llama-family GGUF model (llama, qwen2, qwen3; weights "
+      "Writes a random-weight Llama-family GGUF model (llama, qwen2, qwen3, qwen3moe; weights "
       "N(0, 0.02), norms 1, "
       "SentencePiece-style vocabulary).\nUsage: folio-make-model --out=PATH [options]");
   folio::ParseFlagsOrExit(argc, argv);
@@ -186,6 +192,12 @@ int main(int argc, char** argv) {
   o.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   o.rms_norm_eps = absl::GetFlag(FLAGS_rms_eps);
   o.tied_embeddings = absl::GetFlag(FLAGS_tied);
+  o.num_experts = absl::GetFlag(FLAGS_experts);
+  if (o.num_experts > 0) {
+    o.num_experts_used = absl::GetFlag(FLAGS_experts_used);
+    o.expert_hidden_dim = absl::GetFlag(FLAGS_expert_hidden_dim);
+    o.router_std = absl::GetFlag(FLAGS_router_std);
+  }
   o.vocab_from = absl::GetFlag(FLAGS_vocab_from);
   if (const std::string path = absl::GetFlag(FLAGS_chat_template_file); !path.empty()) {
     std::ifstream in(path, std::ios::binary);
@@ -214,7 +226,13 @@ int main(int argc, char** argv) {
     std::cerr << "folio-make-model: --out is required (see --help)\n";
     return 2;
   }
-  if (absl::GetFlag(FLAGS_format) == "hf") return WriteHf(o, out);
+  if (absl::GetFlag(FLAGS_format) == "hf") {
+    if (o.num_experts > 0) {
+      std::cerr << "folio-make-model: --experts is written as GGUF only (--format=gguf)\n";
+      return 2;
+    }
+    return WriteHf(o, out);
+  }
   if (absl::GetFlag(FLAGS_format) != "gguf") {
     std::cerr << "folio-make-model: --format must be gguf or hf\n";
     return 2;

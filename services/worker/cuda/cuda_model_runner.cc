@@ -136,6 +136,7 @@ absl::Status CheckCudaSupports(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   std::string missing;
   if (c.architecture != "llama") missing = "architecture '" + c.architecture + "'";
+  else if (c.moe()) missing = "a mixture of experts";
   else if (c.qkv_bias) missing = "Q/K/V biases";
   else if (c.qk_norm) missing = "Q/K norms";
   else if (c.rope_style != RopeStyle::kInterleaved) missing = "NEOX RoPE";

@@ -172,6 +172,39 @@ TEST(TpRunnerTest, UnevenSplitsAgreeWithTp1) {
             100);
 }
 
+// A mixture of experts over 2 ranks: every rank routes alike (the router is whole on
+// each) and runs every chosen expert on its half of the expert's units.
+TEST(TpRunnerTest, MixtureOfExpertsAgreesWithTp1) {
+  RandomModelOptions o;
+  o.architecture = "qwen3moe";
+  o.dim = 64;
+  o.hidden_dim = 128;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.vocab_size = 300;
+  o.context_length = 128;
+  o.dtype = DType::kF16;
+  o.weight_std = 0.2f;
+  o.num_experts = 8;
+  o.num_experts_used = 2;
+  o.expert_hidden_dim = 96;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("folio_tp_moe_" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_TRUE(WriteRandomModel(o, path).ok());
+  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(path);
+  std::filesystem::remove(path);
+  const std::vector<int32_t> prompt = {1, 50, 290, 7, 300 - 1, 12, 88};
+  std::unique_ptr<CpuModelRunner> one = SingleOrDie(*weights);
+  std::unique_ptr<InProcessTpRunner> two = TpOrDie(*weights, 2);
+  const Generation single = Greedy(*one, prompt, 12);
+  const Generation tp = Greedy(*two, prompt, 12);
+  EXPECT_EQ(tp.tokens, single.tokens);
+  ExpectLogitsClose(single, tp);
+  EXPECT_EQ(two->rank(0).weights().expert_hidden_dim, 48);
+  EXPECT_EQ(two->rank(1).weights().expert_hidden_dim, 48);
+}
+
 TEST(TpRunnerTest, EachRankHoldsItsShareOfTheWeights) {
   const std::optional<std::string> dir = testing::ModelsDir();
   if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;

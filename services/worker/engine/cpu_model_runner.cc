@@ -201,8 +201,15 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
     LayerLinears l;
     l.qkv = linear(w.qkv);
     l.wo = linear(w.wo);
-    l.gate_up = linear(w.gate_up);
-    l.down = linear(w.down);
+    if (weights_.config.moe()) {
+      l.router = linear(w.router);
+      for (const ShardLayer::Expert& e : w.experts) {
+        l.experts.push_back({linear(e.gate_up), linear(e.down)});
+      }
+    } else {
+      l.gate_up = linear(w.gate_up);
+      l.down = linear(w.down);
+    }
     linears_.push_back(std::move(l));
     // Packing a large model takes a while: say how far it got.
     if (num_layers >= 8 && linears_.size() % (num_layers / 4) == 0) {
@@ -236,7 +243,8 @@ int64_t CpuModelRunner::layer_weight_bytes() const {
   for (size_t i = 0; i < linears_.size(); ++i) {
     const LayerLinears& l = linears_[i];
     const ShardLayer& w = weights_.layers[i];
-    n += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
+    n += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes();
+    for (const LayerLinears::Expert& e : l.experts) n += e.gate_up.bytes() + e.down.bytes();
     n += floats(w.attn_norm) + floats(w.ffn_norm) + floats(w.qkv_bias) + floats(w.q_norm) +
          floats(w.k_norm);
   }
@@ -250,6 +258,7 @@ int64_t CpuModelRunner::blocked_bf16_bytes() const {
   int64_t n = blocked(lm_head_);
   for (const LayerLinears& l : linears_) {
     n += blocked(l.qkv) + blocked(l.wo) + blocked(l.gate_up) + blocked(l.down);
+    for (const LayerLinears::Expert& e : l.experts) n += blocked(e.gate_up) + blocked(e.down);
   }
   return n;
 }
@@ -309,8 +318,15 @@ void CpuModelRunner::Reserve(int64_t num_tokens, int64_t num_logit_rows) {
   grow(xb_, num_tokens * c.dim);
   grow(qkv_, num_tokens * (q_dim + 2 * kv_dim));
   grow(attn_, num_tokens * q_dim);
-  grow(gate_up_, num_tokens * 2 * hidden);
-  grow(hidden_, num_tokens * hidden);
+  const int64_t units = std::max<int64_t>(hidden, weights_.expert_hidden_dim);
+  grow(gate_up_, num_tokens * 2 * units);
+  grow(hidden_, num_tokens * units);
+  if (c.moe()) {
+    grow(router_logits_, num_tokens * c.num_experts);
+    grow(expert_in_, num_tokens * c.dim);
+    grow(expert_out_, num_tokens * c.dim);
+    grow(moe_sum_, num_tokens * c.dim);
+  }
   grow(logits_, num_logit_rows * c.vocab_size);
   if (tensor_parallel()) {
     const int64_t chunk = (c.vocab_size + comm_->world_size() - 1) / comm_->world_size();
@@ -426,11 +442,16 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     if (absl::Status s = all_reduce_x(); !s.ok()) return s;
     // MLP block.
     k::RmsNorm(x, dim, T, dim, w.ffn_norm.data(), c.rms_norm_eps, xb, dim);
-    Gemm(xb, dim, T, lin.gate_up, 0.0f, gate_up_.data(), 2 * hidden);
-    k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
-      k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden, isa_);
-    });
-    Gemm(hidden_.data(), hidden, T, lin.down, residual_beta, x, dim);
+    if (c.moe()) {
+      MixtureOfExperts(lin, T, residual_beta);
+    } else {
+      Gemm(xb, dim, T, lin.gate_up, 0.0f, gate_up_.data(), 2 * hidden);
+      k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
+        k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden,
+                  isa_);
+      });
+      Gemm(hidden_.data(), hidden, T, lin.down, residual_beta, x, dim);
+    }
     if (absl::Status s = all_reduce_x(); !s.ok()) return s;
   }
 
@@ -449,6 +470,40 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
                      &out.seqs[s]);
   }
   return out;
+}
+
+void CpuModelRunner::MixtureOfExperts(const LayerLinears& lin, int64_t T, float residual_beta) {
+  const ModelConfig& c = weights_.config;
+  const int64_t dim = c.dim;
+  const int64_t units = weights_.expert_hidden_dim;
+  Gemm(xb_.data(), dim, T, lin.router, 0.0f, router_logits_.data(), c.num_experts);
+  RouteTokens(router_logits_.data(), T, c.num_experts, c.num_experts_used,
+              c.expert_weights_norm, c.expert_weights_scale, &routing_);
+  float* sum = moe_sum_.data();
+  std::fill(sum, sum + T * dim, 0.0f);
+  // Experts in increasing index: each token's outputs are summed in that order, whether
+  // it ran alone or in a batch.
+  for (int32_t e = 0; e < c.num_experts; ++e) {
+    const int64_t begin = routing_.offsets[e];
+    const int64_t n = routing_.offsets[e + 1] - begin;
+    if (n == 0) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* src = xb_.data() + routing_.rows[begin + i] * dim;
+      std::copy(src, src + dim, expert_in_.data() + i * dim);
+    }
+    const LayerLinears::Expert& ex = lin.experts[e];
+    Gemm(expert_in_.data(), dim, n, ex.gate_up, 0.0f, gate_up_.data(), 2 * units);
+    k::SwiGlu(gate_up_.data(), n, units, hidden_.data(), isa_);
+    Gemm(hidden_.data(), units, n, ex.down, 0.0f, expert_out_.data(), dim);
+    for (int64_t i = 0; i < n; ++i) {
+      const float weight = routing_.weights[begin + i];
+      const float* out = expert_out_.data() + i * dim;
+      float* dst = sum + routing_.rows[begin + i] * dim;
+      for (int64_t d = 0; d < dim; ++d) dst[d] += weight * out[d];
+    }
+  }
+  float* x = x_.data();
+  for (int64_t i = 0; i < T * dim; ++i) x[i] = residual_beta * x[i] + sum[i];
 }
 
 void CpuModelRunner::PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim, int64_t b,

@@ -1,5 +1,6 @@
 // CpuModelRunner: the CPU backend of ModelRunner. Runs the forward pass of the Llama
-// family (llama 2/3.x and Mistral, qwen2, qwen3) over a whole step at once: all new
+// family (llama 2/3.x and Mistral, qwen2, qwen3, and the mixtures of experts qwen3moe
+// and Mixtral-style llama) over a whole step at once: all new
 // tokens of all sequences form one [num_tokens, dim] activation matrix, so every
 // projection is one GEMM for the batch, and attention reads the paged KV cache through
 // each sequence's block table.
@@ -9,6 +10,10 @@
 //              (qwen3) -> RoPE(q, k) (interleaved or NEOX, scaled) -> write K/V into slots
 //              -> paged attention (GQA) -> wo GEMM (+ residual)
 //              -> RMSNorm -> fused gate/up GEMM -> SwiGLU -> down GEMM (+ residual)
+//                 or, in a mixture of experts: router GEMM -> top-k routing
+//                 (moe_routing.h) -> per chosen expert, its tokens' rows gathered ->
+//                 gate/up GEMM -> SwiGLU -> down GEMM -> weighted sum (+ residual);
+//                 each expert's weights are read once a step, whatever the batch
 //         -> final RMSNorm and LM head, only for the last row of each sequence that
 //            needs logits -> sampling
 //
@@ -63,6 +68,7 @@
 #include "services/worker/engine/weight_shard.h"
 #include "services/worker/engine/kv_cache.h"
 #include "services/worker/engine/model_runner.h"
+#include "services/worker/engine/moe_routing.h"
 #include "services/worker/engine/sampler.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/blocked_bf16.h"
@@ -196,7 +202,18 @@ class CpuModelRunner final : public ModelRunner {
                  const int32_t* positions);
   struct LayerLinears {
     Linear qkv, wo, gate_up, down;
+    // Mixture of experts (gate_up and down are then empty).
+    struct Expert {
+      Linear gate_up, down;
+    };
+    Linear router;
+    std::vector<Expert> experts;
   };
+  // The MLP of a mixture-of-experts layer on the normalised rows xb_ (T of them): routes
+  // every token, runs each chosen expert once over the rows routed to it (gathered), and
+  // adds the weighted outputs (each token's in increasing expert order) onto x_ as a
+  // row-parallel projection would (beta as residual_beta).
+  void MixtureOfExperts(const LayerLinears& lin, int64_t num_tokens, float residual_beta);
 
   // y = x . w^T (+ beta * y) the way gemm_threading_ says.
   void Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta, float* y,
@@ -234,6 +251,14 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<float> gate_up_;  // [num_tokens, 2 * hidden_dim]
   std::vector<float> hidden_;   // [num_tokens, hidden_dim]
   std::vector<float> logits_;   // [num_logit_rows, vocab_size] (rank 0)
+  // Mixture of experts: router logits [num_tokens, num_experts], the rows routed to one
+  // expert gathered [<= num_tokens, dim], its output [<= num_tokens, dim], and the
+  // weighted sum of the experts' outputs [num_tokens, dim].
+  std::vector<float> router_logits_;
+  std::vector<float> expert_in_;
+  std::vector<float> expert_out_;
+  std::vector<float> moe_sum_;
+  MoeRouting routing_;
   // Tensor parallelism: this rank's logit slice, padded to the largest slice
   // [num_logit_rows, vocab_chunk], and what rank 0 gathers [tp, num_logit_rows, vocab_chunk].
   std::vector<float> local_logits_;

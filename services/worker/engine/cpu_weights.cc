@@ -109,10 +109,11 @@ absl::Status CheckTpShard(const ModelConfig& c, TpShard shard) {
         shard.size, " tensor-parallel ranks: Folio splits KV heads across ranks (it does not "
         "replicate them), so the TP degree must divide the KV head count"));
   }
-  if (c.hidden_dim < shard.size || c.vocab_size < shard.size) {
+  const int32_t units = c.moe() ? c.expert_hidden_dim : c.hidden_dim;
+  if (units < shard.size || c.vocab_size < shard.size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model \"", c.name, "\" is too small for ", shard.size, " tensor-parallel ranks (hidden_dim ",
-        c.hidden_dim, ", vocab ", c.vocab_size, ")"));
+        "model \"", c.name, "\" is too small for ", shard.size,
+        " tensor-parallel ranks (hidden units ", units, ", vocab ", c.vocab_size, ")"));
   }
   return absl::OkStatus();
 }
@@ -149,6 +150,11 @@ absl::StatusOr<CpuWeights> CpuWeights::Create(const ModelWeights& weights, TpSha
   if (static_cast<int32_t>(weights.layers.size()) != c.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", weights.layers.size(),
                                                    " layers; config says ", c.num_layers));
+  }
+  if (c.moe()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model \"", c.name, "\" is a mixture of experts (", c.num_experts,
+        " experts), which only the CPU runner runs"));
   }
   const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;

@@ -108,7 +108,7 @@ kernels::TypedMatrix ShardMatrix::typed() const {
 
 absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpShard shard) {
   const ModelConfig& c = weights.config;
-  if (c.dim <= 0 || c.hidden_dim <= 0 || c.num_layers <= 0 || c.num_heads <= 0 ||
+  if (c.dim <= 0 || (c.hidden_dim <= 0 && !c.moe()) || c.num_layers <= 0 || c.num_heads <= 0 ||
       c.num_kv_heads <= 0 || c.head_dim <= 0 || c.vocab_size <= 0 || c.max_seq_len <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model config needs positive sizes: dim=", c.dim, " hidden_dim=", c.hidden_dim,
@@ -171,19 +171,30 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
     out.rope_freqs = *std::move(v);
   }
 
-  // Hidden units split in whole blocks of w_down's type (its columns are split).
-  const int32_t down_block = weights.layers.empty()
-                                 ? 1
-                                 : FormatOf(weights.layers[0].w_down.dtype).block_values;
-  if (c.hidden_dim % down_block != 0 || c.hidden_dim / down_block < shard.size) {
+  // Hidden units (of the dense MLP, or of each expert) split in whole blocks of the
+  // down projection's type (its columns are split).
+  const TensorView* first_down =
+      weights.layers.empty() ? nullptr
+      : c.moe()              ? (weights.layers[0].experts.empty()
+                                    ? nullptr
+                                    : &weights.layers[0].experts[0].w_down)
+                             : &weights.layers[0].w_down;
+  const int32_t units = c.moe() ? c.expert_hidden_dim : c.hidden_dim;
+  const char* down_name = c.moe() ? "ffn_down_exps" : "ffn_down";
+  const int32_t down_block = first_down == nullptr ? 1 : FormatOf(first_down->dtype).block_values;
+  if (units <= 0 || units % down_block != 0 || units / down_block < shard.size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ffn_down is ", DTypeName(weights.layers[0].w_down.dtype), " with ", c.hidden_dim,
-        " hidden units: they do not split over ", shard.size, " tensor-parallel ranks in whole ",
-        down_block, "-value blocks"));
+        down_name, " is ", first_down == nullptr ? "absent" : DTypeName(first_down->dtype),
+        " with ", units, " hidden units: they do not split over ", shard.size,
+        " tensor-parallel ranks in whole ", down_block, "-value blocks"));
   }
-  const ShardRange hidden_blocks = SplitEvenly(c.hidden_dim / down_block, shard.size, shard.rank);
+  const ShardRange hidden_blocks = SplitEvenly(units / down_block, shard.size, shard.rank);
   const ShardRange hidden{hidden_blocks.begin * down_block, hidden_blocks.end * down_block};
-  out.hidden_dim = static_cast<int32_t>(hidden.size());
+  if (c.moe()) {
+    out.expert_hidden_dim = static_cast<int32_t>(hidden.size());
+  } else {
+    out.hidden_dim = static_cast<int32_t>(hidden.size());
+  }
 
   out.layers.resize(c.num_layers);
   for (int32_t l = 0; l < c.num_layers; ++l) {
@@ -194,18 +205,58 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
          {std::tuple{&w.wq, std::vector<int64_t>{q_dim, c.dim}, "attn_q"},
           std::tuple{&w.wk, std::vector<int64_t>{kv_dim, c.dim}, "attn_k"},
           std::tuple{&w.wv, std::vector<int64_t>{kv_dim, c.dim}, "attn_v"},
-          std::tuple{&w.wo, std::vector<int64_t>{c.dim, q_dim}, "attn_output"},
-          std::tuple{&w.w_gate, std::vector<int64_t>{c.hidden_dim, c.dim}, "ffn_gate"},
-          std::tuple{&w.w_up, std::vector<int64_t>{c.hidden_dim, c.dim}, "ffn_up"},
-          std::tuple{&w.w_down, std::vector<int64_t>{c.dim, c.hidden_dim},
-                     "ffn_down"}}) {
+          std::tuple{&w.wo, std::vector<int64_t>{c.dim, q_dim}, "attn_output"}}) {
       if (absl::Status s = CheckShape(*t, shape, p + name); !s.ok()) return s;
     }
-    if (FormatOf(w.w_down.dtype).block_values != down_block) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", p, "ffn_down is ", DTypeName(w.w_down.dtype), " but blk.0.ffn_down is ",
-          DTypeName(weights.layers[0].w_down.dtype),
-          ": Folio needs one block size for every layer's ffn_down"));
+    // The MLP's projections: one dense SwiGLU, or each expert's.
+    auto mlp = [&](const TensorView& gate, const TensorView& up, const TensorView& down,
+                   const std::string& name, ShardMatrix* gate_up_out,
+                   ShardMatrix* down_out) -> absl::Status {
+      for (auto [t, shape, what] :
+           {std::tuple{&gate, std::vector<int64_t>{units, c.dim}, "gate"},
+            std::tuple{&up, std::vector<int64_t>{units, c.dim}, "up"},
+            std::tuple{&down, std::vector<int64_t>{c.dim, units}, "down"}}) {
+        if (absl::Status s = CheckShape(*t, shape, absl::StrCat(p, name, " ", what)); !s.ok()) {
+          return s;
+        }
+      }
+      if (FormatOf(down.dtype).block_values != down_block) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", p, name, " down is ", DTypeName(down.dtype), " but blk.0's is ",
+            DTypeName(first_down->dtype), ": Folio needs one block size for every ", down_name));
+      }
+      const std::string gate_name = c.moe() ? name + ".gate" : "ffn_gate";
+      const std::string up_name = c.moe() ? name + ".up" : "ffn_up";
+      const std::string dn_name = c.moe() ? name + ".down" : "ffn_down";
+      *gate_up_out = matrix({{&gate, gate_name.c_str()}, {&up, up_name.c_str()}},
+                            {hidden, hidden}, all_dim, p);
+      *down_out = matrix({{&down, dn_name.c_str()}}, {all_dim}, hidden, p);
+      return absl::OkStatus();
+    };
+    if (c.moe()) {
+      if (static_cast<int32_t>(w.experts.size()) != c.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has ", w.experts.size(),
+                                                       " experts; config says ",
+                                                       c.num_experts));
+      }
+      if (absl::Status s = CheckShape(w.router, {c.num_experts, c.dim}, p + "ffn_gate_inp");
+          !s.ok()) {
+        return s;
+      }
+      o.router = matrix({{&w.router, "ffn_gate_inp"}}, {ShardRange{0, c.num_experts}},
+                        all_dim, p);
+      o.experts.resize(w.experts.size());
+      for (size_t e = 0; e < w.experts.size(); ++e) {
+        const LayerWeights::Expert& x = w.experts[e];
+        if (absl::Status s = mlp(x.w_gate, x.w_up, x.w_down, absl::StrCat("expert ", e),
+                                 &o.experts[e].gate_up, &o.experts[e].down);
+            !s.ok()) {
+          return s;
+        }
+      }
+    } else if (absl::Status s = mlp(w.w_gate, w.w_up, w.w_down, "ffn", &o.gate_up, &o.down);
+               !s.ok()) {
+      return s;
     }
     const int32_t wo_block = FormatOf(w.wo.dtype).block_values;
     if (q_rows.begin % wo_block != 0 || q_rows.end % wo_block != 0) {
@@ -224,8 +275,6 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
     o.qkv = matrix({{&w.wq, "attn_q"}, {&w.wk, "attn_k"}, {&w.wv, "attn_v"}},
                    {q_rows, kv_rows, kv_rows}, all_dim, p);
     o.wo = matrix({{&w.wo, "attn_output"}}, {all_dim}, q_rows, p);
-    o.gate_up = matrix({{&w.w_gate, "ffn_gate"}, {&w.w_up, "ffn_up"}}, {hidden, hidden}, all_dim, p);
-    o.down = matrix({{&w.w_down, "ffn_down"}}, {all_dim}, hidden, p);
     if (c.qkv_bias) {
       for (auto [t, n_all, rows, name] :
            {std::tuple{&w.bq, q_dim, q_rows, "attn_q.bias"},

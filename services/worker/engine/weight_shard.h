@@ -64,6 +64,16 @@ struct ShardLayer {
   std::vector<float> ffn_norm;   // [dim]
   ShardMatrix gate_up;           // [2 * hidden_dim, dim]: this rank's gate rows, then up rows
   ShardMatrix down;              // [dim, hidden_dim]
+  // Mixture of experts (config.moe(); gate_up and down are then empty): the router,
+  // whole on every rank, and this rank's expert_hidden_dim units of each expert, split
+  // as the dense MLP's hidden units are (so every rank routes alike and runs every
+  // chosen expert on its slice; the down projection's partial sums are all-reduced).
+  struct Expert {
+    ShardMatrix gate_up;  // [2 * expert_hidden_dim, dim]
+    ShardMatrix down;     // [dim, expert_hidden_dim]
+  };
+  ShardMatrix router;            // [num_experts, dim]
+  std::vector<Expert> experts;   // num_experts
 };
 
 struct WeightShard {
@@ -71,7 +81,8 @@ struct WeightShard {
   TpShard shard;
   int32_t num_heads = 0;     // this rank's query heads
   int32_t num_kv_heads = 0;  // this rank's KV heads
-  int32_t hidden_dim = 0;    // this rank's SwiGLU units
+  int32_t hidden_dim = 0;    // this rank's SwiGLU units (dense MLPs)
+  int32_t expert_hidden_dim = 0;  // this rank's units of each expert (config.moe())
   ShardRange vocab;          // vocabulary rows of the embeddings and the LM head
 
   ShardMatrix tok_embeddings;     // [vocab.size(), dim]

@@ -7,11 +7,13 @@ namespace {
 
 constexpr Architecture kArchitectures[] = {
     {"llama", RopeStyle::kInterleaved, TensorPresence::kOptional, TensorPresence::kNone,
-     TensorPresence::kOptional},
+     TensorPresence::kOptional, TensorPresence::kOptional},
     {"qwen2", RopeStyle::kNeox, TensorPresence::kRequired, TensorPresence::kNone,
-     TensorPresence::kNone},
+     TensorPresence::kNone, TensorPresence::kNone},
     {"qwen3", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kRequired,
-     TensorPresence::kNone},
+     TensorPresence::kNone, TensorPresence::kNone},
+    {"qwen3moe", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kRequired,
+     TensorPresence::kNone, TensorPresence::kRequired},
 };
 
 struct HfClass {

@@ -8,6 +8,11 @@
 //          permuted Q/K for it), optional Q/K/V biases, optional rope_freqs (Llama 3.1).
 //   qwen2  (Qwen2, Qwen2.5): NEOX RoPE, Q/K/V biases required.
 //   qwen3: NEOX RoPE, per-head RMSNorm on Q and K before RoPE, no biases.
+//   qwen3moe (Qwen3-MoE): qwen3's attention; every MLP is a mixture of experts
+//          (<arch>.expert_count, expert_used_count, expert_feed_forward_length;
+//          ffn_gate_inp and ffn_{gate,up,down}_exps).
+//   llama also takes Mixtral-style experts (llama.expert_count > 0: ffn_gate_inp and
+//          ffn_{gate,up,down}_exps, each expert feed_forward_length wide).
 // Immutable table; safe to read from any thread.
 #ifndef FOLIO_SERVICES_WORKER_MODEL_ARCHITECTURE_H_
 #define FOLIO_SERVICES_WORKER_MODEL_ARCHITECTURE_H_
@@ -27,12 +32,13 @@ struct Architecture {
   TensorPresence qkv_bias;   // blk.N.attn_{q,k,v}.bias
   TensorPresence qk_norm;    // blk.N.attn_{q,k}_norm.weight
   TensorPresence rope_freqs; // rope_freqs.weight
+  TensorPresence experts;    // <arch>.expert_count and blk.N.ffn_*_exps: a mixture of experts
 };
 
 // The unit named `name`, or nullptr.
 const Architecture* FindArchitecture(absl::string_view name);
 
-// "'llama', 'qwen2', 'qwen3'" for error messages.
+// "'llama', 'qwen2', 'qwen3', 'qwen3moe'" for error messages.
 std::string SupportedArchitectures();
 
 // Where a model's Q and K projection rows come from, which decides the RoPE pairing:

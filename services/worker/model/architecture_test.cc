@@ -53,7 +53,7 @@ TEST(ArchitectureTest, TableNamesTheSupportedArchitectures) {
   EXPECT_EQ(FindArchitecture("qwen2")->rope_style, RopeStyle::kNeox);
   EXPECT_EQ(FindArchitecture("llama")->rope_style, RopeStyle::kInterleaved);
   EXPECT_EQ(FindArchitecture("gpt2"), nullptr);
-  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3'");
+  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3', 'qwen3moe'");
 }
 
 TEST(ArchitectureTest, Llama3FormLoads) {
@@ -115,7 +115,7 @@ TEST(ArchitectureTest, UnknownArchitectureIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(w.status().message(), HasSubstr(path));
   EXPECT_THAT(w.status().message(), HasSubstr("architecture 'gpt_2' (key 'general.architecture') is not supported"));
-  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3'"));
+  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe'"));
 }
 
 TEST(ArchitectureTest, MissingRequiredTensorNamesIt) {

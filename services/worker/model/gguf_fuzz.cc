@@ -46,8 +46,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const folio::worker::TensorView* v : {&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm}) {
       if (v->data != nullptr) (void)folio::worker::ToF32(*v);
     }
-    std::vector<float> row(static_cast<size_t>(l.w_down.cols()));
-    folio::worker::RowToF32(l.w_down, l.w_down.rows() - 1, row.data());
+    // The dense MLP's down projection, or the last expert's (the end of the 3-D tensor).
+    const folio::worker::TensorView& down = l.experts.empty() ? l.w_down : l.experts.back().w_down;
+    std::vector<float> row(static_cast<size_t>(down.cols()));
+    folio::worker::RowToF32(down, down.rows() - 1, row.data());
+    if (!l.experts.empty()) (void)folio::worker::ToF32(l.router);
   }
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "absl/strings/str_join.h"
 #include "services/worker/model/architecture.h"
+#include "services/worker/model/dequant.h"
 #include "services/worker/model/gguf_vocab.h"
 #include "services/worker/model/gguf_split.h"
 #include "services/worker/model/mapped_file.h"
@@ -208,6 +209,114 @@ absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c,
   return absl::OkStatus();
 }
 
+// The mixture-of-experts keys, as llama.cpp reads them (llama-model.cpp and
+// llm_graph_context::build_moe_ffn): <arch>.expert_count, expert_used_count,
+// expert_feed_forward_length (qwen3moe; Mixtral's experts are feed_forward_length
+// wide), expert_weights_norm (default: normalise, as llama.cpp does for both units) and
+// expert_weights_scale (0 or absent: none). Keys of routing Folio does not implement
+// (shared experts, expert groups, a gating function other than softmax) are refused by
+// name rather than ignored.
+absl::Status ReadExperts(const GgufFile& f, const Reader& r, const Architecture& arch,
+                         ModelConfig* c) {
+  const std::string k = absl::StrCat(arch.name, ".");
+  const bool declared = f.FindValue(k + "expert_count") != nullptr;
+  if (arch.experts == TensorPresence::kNone) {
+    if (declared) {
+      return absl::UnimplementedError(absl::StrCat(
+          f.name(), ": key '", k, "expert_count': architecture '", arch.name,
+          "' has no mixture of experts in Folio"));
+    }
+    return absl::OkStatus();
+  }
+  if (!declared) {
+    if (arch.experts == TensorPresence::kRequired) {
+      return r.Error(absl::StrCat("missing metadata key '", k, "expert_count' (", arch.name,
+                                  " is a mixture of experts)"));
+    }
+    return absl::OkStatus();
+  }
+  const GgufValue* count = f.FindValue(k + "expert_count");
+  if (absl::StatusOr<int64_t> n = count->AsInt64(); n.ok() && *n == 0 &&
+                                                    arch.experts == TensorPresence::kOptional) {
+    return absl::OkStatus();  // llama files written with expert_count 0: dense
+  }
+  // 1024 is far above any released model (Qwen3-235B: 128; DeepSeek-V3: 256) and bounds
+  // the per-layer views allocated from the file's word.
+  constexpr int32_t kMaxExperts = 1024;
+  ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(k + "expert_count", nullptr));
+  if (c->num_experts > kMaxExperts) {
+    return r.Error(absl::StrCat("key '", k, "expert_count' is ", c->num_experts,
+                                ", above Folio's limit of ", kMaxExperts));
+  }
+  ASSIGN_OR_RETURN(c->num_experts_used, r.PositiveInt(k + "expert_used_count", nullptr));
+  if (c->num_experts_used > c->num_experts) {
+    return r.Error(absl::StrCat("key '", k, "expert_used_count' is ", c->num_experts_used,
+                                ", more than the ", c->num_experts, " experts"));
+  }
+  ASSIGN_OR_RETURN(c->expert_hidden_dim,
+                   r.PositiveInt(k + "expert_feed_forward_length", &c->hidden_dim));
+  ASSIGN_OR_RETURN(c->expert_weights_norm, r.Bool(k + "expert_weights_norm", true));
+  if (const GgufValue* v = f.FindValue(k + "expert_weights_scale"); v != nullptr) {
+    absl::StatusOr<double> d = v->AsDouble();
+    if (!d.ok()) return r.KeyError(k + "expert_weights_scale", d.status());
+    if (!(*d >= 0) || *d > 1e6) {
+      return r.Error(absl::StrCat("key '", k, "expert_weights_scale' is ", *d));
+    }
+    if (*d != 0) c->expert_weights_scale = static_cast<float>(*d);
+  }
+  for (const char* unsupported : {"expert_shared_count", "expert_group_count"}) {
+    const GgufValue* v = f.FindValue(k + unsupported);
+    if (v == nullptr) continue;
+    absl::StatusOr<int64_t> n = v->AsInt64();
+    if (n.ok() && *n <= (std::string(unsupported) == "expert_group_count" ? 1 : 0)) continue;
+    return absl::UnimplementedError(absl::StrCat(
+        f.name(), ": key '", k, unsupported, "' is set: shared experts and expert groups are "
+        "not supported"));
+  }
+  if (const GgufValue* v = f.FindValue(k + "expert_gating_func"); v != nullptr) {
+    absl::StatusOr<int64_t> n = v->AsInt64();
+    constexpr int64_t kSoftmax = 1;  // llama_expert_gating_func_type
+    if (!n.ok() || *n != kSoftmax) {
+      return absl::UnimplementedError(absl::StrCat(
+          f.name(), ": key '", k, "expert_gating_func' is not softmax (1); Folio routes by "
+          "softmax only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Layer `p`'s router and experts: the 3-D ffn_{gate,up,down}_exps tensors cut into one
+// 2-D view per expert (expert e's matrix is the e-th slab of the tensor).
+absl::Status ReadExpertTensors(const GgufFile& f, const Reader& r, const ModelConfig& c,
+                               const std::string& p, LayerWeights* lw) {
+  const int64_t n = c.num_experts, eh = c.expert_hidden_dim, dim = c.dim;
+  ASSIGN_OR_RETURN(lw->router, r.Tensor(p + "ffn_gate_inp.weight", {n, dim}));
+  TensorView gate, up, down;
+  ASSIGN_OR_RETURN(gate, r.Tensor(p + "ffn_gate_exps.weight", {n, eh, dim}));
+  ASSIGN_OR_RETURN(up, r.Tensor(p + "ffn_up_exps.weight", {n, eh, dim}));
+  ASSIGN_OR_RETURN(down, r.Tensor(p + "ffn_down_exps.weight", {n, dim, eh}));
+  for (const char* dense : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+    if (f.FindTensor(p + dense) != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          f.name(), ": tensor '", p, dense, "' beside experts (a dense MLP or shared expert "
+          "in a mixture-of-experts layer) is not supported"));
+    }
+  }
+  auto slab = [](const TensorView& t, int64_t e) {
+    TensorView v;
+    v.dtype = t.dtype;
+    v.shape = {t.shape[1], t.shape[2]};
+    const int64_t bytes = DTypeBytes(t.dtype, t.shape[1] * t.shape[2]);
+    v.data = static_cast<const uint8_t*>(t.data) + e * bytes;
+    return v;
+  };
+  lw->experts.resize(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    lw->experts[e] = {slab(gate, e), slab(up, e), slab(down, e)};
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
@@ -215,6 +324,7 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   ModelConfig& c = w->config;
   const Architecture* arch = nullptr;
   if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
+  if (absl::Status s = ReadExperts(f, r, *arch, &c); !s.ok()) return s;
   ASSIGN_OR_RETURN(w->vocab, ReadGgufVocab(f));
   c.vocab_size = w->vocab.size();
   c.stored_type = GgufStoredType(f);
@@ -287,9 +397,13 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
     ASSIGN_OR_RETURN(lw.wv, r.Tensor(p + "attn_v.weight", {kv_dim, dim}));
     ASSIGN_OR_RETURN(lw.wo, r.Tensor(p + "attn_output.weight", {dim, q_dim}));
     ASSIGN_OR_RETURN(lw.ffn_norm, r.Tensor(p + "ffn_norm.weight", {dim}));
-    ASSIGN_OR_RETURN(lw.w_gate, r.Tensor(p + "ffn_gate.weight", {hidden, dim}));
-    ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));
-    ASSIGN_OR_RETURN(lw.w_up, r.Tensor(p + "ffn_up.weight", {hidden, dim}));
+    if (c.moe()) {
+      if (absl::Status s = ReadExpertTensors(f, r, c, p, &lw); !s.ok()) return s;
+    } else {
+      ASSIGN_OR_RETURN(lw.w_gate, r.Tensor(p + "ffn_gate.weight", {hidden, dim}));
+      ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));
+      ASSIGN_OR_RETURN(lw.w_up, r.Tensor(p + "ffn_up.weight", {hidden, dim}));
+    }
     if (c.qkv_bias) {
       ASSIGN_OR_RETURN(lw.bq, r.Tensor(p + "attn_q.bias", {q_dim}));
       ASSIGN_OR_RETURN(lw.bk, r.Tensor(p + "attn_k.bias", {kv_dim}));

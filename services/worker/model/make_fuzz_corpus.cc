@@ -129,6 +129,23 @@ int main(int argc, char** argv) {
   files.emplace_back("qwen2_q4_K.gguf", random_model("qwen2", DType::kQ4_K, 256, true, false));
   files.emplace_back("qwen3_q8_0.gguf", random_model("qwen3", DType::kQ8_0, 64, false, false));
   files.emplace_back("llama_q5_1.gguf", random_model("llama", DType::kQ5_1, 64, false, false));
+  {
+    folio::worker::RandomModelOptions o;
+    o.architecture = "qwen3moe";
+    o.dtype = DType::kQ8_0;
+    o.dim = o.hidden_dim = 64;
+    o.num_layers = 1;
+    o.num_heads = 2;
+    o.num_kv_heads = 1;
+    o.vocab_size = folio::worker::kMinRandomVocab;
+    o.context_length = 64;
+    o.num_experts = 4;
+    o.num_experts_used = 2;
+    o.expert_hidden_dim = 32;
+    absl::StatusOr<std::string> bytes = folio::worker::MakeRandomModelGguf(o);
+    CHECK(bytes.ok()) << bytes.status();
+    files.emplace_back("qwen3moe_q8_0.gguf", *bytes);
+  }
   files.emplace_back("trunc_header.gguf", f32.substr(0, 20));
   files.emplace_back("trunc_metadata.gguf", f32.substr(0, 300));
   files.emplace_back("trunc_tensor_infos.gguf", f32.substr(0, f32.size() / 3));

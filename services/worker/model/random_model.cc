@@ -84,8 +84,20 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
       o.num_kv_heads <= 0 || o.context_length <= 0) {
     return bad("dim, hidden_dim, layers, heads, kv_heads and context must be positive");
   }
-  if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3") {
-    return bad(absl::StrCat("architecture '", o.architecture, "': expected llama, qwen2 or qwen3"));
+  if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3" &&
+      o.architecture != "qwen3moe") {
+    return bad(absl::StrCat("architecture '", o.architecture,
+                            "': expected llama, qwen2, qwen3 or qwen3moe"));
+  }
+  if (o.architecture == "qwen3moe" && o.num_experts == 0) {
+    return bad("qwen3moe needs num_experts > 0");
+  }
+  if (o.num_experts != 0 && o.architecture != "llama" && o.architecture != "qwen3moe") {
+    return bad("experts are written for llama (Mixtral-style) and qwen3moe only");
+  }
+  if (o.num_experts < 0 || o.num_experts_used < 0 || o.expert_hidden_dim < 0 ||
+      (o.num_experts > 0 && (o.num_experts_used < 1 || o.num_experts_used > o.num_experts))) {
+    return bad("num_experts_used must be in [1, num_experts]");
   }
   if (o.head_dim < 0) return bad("head_dim must be >= 0");
   if (o.head_dim == 0 && o.dim % o.num_heads != 0) return bad("dim must be a multiple of heads");
@@ -107,7 +119,9 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
   }
   const int32_t block = FormatOf(o.dtype).block_values;
   const int32_t hd = o.head_dim > 0 ? o.head_dim : (o.num_heads > 0 ? o.dim / o.num_heads : 0);
-  if (o.dim % block != 0 || o.hidden_dim % block != 0 || (o.num_heads * hd) % block != 0) {
+  const int32_t expert_hidden = o.expert_hidden_dim > 0 ? o.expert_hidden_dim : o.hidden_dim;
+  if (o.dim % block != 0 || o.hidden_dim % block != 0 || (o.num_heads * hd) % block != 0 ||
+      expert_hidden % block != 0) {
     return bad(absl::StrCat(DTypeName(o.dtype), " needs dim, hidden_dim and heads * head_dim "
                             "to be multiples of ", block));
   }
@@ -176,6 +190,14 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
   w.AddUint32(k + "embedding_length", static_cast<uint32_t>(o.dim));
   w.AddUint32(k + "block_count", static_cast<uint32_t>(o.num_layers));
   w.AddUint32(k + "feed_forward_length", static_cast<uint32_t>(o.hidden_dim));
+  const int32_t expert_hidden = o.expert_hidden_dim > 0 ? o.expert_hidden_dim : o.hidden_dim;
+  if (o.num_experts > 0) {
+    w.AddUint32(k + "expert_count", static_cast<uint32_t>(o.num_experts));
+    w.AddUint32(k + "expert_used_count", static_cast<uint32_t>(o.num_experts_used));
+    if (o.architecture == "qwen3moe") {
+      w.AddUint32(k + "expert_feed_forward_length", static_cast<uint32_t>(expert_hidden));
+    }
+  }
   w.AddUint32(k + "rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.AddUint32(k + "attention.head_count", static_cast<uint32_t>(o.num_heads));
   w.AddUint32(k + "attention.head_count_kv", static_cast<uint32_t>(o.num_kv_heads));
@@ -245,18 +267,26 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
   };
   const WeightFormat& format = FormatOf(o.dtype);
   std::vector<uint8_t> blocks;
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float std) {
+  // A matrix {rows, cols}, or a stack of `count` of them {count, rows, cols} (experts).
+  auto stacked = [&](const std::string& name, int64_t count, int64_t rows, int64_t cols,
+                     float std) {
+    const std::vector<int64_t> shape = count > 0 ? std::vector<int64_t>{count, rows, cols}
+                                                 : std::vector<int64_t>{rows, cols};
+    const int64_t values = std::max<int64_t>(count, 1) * rows * cols;
     if (o.dtype == DType::kF32 || o.dtype == DType::kF16 || o.dtype == DType::kBF16 ||
         o.dtype == DType::kQ8_0) {
-      fill(rows * cols, 0.0f, std);
-      w.AddTensorF32(name, o.dtype, {rows, cols}, buf);
+      fill(values, 0.0f, std);
+      w.AddTensorF32(name, o.dtype, shape, buf);
       return;
     }
     // Other block types: random blocks (Folio has no quantizer for them).
-    const int64_t n = rows * cols / format.block_values;
+    const int64_t n = values / format.block_values;
     blocks.resize(static_cast<size_t>(n * format.block_bytes));
     FillRandomBlocks(format, n, std, rng(), blocks.data());
-    w.AddTensorBytes(name, o.dtype, {rows, cols}, blocks);
+    w.AddTensorBytes(name, o.dtype, shape, blocks);
+  };
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float std) {
+    stacked(name, 0, rows, cols, std);
   };
   auto vec = [&](const std::string& name, int64_t n, float mean, float std) {
     fill(n, mean, std);
@@ -288,12 +318,22 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
       vec(p + "attn_k.bias", kv_dim, 0.0f, o.weight_std);
       vec(p + "attn_v.bias", kv_dim, 0.0f, o.weight_std);
     }
-    if (o.architecture == "qwen3") {
+    if (o.architecture == "qwen3" || o.architecture == "qwen3moe") {
       vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
       vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
     matrix(p + "attn_output.weight", o.dim, q_dim, o.weight_std);
     vec(p + "ffn_norm.weight", o.dim, 1.0f, 0.0f);
+    if (o.num_experts > 0) {
+      // The router stays f32, as llama.cpp's converter and quantizer keep it; its spread
+      // (router_std) decides how peaked the routing is.
+      fill(int64_t{o.num_experts} * o.dim, 0.0f, o.router_std);
+      w.AddTensorF32(p + "ffn_gate_inp.weight", DType::kF32, {o.num_experts, o.dim}, buf);
+      stacked(p + "ffn_gate_exps.weight", o.num_experts, expert_hidden, o.dim, o.weight_std);
+      stacked(p + "ffn_down_exps.weight", o.num_experts, o.dim, expert_hidden, o.weight_std);
+      stacked(p + "ffn_up_exps.weight", o.num_experts, expert_hidden, o.dim, o.weight_std);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", o.hidden_dim, o.dim, o.weight_std);
     matrix(p + "ffn_down.weight", o.dim, o.hidden_dim, o.weight_std);
     matrix(p + "ffn_up.weight", o.hidden_dim, o.dim, o.weight_std);

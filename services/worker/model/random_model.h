@@ -1,4 +1,5 @@
-// A random-weight Llama-family model in GGUF form (architecture llama, qwen2 or qwen3),
+// A random-weight Llama-family model in GGUF form (architecture llama, qwen2, qwen3 or
+// qwen3moe; llama and qwen3moe with experts),
 // for benchmarks, tests and fuzz seeds.
 //
 // Weights are drawn from N(0, std) with a seeded generator (so a seed always gives the
@@ -43,6 +44,15 @@ struct RandomModelOptions {
   bool rope_freqs = false;         // write rope_freqs.weight (llama only)
   float rope_scaling_factor = 0.0f;  // > 0: rope.scaling.type linear with this factor
   bool tied_embeddings = false;    // omit output.weight
+  // Mixture of experts (qwen3moe, or Mixtral-style under llama): num_experts > 0 writes
+  // <arch>.expert_count / expert_used_count (and, for qwen3moe,
+  // expert_feed_forward_length = expert_hidden_dim, 0: hidden_dim), an f32 router
+  // ffn_gate_inp of N(0, router_std) and the 3-D ffn_{gate,up,down}_exps in `dtype`
+  // instead of the dense MLP.
+  int32_t num_experts = 0;
+  int32_t num_experts_used = 0;
+  int32_t expert_hidden_dim = 0;
+  float router_std = 0.5f;
   std::string chat_template;       // written as tokenizer.chat_template when not empty
   // Written as tokenizer.chat_template.<name>.
   std::vector<std::pair<std::string, std::string>> named_chat_templates;

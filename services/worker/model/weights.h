@@ -65,6 +65,18 @@ struct ModelConfig {
   bool qkv_bias = false;         // layers have bq, bk, bv (qwen2)
   bool qk_norm = false;          // layers have q_norm, k_norm (qwen3)
   bool rope_freq_factors = false;  // rope_freqs is present (Llama 3.1 scaling)
+  // Mixture of experts (qwen3moe; Mixtral-style experts under llama). With num_experts
+  // > 0 every layer's MLP is num_experts SwiGLU experts of expert_hidden_dim units and a
+  // router: each token takes the num_experts_used experts of highest softmax probability
+  // (ties to the lower index), weighted by those probabilities, rescaled to sum to 1 when
+  // expert_weights_norm, then times expert_weights_scale. hidden_dim is then unused.
+  int32_t num_experts = 0;
+  int32_t num_experts_used = 0;
+  int32_t expert_hidden_dim = 0;
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 1.0f;
+
+  bool moe() const { return num_experts > 0; }
 
   int64_t q_dim() const { return int64_t{num_heads} * head_dim; }
   int64_t kv_dim() const { return int64_t{num_kv_heads} * head_dim; }
@@ -83,6 +95,14 @@ struct LayerWeights {
   // Present only when the config says so (data == nullptr otherwise).
   TensorView bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] (qkv_bias)
   TensorView q_norm, k_norm;    // [head_dim], shared by every head (qk_norm)
+  // Mixture of experts (config.moe(); then w_gate, w_up and w_down are empty).
+  struct Expert {
+    TensorView w_gate;  // [expert_hidden_dim, dim]
+    TensorView w_up;    // [expert_hidden_dim, dim]
+    TensorView w_down;  // [dim, expert_hidden_dim]
+  };
+  TensorView router;            // [num_experts, dim] (GGUF ffn_gate_inp)
+  std::vector<Expert> experts;  // num_experts views (slices of a GGUF file's 3-D tensors)
 };
 
 class ModelWeights {

@@ -58,6 +58,12 @@ from _cluster import ROOT, log, quote
 
 FULL_SHAPE = {"dim": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "hidden_dim": 8192,
               "vocab": 32000, "context": 4096, "name": "1.1b"}
+# A Qwen3-MoE-shaped model (Qwen3-30B-A3B's width, heads, expert width and 8 of 64 experts
+# a token, as issue 48 allows; 8 layers so that the F16 file fits this machine's disk and
+# memory): 2.6 B parameters, 0.45 B of them active a token.
+MOE_SHAPE = {"dim": 2048, "layers": 8, "heads": 32, "kv_heads": 4, "head_dim": 128,
+             "hidden_dim": 6144, "vocab": 32000, "context": 4096, "name": "moe-64x8",
+             "arch": "qwen3moe", "experts": 64, "experts_used": 8, "expert_hidden_dim": 768}
 SMOKE_SHAPE = {"dim": 256, "layers": 2, "heads": 4, "kv_heads": 2, "hidden_dim": 512,
                "vocab": 512, "context": 1024, "name": "smoke"}
 # Workloads: (decode tokens, rounds), (sequences, prompt, generated), serving.
@@ -80,6 +86,9 @@ def parse_args(argv):
                    help="output folder (default bench-results/peer-DATE, smoke: a temp folder)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shape, a few requests, no llama.cpp build (< 60 s)")
+    p.add_argument("--shape", default="1.1b", choices=["1.1b", "moe"],
+                   help="the model: 1.1b (the 1.1B Llama shape) or moe (Qwen3-MoE-shaped: "
+                        "dim 2048, 8 layers, 64 experts of 768, 8 a token)")
     p.add_argument("--types", default=None,
                    help="model types, comma-separated (default F16,Q8_0,Q4_K_M; smoke: F16, "
                         "plus Q8_0 when llama-quantize is cached); any llama-quantize type "
@@ -136,7 +145,7 @@ def parse_args(argv):
     args.models_dir = args.models_dir or os.path.join(build_dir, "bench-models", "peer")
     args.llama_dir = args.llama_dir or os.path.join(build_dir, "llama-tools")
     args.reference_dir = _llama_tools.reference_dir(build_dir)
-    args.shape = SMOKE_SHAPE if args.smoke else FULL_SHAPE
+    args.shape = SMOKE_SHAPE if args.smoke else MOE_SHAPE if args.shape == "moe" else FULL_SHAPE
     args.work = dict(SMOKE_WORK if args.smoke else FULL_WORK)
     if args.rounds:
         args.work["rounds"] = args.rounds
@@ -394,6 +403,10 @@ def make_models(run):
                 f"--kv_heads={s['kv_heads']}", f"--hidden_dim={s['hidden_dim']}",
                 f"--vocab={s['vocab']}", f"--context={s['context']}", "--dtype=f16",
                 "--seed=1", f"--name=peer-{s['name']}"]
+        if "experts" in s:
+            argv += [f"--arch={s['arch']}", f"--head_dim={s['head_dim']}",
+                     f"--experts={s['experts']}", f"--experts_used={s['experts_used']}",
+                     f"--expert_hidden_dim={s['expert_hidden_dim']}"]
         log(f"writing {f16}")
         rc, out, err, _ = run_tool(argv, run.path("logs", "make-model.log"), 1800)
         if rc != 0:

@@ -63,7 +63,8 @@ FULL_SHAPE = {"dim": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "hidden_dim
 # memory): 2.6 B parameters, 0.45 B of them active a token.
 MOE_SHAPE = {"dim": 2048, "layers": 8, "heads": 32, "kv_heads": 4, "head_dim": 128,
              "hidden_dim": 6144, "vocab": 32000, "context": 4096, "name": "moe-64x8",
-             "arch": "qwen3moe", "experts": 64, "experts_used": 8, "expert_hidden_dim": 768}
+             "arch": "qwen3moe", "experts": 64, "experts_used": 8, "expert_hidden_dim": 768,
+             "decode_aim": 1.0}
 SMOKE_SHAPE = {"dim": 256, "layers": 2, "heads": 4, "kv_heads": 2, "hidden_dim": 512,
                "vocab": 512, "context": 1024, "name": "smoke"}
 # Workloads: (decode tokens, rounds), (sequences, prompt, generated), serving.
@@ -317,7 +318,10 @@ class Run:
             "serving_type": a.serving_type, "threads": a.threads, "notes": self.notes,
             "measurements": self.measurements, "commands": self.commands,
             "summary": [r for r in pa.summarize(self.measurements, a.types, a.serving_type,
-                                                labels(a.work)) if r["kind"] in a.parts],
+                                                labels(a.work),
+                                                decode_aim=a.shape.get("decode_aim",
+                                                                       pa.DECODE_AIM))
+                        if r["kind"] in a.parts],
         }
         tmp = self.path("results.json.tmp")
         with open(tmp, "w") as f:

@@ -272,18 +272,18 @@ int64_t CpuModelRunner::weight_bytes() const {
          static_cast<int64_t>((weights_.final_norm.size() + weights_.rope_freqs.size()) * 4);
 }
 
-void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta,
-                          float* y, int64_t ldy) {
+void CpuModelRunner::GemmOn(k::ThreadPool* pool, const float* x, int64_t ldx, int64_t rows,
+                            const Linear& w, float beta, float* y, int64_t ldy) {
   switch (w.kind) {
     case Linear::Kind::kPacked:
-      k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, &pool_);
+      k::PackedLinear(x, ldx, rows, w.packed, beta, y, ldy, isa_, pool);
       break;
     case Linear::Kind::kBlockedBf16:
       if (rows >= onednn_min_rows_ &&
           onednn_->LinearBlocked(x, ldx, rows, w.blocked, beta, y, ldy)) {
         break;
       }
-      k::BlockedBf16Linear(x, ldx, rows, w.blocked, beta, y, ldy, blocked_path_, &pool_);
+      k::BlockedBf16Linear(x, ldx, rows, w.blocked, beta, y, ldy, blocked_path_, pool);
       break;
     case Linear::Kind::kTyped:
       if (!w.onednn.empty() && rows >= onednn_min_rows_ &&
@@ -291,14 +291,14 @@ void CpuModelRunner::Gemm(const float* x, int64_t ldx, int64_t rows, const Linea
         break;
       }
       if (w.dequant_onednn && rows >= dequant_min_rows_ &&
-          onednn_->LinearDequantized(x, ldx, rows, w.typed, beta, y, ldy, &pool_)) {
+          onednn_->LinearDequantized(x, ldx, rows, w.typed, beta, y, ldy, pool)) {
         break;
       }
-      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, &pool_, features_);
+      k::TypedLinear(x, ldx, rows, w.typed, beta, y, ldy, pool, features_);
       break;
     case Linear::Kind::kF32:
       if (gemm_threading_ == GemmThreading::kKernelPool) {
-        k::LinearOnPool(x, ldx, rows, w.in, w.f32.data(), w.out, beta, y, ldy, &pool_);
+        k::LinearOnPool(x, ldx, rows, w.in, w.f32.data(), w.out, beta, y, ldy, pool);
       } else {
         k::Linear(x, ldx, rows, w.in, w.f32.data(), w.out, beta, y, ldy);
       }
@@ -479,31 +479,83 @@ void CpuModelRunner::MixtureOfExperts(const LayerLinears& lin, int64_t T, float 
   Gemm(xb_.data(), dim, T, lin.router, 0.0f, router_logits_.data(), c.num_experts);
   RouteTokens(router_logits_.data(), T, c.num_experts, c.num_experts_used,
               c.expert_weights_norm, c.expert_weights_scale, &routing_);
-  float* sum = moe_sum_.data();
-  std::fill(sum, sum + T * dim, 0.0f);
-  // Experts in increasing index: each token's outputs are summed in that order, whether
-  // it ran alone or in a batch.
+  active_experts_.clear();
+  int64_t most_rows = 0;
   for (int32_t e = 0; e < c.num_experts; ++e) {
+    const int64_t n = routing_.offsets[e + 1] - routing_.offsets[e];
+    if (n == 0) continue;
+    active_experts_.push_back(e);
+    most_rows = std::max(most_rows, n);
+  }
+  // Side by side only for fewer rows than oneDNN would take (a GEMM on the calling
+  // thread alone must stay on Folio's kernels) and on the packed path (OpenBLAS has
+  // threads of its own).
+  int64_t onednn_rows = onednn_ != nullptr ? onednn_min_rows_ : INT64_MAX;
+  if (onednn_ != nullptr && dequant_min_rows_ > 0) {
+    onednn_rows = std::min<int64_t>(onednn_rows, dequant_min_rows_);
+  }
+  const bool side_by_side = gemm_threading_ == GemmThreading::kPacked && pool_.num_threads() > 1 &&
+                            active_experts_.size() > 1 &&
+                            most_rows <= std::min<int64_t>(kMaxSideBySideRows, onednn_rows - 1);
+  if (side_by_side) {
+    // Each expert its own rows of the buffers: rows [offsets[e], offsets[e + 1]).
+    const int64_t rows = static_cast<int64_t>(routing_.rows.size());
+    auto grow = [](std::vector<float>& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    };
+    grow(expert_in_, rows * dim);
+    grow(expert_out_, rows * dim);
+    grow(gate_up_, rows * 2 * units);
+    grow(hidden_, rows * units);
+  }
+  auto run_expert = [&](int32_t e, k::ThreadPool* pool) {
     const int64_t begin = routing_.offsets[e];
     const int64_t n = routing_.offsets[e + 1] - begin;
-    if (n == 0) continue;
+    const int64_t at = side_by_side ? begin : 0;
+    float* in = expert_in_.data() + at * dim;
     for (int64_t i = 0; i < n; ++i) {
       const float* src = xb_.data() + routing_.rows[begin + i] * dim;
-      std::copy(src, src + dim, expert_in_.data() + i * dim);
+      std::copy(src, src + dim, in + i * dim);
     }
     const LayerLinears::Expert& ex = lin.experts[e];
-    Gemm(expert_in_.data(), dim, n, ex.gate_up, 0.0f, gate_up_.data(), 2 * units);
-    k::SwiGlu(gate_up_.data(), n, units, hidden_.data(), isa_);
-    Gemm(hidden_.data(), units, n, ex.down, 0.0f, expert_out_.data(), dim);
+    float* gate_up = gate_up_.data() + at * 2 * units;
+    float* hidden = hidden_.data() + at * units;
+    GemmOn(pool, in, dim, n, ex.gate_up, 0.0f, gate_up, 2 * units);
+    k::SwiGlu(gate_up, n, units, hidden, isa_);
+    GemmOn(pool, hidden, units, n, ex.down, 0.0f, expert_out_.data() + at * dim, dim);
+  };
+  float* sum = moe_sum_.data();
+  std::fill(sum, sum + T * dim, 0.0f);
+  // Each token's outputs are summed in increasing expert order, whether it ran alone or
+  // in a batch.
+  auto add_expert = [&](int32_t e) {
+    const int64_t begin = routing_.offsets[e];
+    const int64_t n = routing_.offsets[e + 1] - begin;
+    const float* out = expert_out_.data() + (side_by_side ? begin : 0) * dim;
     for (int64_t i = 0; i < n; ++i) {
       const float weight = routing_.weights[begin + i];
-      const float* out = expert_out_.data() + i * dim;
       float* dst = sum + routing_.rows[begin + i] * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] += weight * out[d];
+      for (int64_t d = 0; d < dim; ++d) dst[d] += weight * out[i * dim + d];
+    }
+  };
+  if (side_by_side) {
+    const int64_t n = static_cast<int64_t>(active_experts_.size());
+    k::ParallelFor(&pool_, n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) run_expert(active_experts_[i], nullptr);
+    });
+    for (int32_t e : active_experts_) add_expert(e);
+  } else {
+    for (int32_t e : active_experts_) {
+      run_expert(e, &pool_);
+      add_expert(e);
     }
   }
   float* x = x_.data();
-  for (int64_t i = 0; i < T * dim; ++i) x[i] = residual_beta * x[i] + sum[i];
+  if (residual_beta == 0.0f) {
+    std::copy(sum, sum + T * dim, x);
+  } else {
+    for (int64_t i = 0; i < T * dim; ++i) x[i] += sum[i];
+  }
 }
 
 void CpuModelRunner::PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim, int64_t b,

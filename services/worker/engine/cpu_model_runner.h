@@ -212,12 +212,22 @@ class CpuModelRunner final : public ModelRunner {
   // The MLP of a mixture-of-experts layer on the normalised rows xb_ (T of them): routes
   // every token, runs each chosen expert once over the rows routed to it (gathered), and
   // adds the weighted outputs (each token's in increasing expert order) onto x_ as a
-  // row-parallel projection would (beta as residual_beta).
+  // row-parallel projection would (beta as residual_beta). When every chosen expert has
+  // few rows (decode), the experts run side by side, one per pool thread at a time, each
+  // on its own rows of the buffers (one pool dispatch a layer instead of two an expert);
+  // otherwise one after another, each GEMM split over the pool. The results are the same
+  // bit for bit either way (a GEMM's outputs do not depend on how they are split).
   void MixtureOfExperts(const LayerLinears& lin, int64_t num_tokens, float residual_beta);
 
-  // y = x . w^T (+ beta * y) the way gemm_threading_ says.
+  // y = x . w^T (+ beta * y) the way gemm_threading_ says, on the runner's pool.
   void Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta, float* y,
-            int64_t ldy);
+            int64_t ldy) {
+    GemmOn(&pool_, x, ldx, rows, w, beta, y, ldy);
+  }
+  // The same on `pool` (null: the calling thread alone; then never oneDNN, which has its
+  // own threads: callers pass null only for fewer rows than oneDNN takes).
+  void GemmOn(kernels::ThreadPool* pool, const float* x, int64_t ldx, int64_t rows,
+              const Linear& w, float beta, float* y, int64_t ldy);
 
   // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
   void Reserve(int64_t num_tokens, int64_t num_logit_rows);
@@ -259,6 +269,9 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<float> expert_out_;
   std::vector<float> moe_sum_;
   MoeRouting routing_;
+  std::vector<int32_t> active_experts_;  // experts with tokens this layer, in index order
+  // Experts run side by side while none has more token rows than this.
+  static constexpr int64_t kMaxSideBySideRows = 4;
   // Tensor parallelism: this rank's logit slice, padded to the largest slice
   // [num_logit_rows, vocab_chunk], and what rank 0 gathers [tp, num_logit_rows, vocab_chunk].
   std::vector<float> local_logits_;

@@ -26,9 +26,11 @@ void RouteTokens(const float* logits, int64_t num_tokens, int32_t num_experts, i
     }
     for (float& p : probs) p /= sum;
     for (int32_t e = 0; e < num_experts; ++e) order[e] = e;
+    // NaN (from non-finite router weights) ranks below everything: a strict weak order.
+    auto key = [&](int32_t e) { return std::isnan(probs[e]) ? -INFINITY : probs[e]; };
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int32_t a, int32_t b) {
-                        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+                        return key(a) > key(b) || (key(a) == key(b) && a < b);
                       });
     float chosen = 0.0f;
     for (int32_t j = 0; j < k; ++j) chosen += probs[order[j]];

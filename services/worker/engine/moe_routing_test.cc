@@ -47,6 +47,20 @@ TEST(MoeRoutingTest, TiesGoToTheLowerExpertIndex) {
   EXPECT_FLOAT_EQ(r.routes[0].weight, 0.5f);
 }
 
+TEST(MoeRoutingTest, NonFiniteLogitsStillRouteToKDistinctExperts) {
+  const std::vector<float> logits = {NAN, 1.0f, INFINITY, 0.0f};
+  MoeRouting r;
+  RouteTokens(logits.data(), 1, 4, 3, true, 1.0f, &r);
+  std::vector<int> seen(4, 0);
+  for (const ExpertRoute& x : r.routes) {
+    ASSERT_GE(x.expert, 0);
+    ASSERT_LT(x.expert, 4);
+    ++seen[x.expert];
+  }
+  for (int n : seen) EXPECT_LE(n, 1);
+  EXPECT_EQ(r.offsets.back(), 3);
+}
+
 TEST(MoeRoutingTest, ABatchRoutesEachTokenAsItWouldAlone) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;

@@ -1,6 +1,7 @@
 // The CPU runner's mixture-of-experts MLP (qwen3moe and Mixtral-style llama): the
 // grouped path (a step's tokens gathered per expert, each expert's weights read once a
-// step) gives every sequence of a batch the logits it gets alone, bit for bit, in each
+// step) gives every sequence of a batch the logits it gets alone, bit for bit, and
+// experts run side by side (decode) give the bits of experts run in turn, in each
 // weight family the kernels treat differently (f32 and f16 panels; q8_0, q4_0 and q4_K
 // read in place);
 // a model whose expert metadata or tensors are wrong is refused naming what is wrong.
@@ -62,10 +63,10 @@ std::unique_ptr<ModelWeights> Load(const RandomModelOptions& o, const std::strin
   return w;
 }
 
-std::unique_ptr<CpuModelRunner> Runner(const ModelWeights& w) {
+std::unique_ptr<CpuModelRunner> Runner(const ModelWeights& w, int32_t threads = 2) {
   CpuModelRunnerOptions o;
   o.kv_cache_bytes = 8 << 20;
-  o.num_threads = 2;
+  o.num_threads = threads;
   absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);
   CHECK(r.ok()) << r.status();
   return *std::move(r);
@@ -92,6 +93,17 @@ TEST_P(MoeRunnerTest, EachSequenceOfABatchGetsTheLogitsItGetsAlone) {
     EXPECT_EQ(alone[0], together[i]) << "prompt " << i;
     EXPECT_GT(testing::MaxAbs(alone[0]), 0.0f);
   }
+}
+
+// Decode-sized steps (a few rows per expert) run the chosen experts side by side on the
+// pool's threads; one thread runs them one after another. Same bits.
+TEST_P(MoeRunnerTest, ExpertsSideBySideGiveTheLogitsOfExpertsOneAfterAnother) {
+  std::unique_ptr<ModelWeights> w = Load(MoeOptions(GetParam()), std::string("sbs_") +
+                                                                     DTypeName(GetParam()));
+  const std::vector<std::vector<int32_t>> prompts = {{1}, {1, 200}, {77}};
+  std::unique_ptr<CpuModelRunner> two = Runner(*w, 2);
+  std::unique_ptr<CpuModelRunner> one = Runner(*w, 1);
+  EXPECT_EQ(testing::PrefillLastLogits(*two, prompts), testing::PrefillLastLogits(*one, prompts));
 }
 
 TEST_P(MoeRunnerTest, ExpertsAreCountedInTheWeightBytes) {

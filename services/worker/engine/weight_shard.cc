@@ -234,6 +234,11 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
       return absl::OkStatus();
     };
     if (c.moe()) {
+      if (c.num_experts_used < 1 || c.num_experts_used > c.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model config uses ", c.num_experts_used, " experts a token out of ",
+            c.num_experts, " (needs 1 to ", c.num_experts, ")"));
+      }
       if (static_cast<int32_t>(w.experts.size()) != c.num_experts) {
         return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has ", w.experts.size(),
                                                        " experts; config says ",

@@ -68,6 +68,9 @@ struct ShardLayer {
   // whole on every rank, and this rank's expert_hidden_dim units of each expert, split
   // as the dense MLP's hidden units are (so every rank routes alike and runs every
   // chosen expert on its slice; the down projection's partial sums are all-reduced).
+  // Routing alike needs every rank's router GEMM to give the same bits: the all-reduce
+  // leaves the same activations everywhere, and the ranks must run the same kernels
+  // (the same CPU kind), as a tensor-parallel group on one machine kind does.
   struct Expert {
     ShardMatrix gate_up;  // [2 * expert_hidden_dim, dim]
     ShardMatrix down;     // [dim, expert_hidden_dim]

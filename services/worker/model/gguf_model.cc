@@ -1,5 +1,6 @@
 #include "services/worker/model/gguf_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <limits>
@@ -209,52 +210,60 @@ absl::Status ReadConfig(const GgufFile& f, const Reader& r, ModelConfig* c,
   return absl::OkStatus();
 }
 
-// The mixture-of-experts keys, as llama.cpp reads them (llama-model.cpp and
-// llm_graph_context::build_moe_ffn): <arch>.expert_count, expert_used_count,
-// expert_feed_forward_length (qwen3moe; Mixtral's experts are feed_forward_length
-// wide), expert_weights_norm (default: normalise, as llama.cpp does for both units) and
-// expert_weights_scale (0 or absent: none). Keys of routing Folio does not implement
-// (shared experts, expert groups, a gating function other than softmax) are refused by
-// name rather than ignored.
+// The mixture-of-experts keys: <arch>.expert_count (0: a dense model, as llama.cpp's
+// converter writes for any config with an expert count), expert_used_count and, for
+// qwen3moe, expert_feed_forward_length (absent: feed_forward_length / expert_used_count,
+// as llama.cpp; Mixtral's experts are feed_forward_length wide). llama.cpp routes both
+// units by softmax and always normalises the chosen weights, whatever the file says;
+// Folio honours expert_weights_norm and expert_weights_scale when a file states them (as
+// Hugging Face's norm_topk_prob does), and agrees with llama.cpp on every file that does
+// not (the converters write neither for these units). Keys of routing Folio does not
+// implement (shared experts, expert groups, a gating function other than softmax) are
+// refused by name rather than ignored.
 absl::Status ReadExperts(const GgufFile& f, const Reader& r, const Architecture& arch,
-                         ModelConfig* c) {
+                         int32_t num_layers, ModelConfig* c) {
   const std::string k = absl::StrCat(arch.name, ".");
-  const bool declared = f.FindValue(k + "expert_count") != nullptr;
-  if (arch.experts == TensorPresence::kNone) {
-    if (declared) {
-      return absl::UnimplementedError(absl::StrCat(
-          f.name(), ": key '", k, "expert_count': architecture '", arch.name,
-          "' has no mixture of experts in Folio"));
-    }
-    return absl::OkStatus();
+  const GgufValue* count = f.FindValue(k + "expert_count");
+  if (count != nullptr) {
+    absl::StatusOr<int64_t> n = count->AsInt64();
+    if (n.ok() && *n == 0) count = nullptr;  // written for a dense model
   }
-  if (!declared) {
+  if (count == nullptr) {
     if (arch.experts == TensorPresence::kRequired) {
       return r.Error(absl::StrCat("missing metadata key '", k, "expert_count' (", arch.name,
                                   " is a mixture of experts)"));
     }
     return absl::OkStatus();
   }
-  const GgufValue* count = f.FindValue(k + "expert_count");
-  if (absl::StatusOr<int64_t> n = count->AsInt64(); n.ok() && *n == 0 &&
-                                                    arch.experts == TensorPresence::kOptional) {
-    return absl::OkStatus();  // llama files written with expert_count 0: dense
+  if (arch.experts == TensorPresence::kNone) {
+    return absl::UnimplementedError(absl::StrCat(
+        f.name(), ": key '", k, "expert_count': architecture '", arch.name,
+        "' has no mixture of experts in Folio"));
   }
-  // 1024 is far above any released model (Qwen3-235B: 128; DeepSeek-V3: 256) and bounds
-  // the per-layer views allocated from the file's word.
+  // 1024 experts is llama.cpp's limit too (LLAMA_MAX_EXPERTS); layers x experts bounds
+  // the views allocated from the file's word (Qwen3-235B: 94 x 128 = 12,032; a file whose
+  // tensors all share one data slab must not make the loader allocate without end).
   constexpr int32_t kMaxExperts = 1024;
+  constexpr int64_t kMaxLayerExperts = 65536;
   ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(k + "expert_count", nullptr));
-  if (c->num_experts > kMaxExperts) {
-    return r.Error(absl::StrCat("key '", k, "expert_count' is ", c->num_experts,
-                                ", above Folio's limit of ", kMaxExperts));
+  if (c->num_experts > kMaxExperts ||
+      int64_t{c->num_experts} * num_layers > kMaxLayerExperts) {
+    return r.Error(absl::StrCat("key '", k, "expert_count' is ", c->num_experts, " over ",
+                                num_layers, " layers, above Folio's limits (", kMaxExperts,
+                                " experts, ", kMaxLayerExperts, " in all layers)"));
   }
   ASSIGN_OR_RETURN(c->num_experts_used, r.PositiveInt(k + "expert_used_count", nullptr));
   if (c->num_experts_used > c->num_experts) {
     return r.Error(absl::StrCat("key '", k, "expert_used_count' is ", c->num_experts_used,
                                 ", more than the ", c->num_experts, " experts"));
   }
-  ASSIGN_OR_RETURN(c->expert_hidden_dim,
-                   r.PositiveInt(k + "expert_feed_forward_length", &c->hidden_dim));
+  if (arch.experts == TensorPresence::kRequired) {
+    const int32_t split = std::max(1, c->hidden_dim / c->num_experts_used);
+    ASSIGN_OR_RETURN(c->expert_hidden_dim,
+                     r.PositiveInt(k + "expert_feed_forward_length", &split));
+  } else {
+    c->expert_hidden_dim = c->hidden_dim;
+  }
   ASSIGN_OR_RETURN(c->expert_weights_norm, r.Bool(k + "expert_weights_norm", true));
   if (const GgufValue* v = f.FindValue(k + "expert_weights_scale"); v != nullptr) {
     absl::StatusOr<double> d = v->AsDouble();
@@ -275,8 +284,8 @@ absl::Status ReadExperts(const GgufFile& f, const Reader& r, const Architecture&
   }
   if (const GgufValue* v = f.FindValue(k + "expert_gating_func"); v != nullptr) {
     absl::StatusOr<int64_t> n = v->AsInt64();
-    constexpr int64_t kSoftmax = 1;  // llama_expert_gating_func_type
-    if (!n.ok() || *n != kSoftmax) {
+    // llama_expert_gating_func_type: 0 none (the unit's default, softmax here), 1 softmax.
+    if (!n.ok() || (*n != 0 && *n != 1)) {
       return absl::UnimplementedError(absl::StrCat(
           f.name(), ": key '", k, "expert_gating_func' is not softmax (1); Folio routes by "
           "softmax only"));
@@ -324,7 +333,7 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   ModelConfig& c = w->config;
   const Architecture* arch = nullptr;
   if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
-  if (absl::Status s = ReadExperts(f, r, *arch, &c); !s.ok()) return s;
+  if (absl::Status s = ReadExperts(f, r, *arch, c.num_layers, &c); !s.ok()) return s;
   ASSIGN_OR_RETURN(w->vocab, ReadGgufVocab(f));
   c.vocab_size = w->vocab.size();
   c.stored_type = GgufStoredType(f);

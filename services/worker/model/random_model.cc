@@ -99,6 +99,10 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
       (o.num_experts > 0 && (o.num_experts_used < 1 || o.num_experts_used > o.num_experts))) {
     return bad("num_experts_used must be in [1, num_experts]");
   }
+  if (o.num_experts > 0 && o.architecture == "llama" && o.expert_hidden_dim > 0 &&
+      o.expert_hidden_dim != o.hidden_dim) {
+    return bad("llama's experts are hidden_dim wide (no expert_feed_forward_length)");
+  }
   if (o.head_dim < 0) return bad("head_dim must be >= 0");
   if (o.head_dim == 0 && o.dim % o.num_heads != 0) return bad("dim must be a multiple of heads");
   const int32_t head_dim = o.head_dim > 0 ? o.head_dim : o.dim / o.num_heads;
@@ -122,8 +126,8 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
   const int32_t expert_hidden = o.expert_hidden_dim > 0 ? o.expert_hidden_dim : o.hidden_dim;
   if (o.dim % block != 0 || o.hidden_dim % block != 0 || (o.num_heads * hd) % block != 0 ||
       expert_hidden % block != 0) {
-    return bad(absl::StrCat(DTypeName(o.dtype), " needs dim, hidden_dim and heads * head_dim "
-                            "to be multiples of ", block));
+    return bad(absl::StrCat(DTypeName(o.dtype), " needs dim, hidden_dim, heads * head_dim "
+                            "and the experts' width to be multiples of ", block));
   }
   if (!(o.weight_std >= 0) || !(o.rope_theta > 0) || !(o.rms_norm_eps > 0)) {
     return bad("weight_std must be >= 0, rope_theta and rms_norm_eps > 0");

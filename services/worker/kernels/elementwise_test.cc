@@ -57,6 +57,22 @@ TEST(RopeTest, RotatesAdjacentPairsPerHead) {
   }
 }
 
+TEST(GeGluTest, MatchesTheTanhFormulaInDouble) {
+  const int64_t rows = 3, hidden = 37;
+  std::vector<float> gu(rows * 2 * hidden);
+  for (size_t i = 0; i < gu.size(); ++i) gu[i] = std::sin(0.37 * i) * 4.0f;
+  std::vector<float> out(rows * hidden, -1.0f);
+  GeGlu(gu.data(), rows, hidden, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < hidden; ++i) {
+      const double x = gu[r * 2 * hidden + i];
+      const double up = gu[r * 2 * hidden + hidden + i];
+      const double g = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+      EXPECT_NEAR(out[r * hidden + i], g * up, 1e-5 * (1 + std::abs(g * up)));
+    }
+  }
+}
+
 TEST(SwiGluTest, MatchesFormula) {
   const int rows = 2, hidden = 61;  // vectors of 16, then of 8, then a tail
   std::vector<float> gu = RandomNormal(rows * 2 * hidden, 4);

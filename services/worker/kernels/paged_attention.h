@@ -35,6 +35,10 @@
 // widened) once per tile rather than once per query. Both kernels have portable, AVX2
 // and (for head_dim % 16 == 0) AVX-512 versions, picked at run time.
 //
+// A window or a softcap (PagedAttentionArgs) runs every query on the per-query kernel's
+// generic body (portable or AVX2 primitives): the tiled, blocked and AVX-512 kernels do
+// not have them yet.
+//
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
 // items on the given pool, costliest first: prefill tiles (sequence, query tile, kv head),
 // and decode (sequence, query, run of kv heads) items: every kv head of a query in one
@@ -77,6 +81,13 @@ struct PagedAttentionArgs {
   // Prefill chunks on the tiled kernel (default); false runs every query on the per-query
   // kernel (kept for comparison: tests and bench/worker_attention_bench).
   bool tiled_prefill = true;
+  // Sliding-window layers (Gemma 2/3's local layers): > 0, a query at position p sees
+  // only the keys at positions p - window + 1 .. p (window of them, itself included, as
+  // llama.cpp's mask: hidden when p - key_pos >= window).
+  int32_t window = 0;
+  // > 0: each score s (after `scale`) becomes softcap * tanh(s / softcap) before the
+  // softmax (Gemma 2).
+  float softcap = 0.0f;
 };
 
 // out[row, h] = softmax(scale * q[row, h] . K[0..pos]) . V[0..pos], with K/V of kv head

@@ -187,59 +187,68 @@ __attribute__((always_inline)) inline void AttendBody(const PagedAttentionArgs& 
   const int64_t slot_stride = kv.slot_stride();
   const int64_t block_stride = kv.block_stride();
   const int64_t num_keys = static_cast<int64_t>(seq.context_len) - seq.num_queries + query + 1;
+  // Keys [first_key, num_keys): all of them, or the window's.
+  const int64_t first_key = args.window > 0 ? std::max<int64_t>(0, num_keys - args.window) : 0;
+  const int64_t n = num_keys - first_key;
   const int64_t row = static_cast<int64_t>(seq.query_offset) + query;
   const float* q = args.q + row * args.q_row_stride + static_cast<int64_t>(kv_head) * group * hd;
   float* out = args.out + row * args.out_row_stride + static_cast<int64_t>(kv_head) * group * hd;
 
   std::vector<float>& scratch = Scratch();
-  const size_t need = static_cast<size_t>(group) * num_keys + hd + static_cast<size_t>(group) * hd;
+  const size_t need = static_cast<size_t>(group) * n + hd + static_cast<size_t>(group) * hd;
   if (scratch.size() < need) scratch.resize(need);
-  float* scores = scratch.data();              // [group][num_keys]
-  float* widened = scores + group * num_keys;  // [hd]
-  float* acc = widened + hd;                   // [group][hd]
+  float* scores = scratch.data();       // [group][n]
+  float* widened = scores + group * n;  // [hd]
+  float* acc = widened + hd;            // [group][hd]
 
   const KvT* k_base = static_cast<const KvT*>(kv.k) + kv_head * kv.row_stride();
   const KvT* v_base = static_cast<const KvT*>(kv.v) + kv_head * kv.row_stride();
 
   // Pass 1: scores, block by block through the table.
-  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
-    const int64_t rows = std::min(block_size, num_keys - first);
+  for (int64_t pos = first_key; pos < num_keys;) {
+    const int64_t b = pos / block_size;
+    const int64_t r0 = pos % block_size;
+    const int64_t rows = std::min(block_size - r0, num_keys - pos);
     const KvT* k_block = k_base + seq.block_table[b] * block_stride;
-    for (int64_t r = 0; r < rows; ++r) {
-      if ((first + r) % kPrefetchRows == 0) {
-        const int64_t from = first + r + kPrefetchAhead;
+    for (int64_t r = r0; r < r0 + rows; ++r, ++pos) {
+      if (pos % kPrefetchRows == 0) {
+        const int64_t from = pos + kPrefetchAhead;
         PrefetchRows(k_base, seq.block_table, block_size, block_stride, slot_stride, hd, from,
                      std::min(num_keys, from + kPrefetchRows));
       }
       const float* k = Prims::Widen(k_block + r * slot_stride, widened, hd);
       for (int g = 0; g < group; ++g) {
-        scores[g * num_keys + first + r] = Prims::Dot(q + g * hd, k, hd) * args.scale;
+        float s = Prims::Dot(q + g * hd, k, hd) * args.scale;
+        if (args.softcap > 0.0f) s = args.softcap * std::tanh(s / args.softcap);
+        scores[g * n + pos - first_key] = s;
       }
     }
   }
   // Softmax per query head.
   for (int g = 0; g < group; ++g) {
-    float* s = scores + g * num_keys;
+    float* s = scores + g * n;
     float max = s[0];
-    for (int64_t j = 1; j < num_keys; ++j) max = std::max(max, s[j]);
-    const float sum = Prims::ExpSum(s, num_keys, max);
+    for (int64_t j = 1; j < n; ++j) max = std::max(max, s[j]);
+    const float sum = Prims::ExpSum(s, n, max);
     const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < num_keys; ++j) s[j] *= inv;
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
   }
   // Pass 2: weighted sum of values.
   std::fill(acc, acc + group * hd, 0.0f);
-  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
-    const int64_t rows = std::min(block_size, num_keys - first);
+  for (int64_t pos = first_key; pos < num_keys;) {
+    const int64_t b = pos / block_size;
+    const int64_t r0 = pos % block_size;
+    const int64_t rows = std::min(block_size - r0, num_keys - pos);
     const KvT* v_block = v_base + seq.block_table[b] * block_stride;
-    for (int64_t r = 0; r < rows; ++r) {
-      if ((first + r) % kPrefetchRows == 0) {
-        const int64_t from = first + r + kPrefetchAhead;
+    for (int64_t r = r0; r < r0 + rows; ++r, ++pos) {
+      if (pos % kPrefetchRows == 0) {
+        const int64_t from = pos + kPrefetchAhead;
         PrefetchRows(v_base, seq.block_table, block_size, block_stride, slot_stride, hd, from,
                      std::min(num_keys, from + kPrefetchRows));
       }
       const float* v = Prims::Widen(v_block + r * slot_stride, widened, hd);
       for (int g = 0; g < group; ++g) {
-        Prims::Axpy(scores[g * num_keys + first + r], v, acc + g * hd, hd);
+        Prims::Axpy(scores[g * n + pos - first_key], v, acc + g * hd, hd);
       }
     }
   }
@@ -475,6 +484,22 @@ AttendFn PickAttendFn(CpuIsa isa, KvDType dtype, int group, int head_dim) {
                                  : &AttendPortable<float>;
 }
 
+// The generic body (AttendBody), the one with windows and softcaps.
+AttendFn PickGenericAttendFn(CpuIsa isa, KvDType dtype) {
+#if FOLIO_HAVE_AVX2_PATH
+  if (isa == CpuIsa::kAvx2) {
+    return dtype == KvDType::kF16  ? &AttendAvx2<uint16_t>
+           : dtype == KvDType::kQ8 ? &AttendAvx2<int8_t>
+                                   : &AttendAvx2<float>;
+  }
+#else
+  (void)isa;
+#endif
+  return dtype == KvDType::kF16  ? &AttendPortable<uint16_t>
+         : dtype == KvDType::kQ8 ? &AttendPortable<int8_t>
+                                 : &AttendPortable<float>;
+}
+
 }  // namespace
 
 void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSeq> seqs,
@@ -483,7 +508,11 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   CHECK_EQ(args.num_heads % kv.num_kv_heads, 0)
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
   const int group = args.num_heads / kv.num_kv_heads;
-  auto tiled = [&](const AttentionSeq& s) { return args.tiled_prefill && s.num_queries > 1; };
+  // A window or softcap: the generic per-query body only (see the header).
+  const bool plain = args.window <= 0 && args.softcap <= 0.0f;
+  auto tiled = [&](const AttentionSeq& s) {
+    return plain && args.tiled_prefill && s.num_queries > 1;
+  };
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   // Tiles as tall as kTileRows allows, halved while the chunks give fewer than four
   // tiles per thread (a short chunk on a wide pool still spreads).
@@ -537,7 +566,9 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
   AttendFn attend = nullptr;
-  if (args.isa == CpuIsa::kAvx2 && args.avx512) {
+  if (!plain) {
+    attend = PickGenericAttendFn(args.isa, kv.dtype);
+  } else if (args.isa == CpuIsa::kAvx2 && args.avx512) {
     attend = internal::PickAttendAvx512Fn(kv.dtype, group, kv.head_dim);
   }
   if (attend == nullptr) attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);

@@ -38,6 +38,8 @@ struct CheckOptions {
   double tolerance = kTolerance;
   bool expect_match = true;    // false: only measure (max_error), do not fail
   double* max_error = nullptr;  // the largest |out - ref| seen, when set
+  int window = 0;               // PagedAttentionArgs::window (the reference honours it too)
+  float softcap = 0.0f;         // PagedAttentionArgs::softcap
 };
 
 // Contiguous reference. k, v: [context_len, num_kv_heads, head_dim]; q: [num_queries,
@@ -46,7 +48,7 @@ struct CheckOptions {
 std::vector<double> ReferenceAttention(const std::vector<float>& q, const std::vector<float>& k,
                                        const std::vector<float>& v, int context_len,
                                        int num_queries, int num_heads, int num_kv_heads,
-                                       int head_dim) {
+                                       int head_dim, int window = 0, double softcap = 0) {
   const int group = num_heads / num_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   std::vector<double> out(static_cast<size_t>(num_queries) * num_heads * head_dim, 0.0);
@@ -56,18 +58,21 @@ std::vector<double> ReferenceAttention(const std::vector<float>& q, const std::v
       const int kvh = h / group;
       std::vector<double> w(pos + 1);
       double max = -1e300;
-      for (int j = 0; j <= pos; ++j) {
+      // A window hides the keys with pos - j >= window.
+      const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
+      for (int j = first; j <= pos; ++j) {
         double s = 0;
         for (int d = 0; d < head_dim; ++d) {
           s += static_cast<double>(q[(i * num_heads + h) * head_dim + d]) *
                k[(static_cast<size_t>(j) * num_kv_heads + kvh) * head_dim + d];
         }
         w[j] = s * scale;
+        if (softcap > 0) w[j] = softcap * std::tanh(w[j] / softcap);
         max = std::max(max, w[j]);
       }
       double sum = 0;
-      for (double& x : w) sum += (x = std::exp(x - max));
-      for (int j = 0; j <= pos; ++j) {
+      for (int j = first; j <= pos; ++j) sum += (w[j] = std::exp(w[j] - max));
+      for (int j = first; j <= pos; ++j) {
         for (int d = 0; d < head_dim; ++d) {
           out[(i * num_heads + h) * head_dim + d] +=
               w[j] / sum * v[(static_cast<size_t>(j) * num_kv_heads + kvh) * head_dim + d];
@@ -225,6 +230,8 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
   args.isa = path == Path::kPortable ? CpuIsa::kPortable : CpuIsa::kAvx2;
   args.avx512 = path == Path::kAvx512;
   args.tiled_prefill = tiled;
+  args.window = opt.window;
+  args.softcap = opt.softcap;
   ThreadPool pool(2);
   PagedAttention(args, seqs, kv, &pool);
 
@@ -237,7 +244,7 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
     }
     const std::vector<double> ref = ReferenceAttention(qs, ks[s], vs[s], c.context_len,
                                                        c.num_queries, num_heads, num_kv_heads,
-                                                       head_dim);
+                                                       head_dim, opt.window, opt.softcap);
     for (int i = 0; i < c.num_queries; ++i) {
       const float* r = out.data() + (seqs[s].query_offset + i) * out_stride;
       for (int j = 0; j < q_width; ++j) {
@@ -362,6 +369,40 @@ TEST(PagedAttentionDecodeTest, MatchesPortableOnRandomShapes) {
       }
     }
   }
+}
+
+// Sliding windows (Gemma's local layers) and score softcaps (Gemma 2), decode and
+// prefill chunks, windows inside a block, across blocks and wider than the context.
+TEST(PagedAttentionWindowTest, WindowsAndSoftcapsMatchTheReference) {
+  for (Path path : SupportedPaths()) {
+    for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
+      for (int window : {1, 5, 16, 23, 500}) {
+        for (float softcap : {0.0f, 2.0f}) {
+          SCOPED_TRACE(::testing::Message() << PathName(path) << " window " << window
+                                            << " softcap " << softcap);
+          CheckOptions opt;
+          opt.window = window;
+          opt.softcap = softcap;
+          CheckAgainstReference(16, 64, 2, dtype, path, 2, {{70, 1}, {40, 40}, {90, 17}, {3, 1}},
+                                true, 31, opt);
+        }
+      }
+      CheckOptions cap_only;
+      cap_only.softcap = 0.5f;
+      CheckAgainstReference(8, 32, 4, dtype, path, 1, {{33, 1}, {20, 20}}, true, 32, cap_only);
+    }
+  }
+}
+
+// The window is not ignored: a window of 1 differs from full attention.
+TEST(PagedAttentionWindowTest, AWindowChangesTheOutput) {
+  CheckOptions one;
+  one.window = 1;
+  const std::vector<float> windowed =
+      CheckAgainstReference(16, 64, 2, KvDType::kF32, Path::kPortable, 2, {{40, 1}}, true, 33, one);
+  const std::vector<float> full =
+      CheckAgainstReference(16, 64, 2, KvDType::kF32, Path::kPortable, 2, {{40, 1}}, true, 33);
+  EXPECT_NE(windowed, full);
 }
 
 TEST(PagedAttentionFewRowsTest, SplitsHeadsAndWideGroups) {

@@ -62,4 +62,18 @@ void SwiGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out, CpuI
   }
 }
 
+void GeGlu(const float* gate_up, int64_t rows, int64_t hidden, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up + r * 2 * hidden;
+    const float* up = gate + hidden;
+    float* o = out + r * hidden;
+    for (int64_t i = 0; i < hidden; ++i) {
+      const float x = gate[i];
+      const float g = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
+      o[i] = g * up[i];
+    }
+  }
+}
+
 }  // namespace folio::worker::kernels

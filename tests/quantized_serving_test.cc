@@ -4,7 +4,7 @@
 // whole local cluster (tests/cluster.h). The completion must be the same greedy tokens
 // as Folio's CPU runner gives in-process on the same file, and GetModelInfo must report
 // the stored type llama.cpp wrote (general.file_type 15: Q4_K_M). The same for a
-// Qwen3-MoE-shaped mixture of experts.
+// Qwen3-MoE-shaped mixture of experts and a Gemma 3-shaped model.
 #include <set>
 #include <string>
 #include <vector>
@@ -115,6 +115,24 @@ TEST_F(QuantizedServingTest, LlamaCppQ4KMMixtureOfExpertsServesTheRunnersGreedyT
   o.num_experts = 8;
   o.num_experts_used = 2;
   o.expert_hidden_dim = 256;
+  ServesTheRunnersGreedyTokens(o);
+}
+
+// A Gemma 3-shaped file (post-norms, GeGLU, Q/K norms, 6 layers of which 5 local with a
+// window of 8, shorter than the 13 tokens generated).
+TEST_F(QuantizedServingTest, LlamaCppQ4KMGemma3ServesTheRunnersGreedyTokens) {
+  FOLIO_SKIP_WITHOUT_REFERENCE();
+  worker::RandomModelOptions o = Llama3Shape();
+  o.name = "q4km-gemma3";
+  o.architecture = "gemma3";
+  o.rope_freqs = false;
+  o.rope_theta = 1000000.0f;
+  o.num_layers = 6;
+  o.num_kv_heads = 2;
+  o.head_dim = 128;
+  o.sliding_window = 8;
+  o.rope_theta_local = 10000.0f;
+  o.tied_embeddings = false;  // gemma3's output.weight is optional; tied repeats BOS here
   ServesTheRunnersGreedyTokens(o);
 }
 

@@ -51,13 +51,23 @@ ABSL_FLAG(std::vector<std::string>, eos_token_ids, {},
           "--format=hf: generation_config.json eos_token_id (comma-separated ids).");
 ABSL_FLAG(std::string, arch, "llama",
           "general.architecture: llama (Llama 2/3.x, Mistral; Mixtral with --experts), qwen2 "
-          "(Q/K/V biases), qwen3 (Q/K norms) or qwen3moe (Q/K norms and experts).");
+          "(Q/K/V biases), qwen3 (Q/K norms), qwen3moe (Q/K norms and experts), gemma2 or "
+          "gemma3.");
 ABSL_FLAG(int32_t, experts, 0,
           "Mixture of experts (llama or qwen3moe): number of experts per layer; 0: a dense MLP.");
 ABSL_FLAG(int32_t, experts_used, 2, "With --experts: experts each token runs (top-k).");
 ABSL_FLAG(int32_t, expert_hidden_dim, 0,
           "With --experts: each expert's SwiGLU width; 0: --hidden_dim.");
 ABSL_FLAG(float, router_std, 0.5f, "With --experts: std of the router's N(0, std) weights.");
+ABSL_FLAG(int32_t, sliding_window, 0,
+          "gemma2/gemma3: <arch>.attention.sliding_window (0: not written; gemma2 then "
+          "means 4096, gemma3 no window).");
+ABSL_FLAG(float, attn_softcap, 0.0f,
+          "gemma2: attn_logit_softcapping (0: not written, which means 50).");
+ABSL_FLAG(float, final_softcap, 0.0f,
+          "gemma2/gemma3: final_logit_softcapping (0: not written; gemma2 then means 30).");
+ABSL_FLAG(float, rope_theta_local, 0.0f,
+          "gemma2/gemma3: rope.freq_base_swa, the local layers' RoPE base (0: not written).");
 ABSL_FLAG(int32_t, head_dim, 0, "Per-head width; 0: dim / heads, else written as "
           "attention.key_length (Mistral-Nemo, Qwen3).");
 ABSL_FLAG(float, weight_std, 0.02f, "Std of the matrices' N(0, std) weights.");
@@ -168,7 +178,8 @@ int main(int argc, char** argv) {
   usage.version_string = [] { return std::string("folio-make-model ") + folio::kVersion + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "Writes a random-weight Llama-family GGUF model (llama, qwen2, qwen3, qwen3moe; weights "
+      "Writes a random-weight Llama-family GGUF model (llama, qwen2, qwen3, qwen3moe, gemma2, "
+      "gemma3; weights "
       "N(0, 0.02), norms 1, "
       "SentencePiece-style vocabulary).\nUsage: folio-make-model --out=PATH [options]");
   folio::ParseFlagsOrExit(argc, argv);
@@ -192,6 +203,10 @@ int main(int argc, char** argv) {
   o.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   o.rms_norm_eps = absl::GetFlag(FLAGS_rms_eps);
   o.tied_embeddings = absl::GetFlag(FLAGS_tied);
+  o.sliding_window = absl::GetFlag(FLAGS_sliding_window);
+  o.attn_softcap = absl::GetFlag(FLAGS_attn_softcap);
+  o.final_softcap = absl::GetFlag(FLAGS_final_softcap);
+  o.rope_theta_local = absl::GetFlag(FLAGS_rope_theta_local);
   o.num_experts = absl::GetFlag(FLAGS_experts);
   if (o.num_experts > 0) {
     o.num_experts_used = absl::GetFlag(FLAGS_experts_used);

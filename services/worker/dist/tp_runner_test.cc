@@ -205,6 +205,34 @@ TEST(TpRunnerTest, MixtureOfExpertsAgreesWithTp1) {
   EXPECT_EQ(two->rank(1).weights().expert_hidden_dim, 48);
 }
 
+// Gemma 2 over 2 ranks: each sublayer's partial outputs are summed before its post-norm.
+TEST(TpRunnerTest, Gemma2PostNormsAgreeWithTp1) {
+  RandomModelOptions o;
+  o.architecture = "gemma2";
+  o.dim = 64;
+  o.hidden_dim = 128;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.vocab_size = 300;
+  o.context_length = 128;
+  o.dtype = DType::kF16;
+  o.weight_std = 0.2f;
+  o.sliding_window = 4;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("folio_tp_gemma_" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_TRUE(WriteRandomModel(o, path).ok());
+  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(path);
+  std::filesystem::remove(path);
+  const std::vector<int32_t> prompt = {1, 50, 290, 7, 299, 12, 88};
+  std::unique_ptr<CpuModelRunner> one = SingleOrDie(*weights);
+  std::unique_ptr<InProcessTpRunner> two = TpOrDie(*weights, 2);
+  const Generation single = Greedy(*one, prompt, 12);
+  const Generation tp = Greedy(*two, prompt, 12);
+  EXPECT_EQ(tp.tokens, single.tokens);
+  ExpectLogitsClose(single, tp);
+}
+
 TEST(TpRunnerTest, EachRankHoldsItsShareOfTheWeights) {
   const std::optional<std::string> dir = testing::ModelsDir();
   if (!dir) GTEST_SKIP() << testing::kModelsDirHelp;

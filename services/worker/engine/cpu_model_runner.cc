@@ -233,6 +233,9 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
   rope_.freq_factors = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
   rope_.layout = weights_.config.rope_style == RopeStyle::kNeox ? k::RopeLayout::kNeox
                                                                 : k::RopeLayout::kInterleaved;
+  rope_local_ = rope_;
+  rope_local_.theta = weights_.config.rope_theta_local;
+  rope_local_.freq_scale = weights_.config.rope_freq_scale_local;
   // glibc keeps freed heap memory (packing's row buffers) for reuse; hand it back.
   malloc_trim(0);
 }
@@ -412,6 +415,9 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
       std::fill(x + r * dim, x + (r + 1) * dim, 0.0f);
     }
   }
+  if (c.embedding_scale != 1.0f) {
+    for (int64_t i = 0; i < T * dim; ++i) x[i] *= c.embedding_scale;
+  }
   if (absl::Status s = all_reduce_x(); !s.ok()) return s;
 
   k::PagedAttentionArgs attn_args;
@@ -420,26 +426,47 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   attn_args.out = attn;
   attn_args.out_row_stride = q_dim;
   attn_args.num_heads = weights_.num_heads;
-  attn_args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn_args.scale = c.attention_scale > 0.0f ? c.attention_scale
+                                             : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn_args.softcap = c.attn_softcap;
   attn_args.isa = isa_;
   // Elementwise kernels split over rows; small steps stay on the caller.
   const int64_t threads = pool_.num_threads();
   const int64_t row_grain = std::max<int64_t>(1, (T + threads - 1) / threads);
 
+  // A sublayer's output y [T, dim] (the row-parallel projection's partial sums under
+  // tensor parallelism) joins the residual stream: added onto x by the GEMM itself, or,
+  // with post-norms (Gemma), summed over the ranks, normalised, then added.
+  auto post_norm_add = [&](const std::vector<float>& norm) -> absl::Status {
+    if (tp) {
+      if (absl::Status s = comm_->AllReduceSum(xb, T * dim, CommDType::kF32); !s.ok()) return s;
+    }
+    k::RmsNorm(xb, dim, T, dim, norm.data(), c.rms_norm_eps, xb, dim);
+    for (int64_t i = 0; i < T * dim; ++i) x[i] += xb[i];
+    return absl::OkStatus();
+  };
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const ShardLayer& w = weights_.layers[l];
     const LayerLinears& lin = linears_[l];
     const k::KvCacheView kv = kv_->layer(l);
+    const bool local = c.is_local(l);
+    const k::RopeParams& rope = local ? rope_local_ : rope_;
+    attn_args.window = local ? c.sliding_window : 0;
     // Attention block.
     k::RmsNorm(x, dim, T, dim, w.attn_norm.data(), c.rms_norm_eps, xb, dim);
     Gemm(xb, dim, T, lin.qkv, 0.0f, qkv, qkv_dim);
     k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
-      PrepareQk(w, qkv, qkv_dim, b, e, positions.data());
+      PrepareQk(w, rope, qkv, qkv_dim, b, e, positions.data());
     });
     k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
     k::PagedAttention(attn_args, attn_seqs, kv, &pool_);
-    Gemm(attn, q_dim, T, lin.wo, residual_beta, x, dim);
-    if (absl::Status s = all_reduce_x(); !s.ok()) return s;
+    if (c.post_norms) {
+      Gemm(attn, q_dim, T, lin.wo, 0.0f, xb, dim);
+      if (absl::Status s = post_norm_add(w.post_attn_norm); !s.ok()) return s;
+    } else {
+      Gemm(attn, q_dim, T, lin.wo, residual_beta, x, dim);
+      if (absl::Status s = all_reduce_x(); !s.ok()) return s;
+    }
     // MLP block.
     k::RmsNorm(x, dim, T, dim, w.ffn_norm.data(), c.rms_norm_eps, xb, dim);
     if (c.moe()) {
@@ -447,9 +474,18 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     } else {
       Gemm(xb, dim, T, lin.gate_up, 0.0f, gate_up_.data(), 2 * hidden);
       k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
-        k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden,
-                  isa_);
+        if (c.gelu_mlp) {
+          k::GeGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden);
+        } else {
+          k::SwiGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden,
+                    hidden_.data() + b * hidden, isa_);
+        }
       });
+      if (c.post_norms) {
+        Gemm(hidden_.data(), hidden, T, lin.down, 0.0f, xb, dim);
+        if (absl::Status s = post_norm_add(w.post_ffn_norm); !s.ok()) return s;
+        continue;
+      }
       Gemm(hidden_.data(), hidden, T, lin.down, residual_beta, x, dim);
     }
     if (absl::Status s = all_reduce_x(); !s.ok()) return s;
@@ -558,8 +594,9 @@ void CpuModelRunner::MixtureOfExperts(const LayerLinears& lin, int64_t T, float 
   }
 }
 
-void CpuModelRunner::PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim, int64_t b,
-                               int64_t e, const int32_t* positions) {
+void CpuModelRunner::PrepareQk(const ShardLayer& w, const k::RopeParams& rope, float* qkv,
+                               int64_t qkv_dim, int64_t b, int64_t e,
+                               const int32_t* positions) {
   const int32_t head_dim = weights_.config.head_dim;
   const int64_t q_dim = weights_.q_dim();
   const float eps = weights_.config.rms_norm_eps;
@@ -576,7 +613,7 @@ void CpuModelRunner::PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim,
   }
   // q and k heads are adjacent in each qkv row, so one call rotates both.
   k::ApplyRope(qkv + b * qkv_dim, qkv_dim, e - b, positions + b,
-               weights_.num_heads + weights_.num_kv_heads, head_dim, rope_);
+               weights_.num_heads + weights_.num_kv_heads, head_dim, rope);
 }
 
 absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_rows,
@@ -591,8 +628,16 @@ absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_row
                xb_.data() + row * dim, dim);
     ++row;
   }
+  // Gemma's final softcap, on the whole logit rows.
+  auto softcap = [&] {
+    if (c.final_softcap <= 0.0f) return;
+    const float cap = c.final_softcap;
+    float* l = logits_.data();
+    for (int64_t i = 0; i < num_logit_rows * c.vocab_size; ++i) l[i] = cap * std::tanh(l[i] / cap);
+  };
   if (!tensor_parallel()) {
     Gemm(xb_.data(), dim, num_logit_rows, lm_head_, 0.0f, logits_.data(), c.vocab_size);
+    softcap();
     return absl::OkStatus();
   }
   if (num_logit_rows == 0) return absl::OkStatus();  // every rank sees the same step
@@ -620,6 +665,7 @@ absl::Status CpuModelRunner::ComputeLogits(const std::vector<int64_t>& logit_row
                   static_cast<size_t>(v.size()) * sizeof(float));
     }
   }
+  softcap();
   return absl::OkStatus();
 }
 

@@ -1,20 +1,24 @@
 // CpuModelRunner: the CPU backend of ModelRunner. Runs the forward pass of the Llama
-// family (llama 2/3.x and Mistral, qwen2, qwen3, and the mixtures of experts qwen3moe
-// and Mixtral-style llama) over a whole step at once: all new
+// family (llama 2/3.x and Mistral, qwen2, qwen3, gemma2, gemma3, and the mixtures of
+// experts qwen3moe and Mixtral-style llama) over a whole step at once: all new
 // tokens of all sequences form one [num_tokens, dim] activation matrix, so every
 // projection is one GEMM for the batch, and attention reads the paged KV cache through
 // each sequence's block table.
 //
-//   embed -> for each layer:
+//   embed (x sqrt(dim): Gemma) -> for each layer:
 //              RMSNorm -> fused QKV GEMM (+ bias: qwen2) -> per-head RMSNorm of q, k
 //              (qwen3) -> RoPE(q, k) (interleaved or NEOX, scaled) -> write K/V into slots
-//              -> paged attention (GQA) -> wo GEMM (+ residual)
-//              -> RMSNorm -> fused gate/up GEMM -> SwiGLU -> down GEMM (+ residual)
+//              -> paged attention (GQA; Gemma: sliding windows on local layers, which
+//              also take their own RoPE base; Gemma 2: softcapped scores) -> wo GEMM
+//              (+ residual; Gemma: RMSNorm of the output first, the "post-norm")
+//              -> RMSNorm -> fused gate/up GEMM -> SwiGLU (Gemma: GeGLU) -> down GEMM
+//                 (+ residual; Gemma: post-norm first)
 //                 or, in a mixture of experts: router GEMM -> top-k routing
 //                 (moe_routing.h) -> per chosen expert, its tokens' rows gathered ->
 //                 gate/up GEMM -> SwiGLU -> down GEMM -> weighted sum (+ residual);
 //                 each expert's weights are read once a step, whatever the batch
-//         -> final RMSNorm and LM head, only for the last row of each sequence that
+//         -> final RMSNorm and LM head (Gemma 2: logits softcapped), only for the last
+//            row of each sequence that
 //            needs logits -> sampling
 //
 // Weights stay as stored (weight_shard.h: typed views into the memory-mapped file). Under
@@ -198,8 +202,8 @@ class CpuModelRunner final : public ModelRunner {
   };
   Linear MakeLinear(const ShardMatrix& m) const;
   // Adds the bias, normalises q and k per head and rotates them, for rows [b, e).
-  void PrepareQk(const ShardLayer& w, float* qkv, int64_t qkv_dim, int64_t b, int64_t e,
-                 const int32_t* positions);
+  void PrepareQk(const ShardLayer& w, const kernels::RopeParams& rope, float* qkv,
+                 int64_t qkv_dim, int64_t b, int64_t e, const int32_t* positions);
   struct LayerLinears {
     Linear qkv, wo, gate_up, down;
     // Mixture of experts (gate_up and down are then empty).
@@ -252,6 +256,7 @@ class CpuModelRunner final : public ModelRunner {
   kernels::TypedMatrix tok_embeddings_;  // this rank's vocabulary rows, read in place
   bool embed_from_lm_head_ = false;      // tied and owned: look rows up in lm_head_
   kernels::RopeParams rope_;
+  kernels::RopeParams rope_local_;  // sliding-window layers' (Gemma)
 
   // Per-step buffers, reused across steps.
   std::vector<float> x_;        // [num_tokens, dim] residual stream

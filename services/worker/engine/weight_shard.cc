@@ -277,6 +277,14 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
     n = SmallVector(w.ffn_norm, c.dim, p + "ffn_norm");
     if (!n.ok()) return n.status();
     o.ffn_norm = *std::move(n);
+    if (c.post_norms) {
+      n = SmallVector(w.post_attn_norm, c.dim, p + "post_attention_norm");
+      if (!n.ok()) return n.status();
+      o.post_attn_norm = *std::move(n);
+      n = SmallVector(w.post_ffn_norm, c.dim, p + "post_ffw_norm");
+      if (!n.ok()) return n.status();
+      o.post_ffn_norm = *std::move(n);
+    }
     o.qkv = matrix({{&w.wq, "attn_q"}, {&w.wk, "attn_k"}, {&w.wv, "attn_v"}},
                    {q_rows, kv_rows, kv_rows}, all_dim, p);
     o.wo = matrix({{&w.wo, "attn_output"}}, {all_dim}, q_rows, p);

@@ -62,6 +62,8 @@ struct ShardLayer {
   std::vector<float> k_norm;     // [head_dim] or empty
   ShardMatrix wo;                // [dim, q_dim]
   std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> post_attn_norm;  // [dim] or empty (config.post_norms)
+  std::vector<float> post_ffn_norm;   // [dim] or empty
   ShardMatrix gate_up;           // [2 * hidden_dim, dim]: this rank's gate rows, then up rows
   ShardMatrix down;              // [dim, hidden_dim]
   // Mixture of experts (config.moe(); gate_up and down are then empty): the router,

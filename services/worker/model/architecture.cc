@@ -14,6 +14,10 @@ constexpr Architecture kArchitectures[] = {
      TensorPresence::kNone, TensorPresence::kNone},
     {"qwen3moe", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kRequired,
      TensorPresence::kNone, TensorPresence::kRequired},
+    {"gemma2", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kNone,
+     TensorPresence::kNone, TensorPresence::kNone, 2},
+    {"gemma3", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kRequired,
+     TensorPresence::kNone, TensorPresence::kNone, 3},
 };
 
 struct HfClass {

@@ -11,6 +11,12 @@
 //   qwen3moe (Qwen3-MoE): qwen3's attention; every MLP is a mixture of experts
 //          (<arch>.expert_count, expert_used_count, expert_feed_forward_length;
 //          ffn_gate_inp and ffn_{gate,up,down}_exps).
+//   gemma2 (Gemma 2): NEOX RoPE, embeddings scaled by sqrt(dim), GeGLU, RMSNorms after
+//          attention and MLP as well as before, attention and final logit softcaps,
+//          sliding-window attention on even layers, tied embeddings.
+//   gemma3 (Gemma 3 text): gemma2's layout with per-head Q/K RMSNorm instead of the
+//          attention softcap, five local layers to one global, local layers with their
+//          own RoPE base (rope.freq_base_swa, 10000) and no RoPE scaling.
 //   llama also takes Mixtral-style experts (llama.expert_count > 0: ffn_gate_inp and
 //          ffn_{gate,up,down}_exps, each expert feed_forward_length wide).
 // Immutable table; safe to read from any thread.
@@ -33,12 +39,13 @@ struct Architecture {
   TensorPresence qk_norm;    // blk.N.attn_{q,k}_norm.weight
   TensorPresence rope_freqs; // rope_freqs.weight
   TensorPresence experts;    // <arch>.expert_count and blk.N.ffn_*_exps: a mixture of experts
+  int32_t gemma = 0;         // 2 or 3: Gemma's layout and keys (gguf_model.cc ReadGemma)
 };
 
 // The unit named `name`, or nullptr.
 const Architecture* FindArchitecture(absl::string_view name);
 
-// "'llama', 'qwen2', 'qwen3', 'qwen3moe'" for error messages.
+// "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3'" for error messages.
 std::string SupportedArchitectures();
 
 // Where a model's Q and K projection rows come from, which decides the RoPE pairing:

@@ -53,7 +53,7 @@ TEST(ArchitectureTest, TableNamesTheSupportedArchitectures) {
   EXPECT_EQ(FindArchitecture("qwen2")->rope_style, RopeStyle::kNeox);
   EXPECT_EQ(FindArchitecture("llama")->rope_style, RopeStyle::kInterleaved);
   EXPECT_EQ(FindArchitecture("gpt2"), nullptr);
-  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3', 'qwen3moe'");
+  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3'");
 }
 
 TEST(ArchitectureTest, Llama3FormLoads) {
@@ -108,6 +108,54 @@ TEST(ArchitectureTest, Qwen3HasQkNorms) {
   EXPECT_EQ(w->layers[0].k_norm.shape, std::vector<int64_t>({32}));
 }
 
+TEST(ArchitectureTest, Gemma2ReadsItsDefaultsAsLlamaCppDoes) {
+  RandomModelOptions o = Small("gemma2");
+  o.num_layers = 4;
+  std::unique_ptr<ModelWeights> w = *LoadModel(Write(o, "gemma2.gguf"));
+  const ModelConfig& c = w->config;
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_FLOAT_EQ(c.embedding_scale, 8.0f);  // sqrt(64)
+  EXPECT_TRUE(c.gelu_mlp);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FLOAT_EQ(c.attn_softcap, 50.0f);   // the keys absent: llama.cpp's defaults
+  EXPECT_FLOAT_EQ(c.final_softcap, 30.0f);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.local_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 4.0f);  // 1 / sqrt(head_dim 16)
+  EXPECT_FLOAT_EQ(c.rope_theta_local, c.rope_theta);
+  EXPECT_EQ(w->layers[3].post_ffn_norm.shape, std::vector<int64_t>({64}));
+}
+
+TEST(ArchitectureTest, Gemma3HasFiveLocalLayersToOneGlobalWhenItHasAWindow) {
+  RandomModelOptions o = Small("gemma3");
+  o.num_layers = 7;
+  o.sliding_window = 16;
+  o.rope_theta = 1000000.0f;
+  o.rope_scaling_factor = 8.0f;
+  std::unique_ptr<ModelWeights> w = *LoadModel(Write(o, "gemma3.gguf"));
+  const ModelConfig& c = w->config;
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FLOAT_EQ(c.attn_softcap, 0.0f);
+  EXPECT_FLOAT_EQ(c.final_softcap, 0.0f);
+  EXPECT_EQ(c.sliding_window, 16);
+  EXPECT_EQ(c.local_layers,
+            (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_FLOAT_EQ(c.rope_theta_local, 10000.0f);  // not rope.freq_base
+  EXPECT_FLOAT_EQ(c.rope_freq_scale_local, 1.0f);  // local layers are never scaled
+  EXPECT_FLOAT_EQ(c.rope_freq_scale, 1.0f / 8.0f);
+  // Without a window, every layer is global.
+  o.sliding_window = 0;
+  w = *LoadModel(Write(o, "gemma3-global.gguf"));
+  EXPECT_FALSE(w->config.is_local(0));
+  // A missing post-norm is named.
+  o.sliding_window = 16;
+  absl::StatusOr<std::unique_ptr<ModelWeights>> bad = LoadModel(
+      Patched(Write(o, "gemma3-bad.gguf"), "blk.2.post_ffw_norm", "blk.2.post_ffX_norm"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("blk.2.post_ffw_norm.weight"));
+}
+
 TEST(ArchitectureTest, UnknownArchitectureIsRefusedNamingTheSupportedOnes) {
   const std::string path = Patched(Write(Small("qwen2"), "gpt2.gguf"), "qwen2", "gpt_2");
   absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(path);
@@ -115,7 +163,7 @@ TEST(ArchitectureTest, UnknownArchitectureIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(w.status().message(), HasSubstr(path));
   EXPECT_THAT(w.status().message(), HasSubstr("architecture 'gpt_2' (key 'general.architecture') is not supported"));
-  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe'"));
+  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3'"));
 }
 
 TEST(ArchitectureTest, MissingRequiredTensorNamesIt) {

@@ -1,6 +1,7 @@
 #include "services/worker/model/gguf_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <limits>
@@ -294,6 +295,87 @@ absl::Status ReadExperts(const GgufFile& f, const Reader& r, const Architecture&
   return absl::OkStatus();
 }
 
+// A float key that may be 0 (softcaps): `fallback` when absent.
+absl::StatusOr<float> NonNegativeFloat(const GgufFile& f, const Reader& r, const std::string& key,
+                                       float fallback) {
+  const GgufValue* v = f.FindValue(key);
+  if (v == nullptr) return fallback;
+  absl::StatusOr<double> d = v->AsDouble();
+  if (!d.ok()) return r.KeyError(key, d.status());
+  if (!(*d >= 0) || *d > 1e9) return r.Error(absl::StrCat("key '", key, "' is ", *d));
+  return static_cast<float>(*d);
+}
+
+// Gemma 2 and 3 (llama.cpp's src/models/gemma2.cpp, gemma3.cpp and llama-hparams): the
+// converters store every RMSNorm weight as 1 + w, so the norms are plain; what differs is
+// read here. Local (sliding-window) layers follow <arch>.attention.sliding_window_pattern,
+// an array of per-layer flags or a period n (layer l local when l % n < n - 1; absent:
+// 2 for gemma2, even layers local; 6 for gemma3); gemma3 has no window unless
+// attention.sliding_window > 0 (gemma2: 4096 when absent). The query scale is
+// 1 / sqrt(head_dim), except for the 27B shapes (46 layers for gemma2, 62 for gemma3),
+// whose query_pre_attn_scalar is dim / heads: llama.cpp decides by the layer count, as no
+// key carries it, and so does Folio.
+absl::Status ReadGemma(const GgufFile& f, const Reader& r, const Architecture& arch,
+                       ModelConfig* c) {
+  const std::string k = absl::StrCat(arch.name, ".");
+  c->embedding_scale = std::sqrt(static_cast<float>(c->dim));
+  c->gelu_mlp = true;
+  c->post_norms = true;
+  const int32_t layers_27b = arch.gemma == 2 ? 46 : 62;
+  const int32_t query_dim = c->num_layers == layers_27b ? c->dim / c->num_heads : c->head_dim;
+  c->attention_scale = 1.0f / std::sqrt(static_cast<float>(query_dim));
+  int32_t period = 0;
+  if (arch.gemma == 2) {
+    ASSIGN_OR_RETURN(c->attn_softcap, NonNegativeFloat(f, r, k + "attn_logit_softcapping", 50.0f));
+    ASSIGN_OR_RETURN(c->final_softcap,
+                     NonNegativeFloat(f, r, k + "final_logit_softcapping", 30.0f));
+    const int32_t default_window = 4096;
+    ASSIGN_OR_RETURN(c->sliding_window,
+                     r.PositiveInt(k + "attention.sliding_window", &default_window));
+    period = 2;
+    c->rope_theta_local = c->rope_theta;
+    c->rope_freq_scale_local = c->rope_freq_scale;
+  } else {
+    ASSIGN_OR_RETURN(c->final_softcap, NonNegativeFloat(f, r, k + "final_logit_softcapping", 0.0f));
+    if (const GgufValue* v = f.FindValue(k + "attention.sliding_window"); v != nullptr) {
+      absl::StatusOr<int64_t> n = v->AsInt64();
+      if (!n.ok()) return r.KeyError(k + "attention.sliding_window", n.status());
+      if (*n < 0 || *n > std::numeric_limits<int32_t>::max()) {
+        return r.Error(absl::StrCat("key '", k, "attention.sliding_window' is ", *n));
+      }
+      c->sliding_window = static_cast<int32_t>(*n);
+    }
+    period = 6;
+    c->rope_freq_scale_local = 1.0f;
+  }
+  const float default_local_theta = arch.gemma == 2 ? c->rope_theta : 10000.0f;
+  ASSIGN_OR_RETURN(c->rope_theta_local, r.Float(k + "rope.freq_base_swa", &default_local_theta));
+  if (c->sliding_window == 0) return absl::OkStatus();
+  c->local_layers.assign(static_cast<size_t>(c->num_layers), false);
+  const std::string pattern_key = k + "attention.sliding_window_pattern";
+  if (const GgufValue* v = f.FindValue(pattern_key); v != nullptr && v->is_array()) {
+    if (v->array_size() != static_cast<uint64_t>(c->num_layers)) {
+      return r.Error(absl::StrCat("key '", pattern_key, "' has ", v->array_size(),
+                                  " entries for ", c->num_layers, " layers"));
+    }
+    for (int32_t l = 0; l < c->num_layers; ++l) {
+      absl::StatusOr<int64_t> flag = v->ArrayInt64(static_cast<uint64_t>(l));
+      if (!flag.ok()) return r.KeyError(pattern_key, flag.status());
+      c->local_layers[l] = *flag != 0;
+    }
+    return absl::OkStatus();
+  } else if (v != nullptr) {
+    absl::StatusOr<int64_t> n = v->AsInt64();
+    if (!n.ok()) return r.KeyError(pattern_key, n.status());
+    if (*n < 0 || *n > 1 << 20) return r.Error(absl::StrCat("key '", pattern_key, "' is ", *n));
+    period = static_cast<int32_t>(*n);
+  }
+  for (int32_t l = 0; l < c->num_layers; ++l) {
+    c->local_layers[l] = period == 0 || l % period < period - 1;
+  }
+  return absl::OkStatus();
+}
+
 // Layer `p`'s router and experts: the 3-D ffn_{gate,up,down}_exps tensors cut into one
 // 2-D view per expert (expert e's matrix is the e-th slab of the tensor).
 absl::Status ReadExpertTensors(const GgufFile& f, const Reader& r, const ModelConfig& c,
@@ -334,6 +416,9 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   const Architecture* arch = nullptr;
   if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
   if (absl::Status s = ReadExperts(f, r, *arch, c.num_layers, &c); !s.ok()) return s;
+  if (arch->gemma != 0) {
+    if (absl::Status s = ReadGemma(f, r, *arch, &c); !s.ok()) return s;
+  }
   ASSIGN_OR_RETURN(w->vocab, ReadGgufVocab(f));
   c.vocab_size = w->vocab.size();
   c.stored_type = GgufStoredType(f);
@@ -421,6 +506,10 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
     if (c.qk_norm) {
       ASSIGN_OR_RETURN(lw.q_norm, r.Tensor(p + "attn_q_norm.weight", {c.head_dim}));
       ASSIGN_OR_RETURN(lw.k_norm, r.Tensor(p + "attn_k_norm.weight", {c.head_dim}));
+    }
+    if (c.post_norms) {
+      ASSIGN_OR_RETURN(lw.post_attn_norm, r.Tensor(p + "post_attention_norm.weight", {dim}));
+      ASSIGN_OR_RETURN(lw.post_ffn_norm, r.Tensor(p + "post_ffw_norm.weight", {dim}));
     }
     if (f.FindTensor(p + "attn_output.bias") != nullptr) {
       return absl::UnimplementedError(absl::StrCat(

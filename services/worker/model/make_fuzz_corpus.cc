@@ -145,6 +145,13 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> bytes = folio::worker::MakeRandomModelGguf(o);
     CHECK(bytes.ok()) << bytes.status();
     files.emplace_back("qwen3moe_q8_0.gguf", *bytes);
+    o.architecture = "gemma3";
+    o.num_experts = o.num_experts_used = o.expert_hidden_dim = 0;
+    o.num_layers = 2;
+    o.sliding_window = 8;
+    bytes = folio::worker::MakeRandomModelGguf(o);
+    CHECK(bytes.ok()) << bytes.status();
+    files.emplace_back("gemma3_q8_0.gguf", *bytes);
   }
   files.emplace_back("trunc_header.gguf", f32.substr(0, 20));
   files.emplace_back("trunc_metadata.gguf", f32.substr(0, 300));

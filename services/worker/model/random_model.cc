@@ -85,9 +85,18 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
     return bad("dim, hidden_dim, layers, heads, kv_heads and context must be positive");
   }
   if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3" &&
-      o.architecture != "qwen3moe") {
+      o.architecture != "qwen3moe" && o.architecture != "gemma2" && o.architecture != "gemma3") {
     return bad(absl::StrCat("architecture '", o.architecture,
-                            "': expected llama, qwen2, qwen3 or qwen3moe"));
+                            "': expected llama, qwen2, qwen3, qwen3moe, gemma2 or gemma3"));
+  }
+  const bool gemma = o.architecture == "gemma2" || o.architecture == "gemma3";
+  if (!gemma && (o.sliding_window != 0 || o.attn_softcap != 0 || o.final_softcap != 0 ||
+                 o.rope_theta_local != 0)) {
+    return bad("sliding_window, softcaps and rope_theta_local are Gemma's keys");
+  }
+  if (o.sliding_window < 0 || !(o.attn_softcap >= 0) || !(o.final_softcap >= 0) ||
+      !(o.rope_theta_local >= 0)) {
+    return bad("sliding_window, softcaps and rope_theta_local must be >= 0");
   }
   if (o.architecture == "qwen3moe" && o.num_experts == 0) {
     return bad("qwen3moe needs num_experts > 0");
@@ -194,6 +203,12 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
   w.AddUint32(k + "embedding_length", static_cast<uint32_t>(o.dim));
   w.AddUint32(k + "block_count", static_cast<uint32_t>(o.num_layers));
   w.AddUint32(k + "feed_forward_length", static_cast<uint32_t>(o.hidden_dim));
+  if (o.sliding_window > 0) {
+    w.AddUint32(k + "attention.sliding_window", static_cast<uint32_t>(o.sliding_window));
+  }
+  if (o.attn_softcap > 0) w.AddFloat32(k + "attn_logit_softcapping", o.attn_softcap);
+  if (o.final_softcap > 0) w.AddFloat32(k + "final_logit_softcapping", o.final_softcap);
+  if (o.rope_theta_local > 0) w.AddFloat32(k + "rope.freq_base_swa", o.rope_theta_local);
   const int32_t expert_hidden = o.expert_hidden_dim > 0 ? o.expert_hidden_dim : o.hidden_dim;
   if (o.num_experts > 0) {
     w.AddUint32(k + "expert_count", static_cast<uint32_t>(o.num_experts));
@@ -300,7 +315,10 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
   const int64_t q_dim = o.num_heads * head_dim, kv_dim = o.num_kv_heads * head_dim;
   matrix("token_embd.weight", o.vocab_size, o.dim, emb_std);
   vec("output_norm.weight", o.dim, 1.0f, 0.0f);
-  if (!o.tied_embeddings) matrix("output.weight", o.vocab_size, o.dim, emb_std);
+  const bool gemma = o.architecture == "gemma2" || o.architecture == "gemma3";
+  if (!o.tied_embeddings && o.architecture != "gemma2") {
+    matrix("output.weight", o.vocab_size, o.dim, emb_std);
+  }
   if (o.rope_freqs) {
     // Llama 3.1's shape: factor 1 for the fast pairs, rising smoothly to 8 for the slow.
     const int64_t pairs = head_dim / 2;
@@ -322,12 +340,15 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
       vec(p + "attn_k.bias", kv_dim, 0.0f, o.weight_std);
       vec(p + "attn_v.bias", kv_dim, 0.0f, o.weight_std);
     }
-    if (o.architecture == "qwen3" || o.architecture == "qwen3moe") {
+    if (o.architecture == "qwen3" || o.architecture == "qwen3moe" ||
+        o.architecture == "gemma3") {
       vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
       vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
     matrix(p + "attn_output.weight", o.dim, q_dim, o.weight_std);
+    if (gemma) vec(p + "post_attention_norm.weight", o.dim, 1.0f, 0.1f);
     vec(p + "ffn_norm.weight", o.dim, 1.0f, 0.0f);
+    if (gemma) vec(p + "post_ffw_norm.weight", o.dim, 1.0f, 0.1f);
     if (o.num_experts > 0) {
       // The router stays f32, as llama.cpp's converter and quantizer keep it; its spread
       // (router_std) decides how peaked the routing is.

@@ -1,5 +1,5 @@
-// A random-weight Llama-family model in GGUF form (architecture llama, qwen2, qwen3 or
-// qwen3moe; llama and qwen3moe with experts),
+// A random-weight Llama-family model in GGUF form (architecture llama, qwen2, qwen3,
+// qwen3moe, gemma2 or gemma3; llama and qwen3moe with experts),
 // for benchmarks, tests and fuzz seeds.
 //
 // Weights are drawn from N(0, std) with a seeded generator (so a seed always gives the
@@ -53,6 +53,15 @@ struct RandomModelOptions {
   int32_t num_experts_used = 0;
   int32_t expert_hidden_dim = 0;
   float router_std = 0.5f;
+  // Gemma 2 / 3 (architecture gemma2 or gemma3): post_attention_norm and post_ffw_norm
+  // (1 + N(0, 0.1), as the converters store 1 + w), tied embeddings (gemma2 always),
+  // Q/K norms (gemma3), and these keys when > 0: <arch>.attention.sliding_window,
+  // attn_logit_softcapping and final_logit_softcapping (gemma2; llama.cpp's defaults 50
+  // and 30 apply when absent), rope.freq_base_swa.
+  int32_t sliding_window = 0;
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  float rope_theta_local = 0.0f;
   std::string chat_template;       // written as tokenizer.chat_template when not empty
   // Written as tokenizer.chat_template.<name>.
   std::vector<std::pair<std::string, std::string>> named_chat_templates;

@@ -78,6 +78,25 @@ struct ModelConfig {
 
   bool moe() const { return num_experts > 0; }
 
+  // Gemma 2 / Gemma 3 (each neutral for the other units).
+  float embedding_scale = 1.0f;   // token embeddings times this (Gemma: sqrt(dim))
+  bool gelu_mlp = false;          // GeGLU, gelu(gate) * up, instead of SwiGLU
+  bool post_norms = false;        // each sublayer's output RMS-normalised before the residual
+  float attention_scale = 0.0f;   // the query scale; 0: 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;      // > 0: attention scores softcapped (Gemma 2)
+  float final_softcap = 0.0f;     // > 0: logits softcapped
+  // Sliding-window layers: local_layers[l] (empty: none) sees only the last
+  // sliding_window positions, with its own RoPE base and linear scale.
+  int32_t sliding_window = 0;
+  std::vector<bool> local_layers;
+  float rope_theta_local = 10000.0f;
+  float rope_freq_scale_local = 1.0f;
+
+  bool is_local(int32_t layer) const {
+    return sliding_window > 0 && static_cast<size_t>(layer) < local_layers.size() &&
+           local_layers[layer];
+  }
+
   int64_t q_dim() const { return int64_t{num_heads} * head_dim; }
   int64_t kv_dim() const { return int64_t{num_kv_heads} * head_dim; }
 };
@@ -95,6 +114,7 @@ struct LayerWeights {
   // Present only when the config says so (data == nullptr otherwise).
   TensorView bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] (qkv_bias)
   TensorView q_norm, k_norm;    // [head_dim], shared by every head (qk_norm)
+  TensorView post_attn_norm, post_ffn_norm;  // [dim] (post_norms)
   // Mixture of experts (config.moe(); then w_gate, w_up and w_down are empty).
   struct Expert {
     TensorView w_gate;  // [expert_hidden_dim, dim]

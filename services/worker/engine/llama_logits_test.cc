@@ -1,8 +1,9 @@
 // Folio's CPU forward pass judged by llama.cpp (folio_llama_ref): random-weight models of
 // each architecture (Llama 3 with rope_freqs and tied embeddings, Qwen2 with biases,
 // Qwen3 with Q/K norms and key_length != dim / heads, Mistral-shaped GQA, the
-// mixtures of experts Qwen3-MoE and Mixtral-style llama, and Gemma 2 and 3 with sliding
-// windows shorter than the prompt), written in
+// mixtures of experts Qwen3-MoE and Mixtral-style llama, Gemma 2 and 3 with sliding
+// windows shorter than the prompt, Phi-3 with fused projections and Phi-3.5's LongRoPE),
+// written in
 // F16 by folio-make-model and quantized to Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M
 // and Q6_K by llama.cpp's own quantizer, so the quantized bytes are llama.cpp's.
 //
@@ -127,6 +128,7 @@ std::vector<Arch> Archs() {
   qwen3moe.num_experts = 8;
   qwen3moe.num_experts_used = 2;
   qwen3moe.expert_hidden_dim = 256;
+  qwen3moe.embedding_std = 0.4f;  // logits spread enough for 24+ decisive positions
   out.push_back({"qwen3moe", qwen3moe});
   RandomModelOptions mixtral = Base();
   mixtral.num_heads = 8;
@@ -134,6 +136,7 @@ std::vector<Arch> Archs() {
   mixtral.rope_theta = 1000000.0f;
   mixtral.num_experts = 4;
   mixtral.num_experts_used = 2;
+  mixtral.embedding_std = 0.4f;
   out.push_back({"mixtral", mixtral});
   // Gemma 2: a window of 8 over the 64-token prompt on the even layers, llama.cpp's
   // default softcaps (50 on scores, 30 on logits: the keys absent), tied embeddings.
@@ -154,23 +157,33 @@ std::vector<Arch> Archs() {
   gemma3.rope_scaling_factor = 8.0f;
   gemma3.tied_embeddings = true;
   out.push_back({"gemma3", gemma3});
+  // Phi-3 (fused attn_qkv and ffn_up) and Phi-3.5-style LongRoPE: original context 128
+  // under a 512-token model, so both engines take the long factors (llama.cpp's context
+  // of 256 is above 128 too), and attn_factor scales every score.
+  RandomModelOptions phi3 = Base();
+  phi3.architecture = "phi3";
+  // (Not named "phi3": llama.cpp then expects Phi-3's own special tokens in the vocabulary.)
+  out.push_back({"phimini", phi3});
+  RandomModelOptions phi35 = Base();
+  phi35.architecture = "phi3";
+  phi35.context_length = 512;
+  phi35.longrope_original_context = 128;
+  phi35.embedding_std = 0.5f;  // logits spread enough for 24+ decisive positions
+  out.push_back({"phimini_longrope", phi35});
   return out;
 }
 
 // Relative to the largest |logit| of the position; see the header comment.
-// Mixtures of experts: each token's MLP is k narrower experts whose outputs are summed
-// with weights, so the activation rounding of both engines lands in more, smaller
-// products; on the quantized types the gap to llama.cpp is up to ~1.1x a dense model's
-// (measured worst: qwen3moe Q6_K 1.29e-2, Q4_0 1.24e-2, Q8_0 5.2e-3; F16 4.1e-4, and
-// 3.0e-5 against llama.cpp's f32 products, where the routing and the weighted sum are
-// compared without rounding), so their quantized limits are 1.25x. So are those of the
-// 6-layer gemma3 model, three times as deep as the others (worst: Q8_0 8.0e-3, Q4_K_M
-// 1.0e-2; F16 2.7e-4, and 1.7e-4 against llama.cpp's f32 products), the rounding
-// compounding over its layers.
-float Tolerance(const std::string& type, bool moe = false) {
+// The 6-layer gemma3 model, three times as deep as the others, takes 1.25x the quantized
+// limits (worst: Q8_0 8.0e-3, Q4_K_M 1.0e-2; F16 2.7e-4, and 1.7e-4 against llama.cpp's
+// f32 products), the activation rounding compounding over its layers. The mixtures of
+// experts stay within the dense limits (worst: qwen3moe Q4_0 9.5e-3, Q6_K 8.9e-3, Q8_0
+// 4.1e-3; F16 3.3e-4), their logits spread by a larger embedding_std: at 0.2 a token's
+// routing on the activation rounding put qwen3moe Q6_K at 1.29e-2.
+float Tolerance(const std::string& type, bool amplified = false) {
   if (const char* t = std::getenv("FOLIO_LOGITS_TOL"); t != nullptr) return std::atof(t);
   if (type == "F16") return 1e-3f;
-  const float f = moe ? 1.25f : 1.0f;
+  const float f = amplified ? 1.25f : 1.0f;
   if (type == "Q8_0") return 7e-3f * f;
   if (type == "Q4_0" || type == "Q4_1" || type == "Q5_0" || type == "Q5_1") return 1.5e-2f * f;
   return 1.2e-2f * f;  // K-quants: q8_K activations
@@ -179,7 +192,7 @@ float Tolerance(const std::string& type, bool moe = false) {
 // The test models are shared by the test cases (each its own process under ctest): kept
 // in the build tree, bump kModelsVersion when the generator changes, written under a
 // temporary name and renamed so concurrent cases never read half a file.
-constexpr char kModelsVersion[] = "v2";
+constexpr char kModelsVersion[] = "v5";
 
 std::string ModelPath(const Arch& a, const std::string& type) {
   const char* build = std::getenv("FOLIO_BUILD_DIR");
@@ -320,7 +333,7 @@ TEST_P(LlamaLogitsTest, LogitsAndGreedyAgreeWithLlamaCpp) {
   ASSERT_TRUE(m.ok()) << m.status();
   const std::unique_ptr<ModelWeights>& weights = m->weights;
   ref::LlamaModel& llama = *m->llama;
-  const float tol = Tolerance(type, arch.options.num_experts > 0 || arch.options.num_layers > 2);
+  const float tol = Tolerance(type, arch.options.num_layers > 2);
 
   // Logits over the prompt.
   const std::vector<int32_t>& prompt = m->prompt;
@@ -537,10 +550,10 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(Archs()[std::get<0>(info.param)].name, "_", std::get<1>(info.param));
     });
 
-// Gemma 2 and 3 (sliding windows, softcaps, post-norms, GeGLU).
+// Gemma 2 and 3 (sliding windows, softcaps, post-norms, GeGLU), Phi-3 and Phi-3.5.
 INSTANTIATE_TEST_SUITE_P(
-    GemmaAndTypes, LlamaLogitsTest,
-    ::testing::Combine(::testing::Values(6, 7),
+    GemmaPhiAndTypes, LlamaLogitsTest,
+    ::testing::Combine(::testing::Values(6, 7, 8, 9),
                        ::testing::Values("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K")),
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(Archs()[std::get<0>(info.param)].name, "_", std::get<1>(info.param));

@@ -18,6 +18,8 @@ constexpr Architecture kArchitectures[] = {
      TensorPresence::kNone, TensorPresence::kNone, 2},
     {"gemma3", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kRequired,
      TensorPresence::kNone, TensorPresence::kNone, 3},
+    {"phi3", RopeStyle::kNeox, TensorPresence::kNone, TensorPresence::kNone,
+     TensorPresence::kNone, TensorPresence::kNone, 0, true},
 };
 
 struct HfClass {

@@ -17,6 +17,10 @@
 //   gemma3 (Gemma 3 text): gemma2's layout with per-head Q/K RMSNorm instead of the
 //          attention softcap, five local layers to one global, local layers with their
 //          own RoPE base (rope.freq_base_swa, 10000) and no RoPE scaling.
+//   phi3 (Phi-3, Phi-3.5, Phi-4): NEOX RoPE, Q/K/V fused in attn_qkv (or separate), gate
+//          and up fused in ffn_up, LongRoPE's rope_factors_long / rope_factors_short
+//          and rope.scaling.attn_factor where the file has them; its sliding_window key
+//          is ignored, as llama.cpp does.
 //   llama also takes Mixtral-style experts (llama.expert_count > 0: ffn_gate_inp and
 //          ffn_{gate,up,down}_exps, each expert feed_forward_length wide).
 // Immutable table; safe to read from any thread.
@@ -40,12 +44,13 @@ struct Architecture {
   TensorPresence rope_freqs; // rope_freqs.weight
   TensorPresence experts;    // <arch>.expert_count and blk.N.ffn_*_exps: a mixture of experts
   int32_t gemma = 0;         // 2 or 3: Gemma's layout and keys (gguf_model.cc ReadGemma)
+  bool phi3 = false;         // Phi-3's fused tensors and LongRoPE factors (ReadPhi3)
 };
 
 // The unit named `name`, or nullptr.
 const Architecture* FindArchitecture(absl::string_view name);
 
-// "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3'" for error messages.
+// "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'" for error messages.
 std::string SupportedArchitectures();
 
 // Where a model's Q and K projection rows come from, which decides the RoPE pairing:

@@ -2,12 +2,14 @@
 // and optional tensors per architecture, and the refusals naming file and key/tensor.
 #include "services/worker/model/architecture.h"
 
+#include <cmath>
 #include <string>
 
 #include <gmock/gmock.h>
 #include <glog/logging.h>
 #include <gtest/gtest.h>
 
+#include "services/worker/model/dequant.h"
 #include "services/worker/model/gguf_model.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/model/model_test_util.h"
@@ -53,7 +55,7 @@ TEST(ArchitectureTest, TableNamesTheSupportedArchitectures) {
   EXPECT_EQ(FindArchitecture("qwen2")->rope_style, RopeStyle::kNeox);
   EXPECT_EQ(FindArchitecture("llama")->rope_style, RopeStyle::kInterleaved);
   EXPECT_EQ(FindArchitecture("gpt2"), nullptr);
-  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3'");
+  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'");
 }
 
 TEST(ArchitectureTest, Llama3FormLoads) {
@@ -156,6 +158,39 @@ TEST(ArchitectureTest, Gemma3HasFiveLocalLayersToOneGlobalWhenItHasAWindow) {
   EXPECT_THAT(bad.status().message(), HasSubstr("blk.2.post_ffw_norm.weight"));
 }
 
+TEST(ArchitectureTest, Phi3SlicesItsFusedProjectionsAndPicksItsRopeFactors) {
+  RandomModelOptions o = Small("phi3");
+  o.context_length = 512;
+  std::unique_ptr<ModelWeights> w = *LoadModel(Write(o, "phi3.gguf"));
+  const ModelConfig& c = w->config;
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_FALSE(c.rope_freq_factors);
+  const LayerWeights& l = w->layers[0];
+  // Q, K and V are consecutive rows of attn_qkv; gate and up the halves of ffn_up.
+  EXPECT_EQ(l.wq.shape, std::vector<int64_t>({64, 64}));
+  EXPECT_EQ(l.wk.shape, std::vector<int64_t>({32, 64}));
+  EXPECT_EQ(static_cast<const char*>(l.wk.data) - static_cast<const char*>(l.wq.data),
+            64 * 64 * 4);
+  EXPECT_EQ(static_cast<const char*>(l.wv.data) - static_cast<const char*>(l.wk.data),
+            32 * 64 * 4);
+  EXPECT_EQ(l.w_gate.shape, std::vector<int64_t>({96, 64}));
+  EXPECT_EQ(static_cast<const char*>(l.w_up.data) - static_cast<const char*>(l.w_gate.data),
+            96 * 64 * 4);
+  // LongRoPE: a model serving past its original context takes the long factors.
+  o.longrope_original_context = 128;
+  w = *LoadModel(Write(o, "phi35.gguf"));
+  ASSERT_TRUE(w->config.rope_freq_factors);
+  std::vector<float> factors = ToF32(w->rope_freqs);
+  EXPECT_FLOAT_EQ(factors.back(), 30.0f);  // the generator's long factors end at 30
+  const double attn_factor = std::sqrt(1 + std::log(4.0) / std::log(128.0));
+  EXPECT_NEAR(w->config.attention_scale, attn_factor * attn_factor / 4.0, 1e-6);
+  // ... and one within it the short ones.
+  o.longrope_original_context = 512;
+  w = *LoadModel(Write(o, "phi3-short.gguf"));
+  factors = ToF32(w->rope_freqs);
+  EXPECT_FLOAT_EQ(factors.back(), 1.5f);
+}
+
 TEST(ArchitectureTest, UnknownArchitectureIsRefusedNamingTheSupportedOnes) {
   const std::string path = Patched(Write(Small("qwen2"), "gpt2.gguf"), "qwen2", "gpt_2");
   absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadModel(path);
@@ -163,7 +198,7 @@ TEST(ArchitectureTest, UnknownArchitectureIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(w.status().message(), HasSubstr(path));
   EXPECT_THAT(w.status().message(), HasSubstr("architecture 'gpt_2' (key 'general.architecture') is not supported"));
-  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3'"));
+  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'"));
 }
 
 TEST(ArchitectureTest, MissingRequiredTensorNamesIt) {

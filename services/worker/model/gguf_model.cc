@@ -376,6 +376,45 @@ absl::Status ReadGemma(const GgufFile& f, const Reader& r, const Architecture& a
   return absl::OkStatus();
 }
 
+// Phi-3's LongRoPE (llama.cpp's src/models/phi3.cpp and get_rope_factors): with
+// rope_factors_long / rope_factors_short in the file, a context longer than
+// rope.scaling.original_context_length takes the long factors, else the short. llama.cpp
+// decides by the context it was started with; Folio by the context length the model
+// serves (the file's), the long factors for a 128k model. rope.scaling.attn_factor
+// multiplies RoPE's cos and sin (so every score by its square), whichever factors apply.
+absl::Status ReadPhi3(const GgufFile& f, const Reader& r, ModelConfig* c, ModelWeights* w) {
+  const std::string k = "phi3.";
+  const bool has_long = f.FindTensor("rope_factors_long.weight") != nullptr;
+  const bool has_short = f.FindTensor("rope_factors_short.weight") != nullptr;
+  if (has_long != has_short) {
+    return r.Error("has one of rope_factors_long.weight and rope_factors_short.weight "
+                   "without the other");
+  }
+  if (has_long) {
+    ASSIGN_OR_RETURN(int32_t original,
+                     r.PositiveInt(k + "rope.scaling.original_context_length", &c->max_seq_len));
+    const char* name =
+        c->max_seq_len > original ? "rope_factors_long.weight" : "rope_factors_short.weight";
+    ASSIGN_OR_RETURN(w->rope_freqs, r.Tensor(name, {c->head_dim / 2}));
+    c->rope_freq_factors = true;
+  }
+  const float one = 1.0f;
+  ASSIGN_OR_RETURN(const float attn_factor, r.Float(k + "rope.scaling.attn_factor", &one));
+  if (attn_factor != 1.0f) {
+    c->attention_scale = attn_factor * attn_factor / std::sqrt(static_cast<float>(c->head_dim));
+  }
+  return absl::OkStatus();
+}
+
+// Rows [begin, begin + rows) of the 2-D tensor `t`, as a view.
+TensorView RowSlice(const TensorView& t, int64_t begin, int64_t rows) {
+  TensorView v;
+  v.dtype = t.dtype;
+  v.shape = {rows, t.shape[1]};
+  v.data = static_cast<const uint8_t*>(t.data) + begin * DTypeBytes(t.dtype, t.shape[1]);
+  return v;
+}
+
 // Layer `p`'s router and experts: the 3-D ffn_{gate,up,down}_exps tensors cut into one
 // 2-D view per expert (expert e's matrix is the e-th slab of the tensor).
 absl::Status ReadExpertTensors(const GgufFile& f, const Reader& r, const ModelConfig& c,
@@ -455,6 +494,9 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   if (c.rope_freq_factors) {
     ASSIGN_OR_RETURN(w->rope_freqs, r.Tensor("rope_freqs.weight", {c.head_dim / 2}));
   }
+  if (arch->phi3) {
+    if (absl::Status s = ReadPhi3(f, r, &c, w); !s.ok()) return s;
+  }
   ASSIGN_OR_RETURN(c.qkv_bias, has(arch->qkv_bias, "blk.0.attn_q.bias", "Q/K/V biases"));
   ASSIGN_OR_RETURN(c.qk_norm, has(arch->qk_norm, "blk.0.attn_q_norm.weight", "Q/K norms"));
   ASSIGN_OR_RETURN(w->final_norm, r.Tensor("output_norm.weight", {dim}));
@@ -475,7 +517,8 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
     }
   }
   // Bound the allocation below by the file's contents, not by an untrusted count.
-  constexpr int64_t kTensorsPerLayer = 9;
+  // phi3 fuses Q/K/V and gate/up: 6 a layer at the least.
+  const int64_t kTensorsPerLayer = arch->phi3 ? 6 : 9;
   if (int64_t{c.num_layers} * kTensorsPerLayer > static_cast<int64_t>(f.tensors().size())) {
     return r.Error(absl::StrCat("llama.block_count is ", c.num_layers, " but the file has only ",
                                 f.tensors().size(), " tensors (", kTensorsPerLayer,
@@ -486,13 +529,32 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
     LayerWeights& lw = w->layers[l];
     const std::string p = absl::StrCat("blk.", l, ".");
     ASSIGN_OR_RETURN(lw.attn_norm, r.Tensor(p + "attn_norm.weight", {dim}));
-    ASSIGN_OR_RETURN(lw.wq, r.Tensor(p + "attn_q.weight", {q_dim, dim}));
-    ASSIGN_OR_RETURN(lw.wk, r.Tensor(p + "attn_k.weight", {kv_dim, dim}));
-    ASSIGN_OR_RETURN(lw.wv, r.Tensor(p + "attn_v.weight", {kv_dim, dim}));
+    if (arch->phi3 && f.FindTensor(p + "attn_qkv.weight") != nullptr) {
+      TensorView qkv;
+      ASSIGN_OR_RETURN(qkv, r.Tensor(p + "attn_qkv.weight", {q_dim + 2 * kv_dim, dim}));
+      lw.wq = RowSlice(qkv, 0, q_dim);
+      lw.wk = RowSlice(qkv, q_dim, kv_dim);
+      lw.wv = RowSlice(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      ASSIGN_OR_RETURN(lw.wq, r.Tensor(p + "attn_q.weight", {q_dim, dim}));
+      ASSIGN_OR_RETURN(lw.wk, r.Tensor(p + "attn_k.weight", {kv_dim, dim}));
+      ASSIGN_OR_RETURN(lw.wv, r.Tensor(p + "attn_v.weight", {kv_dim, dim}));
+    }
     ASSIGN_OR_RETURN(lw.wo, r.Tensor(p + "attn_output.weight", {dim, q_dim}));
     ASSIGN_OR_RETURN(lw.ffn_norm, r.Tensor(p + "ffn_norm.weight", {dim}));
     if (c.moe()) {
       if (absl::Status s = ReadExpertTensors(f, r, c, p, &lw); !s.ok()) return s;
+    } else if (arch->phi3) {
+      // Gate and up fused in ffn_up: gate rows first (ggml_swiglu's halves).
+      if (f.FindTensor(p + "ffn_gate.weight") != nullptr) {
+        return absl::UnimplementedError(absl::StrCat(
+            f.name(), ": tensor '", p, "ffn_gate.weight': phi3 keeps its gate in ffn_up"));
+      }
+      TensorView up;
+      ASSIGN_OR_RETURN(up, r.Tensor(p + "ffn_up.weight", {2 * hidden, dim}));
+      lw.w_gate = RowSlice(up, 0, hidden);
+      lw.w_up = RowSlice(up, hidden, hidden);
+      ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));
     } else {
       ASSIGN_OR_RETURN(lw.w_gate, r.Tensor(p + "ffn_gate.weight", {hidden, dim}));
       ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));

@@ -1,6 +1,7 @@
 #include "services/worker/model/random_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -85,9 +86,14 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
     return bad("dim, hidden_dim, layers, heads, kv_heads and context must be positive");
   }
   if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3" &&
-      o.architecture != "qwen3moe" && o.architecture != "gemma2" && o.architecture != "gemma3") {
+      o.architecture != "qwen3moe" && o.architecture != "gemma2" && o.architecture != "gemma3" &&
+      o.architecture != "phi3") {
     return bad(absl::StrCat("architecture '", o.architecture,
-                            "': expected llama, qwen2, qwen3, qwen3moe, gemma2 or gemma3"));
+                            "': expected llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 or phi3"));
+  }
+  if (o.longrope_original_context != 0 &&
+      (o.architecture != "phi3" || o.longrope_original_context < 0)) {
+    return bad("longrope_original_context is phi3's (and must be > 0)");
   }
   const bool gemma = o.architecture == "gemma2" || o.architecture == "gemma3";
   if (!gemma && (o.sliding_window != 0 || o.attn_softcap != 0 || o.final_softcap != 0 ||
@@ -209,6 +215,14 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
   if (o.attn_softcap > 0) w.AddFloat32(k + "attn_logit_softcapping", o.attn_softcap);
   if (o.final_softcap > 0) w.AddFloat32(k + "final_logit_softcapping", o.final_softcap);
   if (o.rope_theta_local > 0) w.AddFloat32(k + "rope.freq_base_swa", o.rope_theta_local);
+  if (o.longrope_original_context > 0) {
+    w.AddUint32(k + "rope.scaling.original_context_length",
+                static_cast<uint32_t>(o.longrope_original_context));
+    const double scale = static_cast<double>(o.context_length) / o.longrope_original_context;
+    const double attn_factor =
+        scale > 1 ? std::sqrt(1 + std::log(scale) / std::log(o.longrope_original_context)) : 1.0;
+    w.AddFloat32(k + "rope.scaling.attn_factor", static_cast<float>(attn_factor));
+  }
   const int32_t expert_hidden = o.expert_hidden_dim > 0 ? o.expert_hidden_dim : o.hidden_dim;
   if (o.num_experts > 0) {
     w.AddUint32(k + "expert_count", static_cast<uint32_t>(o.num_experts));
@@ -329,12 +343,30 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
     }
     w.AddTensorF32("rope_freqs.weight", DType::kF32, {pairs}, buf);
   }
+  const bool phi3 = o.architecture == "phi3";
+  if (o.longrope_original_context > 0) {
+    // Phi-3.5's shape: factors rising smoothly over the pairs, the long ones further.
+    const int64_t pairs = head_dim / 2;
+    for (const auto& [name, top] : {std::pair{"rope_factors_long.weight", 30.0f},
+                                    std::pair{"rope_factors_short.weight", 1.5f}}) {
+      buf.resize(static_cast<size_t>(pairs));
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float t = pairs > 1 ? static_cast<float>(i) / (pairs - 1) : 0.0f;
+        buf[i] = 1.0f + (top - 1.0f) * t * t;
+      }
+      w.AddTensorF32(name, DType::kF32, {pairs}, buf);
+    }
+  }
   for (int32_t l = 0; l < o.num_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     vec(p + "attn_norm.weight", o.dim, 1.0f, 0.0f);
-    matrix(p + "attn_q.weight", q_dim, o.dim, o.weight_std);
-    matrix(p + "attn_k.weight", kv_dim, o.dim, o.weight_std);
-    matrix(p + "attn_v.weight", kv_dim, o.dim, o.weight_std);
+    if (phi3) {
+      matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, o.dim, o.weight_std);
+    } else {
+      matrix(p + "attn_q.weight", q_dim, o.dim, o.weight_std);
+      matrix(p + "attn_k.weight", kv_dim, o.dim, o.weight_std);
+      matrix(p + "attn_v.weight", kv_dim, o.dim, o.weight_std);
+    }
     if (o.architecture == "qwen2") {
       vec(p + "attn_q.bias", q_dim, 0.0f, o.weight_std);
       vec(p + "attn_k.bias", kv_dim, 0.0f, o.weight_std);
@@ -357,6 +389,11 @@ absl::StatusOr<std::string> MakeRandomModelGguf(const RandomModelOptions& option
       stacked(p + "ffn_gate_exps.weight", o.num_experts, expert_hidden, o.dim, o.weight_std);
       stacked(p + "ffn_down_exps.weight", o.num_experts, o.dim, expert_hidden, o.weight_std);
       stacked(p + "ffn_up_exps.weight", o.num_experts, expert_hidden, o.dim, o.weight_std);
+      continue;
+    }
+    if (phi3) {
+      matrix(p + "ffn_down.weight", o.dim, o.hidden_dim, o.weight_std);
+      matrix(p + "ffn_up.weight", 2 * o.hidden_dim, o.dim, o.weight_std);
       continue;
     }
     matrix(p + "ffn_gate.weight", o.hidden_dim, o.dim, o.weight_std);

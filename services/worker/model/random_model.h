@@ -1,5 +1,5 @@
 // A random-weight Llama-family model in GGUF form (architecture llama, qwen2, qwen3,
-// qwen3moe, gemma2 or gemma3; llama and qwen3moe with experts),
+// qwen3moe, gemma2, gemma3 or phi3; llama and qwen3moe with experts),
 // for benchmarks, tests and fuzz seeds.
 //
 // Weights are drawn from N(0, std) with a seeded generator (so a seed always gives the
@@ -62,6 +62,11 @@ struct RandomModelOptions {
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   float rope_theta_local = 0.0f;
+  // phi3: Q/K/V fused in attn_qkv and gate/up in ffn_up (always), and with
+  // longrope_original_context > 0 LongRoPE as Phi-3.5's converter writes it:
+  // rope.scaling.original_context_length, rope.scaling.attn_factor (sqrt(1 + ln(s) /
+  // ln(original)), s = context_length / original) and rope_factors_long / _short.
+  int32_t longrope_original_context = 0;
   std::string chat_template;       // written as tokenizer.chat_template when not empty
   // Written as tokenizer.chat_template.<name>.
   std::vector<std::pair<std::string, std::string>> named_chat_templates;

@@ -45,6 +45,21 @@ class RoutingTest : public ::testing::Test {
     auto cluster = Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
+    // The frontend serves once one replica answers; a replica whose scheduler was still
+    // starting at the router's first poll is "recovering" until the next. Wait until the
+    // router sees all three serving, so a burst can reach each of them.
+    int serving = 0;
+    for (int i = 0; i < 200 && serving < options.num_replicas; ++i) {
+      const std::string page =
+          testing::HttpGet(cluster_->frontend_process().metrics_port(), "/metrics");
+      serving = 0;
+      for (size_t at = page.find("state=\"serving\"} 1\n"); at != std::string::npos;
+           at = page.find("state=\"serving\"} 1\n", at + 1)) {
+        ++serving;
+      }
+      if (serving < options.num_replicas) absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_EQ(serving, options.num_replicas) << "replicas the router sees serving";
   }
 
   // The scheduler's own counters of replica `i`.

@@ -39,7 +39,8 @@ folder, out = Path(sys.argv[1]), sys.argv[2]
 cfg = json.loads((folder / "config.json").read_text())
 hf_class = cfg["architectures"][0]
 arch = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
-        "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[hf_class]
+        "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+        "Qwen3MoeForCausalLM": "qwen3moe", "MixtralForCausalLM": "llama"}[hf_class]
 
 
 def read_safetensors(path):
@@ -197,6 +198,28 @@ if tc.get("bos_token"):
     w.add_bos_token_id(ids[tc["bos_token"]])
 if tc.get("eos_token"):
     w.add_eos_token_id(ids[tc["eos_token"]])
+# Mixtures of experts, as the converter's Qwen3MoeModel / MixtralModel write them: the
+# expert counts (and Qwen3-MoE's expert width), each layer's experts stacked into 3-D
+# ffn_{gate,up,down}_exps [experts, rows, cols], the router as ffn_gate_inp.
+experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+if experts:
+    w.add_expert_count(experts)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if hf_class == "Qwen3MoeForCausalLM":
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    parts = ({"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+             if hf_class == "MixtralForCausalLM" else
+             {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps"})
+    moe = "block_sparse_moe" if hf_class == "MixtralForCausalLM" else "mlp"
+    for layer in range(cfg["num_hidden_layers"]):
+        for hf_part, gguf_part in parts.items():
+            names_e = [f"model.layers.{layer}.{moe}.experts.{e}.{hf_part}.weight"
+                       for e in range(experts)]
+            dtype = tensors[names_e[0]][0]
+            stacked = np.stack([tensors.pop(n)[1] for n in names_e])
+            tensors[f"__exps.{layer}.{gguf_part}"] = (dtype, stacked)
+        gate = tensors.pop(f"model.layers.{layer}.{moe}.gate.weight")
+        tensors[f"__exps.{layer}.ffn_gate_inp"] = ("F32", to_f32(*gate))
 if "add_bos_token" in tc:
     w.add_add_bos_token(bool(tc["add_bos_token"]))
 
@@ -220,7 +243,10 @@ layer_names = {
 for name, (dtype, data) in tensors.items():
     if name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
         continue
-    if name.startswith("model.layers."):
+    if name.startswith("__exps."):
+        _, layer, part = name.split(".")
+        gguf_name = f"blk.{layer}.{part}.weight"
+    elif name.startswith("model.layers."):
         _, _, layer, rest = name.split(".", 3)
         gguf_name = f"blk.{layer}.{layer_names[rest]}"
     else:
@@ -229,7 +255,7 @@ for name, (dtype, data) in tensors.items():
         data = permute(data, n_head, n_head)
     if arch == "llama" and name.endswith(("k_proj.weight", "k_proj.bias")):
         data = permute(data, n_head, n_kv)
-    if data.ndim <= 1:
+    if data.ndim <= 1 or gguf_name.endswith("ffn_gate_inp.weight"):  # kept in F32
         w.add_tensor(gguf_name, to_f32(dtype, data))
     elif dtype == "BF16":
         w.add_tensor(gguf_name, data, raw_dtype=GGMLQuantizationType.BF16)

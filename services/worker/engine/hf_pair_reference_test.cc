@@ -5,7 +5,9 @@
 //     tensor names and unpermuted Q/K rows, config.json, a byte-level tokenizer.json), one
 //     of LlamaForCausalLM (Llama 3.1 rope_scaling, tied), MistralForCausalLM (GQA 4:1),
 //     Qwen2ForCausalLM (Q/K/V biases, tied), Qwen3ForCausalLM (Q/K norms, head_dim !=
-//     hidden / heads); BF16 or F16; one model.safetensors or three shards and the index;
+//     hidden / heads), and the mixtures of experts Qwen3MoeForCausalLM (8 experts, top-2,
+//     norm_topk_prob) and MixtralForCausalLM (4, top-2); BF16 or F16; one
+//     model.safetensors or three shards and the index;
 //   - its GGUF twin, written from the folder's files by tools/make_model/hf_to_gguf.py
 //     with gguf-py from the reference bundle, Q/K permuted as llama.cpp's converter's
 //     `permute` does (not by Folio's writer, so Folio does not judge Folio).
@@ -77,10 +79,19 @@ RandomHfOptions Options(const std::string& hf_class) {
     o.rope_theta = 1000000.0f;
     o.rms_norm_eps = 1e-6f;
     o.tied_embeddings = true;
-  } else {
+  } else if (hf_class == "MixtralForCausalLM") {
+    o.num_heads = 8;
+    o.num_kv_heads = 2;
+    o.rope_theta = 1000000.0f;
+    o.num_experts = 4;
+    o.num_experts_used = 2;
+  } else {  // Qwen3ForCausalLM, Qwen3MoeForCausalLM
     o.head_dim = 64;  // q_dim 256 over hidden 128
     o.rope_theta = 1000000.0f;
     o.rms_norm_eps = 1e-6f;
+    o.num_experts = 8;  // Qwen3-MoE: 8 experts of 64, top-2, renormalised
+    o.num_experts_used = 2;
+    o.expert_hidden_dim = 64;
   }
   return o;
 }
@@ -271,7 +282,8 @@ TEST(HfPairSentencePieceTest, MistralFolderTokenizesAndRunsAsLlamaCppDoes) {
 INSTANTIATE_TEST_SUITE_P(
     Checkpoints, HfPairTest,
     ::testing::Combine(::testing::Values("LlamaForCausalLM", "MistralForCausalLM",
-                                         "Qwen2ForCausalLM", "Qwen3ForCausalLM"),
+                                         "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                         "Qwen3MoeForCausalLM", "MixtralForCausalLM"),
                        ::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(1, 3)),
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(std::get<0>(info.param), "_", DTypeName(std::get<1>(info.param)), "_",

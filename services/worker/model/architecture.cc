@@ -31,6 +31,8 @@ constexpr HfClass kHfClasses[] = {
     {"MistralForCausalLM", "llama"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3moe"},
+    {"MixtralForCausalLM", "llama"},
 };
 
 }  // namespace

@@ -199,6 +199,54 @@ absl::Status ReadSlidingWindow(const Keys& k, const json& root, absl::string_vie
   return absl::OkStatus();
 }
 
+// Mixture of experts: Qwen3MoeForCausalLM (num_experts, num_experts_per_tok,
+// moe_intermediate_size, norm_topk_prob: transformers' default false; every layer sparse:
+// decoder_sparse_step 1 and no mlp_only_layers) and MixtralForCausalLM
+// (num_local_experts, num_experts_per_tok; experts intermediate_size wide; the top-k
+// weights always renormalised). Shared experts (shared_expert_intermediate_size, Qwen2-MoE)
+// are refused by name.
+absl::Status ReadHfExperts(const Keys& k, absl::string_view hf_class, HfConfig* out) {
+  ModelConfig& c = out->config;
+  if (hf_class == "Qwen3MoeForCausalLM") {
+    HF_ASSIGN_OR_RETURN(c.num_experts, k.PositiveInt("num_experts", nullptr));
+    HF_ASSIGN_OR_RETURN(c.expert_hidden_dim, k.PositiveInt("moe_intermediate_size", nullptr));
+    HF_ASSIGN_OR_RETURN(c.expert_weights_norm, k.Bool("norm_topk_prob", false));
+    const int32_t one = 1;
+    HF_ASSIGN_OR_RETURN(int32_t step, k.PositiveInt("decoder_sparse_step", &one));
+    if (step != 1) {
+      return k.Unsupported("decoder_sparse_step",
+                           absl::StrCat(step, ": dense layers between sparse ones are not "
+                                              "supported (only 1)"));
+    }
+    if (const json* dense = k.Find("mlp_only_layers");
+        dense != nullptr && !(dense->is_array() && dense->empty())) {
+      return k.Unsupported("mlp_only_layers",
+                           absl::StrCat(Brief(*dense), ": dense layers are not supported"));
+    }
+  } else if (hf_class == "MixtralForCausalLM") {
+    HF_ASSIGN_OR_RETURN(c.num_experts, k.PositiveInt("num_local_experts", nullptr));
+    c.expert_hidden_dim = c.hidden_dim;
+    c.expert_weights_norm = true;
+  } else {
+    return absl::OkStatus();
+  }
+  if (k.Find("shared_expert_intermediate_size") != nullptr) {
+    return k.Unsupported("shared_expert_intermediate_size", "shared experts are not supported");
+  }
+  HF_ASSIGN_OR_RETURN(c.num_experts_used, k.PositiveInt("num_experts_per_tok", nullptr));
+  constexpr int32_t kMaxExperts = 1024;
+  if (c.num_experts > kMaxExperts || int64_t{c.num_experts} * c.num_layers > 65536) {
+    return k.Error("num_experts", absl::StrCat(c.num_experts, " over ", c.num_layers,
+                                               " layers is above Folio's limits (1024 experts,"
+                                               " 65536 in all layers)"));
+  }
+  if (c.num_experts_used > c.num_experts) {
+    return k.Error("num_experts_per_tok", absl::StrCat(c.num_experts_used, " is more than the ",
+                                                       c.num_experts, " experts"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<float> Llama3RopeFreqFactors(int32_t head_dim, float theta, float factor,
@@ -312,6 +360,7 @@ absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json_text, absl::string
     return k.Unsupported(dtype_key, absl::StrCat("'", dtype,
                                                  "' is not supported (bfloat16, float16, float32)"));
   }
+  if (absl::Status s = ReadHfExperts(k, hf_class, &out); !s.ok()) return s;
   if (absl::Status s = ReadRopeScaling(k, name, &out); !s.ok()) return s;
   if (absl::Status s = ReadSlidingWindow(k, root, name, &out); !s.ok()) return s;
   return out;

@@ -1,6 +1,8 @@
 // Reads a Hugging Face checkpoint's config.json into a ModelConfig, for the classes
 // architecture.h maps to a unit: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM.
+// Qwen3ForCausalLM, and the mixtures of experts Qwen3MoeForCausalLM and
+// MixtralForCausalLM (num_experts / num_local_experts, num_experts_per_tok,
+// moe_intermediate_size, norm_topk_prob; see ReadHfExperts).
 //
 // Keys read (transformers' defaults where a key is absent or null): hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,

@@ -59,6 +59,48 @@ constexpr char kQwen25[] = R"({
   "transformers_version": "4.43.1", "use_cache": true, "use_sliding_window": false,
   "vocab_size": 151936})";
 
+// Qwen/Qwen3-30B-A3B's config.json.
+constexpr char kQwen3Moe[] = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+  "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+  "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+  "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
+TEST(HfConfigTest, Qwen3MoeExpertsAndWhatIsRefused) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kQwen3Moe, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const ModelConfig& c = hf->config;
+  EXPECT_EQ(c.architecture, "qwen3moe");
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_used, 8);
+  EXPECT_EQ(c.expert_hidden_dim, 768);
+  EXPECT_TRUE(c.expert_weights_norm);
+  hf = ParseHfConfig(absl::StrReplaceAll(kQwen3Moe, {{"\"norm_topk_prob\": true",
+                                                      "\"norm_topk_prob\": false"}}),
+                     "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FALSE(hf->config.expert_weights_norm);
+  hf = ParseHfConfig(absl::StrReplaceAll(kQwen3Moe, {{"\"decoder_sparse_step\": 1",
+                                                      "\"decoder_sparse_step\": 2"}}),
+                     "config.json");
+  EXPECT_THAT(hf.status().message(), HasSubstr("decoder_sparse_step"));
+  hf = ParseHfConfig(absl::StrReplaceAll(kQwen3Moe, {{"\"mlp_only_layers\": []",
+                                                      "\"mlp_only_layers\": [0]"}}),
+                     "config.json");
+  EXPECT_THAT(hf.status().message(), HasSubstr("mlp_only_layers"));
+  hf = ParseHfConfig(absl::StrReplaceAll(kQwen3Moe, {{"\"num_experts_per_tok\": 8",
+                                                      "\"num_experts_per_tok\": 129"}}),
+                     "config.json");
+  EXPECT_THAT(hf.status().message(), HasSubstr("num_experts_per_tok"));
+}
+
 TEST(HfConfigTest, Llama31) {
   absl::StatusOr<HfConfig> hf = ParseHfConfig(kLlama31, "config.json");
   ASSERT_TRUE(hf.ok()) << hf.status();

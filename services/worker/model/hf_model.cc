@@ -150,9 +150,29 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHfModel(const std::string& dir
     HFM_ASSIGN_OR_RETURN(lw.wv, r.Get(p + "self_attn.v_proj.weight", {kv_dim, dim}));
     HFM_ASSIGN_OR_RETURN(lw.wo, r.Get(p + "self_attn.o_proj.weight", {dim, q_dim}));
     HFM_ASSIGN_OR_RETURN(lw.ffn_norm, r.Get(p + "post_attention_layernorm.weight", {dim}));
-    HFM_ASSIGN_OR_RETURN(lw.w_gate, r.Get(p + "mlp.gate_proj.weight", {hidden, dim}));
-    HFM_ASSIGN_OR_RETURN(lw.w_up, r.Get(p + "mlp.up_proj.weight", {hidden, dim}));
-    HFM_ASSIGN_OR_RETURN(lw.w_down, r.Get(p + "mlp.down_proj.weight", {dim, hidden}));
+    if (c.moe()) {
+      // Qwen3-MoE: mlp.gate (the router) and mlp.experts.E.{gate,up,down}_proj;
+      // Mixtral: block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2}.
+      const bool mixtral = r.Has(p + "block_sparse_moe.gate.weight");
+      const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const int64_t eh = c.expert_hidden_dim;
+      HFM_ASSIGN_OR_RETURN(lw.router, r.Get(moe + "gate.weight", {c.num_experts, dim}));
+      lw.experts.resize(static_cast<size_t>(c.num_experts));
+      for (int32_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = absl::StrCat(moe, "experts.", e, ".");
+        LayerWeights::Expert& ex = lw.experts[e];
+        HFM_ASSIGN_OR_RETURN(ex.w_gate, r.Get(x + (mixtral ? "w1" : "gate_proj") + ".weight",
+                                              {eh, dim}));
+        HFM_ASSIGN_OR_RETURN(ex.w_up, r.Get(x + (mixtral ? "w3" : "up_proj") + ".weight",
+                                            {eh, dim}));
+        HFM_ASSIGN_OR_RETURN(ex.w_down, r.Get(x + (mixtral ? "w2" : "down_proj") + ".weight",
+                                              {dim, eh}));
+      }
+    } else {
+      HFM_ASSIGN_OR_RETURN(lw.w_gate, r.Get(p + "mlp.gate_proj.weight", {hidden, dim}));
+      HFM_ASSIGN_OR_RETURN(lw.w_up, r.Get(p + "mlp.up_proj.weight", {hidden, dim}));
+      HFM_ASSIGN_OR_RETURN(lw.w_down, r.Get(p + "mlp.down_proj.weight", {dim, hidden}));
+    }
     if (c.qkv_bias) {
       HFM_ASSIGN_OR_RETURN(lw.bq, r.Get(p + "self_attn.q_proj.bias", {q_dim}));
       HFM_ASSIGN_OR_RETURN(lw.bk, r.Get(p + "self_attn.k_proj.bias", {kv_dim}));

@@ -285,6 +285,20 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     }
     add(p + "self_attn.o_proj.weight", {o.dim, q_dim}, 0.0f, o.weight_std);
     add(p + "post_attention_layernorm.weight", {o.dim}, 1.0f, 0.1f);
+    if (arch->experts != TensorPresence::kNone && o.hf_class != "LlamaForCausalLM" &&
+        o.hf_class != "MistralForCausalLM") {
+      const bool mixtral = o.hf_class == "MixtralForCausalLM";
+      const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const int64_t eh = mixtral ? o.hidden_dim : o.expert_hidden_dim;
+      add(moe + "gate.weight", {o.num_experts, o.dim}, 0.0f, o.router_std);
+      for (int32_t e = 0; e < o.num_experts; ++e) {
+        const std::string x = absl::StrCat(moe, "experts.", e, ".");
+        add(x + (mixtral ? "w1" : "gate_proj") + ".weight", {eh, o.dim}, 0.0f, o.weight_std);
+        add(x + (mixtral ? "w3" : "up_proj") + ".weight", {eh, o.dim}, 0.0f, o.weight_std);
+        add(x + (mixtral ? "w2" : "down_proj") + ".weight", {o.dim, eh}, 0.0f, o.weight_std);
+      }
+      continue;
+    }
     add(p + "mlp.gate_proj.weight", {o.hidden_dim, o.dim}, 0.0f, o.weight_std);
     add(p + "mlp.up_proj.weight", {o.hidden_dim, o.dim}, 0.0f, o.weight_std);
     add(p + "mlp.down_proj.weight", {o.dim, o.hidden_dim}, 0.0f, o.weight_std);
@@ -355,7 +369,21 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     config["rope_scaling"] = nullptr;
   }
   if (o.hf_class == "MistralForCausalLM") config["sliding_window"] = nullptr;
-  if (o.hf_class == "Qwen2ForCausalLM" || o.hf_class == "Qwen3ForCausalLM") {
+  if (o.hf_class == "Qwen3MoeForCausalLM") {
+    config["num_experts"] = o.num_experts;
+    config["num_experts_per_tok"] = o.num_experts_used;
+    config["moe_intermediate_size"] = o.expert_hidden_dim;
+    config["norm_topk_prob"] = o.norm_topk_prob;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = ordered_json::array();
+  }
+  if (o.hf_class == "MixtralForCausalLM") {
+    config["num_local_experts"] = o.num_experts;
+    config["num_experts_per_tok"] = o.num_experts_used;
+    config["sliding_window"] = nullptr;
+  }
+  if (o.hf_class == "Qwen2ForCausalLM" || o.hf_class == "Qwen3ForCausalLM" ||
+      o.hf_class == "Qwen3MoeForCausalLM") {
     config["use_sliding_window"] = false;
     config["sliding_window"] = o.context_length;
     config["max_window_layers"] = o.num_layers;

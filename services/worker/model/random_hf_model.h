@@ -53,6 +53,14 @@ struct RandomHfOptions {
   std::string bos_token = "<|begin_of_text|>";
   std::string eos_token = "<|eot_id|>";
   std::vector<int32_t> eos_token_ids;  // generation_config.json (empty: no file)
+  // Qwen3MoeForCausalLM and MixtralForCausalLM: experts of expert_hidden_dim units
+  // (Qwen3-MoE's moe_intermediate_size; Mixtral's are hidden_dim wide), a router of
+  // N(0, router_std); norm_topk_prob as given (Qwen3-MoE).
+  int32_t num_experts = 8;
+  int32_t num_experts_used = 2;
+  int32_t expert_hidden_dim = 64;
+  float router_std = 0.5f;
+  bool norm_topk_prob = true;
 };
 
 // A small byte-level BPE tokenizer.json: the 256 byte pieces, a few hundred merges of

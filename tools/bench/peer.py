@@ -90,6 +90,9 @@ def parse_args(argv):
     p.add_argument("--shape", default="1.1b", choices=["1.1b", "moe"],
                    help="the model: 1.1b (the 1.1B Llama shape) or moe (Qwen3-MoE-shaped: "
                         "dim 2048, 8 layers, 64 experts of 768, 8 a token)")
+    p.add_argument("--serve_arg", action="append", default=[],
+                   help="an extra flag for Folio's ./folio serve (repeatable), e.g. "
+                        "--serve_arg=--async_steps=on")
     p.add_argument("--types", default=None,
                    help="model types, comma-separated (default F16,Q8_0,Q4_K_M; smoke: F16, "
                         "plus Q8_0 when llama-quantize is cached); any llama-quantize type "
@@ -632,7 +635,7 @@ def measure(run, models):
                                                            or t != a.serving_type):
             continue  # nothing to measure on this file
         serve = ["--model=" + models[t], f"--threads={a.threads}", f"--kv_cache_bytes={kv}",
-                 "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"]
+                 "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"] + a.serve_arg
         with _cluster.Cluster(a.bin_dir, serve, run.path("logs"), name=f"folio-{t}",
                               startup_timeout_s=a.startup_timeout_s) as cluster:
             run.commands.append(cluster.commands[0])

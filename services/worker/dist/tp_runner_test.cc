@@ -142,95 +142,83 @@ TEST(TpRunnerTest, BenchModelGreedyTokensEqualTp1) {
   ExpectLogitsClose(single, tp);
 }
 
+// A small F16 random model: `o` over these defaults.
+RandomModelOptions SmallF16(RandomModelOptions o) {
+  o.num_layers = 2;
+  o.context_length = 128;
+  o.dtype = DType::kF16;
+  o.weight_std = 0.2f;
+  return o;
+}
+
+// Writes `o`, loads it, and checks that `tp` ranks give TP=1's greedy tokens and logits
+// for 12 tokens after `prompt`; returns the TP runner for more checks.
+std::unique_ptr<InProcessTpRunner> ExpectTpAgreesWithTp1(const RandomModelOptions& o, int tp,
+                                                         const std::vector<int32_t>& prompt,
+                                                         std::unique_ptr<ModelWeights>* weights) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("folio_tp_" + o.architecture + "_" + std::to_string(::getpid()) +
+                             ".gguf")).string();
+  CHECK(WriteRandomModel(o, path).ok());
+  *weights = testing::LoadOrDie(path);
+  std::filesystem::remove(path);
+  std::unique_ptr<CpuModelRunner> one = SingleOrDie(**weights);
+  std::unique_ptr<InProcessTpRunner> ranks = TpOrDie(**weights, tp);
+  const Generation single = Greedy(*one, prompt, 12);
+  const Generation split = Greedy(*ranks, prompt, 12);
+  EXPECT_EQ(split.tokens, single.tokens);
+  ExpectLogitsClose(single, split);
+  return ranks;
+}
+
 // A model with 3 KV heads, hidden_dim 100 and vocabulary 301 over 3 ranks: the hidden
 // units and the vocabulary split unevenly (33/33/34, 100/100/101), the heads evenly.
 TEST(TpRunnerTest, UnevenSplitsAgreeWithTp1) {
   RandomModelOptions o;
   o.dim = 48;
   o.hidden_dim = 100;
-  o.num_layers = 2;
   o.num_heads = 6;
   o.num_kv_heads = 3;
   o.vocab_size = 301;
-  o.context_length = 128;
-  o.dtype = DType::kF16;
-  o.weight_std = 0.2f;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("folio_tp_uneven_" + std::to_string(::getpid()) + ".gguf")).string();
-  ASSERT_TRUE(WriteRandomModel(o, path).ok());
-  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(path);
-  std::filesystem::remove(path);
-  const std::vector<int32_t> prompt = {1, 50, 290, 7, 300};
-  std::unique_ptr<CpuModelRunner> one = SingleOrDie(*weights);
-  std::unique_ptr<InProcessTpRunner> three = TpOrDie(*weights, 3);
-  const Generation single = Greedy(*one, prompt, 12);
-  const Generation tp = Greedy(*three, prompt, 12);
-  EXPECT_EQ(tp.tokens, single.tokens);
-  ExpectLogitsClose(single, tp);
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<InProcessTpRunner> three =
+      ExpectTpAgreesWithTp1(SmallF16(o), 3, {1, 50, 290, 7, 300}, &weights);
   EXPECT_EQ(three->rank(0).weights().hidden_dim + three->rank(1).weights().hidden_dim +
                 three->rank(2).weights().hidden_dim,
             100);
 }
 
-// A mixture of experts over 2 ranks: every rank routes alike (the router is whole on
-// each) and runs every chosen expert on its half of the expert's units.
-TEST(TpRunnerTest, MixtureOfExpertsAgreesWithTp1) {
+RandomModelOptions Dim64(const std::string& arch) {
   RandomModelOptions o;
-  o.architecture = "qwen3moe";
+  o.architecture = arch;
   o.dim = 64;
   o.hidden_dim = 128;
-  o.num_layers = 2;
   o.num_heads = 4;
   o.num_kv_heads = 2;
   o.vocab_size = 300;
-  o.context_length = 128;
-  o.dtype = DType::kF16;
-  o.weight_std = 0.2f;
+  return SmallF16(o);
+}
+
+// A mixture of experts over 2 ranks: every rank routes alike (the router is whole on
+// each) and runs every chosen expert on its half of the expert's units.
+TEST(TpRunnerTest, MixtureOfExpertsAgreesWithTp1) {
+  RandomModelOptions o = Dim64("qwen3moe");
   o.num_experts = 8;
   o.num_experts_used = 2;
   o.expert_hidden_dim = 96;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("folio_tp_moe_" + std::to_string(::getpid()) + ".gguf")).string();
-  ASSERT_TRUE(WriteRandomModel(o, path).ok());
-  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(path);
-  std::filesystem::remove(path);
-  const std::vector<int32_t> prompt = {1, 50, 290, 7, 300 - 1, 12, 88};
-  std::unique_ptr<CpuModelRunner> one = SingleOrDie(*weights);
-  std::unique_ptr<InProcessTpRunner> two = TpOrDie(*weights, 2);
-  const Generation single = Greedy(*one, prompt, 12);
-  const Generation tp = Greedy(*two, prompt, 12);
-  EXPECT_EQ(tp.tokens, single.tokens);
-  ExpectLogitsClose(single, tp);
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<InProcessTpRunner> two =
+      ExpectTpAgreesWithTp1(o, 2, {1, 50, 290, 7, 299, 12, 88}, &weights);
   EXPECT_EQ(two->rank(0).weights().expert_hidden_dim, 48);
   EXPECT_EQ(two->rank(1).weights().expert_hidden_dim, 48);
 }
 
 // Gemma 2 over 2 ranks: each sublayer's partial outputs are summed before its post-norm.
 TEST(TpRunnerTest, Gemma2PostNormsAgreeWithTp1) {
-  RandomModelOptions o;
-  o.architecture = "gemma2";
-  o.dim = 64;
-  o.hidden_dim = 128;
-  o.num_layers = 2;
-  o.num_heads = 4;
-  o.num_kv_heads = 2;
-  o.vocab_size = 300;
-  o.context_length = 128;
-  o.dtype = DType::kF16;
-  o.weight_std = 0.2f;
+  RandomModelOptions o = Dim64("gemma2");
   o.sliding_window = 4;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("folio_tp_gemma_" + std::to_string(::getpid()) + ".gguf")).string();
-  ASSERT_TRUE(WriteRandomModel(o, path).ok());
-  std::unique_ptr<ModelWeights> weights = testing::LoadOrDie(path);
-  std::filesystem::remove(path);
-  const std::vector<int32_t> prompt = {1, 50, 290, 7, 299, 12, 88};
-  std::unique_ptr<CpuModelRunner> one = SingleOrDie(*weights);
-  std::unique_ptr<InProcessTpRunner> two = TpOrDie(*weights, 2);
-  const Generation single = Greedy(*one, prompt, 12);
-  const Generation tp = Greedy(*two, prompt, 12);
-  EXPECT_EQ(tp.tokens, single.tokens);
-  ExpectLogitsClose(single, tp);
+  std::unique_ptr<ModelWeights> weights;
+  ExpectTpAgreesWithTp1(o, 2, {1, 50, 290, 7, 299, 12, 88}, &weights);
 }
 
 TEST(TpRunnerTest, EachRankHoldsItsShareOfTheWeights) {

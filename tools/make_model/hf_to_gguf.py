@@ -40,7 +40,8 @@ cfg = json.loads((folder / "config.json").read_text())
 hf_class = cfg["architectures"][0]
 arch = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
         "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-        "Qwen3MoeForCausalLM": "qwen3moe", "MixtralForCausalLM": "llama"}[hf_class]
+        "Qwen3MoeForCausalLM": "qwen3moe", "MixtralForCausalLM": "llama",
+        "Phi3ForCausalLM": "phi3"}[hf_class]
 
 
 def read_safetensors(path):
@@ -220,6 +221,13 @@ if experts:
             tensors[f"__exps.{layer}.{gguf_part}"] = (dtype, stacked)
         gate = tensors.pop(f"model.layers.{layer}.{moe}.gate.weight")
         tensors[f"__exps.{layer}.ffn_gate_inp"] = ("F32", to_f32(*gate))
+if rope_type in ("longrope", "su"):  # the converter's Phi3MiniModel, as conversion/phi.py
+    orig = scaling.get("original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
+    w.add_rope_scaling_orig_ctx_len(orig)
+    s = cfg["max_position_embeddings"] / orig
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s) / math.log(orig)) if s > 1.0 else 1.0)
+    tensors["__rope_long"] = ("F32", np.array(scaling["long_factor"], dtype=np.float32))
+    tensors["__rope_short"] = ("F32", np.array(scaling["short_factor"], dtype=np.float32))
 if "add_bos_token" in tc:
     w.add_add_bos_token(bool(tc["add_bos_token"]))
 
@@ -228,6 +236,8 @@ names = {
     "model.norm.weight": "output_norm.weight",
     "lm_head.weight": "output.weight",
     "__rope_freqs": "rope_freqs.weight",
+    "__rope_long": "rope_factors_long.weight",
+    "__rope_short": "rope_factors_short.weight",
 }
 layer_names = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -239,6 +249,7 @@ layer_names = {
     "post_attention_layernorm.weight": "ffn_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",
 }
 for name, (dtype, data) in tensors.items():
     if name == "lm_head.weight" and cfg.get("tie_word_embeddings"):

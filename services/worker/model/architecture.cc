@@ -33,6 +33,7 @@ constexpr HfClass kHfClasses[] = {
     {"Qwen3ForCausalLM", "qwen3"},
     {"Qwen3MoeForCausalLM", "qwen3moe"},
     {"MixtralForCausalLM", "llama"},
+    {"Phi3ForCausalLM", "phi3"},
 };
 
 }  // namespace

@@ -94,6 +94,16 @@ void RowToF32(const TensorView& t, int64_t row, float* out) {
   f.dequantize(base + DTypeBytes(t.dtype, cols) * row, cols / f.block_values, out);
 }
 
+TensorView RowsOf(const TensorView& t, int64_t begin, int64_t rows) {
+  CHECK_EQ(t.shape.size(), 2u);
+  CHECK(begin >= 0 && rows >= 0 && begin + rows <= t.shape[0]);
+  TensorView v;
+  v.dtype = t.dtype;
+  v.shape = {rows, t.shape[1]};
+  v.data = static_cast<const uint8_t*>(t.data) + begin * DTypeBytes(t.dtype, t.shape[1]);
+  return v;
+}
+
 std::vector<float> ToF32(const TensorView& t) {
   const WeightFormat& f = FormatOf(t.dtype);
   const int64_t n = t.num_elements();

@@ -32,6 +32,10 @@ uint16_t F32ToBF16(float f);
 // `num_values` must be a multiple of its block (CHECKed).
 int64_t DTypeBytes(DType dtype, int64_t num_values);
 
+// Rows [begin, begin + rows) of the 2-D tensor `t`, as a view of the same data (a fused
+// tensor's parts: Phi-3's attn_qkv and gate/up). The range must lie within t (CHECKed).
+TensorView RowsOf(const TensorView& t, int64_t begin, int64_t rows);
+
 // Writes row `row` of `t` (cols() values) into out[0, cols()). `row` must be in
 // [0, rows()) (CHECKed); a 1-D tensor has one row per element, so use ToF32 for it.
 // For a block type, cols() is a multiple of its block (the loaders guarantee it).

@@ -406,15 +406,6 @@ absl::Status ReadPhi3(const GgufFile& f, const Reader& r, ModelConfig* c, ModelW
   return absl::OkStatus();
 }
 
-// Rows [begin, begin + rows) of the 2-D tensor `t`, as a view.
-TensorView RowSlice(const TensorView& t, int64_t begin, int64_t rows) {
-  TensorView v;
-  v.dtype = t.dtype;
-  v.shape = {rows, t.shape[1]};
-  v.data = static_cast<const uint8_t*>(t.data) + begin * DTypeBytes(t.dtype, t.shape[1]);
-  return v;
-}
-
 // Layer `p`'s router and experts: the 3-D ffn_{gate,up,down}_exps tensors cut into one
 // 2-D view per expert (expert e's matrix is the e-th slab of the tensor).
 absl::Status ReadExpertTensors(const GgufFile& f, const Reader& r, const ModelConfig& c,
@@ -532,9 +523,9 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
     if (arch->phi3 && f.FindTensor(p + "attn_qkv.weight") != nullptr) {
       TensorView qkv;
       ASSIGN_OR_RETURN(qkv, r.Tensor(p + "attn_qkv.weight", {q_dim + 2 * kv_dim, dim}));
-      lw.wq = RowSlice(qkv, 0, q_dim);
-      lw.wk = RowSlice(qkv, q_dim, kv_dim);
-      lw.wv = RowSlice(qkv, q_dim + kv_dim, kv_dim);
+      lw.wq = RowsOf(qkv, 0, q_dim);
+      lw.wk = RowsOf(qkv, q_dim, kv_dim);
+      lw.wv = RowsOf(qkv, q_dim + kv_dim, kv_dim);
     } else {
       ASSIGN_OR_RETURN(lw.wq, r.Tensor(p + "attn_q.weight", {q_dim, dim}));
       ASSIGN_OR_RETURN(lw.wk, r.Tensor(p + "attn_k.weight", {kv_dim, dim}));
@@ -552,8 +543,8 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
       }
       TensorView up;
       ASSIGN_OR_RETURN(up, r.Tensor(p + "ffn_up.weight", {2 * hidden, dim}));
-      lw.w_gate = RowSlice(up, 0, hidden);
-      lw.w_up = RowSlice(up, hidden, hidden);
+      lw.w_gate = RowsOf(up, 0, hidden);
+      lw.w_up = RowsOf(up, hidden, hidden);
       ASSIGN_OR_RETURN(lw.w_down, r.Tensor(p + "ffn_down.weight", {dim, hidden}));
     } else {
       ASSIGN_OR_RETURN(lw.w_gate, r.Tensor(p + "ffn_gate.weight", {hidden, dim}));

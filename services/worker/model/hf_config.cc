@@ -166,8 +166,47 @@ absl::Status ReadRopeScaling(const Keys& top, absl::string_view file, HfConfig* 
     c.rope_freq_factors = true;
     return absl::OkStatus();
   }
+  if (type == "longrope" || type == "su") {
+    // Phi-3.5 / Phi-4-mini: per-pair divisors, long_factor past the original context,
+    // short_factor within it (transformers picks per sequence length; Folio, as the GGUF
+    // path does, by the context it serves: max_position_embeddings), and cos/sin times
+    // attention_factor (default sqrt(1 + ln(s) / ln(original)), s = max / original).
+    const int32_t* top_original = nullptr;
+    int32_t top_value = 0;
+    if (top.Find("original_max_position_embeddings") != nullptr) {
+      HF_ASSIGN_OR_RETURN(top_value, top.PositiveInt("original_max_position_embeddings", nullptr));
+      top_original = &top_value;
+    }
+    HF_ASSIGN_OR_RETURN(int32_t original,
+                        k.PositiveInt("original_max_position_embeddings", top_original));
+    const bool long_context = c.max_seq_len > original;
+    const char* which = long_context ? "long_factor" : "short_factor";
+    const json* factors = k.Find(which);
+    if (factors == nullptr || !factors->is_array() ||
+        factors->size() != static_cast<size_t>(c.head_dim / 2)) {
+      return k.Error(which, absl::StrCat("must be a list of head_dim / 2 = ", c.head_dim / 2,
+                                         " numbers"));
+    }
+    out->rope_freqs.clear();
+    for (const json& f : *factors) {
+      if (!f.is_number() || !(f.get<double>() > 0)) {
+        return k.Error(which, absl::StrCat(Brief(f), " is not a positive number"));
+      }
+      out->rope_freqs.push_back(f.get<float>());
+    }
+    c.rope_freq_factors = true;
+    HF_ASSIGN_OR_RETURN(int32_t trained, top.PositiveInt("max_position_embeddings", nullptr));
+    const double scale = static_cast<double>(trained) / original;
+    const float computed =
+        scale > 1 ? static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(original))) : 1.0f;
+    HF_ASSIGN_OR_RETURN(float attn_factor, k.PositiveFloat("attention_factor", &computed));
+    if (attn_factor != 1.0f) {
+      c.attention_scale = attn_factor * attn_factor / std::sqrt(static_cast<float>(c.head_dim));
+    }
+    return absl::OkStatus();
+  }
   return k.Unsupported(type_key, absl::StrCat("'", type, "' is not supported (supported: "
-                                              "'default', 'linear', 'llama3')"));
+                                              "'default', 'linear', 'llama3', 'longrope')"));
 }
 
 // The sliding window, honoured by capping the context (see the header).
@@ -361,8 +400,9 @@ absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json_text, absl::string
                                                  "' is not supported (bfloat16, float16, float32)"));
   }
   if (absl::Status s = ReadHfExperts(k, hf_class, &out); !s.ok()) return s;
-  if (absl::Status s = ReadRopeScaling(k, name, &out); !s.ok()) return s;
+  // The window first: LongRoPE picks its factors by the context served.
   if (absl::Status s = ReadSlidingWindow(k, root, name, &out); !s.ok()) return s;
+  if (absl::Status s = ReadRopeScaling(k, name, &out); !s.ok()) return s;
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "services/worker/model/hf_config.h"
 
+#include <cmath>
+
 #include <string>
 
 #include <gmock/gmock.h>
@@ -99,6 +101,32 @@ TEST(HfConfigTest, Qwen3MoeExpertsAndWhatIsRefused) {
                                                       "\"num_experts_per_tok\": 129"}}),
                      "config.json");
   EXPECT_THAT(hf.status().message(), HasSubstr("num_experts_per_tok"));
+}
+
+// microsoft/Phi-3.5-mini-instruct's config.json, its 48 factors per list shortened to the
+// test's head_dim / 2 = 2 (hidden 128 over 32 heads).
+constexpr char kPhi35[] = R"({
+  "architectures": ["Phi3ForCausalLM"], "attention_bias": false, "bos_token_id": 1,
+  "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 128,
+  "intermediate_size": 8192, "max_position_embeddings": 131072,
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+  "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"long_factor": [1.08, 64.5], "short_factor": [1.0, 1.35],
+                   "type": "longrope"},
+  "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "vocab_size": 32064})";
+
+TEST(HfConfigTest, Phi35LongRopeTakesTheLongFactorsAndTheirAttentionFactor) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kPhi35, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.architecture, "phi3");
+  EXPECT_EQ(hf->rope_freqs, (std::vector<float>{1.08f, 64.5f}));
+  EXPECT_TRUE(hf->config.rope_freq_factors);
+  const double af = std::sqrt(1 + std::log(32.0) / std::log(4096.0));  // 131072 / 4096
+  EXPECT_NEAR(hf->config.attention_scale, af * af / 2.0, 1e-6);  // head_dim 4
+  // A wrong number of factors is named.
+  hf = ParseHfConfig(absl::StrReplaceAll(kPhi35, {{"[1.08, 64.5]", "[1.08]"}}), "config.json");
+  EXPECT_THAT(hf.status().message(), HasSubstr("long_factor"));
 }
 
 TEST(HfConfigTest, Llama31) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
+#include "services/worker/model/dequant.h"
 #include "services/worker/model/hf_checkpoint.h"
 #include "services/worker/model/hf_config.h"
 #include "services/worker/model/hf_tokenizer.h"
@@ -145,9 +146,17 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHfModel(const std::string& dir
     LayerWeights& lw = weights->layers[l];
     const std::string p = absl::StrCat("model.layers.", l, ".");
     HFM_ASSIGN_OR_RETURN(lw.attn_norm, r.Get(p + "input_layernorm.weight", {dim}));
-    HFM_ASSIGN_OR_RETURN(lw.wq, r.Get(p + "self_attn.q_proj.weight", {q_dim, dim}));
-    HFM_ASSIGN_OR_RETURN(lw.wk, r.Get(p + "self_attn.k_proj.weight", {kv_dim, dim}));
-    HFM_ASSIGN_OR_RETURN(lw.wv, r.Get(p + "self_attn.v_proj.weight", {kv_dim, dim}));
+    if (arch.phi3) {  // Q/K/V fused in qkv_proj
+      TensorView qkv;
+      HFM_ASSIGN_OR_RETURN(qkv, r.Get(p + "self_attn.qkv_proj.weight", {q_dim + 2 * kv_dim, dim}));
+      lw.wq = RowsOf(qkv, 0, q_dim);
+      lw.wk = RowsOf(qkv, q_dim, kv_dim);
+      lw.wv = RowsOf(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      HFM_ASSIGN_OR_RETURN(lw.wq, r.Get(p + "self_attn.q_proj.weight", {q_dim, dim}));
+      HFM_ASSIGN_OR_RETURN(lw.wk, r.Get(p + "self_attn.k_proj.weight", {kv_dim, dim}));
+      HFM_ASSIGN_OR_RETURN(lw.wv, r.Get(p + "self_attn.v_proj.weight", {kv_dim, dim}));
+    }
     HFM_ASSIGN_OR_RETURN(lw.wo, r.Get(p + "self_attn.o_proj.weight", {dim, q_dim}));
     HFM_ASSIGN_OR_RETURN(lw.ffn_norm, r.Get(p + "post_attention_layernorm.weight", {dim}));
     if (c.moe()) {
@@ -168,6 +177,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHfModel(const std::string& dir
         HFM_ASSIGN_OR_RETURN(ex.w_down, r.Get(x + (mixtral ? "w2" : "down_proj") + ".weight",
                                               {dim, eh}));
       }
+    } else if (arch.phi3) {  // gate and up fused in gate_up_proj, gate rows first
+      TensorView gate_up;
+      HFM_ASSIGN_OR_RETURN(gate_up, r.Get(p + "mlp.gate_up_proj.weight", {2 * hidden, dim}));
+      lw.w_gate = RowsOf(gate_up, 0, hidden);
+      lw.w_up = RowsOf(gate_up, hidden, hidden);
+      HFM_ASSIGN_OR_RETURN(lw.w_down, r.Get(p + "mlp.down_proj.weight", {dim, hidden}));
     } else {
       HFM_ASSIGN_OR_RETURN(lw.w_gate, r.Get(p + "mlp.gate_proj.weight", {hidden, dim}));
       HFM_ASSIGN_OR_RETURN(lw.w_up, r.Get(p + "mlp.up_proj.weight", {hidden, dim}));

@@ -171,9 +171,9 @@ TEST(HfModelTest, BadFoldersAreRefusedNamingFileAndKey) {
                 [](const std::string& d) {
                   const std::string p = d + "/config.json";
                   Spit(p, absl::StrReplaceAll(Slurp(p), {{"\"rope_scaling\": null",
-                                                          "\"rope_scaling\": {\"rope_type\": \"longrope\"}"}}));
+                                                          "\"rope_scaling\": {\"rope_type\": \"yarn\"}"}}));
                 },
-                absl::StatusCode::kUnimplemented, {"config.json", "rope_scaling.rope_type", "longrope"});
+                absl::StatusCode::kUnimplemented, {"config.json", "rope_scaling.rope_type", "yarn"});
   ExpectRefused("wrong_shape", o,
                 [](const std::string& d) {
                   const std::string p = d + "/config.json";

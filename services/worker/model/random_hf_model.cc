@@ -271,9 +271,14 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
   for (int32_t l = 0; l < o.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
     add(p + "input_layernorm.weight", {o.dim}, 1.0f, 0.1f);
-    add(p + "self_attn.q_proj.weight", {q_dim, o.dim}, 0.0f, o.weight_std);
-    add(p + "self_attn.k_proj.weight", {kv_dim, o.dim}, 0.0f, o.weight_std);
-    add(p + "self_attn.v_proj.weight", {kv_dim, o.dim}, 0.0f, o.weight_std);
+    const bool phi3 = o.hf_class == "Phi3ForCausalLM";
+    if (phi3) {
+      add(p + "self_attn.qkv_proj.weight", {q_dim + 2 * kv_dim, o.dim}, 0.0f, o.weight_std);
+    } else {
+      add(p + "self_attn.q_proj.weight", {q_dim, o.dim}, 0.0f, o.weight_std);
+      add(p + "self_attn.k_proj.weight", {kv_dim, o.dim}, 0.0f, o.weight_std);
+      add(p + "self_attn.v_proj.weight", {kv_dim, o.dim}, 0.0f, o.weight_std);
+    }
     if (arch->qkv_bias == TensorPresence::kRequired) {
       add(p + "self_attn.q_proj.bias", {q_dim}, 0.0f, o.weight_std);
       add(p + "self_attn.k_proj.bias", {kv_dim}, 0.0f, o.weight_std);
@@ -297,6 +302,11 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
         add(x + (mixtral ? "w3" : "up_proj") + ".weight", {eh, o.dim}, 0.0f, o.weight_std);
         add(x + (mixtral ? "w2" : "down_proj") + ".weight", {o.dim, eh}, 0.0f, o.weight_std);
       }
+      continue;
+    }
+    if (phi3) {
+      add(p + "mlp.gate_up_proj.weight", {2 * o.hidden_dim, o.dim}, 0.0f, o.weight_std);
+      add(p + "mlp.down_proj.weight", {o.dim, o.hidden_dim}, 0.0f, o.weight_std);
       continue;
     }
     add(p + "mlp.gate_proj.weight", {o.hidden_dim, o.dim}, 0.0f, o.weight_std);
@@ -376,6 +386,22 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     config["norm_topk_prob"] = o.norm_topk_prob;
     config["decoder_sparse_step"] = 1;
     config["mlp_only_layers"] = ordered_json::array();
+  }
+  if (o.hf_class == "Phi3ForCausalLM") {
+    config["sliding_window"] = nullptr;
+    if (o.longrope_original_context > 0) {
+      // Phi-3.5's shape: factors rising over the pairs, the long ones further.
+      ordered_json long_factor = ordered_json::array(), short_factor = ordered_json::array();
+      const int64_t pairs = head_dim / 2;
+      for (int64_t i = 0; i < pairs; ++i) {
+        const double t = pairs > 1 ? static_cast<double>(i) / (pairs - 1) : 0.0;
+        long_factor.push_back(1.0 + 29.0 * t * t);
+        short_factor.push_back(1.0 + 0.5 * t * t);
+      }
+      config["rope_scaling"] = {{"type", "longrope"}, {"long_factor", long_factor},
+                                {"short_factor", short_factor}};
+      config["original_max_position_embeddings"] = o.longrope_original_context;
+    }
   }
   if (o.hf_class == "MixtralForCausalLM") {
     config["num_local_experts"] = o.num_experts;

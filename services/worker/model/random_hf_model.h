@@ -61,6 +61,10 @@ struct RandomHfOptions {
   int32_t expert_hidden_dim = 64;
   float router_std = 0.5f;
   bool norm_topk_prob = true;
+  // Phi3ForCausalLM (qkv_proj and gate_up_proj fused): > 0 writes Phi-3.5's LongRoPE,
+  // rope_scaling {"type": "longrope", long_factor, short_factor} and a top-level
+  // original_max_position_embeddings of this many tokens.
+  int32_t longrope_original_context = 0;
 };
 
 // A small byte-level BPE tokenizer.json: the 256 byte pieces, a few hundred merges of

@@ -41,7 +41,9 @@ hf_class = cfg["architectures"][0]
 arch = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
         "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
         "Qwen3MoeForCausalLM": "qwen3moe", "MixtralForCausalLM": "llama",
-        "Phi3ForCausalLM": "phi3"}[hf_class]
+        "Phi3ForCausalLM": "phi3", "Gemma2ForCausalLM": "gemma2",
+        "Gemma3ForCausalLM": "gemma3"}[hf_class]
+gemma = arch in ("gemma2", "gemma3")
 
 
 def read_safetensors(path):
@@ -228,6 +230,17 @@ if rope_type in ("longrope", "su"):  # the converter's Phi3MiniModel, as convers
     w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s) / math.log(orig)) if s > 1.0 else 1.0)
     tensors["__rope_long"] = ("F32", np.array(scaling["long_factor"], dtype=np.float32))
     tensors["__rope_short"] = ("F32", np.array(scaling["short_factor"], dtype=np.float32))
+if gemma:  # the converter's Gemma2Model / Gemma3Model (conversion/gemma.py)
+    w.add_sliding_window(cfg["sliding_window"])
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    else:
+        w.add_rope_freq_base_swa(cfg.get("rope_local_base_freq", 10000.0))
+        if cfg.get("sliding_window_pattern", 6) != 6:  # llama.cpp's default is 6
+            w.add_uint32("gemma3.attention.sliding_window_pattern", cfg["sliding_window_pattern"])
+        if cfg.get("final_logit_softcapping"):
+            w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
 if "add_bos_token" in tc:
     w.add_add_bos_token(bool(tc["add_bos_token"]))
 
@@ -251,6 +264,16 @@ layer_names = {
     "mlp.down_proj.weight": "ffn_down.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",
 }
+# Gemma's norms: post_attention_layernorm is the attention's post-norm there, and every
+# norm weight is stored as 1 + w (the converter adds 1).
+gemma_names = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+for name, (dtype, data) in list(tensors.items()):
+    if gemma and name.endswith("norm.weight"):
+        tensors[name] = ("F32", to_f32(dtype, data) + np.float32(1))
 for name, (dtype, data) in tensors.items():
     if name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
         continue
@@ -259,7 +282,7 @@ for name, (dtype, data) in tensors.items():
         gguf_name = f"blk.{layer}.{part}.weight"
     elif name.startswith("model.layers."):
         _, _, layer, rest = name.split(".", 3)
-        gguf_name = f"blk.{layer}.{layer_names[rest]}"
+        gguf_name = f"blk.{layer}.{(gemma_names if gemma else {}).get(rest) or layer_names[rest]}"
     else:
         gguf_name = names[name]
     if arch == "llama" and name.endswith(("q_proj.weight", "q_proj.bias")):

@@ -7,7 +7,9 @@
 //     Qwen2ForCausalLM (Q/K/V biases, tied), Qwen3ForCausalLM (Q/K norms, head_dim !=
 //     hidden / heads), and the mixtures of experts Qwen3MoeForCausalLM (8 experts, top-2,
 //     norm_topk_prob) and MixtralForCausalLM (4, top-2), Phi3ForCausalLM (fused qkv_proj
-//     and gate_up_proj, Phi-3.5's LongRoPE past a 64-token original context); BF16 or F16; one
+//     and gate_up_proj, Phi-3.5's LongRoPE past a 64-token original context),
+//     Gemma2ForCausalLM and Gemma3ForCausalLM (norms stored as w for 1 + w, sliding
+//     windows of 16 under the 48-token prompt); BF16 or F16; one
 //     model.safetensors or three shards and the index;
 //   - its GGUF twin, written from the folder's files by tools/make_model/hf_to_gguf.py
 //     with gguf-py from the reference bundle, Q/K permuted as llama.cpp's converter's
@@ -80,6 +82,13 @@ RandomHfOptions Options(const std::string& hf_class) {
     o.rope_theta = 1000000.0f;
     o.rms_norm_eps = 1e-6f;
     o.tied_embeddings = true;
+  } else if (hf_class == "Gemma2ForCausalLM") {
+    o.sliding_window = 16;  // shorter than the 48-token prompt, on the even layers
+  } else if (hf_class == "Gemma3ForCausalLM") {
+    o.sliding_window_pattern = 2;  // layer 0 local (window 16), layer 1 global
+    o.head_dim = 64;
+    o.rope_theta = 1000000.0f;
+    o.sliding_window = 16;
   } else if (hf_class == "Phi3ForCausalLM") {
     o.longrope_original_context = 64;  // below the 256 served: the long factors
   } else if (hf_class == "MixtralForCausalLM") {
@@ -287,7 +296,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("LlamaForCausalLM", "MistralForCausalLM",
                                          "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                          "Qwen3MoeForCausalLM", "MixtralForCausalLM",
-                                         "Phi3ForCausalLM"),
+                                         "Phi3ForCausalLM", "Gemma2ForCausalLM",
+                                         "Gemma3ForCausalLM"),
                        ::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(1, 3)),
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(std::get<0>(info.param), "_", DTypeName(std::get<1>(info.param)), "_",

@@ -37,6 +37,16 @@ absl::StatusOr<std::vector<float>> SmallVector(const TensorView& t, int64_t n,
   return ToF32(t);
 }
 
+// An RMSNorm weight: SmallVector plus the model's norm_offset (Hugging Face Gemma
+// stores w for its (1 + w)).
+absl::StatusOr<std::vector<float>> NormVector(const TensorView& t, int64_t n,
+                                              const std::string& name, float offset) {
+  absl::StatusOr<std::vector<float>> v = SmallVector(t, n, name);
+  if (!v.ok() || offset == 0.0f) return v;
+  for (float& x : *v) x += offset;
+  return v;
+}
+
 }  // namespace
 
 kernels::StoredKind StoredKindOf(DType dtype) {
@@ -162,7 +172,7 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
     }
     out.lm_head = matrix({{&weights.lm_head, "output"}}, {out.vocab}, all_dim, "");
   }
-  absl::StatusOr<std::vector<float>> v = SmallVector(weights.final_norm, c.dim, "output_norm");
+  absl::StatusOr<std::vector<float>> v = NormVector(weights.final_norm, c.dim, "output_norm", c.norm_offset);
   if (!v.ok()) return v.status();
   out.final_norm = *std::move(v);
   if (c.rope_freq_factors) {
@@ -271,17 +281,17 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
           " heads of ", c.head_dim, " each) would cut its ", wo_block,
           "-value blocks; use a TP degree whose per-rank heads span whole blocks"));
     }
-    absl::StatusOr<std::vector<float>> n = SmallVector(w.attn_norm, c.dim, p + "attn_norm");
+    absl::StatusOr<std::vector<float>> n = NormVector(w.attn_norm, c.dim, p + "attn_norm", c.norm_offset);
     if (!n.ok()) return n.status();
     o.attn_norm = *std::move(n);
-    n = SmallVector(w.ffn_norm, c.dim, p + "ffn_norm");
+    n = NormVector(w.ffn_norm, c.dim, p + "ffn_norm", c.norm_offset);
     if (!n.ok()) return n.status();
     o.ffn_norm = *std::move(n);
     if (c.post_norms) {
-      n = SmallVector(w.post_attn_norm, c.dim, p + "post_attention_norm");
+      n = NormVector(w.post_attn_norm, c.dim, p + "post_attention_norm", c.norm_offset);
       if (!n.ok()) return n.status();
       o.post_attn_norm = *std::move(n);
-      n = SmallVector(w.post_ffn_norm, c.dim, p + "post_ffw_norm");
+      n = NormVector(w.post_ffn_norm, c.dim, p + "post_ffw_norm", c.norm_offset);
       if (!n.ok()) return n.status();
       o.post_ffn_norm = *std::move(n);
     }
@@ -299,10 +309,10 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
       }
     }
     if (c.qk_norm) {
-      n = SmallVector(w.q_norm, c.head_dim, p + "attn_q_norm");
+      n = NormVector(w.q_norm, c.head_dim, p + "attn_q_norm", c.norm_offset);
       if (!n.ok()) return n.status();
       o.q_norm = *std::move(n);
-      n = SmallVector(w.k_norm, c.head_dim, p + "attn_k_norm");
+      n = NormVector(w.k_norm, c.head_dim, p + "attn_k_norm", c.norm_offset);
       if (!n.ok()) return n.status();
       o.k_norm = *std::move(n);
     }

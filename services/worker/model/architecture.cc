@@ -34,6 +34,8 @@ constexpr HfClass kHfClasses[] = {
     {"Qwen3MoeForCausalLM", "qwen3moe"},
     {"MixtralForCausalLM", "llama"},
     {"Phi3ForCausalLM", "phi3"},
+    {"Gemma2ForCausalLM", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3"},
 };
 
 }  // namespace

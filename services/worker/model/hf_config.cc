@@ -286,6 +286,71 @@ absl::Status ReadHfExperts(const Keys& k, absl::string_view hf_class, HfConfig* 
   return absl::OkStatus();
 }
 
+// Gemma2ForCausalLM and Gemma3ForCausalLM (text): the features of gguf_model.cc's
+// ReadGemma, from transformers' names. Norm weights are stored as w for (1 + w)
+// (norm_offset 1); the embeddings are scaled by sqrt(hidden_size) in f32 (transformers
+// rounds the factor to the model's dtype; llama.cpp, the reference, does not); the query
+// scale is query_pre_attn_scalar^-1/2; local layers are those layer_types names
+// "sliding_attention", else Gemma 2's even layers and Gemma 3's all but every
+// sliding_window_pattern-th (6).
+absl::Status ReadHfGemma(const Keys& k, absl::string_view hf_class, HfConfig* out) {
+  ModelConfig& c = out->config;
+  const bool gemma2 = hf_class == "Gemma2ForCausalLM";
+  c.norm_offset = 1.0f;
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  c.gelu_mlp = true;
+  c.post_norms = true;
+  HF_ASSIGN_OR_RETURN(int32_t query_dim, k.PositiveInt("query_pre_attn_scalar", &c.head_dim));
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(query_dim));
+  auto softcap = [&](const char* key, float fallback) -> absl::StatusOr<float> {
+    const json* v = k.Find(key);
+    if (v == nullptr) return fallback;  // absent or null: off (Gemma 3) or the default
+    if (!v->is_number() || !(v->get<double>() >= 0)) {
+      return k.Error(key, absl::StrCat(Brief(*v), " is not a non-negative number"));
+    }
+    return v->get<float>();
+  };
+  HF_ASSIGN_OR_RETURN(c.attn_softcap, softcap("attn_logit_softcapping", gemma2 ? 50.0f : 0.0f));
+  HF_ASSIGN_OR_RETURN(c.final_softcap, softcap("final_logit_softcapping", gemma2 ? 30.0f : 0.0f));
+  if (!gemma2 && c.attn_softcap > 0) {
+    return k.Unsupported("attn_logit_softcapping", "Gemma 3 has no attention softcap");
+  }
+  const int32_t default_window = 4096;
+  HF_ASSIGN_OR_RETURN(c.sliding_window, k.PositiveInt("sliding_window", &default_window));
+  if (gemma2) {
+    c.rope_theta_local = c.rope_theta;
+    c.rope_freq_scale_local = c.rope_freq_scale;
+  } else {
+    const float d_local = 10000.0f;
+    HF_ASSIGN_OR_RETURN(c.rope_theta_local, k.PositiveFloat("rope_local_base_freq", &d_local));
+    c.rope_freq_scale_local = 1.0f;
+  }
+  c.local_layers.assign(static_cast<size_t>(c.num_layers), false);
+  if (const json* types = k.Find("layer_types"); types != nullptr) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(c.num_layers)) {
+      return k.Error("layer_types", absl::StrCat("is not a list of ", c.num_layers, " entries"));
+    }
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      const json& t = (*types)[l];
+      if (!t.is_string() || (t != "sliding_attention" && t != "full_attention")) {
+        return k.Error("layer_types", absl::StrCat(Brief(t), " is not 'sliding_attention' or "
+                                                             "'full_attention'"));
+      }
+      c.local_layers[l] = t == "sliding_attention";
+    }
+    return absl::OkStatus();
+  }
+  const int32_t six = 6;
+  int32_t pattern = 2;
+  if (!gemma2) {
+    HF_ASSIGN_OR_RETURN(pattern, k.PositiveInt("sliding_window_pattern", &six));
+  }
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    c.local_layers[l] = gemma2 ? l % 2 == 0 : (l + 1) % pattern != 0;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<float> Llama3RopeFreqFactors(int32_t head_dim, float theta, float factor,
@@ -366,11 +431,16 @@ absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json_text, absl::string
   HF_ASSIGN_OR_RETURN(c.rms_norm_eps, k.PositiveFloat("rms_norm_eps", &default_eps));
   const float default_theta = 10000.0f;
   HF_ASSIGN_OR_RETURN(c.rope_theta, k.PositiveFloat("rope_theta", &default_theta));
-  HF_ASSIGN_OR_RETURN(c.tied_embeddings, k.Bool("tie_word_embeddings", false));
+  const bool gemma = out.arch->gemma != 0;
+  HF_ASSIGN_OR_RETURN(c.tied_embeddings, k.Bool("tie_word_embeddings", gemma));
 
-  HF_ASSIGN_OR_RETURN(std::string act, k.String("hidden_act", "silu"));
-  if (act != "silu") {
-    return k.Unsupported("hidden_act", absl::StrCat("'", act, "' is not supported (only 'silu')"));
+  // Gemma names its activation hidden_activation (and sometimes hidden_act as well).
+  const char* act_key = gemma && k.Find("hidden_activation") != nullptr ? "hidden_activation"
+                                                                       : "hidden_act";
+  HF_ASSIGN_OR_RETURN(std::string act, k.String(act_key, gemma ? "gelu_pytorch_tanh" : "silu"));
+  if (act != (gemma ? "gelu_pytorch_tanh" : "silu")) {
+    return k.Unsupported(act_key, absl::StrCat("'", act, "' is not supported (only '",
+                                               gemma ? "gelu_pytorch_tanh" : "silu", "')"));
   }
   HF_ASSIGN_OR_RETURN(bool attention_bias, k.Bool("attention_bias", false));
   if (attention_bias) {
@@ -400,9 +470,15 @@ absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json_text, absl::string
                                                  "' is not supported (bfloat16, float16, float32)"));
   }
   if (absl::Status s = ReadHfExperts(k, hf_class, &out); !s.ok()) return s;
-  // The window first: LongRoPE picks its factors by the context served.
-  if (absl::Status s = ReadSlidingWindow(k, root, name, &out); !s.ok()) return s;
+  // The window first: LongRoPE picks its factors by the context served. Gemma's windows
+  // are attention's own (per layer), not a cap on the context.
+  if (!gemma) {
+    if (absl::Status s = ReadSlidingWindow(k, root, name, &out); !s.ok()) return s;
+  }
   if (absl::Status s = ReadRopeScaling(k, name, &out); !s.ok()) return s;
+  if (gemma) {
+    if (absl::Status s = ReadHfGemma(k, hf_class, &out); !s.ok()) return s;
+  }
   return out;
 }
 

@@ -158,7 +158,15 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadHfModel(const std::string& dir
       HFM_ASSIGN_OR_RETURN(lw.wv, r.Get(p + "self_attn.v_proj.weight", {kv_dim, dim}));
     }
     HFM_ASSIGN_OR_RETURN(lw.wo, r.Get(p + "self_attn.o_proj.weight", {dim, q_dim}));
-    HFM_ASSIGN_OR_RETURN(lw.ffn_norm, r.Get(p + "post_attention_layernorm.weight", {dim}));
+    if (c.post_norms) {  // Gemma: post_attention_layernorm is the attention's post-norm
+      HFM_ASSIGN_OR_RETURN(lw.post_attn_norm,
+                           r.Get(p + "post_attention_layernorm.weight", {dim}));
+      HFM_ASSIGN_OR_RETURN(lw.ffn_norm, r.Get(p + "pre_feedforward_layernorm.weight", {dim}));
+      HFM_ASSIGN_OR_RETURN(lw.post_ffn_norm,
+                           r.Get(p + "post_feedforward_layernorm.weight", {dim}));
+    } else {
+      HFM_ASSIGN_OR_RETURN(lw.ffn_norm, r.Get(p + "post_attention_layernorm.weight", {dim}));
+    }
     if (c.moe()) {
       // Qwen3-MoE: mlp.gate (the router) and mlp.experts.E.{gate,up,down}_proj;
       // Mixtral: block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2}.

@@ -270,7 +270,9 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
   add("model.embed_tokens.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
   for (int32_t l = 0; l < o.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    add(p + "input_layernorm.weight", {o.dim}, 1.0f, 0.1f);
+    const bool gemma = o.hf_class == "Gemma2ForCausalLM" || o.hf_class == "Gemma3ForCausalLM";
+    const float norm_mean = gemma ? 0.0f : 1.0f;  // Gemma stores w for (1 + w)
+    add(p + "input_layernorm.weight", {o.dim}, norm_mean, 0.1f);
     const bool phi3 = o.hf_class == "Phi3ForCausalLM";
     if (phi3) {
       add(p + "self_attn.qkv_proj.weight", {q_dim + 2 * kv_dim, o.dim}, 0.0f, o.weight_std);
@@ -285,11 +287,15 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
       add(p + "self_attn.v_proj.bias", {kv_dim}, 0.0f, o.weight_std);
     }
     if (arch->qk_norm == TensorPresence::kRequired) {
-      add(p + "self_attn.q_norm.weight", {head_dim}, 1.0f, 0.1f);
-      add(p + "self_attn.k_norm.weight", {head_dim}, 1.0f, 0.1f);
+      add(p + "self_attn.q_norm.weight", {head_dim}, norm_mean, 0.1f);
+      add(p + "self_attn.k_norm.weight", {head_dim}, norm_mean, 0.1f);
     }
     add(p + "self_attn.o_proj.weight", {o.dim, q_dim}, 0.0f, o.weight_std);
-    add(p + "post_attention_layernorm.weight", {o.dim}, 1.0f, 0.1f);
+    add(p + "post_attention_layernorm.weight", {o.dim}, norm_mean, 0.1f);
+    if (gemma) {
+      add(p + "pre_feedforward_layernorm.weight", {o.dim}, norm_mean, 0.1f);
+      add(p + "post_feedforward_layernorm.weight", {o.dim}, norm_mean, 0.1f);
+    }
     if (arch->experts != TensorPresence::kNone && o.hf_class != "LlamaForCausalLM" &&
         o.hf_class != "MistralForCausalLM") {
       const bool mixtral = o.hf_class == "MixtralForCausalLM";
@@ -313,8 +319,11 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     add(p + "mlp.up_proj.weight", {o.hidden_dim, o.dim}, 0.0f, o.weight_std);
     add(p + "mlp.down_proj.weight", {o.dim, o.hidden_dim}, 0.0f, o.weight_std);
   }
-  add("model.norm.weight", {o.dim}, 1.0f, 0.1f);
-  if (!o.tied_embeddings) add("lm_head.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
+  const bool gemma = o.hf_class == "Gemma2ForCausalLM" || o.hf_class == "Gemma3ForCausalLM";
+  add("model.norm.weight", {o.dim}, gemma ? 0.0f : 1.0f, 0.1f);
+  if (!o.tied_embeddings && !gemma) {
+    add("lm_head.weight", {vocab_size, o.dim}, 0.0f, embedding_std);
+  }
 
   // Shards: consecutive runs of tensors, about equal in count.
   const size_t shards = std::min<size_t>(o.num_shards, tensors.size());
@@ -386,6 +395,22 @@ absl::Status WriteRandomHfCheckpoint(const RandomHfOptions& o, const std::string
     config["norm_topk_prob"] = o.norm_topk_prob;
     config["decoder_sparse_step"] = 1;
     config["mlp_only_layers"] = ordered_json::array();
+  }
+  if (gemma) {
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    config.erase("hidden_act");
+    config["tie_word_embeddings"] = true;
+    config["sliding_window"] = o.sliding_window;
+    config["query_pre_attn_scalar"] = head_dim;
+    if (o.hf_class == "Gemma2ForCausalLM") {
+      config["attn_logit_softcapping"] = 50.0;
+      config["final_logit_softcapping"] = 30.0;
+    } else {
+      config["sliding_window_pattern"] = o.sliding_window_pattern;
+      config["rope_local_base_freq"] = 10000.0;
+      config["final_logit_softcapping"] = nullptr;
+      config["attn_logit_softcapping"] = nullptr;
+    }
   }
   if (o.hf_class == "Phi3ForCausalLM") {
     config["sliding_window"] = nullptr;

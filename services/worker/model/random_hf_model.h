@@ -65,6 +65,12 @@ struct RandomHfOptions {
   // rope_scaling {"type": "longrope", long_factor, short_factor} and a top-level
   // original_max_position_embeddings of this many tokens.
   int32_t longrope_original_context = 0;
+  // Gemma2ForCausalLM / Gemma3ForCausalLM: sliding_window (Gemma 3 also writes
+  // sliding_window_pattern 6 and rope_local_base_freq 10000), the four norms of a layer
+  // (input, post_attention, pre_ and post_feedforward; stored as w for (1 + w), so
+  // N(0, 0.1)), hidden_activation gelu_pytorch_tanh, tied embeddings.
+  int32_t sliding_window = 16;
+  int32_t sliding_window_pattern = 6;  // Gemma 3: every this-th layer is global
 };
 
 // A small byte-level BPE tokenizer.json: the 256 byte pieces, a few hundred merges of

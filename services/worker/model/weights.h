@@ -91,6 +91,9 @@ struct ModelConfig {
   std::vector<bool> local_layers;
   float rope_theta_local = 10000.0f;
   float rope_freq_scale_local = 1.0f;
+  // Added to every RMSNorm weight as read (Hugging Face Gemma stores w for its (1 + w);
+  // Gemma's GGUFs already hold 1 + w).
+  float norm_offset = 0.0f;
 
   bool is_local(int32_t layer) const {
     return sliding_window > 0 && static_cast<size_t>(layer) < local_layers.size() &&

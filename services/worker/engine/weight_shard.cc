@@ -172,7 +172,8 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
     }
     out.lm_head = matrix({{&weights.lm_head, "output"}}, {out.vocab}, all_dim, "");
   }
-  absl::StatusOr<std::vector<float>> v = NormVector(weights.final_norm, c.dim, "output_norm", c.norm_offset);
+  absl::StatusOr<std::vector<float>> v =
+      NormVector(weights.final_norm, c.dim, "output_norm", c.norm_offset);
   if (!v.ok()) return v.status();
   out.final_norm = *std::move(v);
   if (c.rope_freq_factors) {
@@ -281,7 +282,8 @@ absl::StatusOr<WeightShard> WeightShard::Create(const ModelWeights& weights, TpS
           " heads of ", c.head_dim, " each) would cut its ", wo_block,
           "-value blocks; use a TP degree whose per-rank heads span whole blocks"));
     }
-    absl::StatusOr<std::vector<float>> n = NormVector(w.attn_norm, c.dim, p + "attn_norm", c.norm_offset);
+    absl::StatusOr<std::vector<float>> n =
+        NormVector(w.attn_norm, c.dim, p + "attn_norm", c.norm_offset);
     if (!n.ok()) return n.status();
     o.attn_norm = *std::move(n);
     n = NormVector(w.ffn_norm, c.dim, p + "ffn_norm", c.norm_offset);

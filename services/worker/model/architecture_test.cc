@@ -55,7 +55,8 @@ TEST(ArchitectureTest, TableNamesTheSupportedArchitectures) {
   EXPECT_EQ(FindArchitecture("qwen2")->rope_style, RopeStyle::kNeox);
   EXPECT_EQ(FindArchitecture("llama")->rope_style, RopeStyle::kInterleaved);
   EXPECT_EQ(FindArchitecture("gpt2"), nullptr);
-  EXPECT_EQ(SupportedArchitectures(), "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'");
+  EXPECT_EQ(SupportedArchitectures(),
+            "'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'");
 }
 
 TEST(ArchitectureTest, Llama3FormLoads) {
@@ -198,7 +199,8 @@ TEST(ArchitectureTest, UnknownArchitectureIsRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(w.status().message(), HasSubstr(path));
   EXPECT_THAT(w.status().message(), HasSubstr("architecture 'gpt_2' (key 'general.architecture') is not supported"));
-  EXPECT_THAT(w.status().message(), HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'"));
+  EXPECT_THAT(w.status().message(),
+              HasSubstr("'llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma2', 'gemma3', 'phi3'"));
 }
 
 TEST(ArchitectureTest, MissingRequiredTensorNamesIt) {

@@ -210,6 +210,10 @@ if experts:
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     if hf_class == "Qwen3MoeForCausalLM":
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        # llama.cpp renormalises whatever a file says; a norm_topk_prob false folder has
+        # no faithful twin here, so refuse it rather than write one that differs.
+        if not cfg.get("norm_topk_prob", False):
+            sys.exit("hf_to_gguf.py: norm_topk_prob false has no llama.cpp twin")
     parts = ({"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
              if hf_class == "MixtralForCausalLM" else
              {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps"})
@@ -232,9 +236,9 @@ if rope_type in ("longrope", "su"):  # the converter's Phi3MiniModel, as convers
     tensors["__rope_short"] = ("F32", np.array(scaling["short_factor"], dtype=np.float32))
 if gemma:  # the converter's Gemma2Model / Gemma3Model (conversion/gemma.py)
     w.add_sliding_window(cfg["sliding_window"])
-    if arch == "gemma2":
-        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
-        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    if arch == "gemma2":  # the converter's defaults when absent or null
+        w.add_attn_logit_softcapping(cfg.get("attn_logit_softcapping") or 50.0)
+        w.add_final_logit_softcapping(cfg.get("final_logit_softcapping") or 30.0)
     else:
         w.add_rope_freq_base_swa(cfg.get("rope_local_base_freq", 10000.0))
         if cfg.get("sliding_window_pattern", 6) != 6:  # llama.cpp's default is 6

@@ -138,7 +138,8 @@ absl::Status CheckCudaSupports(const ModelWeights& w) {
   if (c.architecture != "llama") missing = "architecture '" + c.architecture + "'";
   else if (c.moe()) missing = "a mixture of experts";
   else if (c.post_norms || c.gelu_mlp || c.sliding_window > 0 || c.attn_softcap > 0 ||
-           c.final_softcap > 0 || c.embedding_scale != 1.0f)
+           c.final_softcap > 0 || c.embedding_scale != 1.0f || c.attention_scale != 0.0f ||
+           c.norm_offset != 0.0f)
     missing = "Gemma's layout (post-norms, GeGLU, windows, softcaps)";
   else if (c.qkv_bias) missing = "Q/K/V biases";
   else if (c.qk_norm) missing = "Q/K norms";

@@ -176,6 +176,15 @@ absl::StatusOr<int64_t> GgufValue::ArrayInt64(uint64_t i) const {
                        DecodeScalar(array_type_, array_data_ + i * ScalarSize(array_type_)));
 }
 
+absl::StatusOr<bool> GgufValue::ArrayBool(uint64_t i) const {
+  CHECK_LT(i, array_size_);
+  if (array_type_ != GgufType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected bool, found ", GgufTypeName(array_type_)));
+  }
+  return DecodeScalar(array_type_, array_data_ + i * ScalarSize(array_type_)).u != 0;
+}
+
 absl::StatusOr<double> GgufValue::ArrayDouble(uint64_t i) const {
   CHECK_LT(i, array_size_);
   if (ScalarSize(array_type_) == 0) return ScalarToDouble(array_type_, Scalar{});

@@ -84,6 +84,7 @@ class GgufValue {
   uint64_t array_size() const { return array_size_; }
   absl::StatusOr<int64_t> ArrayInt64(uint64_t i) const;
   absl::StatusOr<double> ArrayDouble(uint64_t i) const;
+  absl::StatusOr<bool> ArrayBool(uint64_t i) const;  // an array of bools only
   absl::StatusOr<absl::string_view> ArrayString(uint64_t i) const;
 
   // A short human-readable rendering (arrays show their type and size).

@@ -322,7 +322,9 @@ absl::Status ReadGemma(const GgufFile& f, const Reader& r, const Architecture& a
   c->gelu_mlp = true;
   c->post_norms = true;
   const int32_t layers_27b = arch.gemma == 2 ? 46 : 62;
-  const int32_t query_dim = c->num_layers == layers_27b ? c->dim / c->num_heads : c->head_dim;
+  const int32_t query_dim = c->num_layers == layers_27b && c->dim >= c->num_heads
+                                ? c->dim / c->num_heads
+                                : c->head_dim;
   c->attention_scale = 1.0f / std::sqrt(static_cast<float>(query_dim));
   int32_t period = 0;
   if (arch.gemma == 2) {
@@ -358,8 +360,12 @@ absl::Status ReadGemma(const GgufFile& f, const Reader& r, const Architecture& a
       return r.Error(absl::StrCat("key '", pattern_key, "' has ", v->array_size(),
                                   " entries for ", c->num_layers, " layers"));
     }
+    // gguf-py writes the flags as bools; integers are taken too (nonzero: local).
+    const bool bools = v->array_type() == GgufType::kBool;
     for (int32_t l = 0; l < c->num_layers; ++l) {
-      absl::StatusOr<int64_t> flag = v->ArrayInt64(static_cast<uint64_t>(l));
+      const uint64_t i = static_cast<uint64_t>(l);
+      absl::StatusOr<int64_t> flag =
+          bools ? absl::StatusOr<int64_t>(*v->ArrayBool(i) ? 1 : 0) : v->ArrayInt64(i);
       if (!flag.ok()) return r.KeyError(pattern_key, flag.status());
       c->local_layers[l] = *flag != 0;
     }
@@ -400,6 +406,10 @@ absl::Status ReadPhi3(const GgufFile& f, const Reader& r, ModelConfig* c, ModelW
   }
   const float one = 1.0f;
   ASSIGN_OR_RETURN(const float attn_factor, r.Float(k + "rope.scaling.attn_factor", &one));
+  if (attn_factor > 100.0f) {
+    return r.Error(absl::StrCat("key '", k, "rope.scaling.attn_factor' is ", attn_factor,
+                                ", above 100"));
+  }
   if (attn_factor != 1.0f) {
     c->attention_scale = attn_factor * attn_factor / std::sqrt(static_cast<float>(c->head_dim));
   }
@@ -445,6 +455,14 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
   ModelConfig& c = w->config;
   const Architecture* arch = nullptr;
   if (absl::Status s = ReadConfig(f, r, &c, &arch); !s.ok()) return s;
+  // Bound the allocation below by the file's contents, not by an untrusted count.
+  // phi3 fuses Q/K/V and gate/up: 6 a layer at the least.
+  const int64_t kTensorsPerLayer = arch->phi3 ? 6 : 9;
+  if (int64_t{c.num_layers} * kTensorsPerLayer > static_cast<int64_t>(f.tensors().size())) {
+    return r.Error(absl::StrCat(arch->name, ".block_count is ", c.num_layers,
+                                " but the file has only ", f.tensors().size(), " tensors (",
+                                kTensorsPerLayer, " per block)"));
+  }
   if (absl::Status s = ReadExperts(f, r, *arch, c.num_layers, &c); !s.ok()) return s;
   if (arch->gemma != 0) {
     if (absl::Status s = ReadGemma(f, r, *arch, &c); !s.ok()) return s;
@@ -506,14 +524,6 @@ absl::Status BuildLlamaWeights(const GgufFile& f, ModelWeights* w) {
       c.tied_embeddings = true;
       w->lm_head = w->tok_embeddings;
     }
-  }
-  // Bound the allocation below by the file's contents, not by an untrusted count.
-  // phi3 fuses Q/K/V and gate/up: 6 a layer at the least.
-  const int64_t kTensorsPerLayer = arch->phi3 ? 6 : 9;
-  if (int64_t{c.num_layers} * kTensorsPerLayer > static_cast<int64_t>(f.tensors().size())) {
-    return r.Error(absl::StrCat("llama.block_count is ", c.num_layers, " but the file has only ",
-                                f.tensors().size(), " tensors (", kTensorsPerLayer,
-                                " per block)"));
   }
   w->layers.assign(static_cast<size_t>(c.num_layers), LayerWeights{});
   for (int32_t l = 0; l < c.num_layers; ++l) {

@@ -48,7 +48,7 @@ Enc Header(uint64_t tensors, uint64_t kvs) {
 }
 
 TEST(GgufTest, ParsesEveryMetadataType) {
-  Enc e = Header(0, 15);
+  Enc e = Header(0, 16);
   e.Kv("u8", GgufType::kUint8).Put<uint8_t>(200);
   e.Kv("i8", GgufType::kInt8).Put<int8_t>(-100);
   e.Kv("u16", GgufType::kUint16).Put<uint16_t>(60000);
@@ -64,11 +64,18 @@ TEST(GgufTest, ParsesEveryMetadataType) {
   e.Kv("arr_i16", GgufType::kArray).Put<uint32_t>(3).Put<uint64_t>(2).Put<int16_t>(-1).Put<int16_t>(7);
   e.Kv("arr_str", GgufType::kArray).Put<uint32_t>(8).Put<uint64_t>(3).Str("a").Str("").Str("ccc");
   e.Kv("big_u64", GgufType::kUint64).Put<uint64_t>(~0ull);
+  e.Kv("arr_bool", GgufType::kArray).Put<uint32_t>(7).Put<uint64_t>(3);
+  e.Put<uint8_t>(1).Put<uint8_t>(0).Put<uint8_t>(1);
 
   absl::StatusOr<GgufFile> f = GgufFile::Parse(AsBytes(e.b), "t.gguf");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->version(), 3u);
-  EXPECT_EQ(f->metadata().size(), 15u);
+  EXPECT_EQ(f->metadata().size(), 16u);
+  const GgufValue* flags = f->FindValue("arr_bool");
+  EXPECT_TRUE(*flags->ArrayBool(0));
+  EXPECT_FALSE(*flags->ArrayBool(1));
+  EXPECT_TRUE(*flags->ArrayBool(2));
+  EXPECT_FALSE(f->FindValue("arr_i16")->ArrayBool(0).ok());
   EXPECT_EQ(f->tensors().size(), 0u);
   EXPECT_EQ(*f->FindValue("u8")->AsInt64(), 200);
   EXPECT_EQ(*f->FindValue("i8")->AsInt64(), -100);

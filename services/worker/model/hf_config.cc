@@ -110,6 +110,42 @@ absl::Status ReadRopeScaling(const Keys& top, absl::string_view file, HfConfig* 
   const char* key = params != nullptr ? "rope_parameters" : "rope_scaling";
   if (params != nullptr) scaling = params;
   if (scaling == nullptr) return absl::OkStatus();
+  // transformers >= 4.57 gives Gemma 3 one set per layer kind: {"full_attention": {...},
+  // "sliding_attention": {...}}. The full layers' set is the model's RoPE; the sliding
+  // layers' theta their local base (ReadHfGemma), any scaling of theirs refused.
+  if (scaling->is_object() && (scaling->contains("full_attention") ||
+                               scaling->contains("sliding_attention"))) {
+    const Keys kinds(*scaling, file, absl::StrCat(key, "."));
+    if (const json* local = kinds.Find("sliding_attention"); local != nullptr) {
+      if (!local->is_object()) {
+        return kinds.Error("sliding_attention", absl::StrCat(Brief(*local), " is not an object"));
+      }
+      const Keys lk(*local, file, absl::StrCat(key, ".sliding_attention."));
+      HF_ASSIGN_OR_RETURN(std::string type, lk.String("rope_type", "default"));
+      if (type != "default") {
+        return lk.Unsupported("rope_type", absl::StrCat("'", type, "': the sliding layers' RoPE "
+                                                              "is not scaled in Folio"));
+      }
+      const float none = 0.0f;
+      HF_ASSIGN_OR_RETURN(out->rope_theta_local, lk.PositiveFloat("rope_theta", &none));
+    }
+    const json* full = kinds.Find("full_attention");
+    if (full == nullptr) return kinds.Error("full_attention", "missing beside sliding_attention");
+    if (!full->is_object()) {
+      return kinds.Error("full_attention", absl::StrCat(Brief(*full), " is not an object"));
+    }
+    json top_copy = json::object();  // the full layers' set read as a plain rope_parameters
+    top_copy["rope_parameters"] = *full;
+    if (const json* theta = top.Find("rope_theta"); theta != nullptr) {
+      top_copy["rope_theta"] = *theta;
+    }
+    if (const auto p = full->find("partial_rotary_factor");
+        p != full->end() && !p->is_null() && (!p->is_number() || p->get<double>() != 1.0)) {
+      return kinds.Unsupported("full_attention.partial_rotary_factor",
+                               absl::StrCat(Brief(*p), " is not supported (only 1)"));
+    }
+    return ReadRopeScaling(Keys(top_copy, file), file, out);
+  }
   if (!scaling->is_object()) {
     return top.Error(key, absl::StrCat(Brief(*scaling), " is not an object"));
   }
@@ -321,7 +357,7 @@ absl::Status ReadHfGemma(const Keys& k, absl::string_view hf_class, HfConfig* ou
     c.rope_theta_local = c.rope_theta;
     c.rope_freq_scale_local = c.rope_freq_scale;
   } else {
-    const float d_local = 10000.0f;
+    const float d_local = out->rope_theta_local > 0 ? out->rope_theta_local : 10000.0f;
     HF_ASSIGN_OR_RETURN(c.rope_theta_local, k.PositiveFloat("rope_local_base_freq", &d_local));
     c.rope_freq_scale_local = 1.0f;
   }
@@ -408,6 +444,10 @@ absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json_text, absl::string
   HF_ASSIGN_OR_RETURN(c.dim, k.PositiveInt("hidden_size", nullptr));
   HF_ASSIGN_OR_RETURN(c.hidden_dim, k.PositiveInt("intermediate_size", nullptr));
   HF_ASSIGN_OR_RETURN(c.num_layers, k.PositiveInt("num_hidden_layers", nullptr));
+  constexpr int32_t kMaxLayers = 4096;  // far above any released model; bounds per-layer state
+  if (c.num_layers > kMaxLayers) {
+    return k.Error("num_hidden_layers", absl::StrCat(c.num_layers, " is above ", kMaxLayers));
+  }
   HF_ASSIGN_OR_RETURN(c.num_heads, k.PositiveInt("num_attention_heads", nullptr));
   HF_ASSIGN_OR_RETURN(c.num_kv_heads, k.PositiveInt("num_key_value_heads", &c.num_heads));
   HF_ASSIGN_OR_RETURN(c.vocab_size, k.PositiveInt("vocab_size", nullptr));

@@ -47,6 +47,8 @@ struct HfConfig {
   DType torch_dtype = DType::kBF16;  // the dtype the weights are meant to be stored in
   // Llama 3.1 scaling: [head_dim / 2] frequency divisors; empty otherwise.
   std::vector<float> rope_freqs;
+  // rope_parameters.sliding_attention.rope_theta (Gemma 3 in transformers >= 4.57), or 0.
+  float rope_theta_local = 0.0f;
 };
 
 // Parses `json_text` (the contents of config.json; `name` prefixes errors, e.g. the

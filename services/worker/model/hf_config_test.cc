@@ -129,6 +129,44 @@ TEST(HfConfigTest, Phi35LongRopeTakesTheLongFactorsAndTheirAttentionFactor) {
   EXPECT_THAT(hf.status().message(), HasSubstr("long_factor"));
 }
 
+// google/gemma-3-1b-it's config.json as transformers >= 4.57 saves it: RoPE per layer kind,
+// layer_types (shortened to the test's 7 layers), no top-level rope_theta.
+constexpr char kGemma3New[] = R"({
+  "architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+  "attn_logit_softcapping": null, "final_logit_softcapping": null, "head_dim": 256,
+  "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+  "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                  "sliding_attention", "sliding_attention", "full_attention",
+                  "sliding_attention"],
+  "max_position_embeddings": 32768, "num_attention_heads": 4, "num_hidden_layers": 7,
+  "num_key_value_heads": 1, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+  "rope_parameters": {
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+  "sliding_window": 512, "torch_dtype": "bfloat16", "vocab_size": 262144})";
+
+TEST(HfConfigTest, Gemma3RopePerLayerKindAndLayerTypes) {
+  absl::StatusOr<HfConfig> hf = ParseHfConfig(kGemma3New, "config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const ModelConfig& c = hf->config;
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_FLOAT_EQ(c.rope_theta, 1000000.0f);
+  EXPECT_FLOAT_EQ(c.rope_freq_scale, 1.0f / 8.0f);
+  EXPECT_FLOAT_EQ(c.rope_theta_local, 10000.0f);
+  EXPECT_FLOAT_EQ(c.rope_freq_scale_local, 1.0f);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.local_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_FLOAT_EQ(c.norm_offset, 1.0f);
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 16.0f);
+  EXPECT_FLOAT_EQ(c.final_softcap, 0.0f);
+  EXPECT_TRUE(c.tied_embeddings);
+  // Scaled sliding layers are refused by name.
+  hf = ParseHfConfig(absl::StrReplaceAll(kGemma3New, {{"\"rope_type\": \"default\"",
+                                                       "\"rope_type\": \"linear\""}}),
+                     "config.json");
+  EXPECT_THAT(hf.status().message(), HasSubstr("sliding_attention.rope_type"));
+}
+
 TEST(HfConfigTest, Llama31) {
   absl::StatusOr<HfConfig> hf = ParseHfConfig(kLlama31, "config.json");
   ASSERT_TRUE(hf.ok()) << hf.status();

@@ -56,6 +56,12 @@ class AllocationPolicy {
   // Records that the first `num_computed` tokens have KV.
   virtual void Commit(Sequence& seq, int32_t num_computed) = 0;
 
+  // Why `seq` cannot be cut back to `num_tokens` (in [num_computed, num_tokens()]), or OK.
+  // Read-only; KvCacheManager asks before Truncate.
+  virtual absl::Status CheckTruncate(const Sequence& seq, int32_t num_tokens) const = 0;
+  // Cuts `seq` back to its first `num_tokens` tokens; blocks past them are given back.
+  virtual void Truncate(Sequence& seq, int32_t num_tokens) = 0;
+
   // Returns every block the sequence holds.
   virtual void Free(Sequence& seq) = 0;
 

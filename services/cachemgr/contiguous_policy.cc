@@ -99,6 +99,18 @@ SeqResult ContiguousPolicy::Fork(const Sequence& parent, Sequence& child) {
   return result;
 }
 
+absl::Status ContiguousPolicy::CheckTruncate(const Sequence&, int32_t) const {
+  return absl::OkStatus();  // a run is one sequence's alone
+}
+
+void ContiguousPolicy::Truncate(Sequence& seq, int32_t num_tokens) {
+  CHECK_GE(num_tokens, seq.num_computed);
+  CHECK_LE(num_tokens, seq.num_tokens());
+  num_tokens_stored_ -= seq.num_tokens() - num_tokens;
+  seq.tokens.resize(num_tokens);
+  seq.table.resize(CeilDiv(num_tokens, block_size_));  // the run stays reserved
+}
+
 SeqResult ContiguousPolicy::Grant(Sequence& seq, absl::Span<const int32_t> tokens) {
   SeqResult result{.seq = seq.id};
   result.table_offset = static_cast<int32_t>(seq.table.size());

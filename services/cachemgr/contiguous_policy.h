@@ -26,6 +26,8 @@ class ContiguousPolicy final : public AllocationPolicy {
   SeqResult Fork(const Sequence& parent, Sequence& child) override;
   SeqResult Grant(Sequence& seq, absl::Span<const int32_t> tokens) override;
   void Commit(Sequence& seq, int32_t num_computed) override { seq.num_computed = num_computed; }
+  absl::Status CheckTruncate(const Sequence& seq, int32_t num_tokens) const override;
+  void Truncate(Sequence& seq, int32_t num_tokens) override;
   void Free(Sequence& seq) override;
   PoolStats Stats() const override;
   absl::Status CheckInvariants(const SequenceMap& seqs) const override;

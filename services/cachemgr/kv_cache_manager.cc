@@ -133,6 +133,29 @@ absl::Status KvCacheManager::Validate(const StepRequest& request) const {
           " still holds a pending token (resolve it first)"));
     }
   }
+  absl::flat_hash_set<SeqId> truncated;
+  for (const TruncateOp& op : request.truncates) {
+    const Sequence* seq = Find(op.seq);
+    if (seq == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("truncate: sequence ", op.seq.value, " is unknown"));
+    }
+    if (!truncated.insert(op.seq).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("truncate: sequence ", op.seq.value, " appears twice"));
+    }
+    int32_t computed = seq->num_computed;
+    for (const CommitOp& c : request.commits) {
+      if (c.seq == op.seq) computed = c.num_computed_tokens;
+    }
+    if (op.num_tokens < computed || op.num_tokens > seq->num_tokens()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "truncate: sequence ", op.seq.value, " num_tokens ", op.num_tokens, " must be in [",
+          computed, ", ", seq->num_tokens(), "] (its computed tokens stay)"));
+    }
+    if (absl::Status s = policy_->CheckTruncate(*seq, op.num_tokens); !s.ok()) return s;
+    planned[op.seq] = Planned{true, op.num_tokens, seq->max_len};
+  }
   for (SeqId id : request.frees) {
     if (!state(id).live) {
       return absl::NotFoundError(absl::StrCat(
@@ -217,6 +240,12 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
   }
   for (const CommitOp& op : request.commits) {
     policy_->Commit(seqs_.at(op.seq), op.num_computed_tokens);
+  }
+  for (const TruncateOp& op : request.truncates) {
+    Sequence& seq = seqs_.at(op.seq);
+    policy_->Truncate(seq, op.num_tokens);
+    seq.pending.erase(std::lower_bound(seq.pending.begin(), seq.pending.end(), op.num_tokens),
+                      seq.pending.end());
   }
   for (SeqId id : request.frees) {
     auto it = seqs_.find(id);

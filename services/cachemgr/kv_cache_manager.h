@@ -1,7 +1,7 @@
 // KvCacheManager: the cache manager's domain object and the only API the service layer
 // sees. It owns every sequence's record and the allocation policy (paged or contiguous),
-// and applies the batched step of DESIGN.md: commits, frees, forks, creates with prefix
-// lookups, then grants.
+// and applies the batched step of DESIGN.md: commits (and truncates, speculative
+// decoding's rollback), frees, forks, creates with prefix lookups, then grants.
 //
 // A step is planned before it is applied: every operation is validated against the
 // state the earlier operations of the same request would leave, so a bad request returns

@@ -1,6 +1,6 @@
-// Randomized property test: thousands of random creates, grants, forks, commits and
-// frees (some grants with a pending token, resolved later, as pipelined steps grant
-// them), with every invariant checked after each step. A shadow "worker" applies the
+// Randomized property test: thousands of random creates, grants, forks, commits,
+// truncates (speculative decoding's rollback) and frees (some grants with a pending
+// token, resolved later, as pipelined steps grant them), with every invariant checked after each step. A shadow "worker" applies the
 // granted copies and writes every token into its slot, then reads each live sequence
 // back through its block table: any write into a shared block without a copy, or a
 // prefix-cache hit with the wrong content, shows up as a mismatch.
@@ -39,6 +39,8 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   absl::flat_hash_map<std::pair<uint64_t, int32_t>, int32_t> pending_ids;
   uint64_t next_id = 1;
   int no_room = 0;
+  int truncations = 0;
+  int shared_cuts = 0;
 
   auto apply = [&](const SeqResult& r, const std::vector<int32_t>& tokens, int32_t start) {
     for (const BlockCopy& c : r.copies) {
@@ -55,7 +57,7 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
 
   for (int iter = 0; iter < 3000; ++iter) {
     StepRequest req;
-    const int op = static_cast<int>(rng() % 10);
+    const int op = static_cast<int>(rng() % 11);
     std::vector<int32_t> tokens;
     uint64_t target = 0;
     int32_t start = 0;
@@ -125,6 +127,30 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         req.commits.push_back(CommitOp{SeqId{target}, seq->num_tokens()});
         auto resp = mgr->Step(req);
         ASSERT_TRUE(resp.ok()) << resp.status();
+      } else if (op == 10) {  // commit part of what was granted, cut the rest back
+        const int32_t computed = seq->num_computed +
+            static_cast<int32_t>(rng() % (seq->num_tokens() - seq->num_computed + 1));
+        const int32_t keep =
+            computed + static_cast<int32_t>(rng() % (seq->num_tokens() - computed + 1));
+        for (int32_t pos : seq->pending) {
+          if (pos < computed) {
+            req.resolves.push_back(ResolveOp{SeqId{target}, pos, pending_ids.at({target, pos})});
+          }
+        }
+        req.commits.push_back(CommitOp{SeqId{target}, computed});
+        req.truncates.push_back(TruncateOp{SeqId{target}, keep});
+        const int32_t blocks_before = mgr->Stats().pool.num_blocks_used;
+        const int32_t len_before = seq->num_tokens();
+        auto resp = mgr->Step(req);
+        if (!resp.ok()) {
+          // Only a cut into a block other sequences share is refused, changing nothing.
+          ASSERT_EQ(resp.status().code(), absl::StatusCode::kFailedPrecondition) << resp.status();
+          ASSERT_EQ(mgr->Stats().pool.num_blocks_used, blocks_before);
+          ++shared_cuts;
+        } else {
+          ASSERT_EQ(mgr->Find(SeqId{target})->num_tokens(), keep);
+          if (keep < len_before) ++truncations;
+        }
       } else {  // free
         req.frees.push_back(SeqId{target});
         ASSERT_TRUE(mgr->Step(req).ok());
@@ -163,6 +189,8 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
     }
   }
   EXPECT_GT(no_room, 0) << "the test should exercise a full pool";
+  EXPECT_GT(truncations, 0) << "the test should exercise truncation";
+  if (p.policy == PolicyKind::kContiguous) EXPECT_EQ(shared_cuts, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

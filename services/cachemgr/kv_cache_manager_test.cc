@@ -288,6 +288,86 @@ TEST_F(PagedTest, PendingTokensAreResolvedBeforeTheyAreCommitted) {
   EXPECT_EQ(MustStep(lookup).creates.at(0).num_cached_tokens, 8);
 }
 
+TEST_F(PagedTest, TruncateGivesRejectedTokensBlocksBack) {
+  CreateAndGrant(1, Iota(6));  // blocks 0, 1 (2 tokens)
+  Commit(1);
+  // A verification step: the last sampled token plus 5 proposals, 6 .. 11 -> 3 blocks.
+  Grant(1, Iota(6, 200));
+  EXPECT_EQ(mgr_->Stats().pool.num_blocks_used, 3);
+  // Two proposals accepted: 6 (the input) + 2 computed and kept, the rest cut.
+  StepRequest r;
+  r.commits.push_back(CommitOp{SeqId{1}, 9});
+  r.truncates.push_back(TruncateOp{SeqId{1}, 9});
+  MustStep(r);
+  const Sequence* seq = mgr_->Find(SeqId{1});
+  EXPECT_EQ(seq->num_tokens(), 9);
+  EXPECT_EQ(seq->table.size(), 3u);
+  EXPECT_EQ(mgr_->Stats().pool.num_tokens_stored, 9);
+  // Only accepted tokens were hashed: block 1 (4..7) is full and cached, block 2 is not.
+  EXPECT_EQ(seq->hashes.size(), 2u);
+  // Granted past a block boundary and cut before it: the new block goes back.
+  Grant(1, Iota(4, 300));  // 9 .. 12 -> 4 blocks
+  EXPECT_EQ(mgr_->Stats().pool.num_blocks_used, 4);
+  StepRequest cut;
+  cut.truncates.push_back(TruncateOp{SeqId{1}, 10});
+  MustStep(cut);
+  EXPECT_EQ(mgr_->Find(SeqId{1})->table.size(), 3u);
+  EXPECT_EQ(mgr_->Stats().pool.num_blocks_used, 3);
+  // The next grant starts at the cut.
+  Grant(1, {7});
+  EXPECT_EQ(mgr_->Find(SeqId{1})->num_tokens(), 11);
+  // Below the computed tokens, twice, or unknown: refused, nothing changed.
+  {
+    StepRequest bad;
+    bad.truncates.push_back(TruncateOp{SeqId{1}, 8});
+    ExpectRejected(bad, absl::StatusCode::kInvalidArgument, "must be in [9, 11]");
+  }
+  {
+    StepRequest bad;
+    bad.commits.push_back(CommitOp{SeqId{1}, 10});
+    bad.truncates.push_back(TruncateOp{SeqId{1}, 9});
+    ExpectRejected(bad, absl::StatusCode::kInvalidArgument, "must be in [10, 11]");
+  }
+  {
+    StepRequest bad;
+    bad.truncates.push_back(TruncateOp{SeqId{1}, 10});
+    bad.truncates.push_back(TruncateOp{SeqId{1}, 10});
+    ExpectRejected(bad, absl::StatusCode::kInvalidArgument, "appears twice");
+  }
+  {
+    StepRequest bad;
+    bad.truncates.push_back(TruncateOp{SeqId{7}, 0});
+    ExpectRejected(bad, absl::StatusCode::kNotFound, "truncate: sequence 7 is unknown");
+  }
+  // A grant in the same request sees the truncated length.
+  StepRequest both;
+  both.truncates.push_back(TruncateOp{SeqId{1}, 9});
+  both.grants.push_back(GrantOp{.seq = SeqId{1}, .start_pos = 9, .token_ids = {1, 2}});
+  EXPECT_EQ(MustStep(both).grants.at(0).num_tokens, 11);
+}
+
+TEST_F(PagedTest, TruncateNeverCutsABlockOthersShare) {
+  CreateAndGrant(1, Iota(6));
+  StepRequest fork;
+  fork.forks.push_back(ForkOp{SeqId{1}, SeqId{2}});
+  MustStep(fork);
+  StepRequest bad;
+  bad.truncates.push_back(TruncateOp{SeqId{2}, 5});
+  ExpectRejected(bad, absl::StatusCode::kFailedPrecondition, "other sequences share");
+  // Cutting whole shared blocks only drops this sequence's references.
+  StepRequest whole;
+  whole.truncates.push_back(TruncateOp{SeqId{2}, 4});
+  MustStep(whole);
+  EXPECT_EQ(mgr_->Find(SeqId{1})->num_tokens(), 6);
+  EXPECT_EQ(mgr_->Find(SeqId{2})->table.size(), 1u);
+  // Pending positions past the cut are forgotten.
+  Grant(2, {1, kPendingToken, kPendingToken});
+  StepRequest cut;
+  cut.truncates.push_back(TruncateOp{SeqId{2}, 6});
+  MustStep(cut);
+  EXPECT_EQ(mgr_->Find(SeqId{2})->pending, std::vector<int32_t>{5});
+}
+
 TEST_F(PagedTest, BadInputIsRejectedAndChangesNothing) {
   CreateAndGrant(1, Iota(5), /*max_len=*/8);
   {

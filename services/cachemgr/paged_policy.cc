@@ -146,6 +146,39 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
   }
 }
 
+absl::Status PagedPolicy::CheckTruncate(const Sequence& seq, int32_t num_tokens) const {
+  // The kept last block loses tokens only if it was partly cut: its fill is every
+  // holder's, so it must be this sequence's alone (a grant after a fork copies it first,
+  // so tokens granted since the fork are always in blocks of its own).
+  if (num_tokens % block_size_ == 0 || num_tokens == seq.num_tokens()) return absl::OkStatus();
+  const BlockId last = seq.table[num_tokens / block_size_];
+  if (pool_.ref_count(last) > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "truncate: sequence ", seq.id.value, " would cut tokens out of block ", last.value,
+        ", which other sequences share"));
+  }
+  return absl::OkStatus();
+}
+
+void PagedPolicy::Truncate(Sequence& seq, int32_t num_tokens) {
+  const int32_t old_len = seq.num_tokens();
+  CHECK_GE(num_tokens, seq.num_computed);
+  CHECK_LE(num_tokens, old_len);
+  const int32_t keep = CeilDiv(num_tokens, block_size_);
+  if (num_tokens % block_size_ != 0) {
+    const BlockId last = seq.table[keep - 1];
+    const int32_t cut = std::min(old_len, keep * block_size_) - num_tokens;
+    fill_[last.value] -= cut;
+    num_tokens_stored_ -= cut;
+  }
+  // Tail first, as Free gives blocks back.
+  while (static_cast<int32_t>(seq.table.size()) > keep) {
+    Drop(seq.table.back());
+    seq.table.pop_back();
+  }
+  seq.tokens.resize(num_tokens);
+}
+
 void PagedPolicy::Free(Sequence& seq) {
   // Tail blocks first: in the free queue they come before the prefix blocks, so they are
   // evicted first, and the shared prefixes live longest.

@@ -33,6 +33,8 @@ class PagedPolicy final : public AllocationPolicy {
   SeqResult Fork(const Sequence& parent, Sequence& child) override;
   SeqResult Grant(Sequence& seq, absl::Span<const int32_t> tokens) override;
   void Commit(Sequence& seq, int32_t num_computed) override;
+  absl::Status CheckTruncate(const Sequence& seq, int32_t num_tokens) const override;
+  void Truncate(Sequence& seq, int32_t num_tokens) override;
   void Free(Sequence& seq) override;
   PoolStats Stats() const override;
   const BlockPool* prefix_pool() const override { return &pool_; }

@@ -19,6 +19,9 @@ StepRequest FromProto(const pb::CacheStepRequest& in) {
   for (const pb::Commit& c : in.commits()) {
     out.commits.push_back(CommitOp{SeqId{c.seq_id()}, c.num_computed_tokens()});
   }
+  for (const pb::Truncate& t : in.truncates()) {
+    out.truncates.push_back(TruncateOp{SeqId{t.seq_id()}, t.num_tokens()});
+  }
   for (uint64_t id : in.frees()) out.frees.push_back(SeqId{id});
   for (const pb::Fork& f : in.forks()) {
     out.forks.push_back(ForkOp{SeqId{f.parent_seq_id()}, SeqId{f.child_seq_id()}});

@@ -1,7 +1,8 @@
 // The cache manager's batched step, as native types (service.cc maps the protobuf
 // messages onto these). DESIGN.md, "The cachemgr step RPC", is the contract; in short,
 // one request is applied in this order: resolves, commits, frees, forks, creates (with
-// prefix lookups), grants. Plain values; thread-compatible.
+// prefix lookups), grants; truncates apply right after the commits. Plain values;
+// thread-compatible.
 #ifndef FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
 #define FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
 
@@ -32,6 +33,14 @@ struct CommitOp {
   int32_t num_computed_tokens = 0;
 };
 
+// Speculative decoding: the sequence is cut back to its first `num_tokens` tokens (the
+// proposals its verification rejected are dropped). Never below its computed tokens;
+// blocks past the new end go back to the pool, pending positions past it are forgotten.
+struct TruncateOp {
+  SeqId seq;
+  int32_t num_tokens = 0;
+};
+
 // A child sequence that shares all of its parent's blocks.
 struct ForkOp {
   SeqId parent;
@@ -59,6 +68,7 @@ struct GrantOp {
 struct StepRequest {
   std::vector<ResolveOp> resolves;
   std::vector<CommitOp> commits;
+  std::vector<TruncateOp> truncates;
   std::vector<SeqId> frees;
   std::vector<ForkOp> forks;
   std::vector<CreateOp> creates;

@@ -61,6 +61,11 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
     out->set_seq_id(c.seq.value);
     out->set_num_computed_tokens(c.num_computed_tokens);
   }
+  for (const cachemgr::TruncateOp& t : request.truncates) {
+    pb::Truncate* out = req.add_truncates();
+    out->set_seq_id(t.seq.value);
+    out->set_num_tokens(t.num_tokens);
+  }
   for (cachemgr::SeqId id : request.frees) req.add_frees(id.value);
   for (const cachemgr::ForkOp& f : request.forks) {
     pb::Fork* out = req.add_forks();

@@ -222,6 +222,8 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     out->set_num_logprobs(s.num_logprobs);
     out->set_num_candidates(s.num_candidates);
     out->set_sample_index(s.first_sample_index);
+    if (s.num_draft_tokens > 0) out->set_num_draft_tokens(s.num_draft_tokens);
+    if (s.synthetic_accepts >= 0) out->set_synthetic_accepts(s.synthetic_accepts);
   }
   return req;
 }

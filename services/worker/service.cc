@@ -237,6 +237,15 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
     seq.num_samples = in.num_samples();
     seq.num_logprobs = in.num_logprobs();
     seq.num_candidates = in.num_candidates();
+    seq.num_draft_tokens = in.num_draft_tokens();
+    if (in.has_synthetic_accepts()) {
+      if (in.synthetic_accepts() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step sequence #", i, " (seq_id ", in.seq_id(), "): negative synthetic_accepts ",
+            in.synthetic_accepts()));
+      }
+      seq.synthetic_accepts = in.synthetic_accepts();
+    }
     if (in.sample_index() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("step sequence #", i, " (seq_id ", in.seq_id(), "): negative sample_index ",

@@ -345,6 +345,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   limits.block_size = kv_->shape().block_size;
   limits.vocab_size = c.vocab_size;
   limits.max_seq_len = c.max_seq_len;
+  limits.verifies_drafts = true;
   if (absl::Status s = ValidateStep(step, limits); !s.ok()) return s;
 
   // Copy-on-write first: later writes in this step may land in the copied blocks.
@@ -359,8 +360,10 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   std::vector<int32_t> tokens, positions;
   std::vector<int64_t> slots;
   std::vector<k::AttentionSeq> attn_seqs;
-  std::vector<int64_t> logit_rows;   // step row whose logits each sequence needs, or -1
-  int64_t num_logit_rows = 0;
+  // Step rows whose logits are needed, and how many of them each sequence has: its last
+  // row, or (verifying proposals) its last num_draft_tokens + 1 rows, or none.
+  std::vector<int64_t> logit_rows;
+  std::vector<int32_t> seq_logit_rows;
   for (const SequenceStep& seq : step.seqs) {
     k::AttentionSeq a;
     a.query_offset = static_cast<int32_t>(tokens.size());
@@ -376,9 +379,11 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     }
     const bool needs_logits = seq.num_samples > 0 || seq.num_logprobs > 0 ||
                               seq.num_candidates > 0 || seq.return_logits;
-    logit_rows.push_back(needs_logits ? static_cast<int64_t>(tokens.size()) - 1 : -1);
-    if (needs_logits) ++num_logit_rows;
+    const int32_t rows = needs_logits ? 1 + seq.num_draft_tokens : 0;
+    for (int32_t j = rows; j > 0; --j) logit_rows.push_back(static_cast<int64_t>(tokens.size()) - j);
+    seq_logit_rows.push_back(rows);
   }
+  const int64_t num_logit_rows = static_cast<int64_t>(logit_rows.size());
   const int64_t T = static_cast<int64_t>(tokens.size());
   Reserve(T, num_logit_rows);
 
@@ -499,9 +504,14 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   for (size_t s = 0; s < step.seqs.size(); ++s) {
     const SequenceStep& seq = step.seqs[s];
     out.seqs[s].seq_id = seq.seq_id;
-    if (logit_rows[s] < 0 || (tp && comm_->rank() != 0)) continue;
-    const absl::Span<const float> logits(logits_.data() + row * c.vocab_size, c.vocab_size);
-    ++row;
+    if (seq_logit_rows[s] == 0 || (tp && comm_->rank() != 0)) continue;
+    const absl::Span<const float> logits(logits_.data() + row * c.vocab_size,
+                                         seq_logit_rows[s] * int64_t{c.vocab_size});
+    row += seq_logit_rows[s];
+    if (seq.num_draft_tokens > 0) {
+      sampler_.Verify(logits, seq, &out.seqs[s]);
+      continue;
+    }
     sampler_.Process(logits, seq, seq.start_pos + static_cast<int64_t>(seq.token_ids.size()),
                      &out.seqs[s]);
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "services/worker/engine/test_models.h"
@@ -302,6 +303,98 @@ TEST_P(CpuModelRunnerTest, SampledTokensDoNotDependOnTheBatch) {
   ASSERT_EQ(x.candidates.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(x.candidates[i].token_id, y.candidates[i].token_id);
   EXPECT_GE(x.candidates[0].logprob, x.candidates[1].logprob);
+}
+
+// Speculative verification: the tokens a verification step accepts, and the one it adds,
+// are the tokens step-by-step decoding samples at those positions (greedy, and seeded
+// sampling keyed by position), across a block boundary, after a rejected proposal's KV
+// was written and then overwritten.
+TEST_P(CpuModelRunnerTest, VerificationAcceptsWhatDecodingWouldSample) {
+  for (const float temperature : {0.0f, 1.0f}) {
+    SCOPED_TRACE(absl::StrCat("temperature ", temperature));
+    const std::vector<int32_t> prompt = Prompt(13, vocab(), 4);
+    const std::vector<int32_t> table = {2, 6, 1};
+    SequenceStep base;
+    base.seq_id = 1;
+    base.block_table = table;
+    base.sampling.temperature = temperature;
+    base.sampling.seed = 99;
+    base.num_logprobs = 1;
+    auto run = [](CpuModelRunner& r, const SequenceStep& s) {
+      StepInput step;
+      step.seqs = {s};
+      absl::StatusOr<StepOutput> out = r.Execute(step);
+      CHECK(out.ok()) << out.status();
+      return out->seqs[0].samples;
+    };
+    // Plain decoding: s[0] from the prompt, then one token a step.
+    std::unique_ptr<CpuModelRunner> plain = MakeRunner(8);
+    std::vector<int32_t> s;
+    SequenceStep step = base;
+    step.token_ids = prompt;
+    s.push_back(run(*plain, step).at(0).token_id);
+    for (int i = 0; i < 9; ++i) {
+      step.start_pos = static_cast<int32_t>(prompt.size()) + i;
+      step.token_ids = {s.back()};
+      s.push_back(run(*plain, step).at(0).token_id);
+    }
+    // Speculative: the same prompt, then s[0] with proposals s[1], s[2], a wrong one, s[4].
+    std::unique_ptr<CpuModelRunner> spec = MakeRunner(8);
+    step = base;
+    step.token_ids = prompt;
+    ASSERT_EQ(run(*spec, step).at(0).token_id, s[0]);
+    const int32_t wrong = (s[3] + 1) % vocab();
+    step.start_pos = static_cast<int32_t>(prompt.size());
+    step.token_ids = {s[0], s[1], s[2], wrong, s[4]};
+    step.num_draft_tokens = 4;
+    std::vector<SampledToken> got = run(*spec, step);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].token_id, s[1]);
+    EXPECT_EQ(got[1].token_id, s[2]);
+    EXPECT_EQ(got[2].token_id, s[3]);
+    EXPECT_EQ(got[2].top_logprobs.size(), 1u);
+    // Three computed (s[0..2]); s[3] goes in where the wrong proposal's KV was written.
+    step.start_pos = static_cast<int32_t>(prompt.size()) + 3;
+    step.token_ids = {s[3], s[4], s[5], s[6]};
+    step.num_draft_tokens = 3;
+    got = run(*spec, step);
+    ASSERT_EQ(got.size(), 4u);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j].token_id, s[4 + j]) << "position " << j;
+    // Benchmarks' synthetic acceptance: exactly two proposals accepted, whatever they are.
+    step.start_pos = static_cast<int32_t>(prompt.size()) + 7;
+    step.token_ids = {s[7], wrong, wrong, wrong};
+    step.num_draft_tokens = 3;
+    step.synthetic_accepts = 2;
+    got = run(*spec, step);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].token_id, wrong);
+    EXPECT_EQ(got[1].token_id, wrong);
+    EXPECT_LE(got[1].logprob, 0.0f);
+  }
+}
+
+TEST_P(CpuModelRunnerTest, BadVerificationStepsAreRejected) {
+  std::unique_ptr<CpuModelRunner> r = MakeRunner();
+  SequenceStep good;
+  good.seq_id = 1;
+  good.token_ids = {5, 6, 7};
+  good.block_table = {4};
+  good.num_draft_tokens = 2;
+  std::vector<SequenceStep> bad(6, good);
+  bad[0].num_draft_tokens = 3;  // every token a proposal
+  bad[1].num_draft_tokens = -1;
+  bad[2].num_samples = 2;
+  bad[3].num_candidates = 4;
+  bad[4].history.suppressed_token_ids = {2};
+  bad[5].synthetic_accepts = 3;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    StepInput step;
+    step.seqs = {bad[i]};
+    EXPECT_EQ(r->Execute(step).status().code(), absl::StatusCode::kInvalidArgument) << i;
+  }
+  StepInput ok;
+  ok.seqs = {good};
+  EXPECT_TRUE(r->Execute(ok).ok());
 }
 
 TEST_P(CpuModelRunnerTest, BadStepsAreRejectedWithoutWriting) {

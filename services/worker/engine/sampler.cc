@@ -219,4 +219,25 @@ void Sampler::Process(absl::Span<const float> logits, double lse, const Sequence
   if (seq.return_logits) out->logits.assign(logits.begin(), logits.end());
 }
 
+void Sampler::Verify(absl::Span<const float> rows, const SequenceStep& seq,
+                     SequenceOutput* out) {
+  const int32_t k = seq.num_draft_tokens;
+  const size_t vocab = rows.size() / static_cast<size_t>(k + 1);
+  const int32_t first = static_cast<int32_t>(seq.token_ids.size()) - k;  // first proposal
+  for (int32_t j = 0; j <= k; ++j) {
+    const absl::Span<const float> logits = rows.subspan(j * vocab, vocab);
+    Process(logits, seq, int64_t{seq.start_pos} + first + j, out);
+    if (j == k) break;
+    const int32_t proposal = seq.token_ids[first + j];
+    SampledToken& t = out->samples.back();
+    if (seq.synthetic_accepts >= 0) {
+      if (j >= seq.synthetic_accepts) break;
+      t.token_id = proposal;
+      t.logprob = static_cast<float>(logits[proposal] - LogSumExp(logits));
+    } else if (t.token_id != proposal) {
+      break;
+    }
+  }
+}
+
 }  // namespace folio::worker

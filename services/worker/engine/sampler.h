@@ -65,6 +65,10 @@ class Sampler {
   // the device, where a large vocabulary costs microseconds rather than milliseconds).
   void Process(absl::Span<const float> logits, double log_sum_exp, const SequenceStep& seq,
                int64_t position, SequenceOutput* out);
+  // Speculative verification (SequenceStep::num_draft_tokens): `rows` holds the logits
+  // of the last num_draft_tokens + 1 positions, [rows][vocab]; fills out->samples with the
+  // accepted proposals and the token after them.
+  void Verify(absl::Span<const float> rows, const SequenceStep& seq, SequenceOutput* out);
 
  private:
   // Token ids sorted by logit, descending (lower id first on ties); at least the first

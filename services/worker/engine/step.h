@@ -82,6 +82,19 @@ struct SequenceStep {
   int32_t num_logprobs = 0;    // top alternatives (by log-prob) returned with each sample
   int32_t num_candidates = 0;  // beam search: the top-k next tokens with log-probs
   bool return_logits = false;  // copy the raw logits into the output (tests, debugging)
+  // Speculative decoding: the last num_draft_tokens of token_ids are proposed
+  // continuations, not known tokens. Logits are computed at each of the last
+  // num_draft_tokens + 1 positions and a token is drawn at each in turn, keyed by the
+  // position it would take exactly as step-by-step decoding draws it, until one differs
+  // from the proposal standing there: `samples` then holds the accepted proposals and that
+  // first differing token (all accepted: the token after the last proposal). With
+  // position-keyed draws this is the text plain decoding produces, token for token, greedy
+  // or seeded. Needs num_samples 1, no candidates, no logits, no token history.
+  int32_t num_draft_tokens = 0;
+  // Benchmarks only (the scheduler's --spec_synth_len): accept exactly this many proposals
+  // whatever the model says, then draw the next token; -1 verifies. The text is then not
+  // the model's.
+  int32_t synthetic_accepts = -1;
 };
 
 struct StepInput {
@@ -104,7 +117,9 @@ struct SampledToken {
 
 struct SequenceOutput {
   uint64_t seq_id = 0;
-  std::vector<SampledToken> samples;       // num_samples entries, by sample index
+  // num_samples entries, by sample index; a verification: 1 .. num_draft_tokens + 1
+  // tokens in position order (SequenceStep::num_draft_tokens).
+  std::vector<SampledToken> samples;
   std::vector<TokenLogprob> candidates;    // num_candidates entries, most likely first
   std::vector<float> logits;               // [vocab_size] when return_logits
 };

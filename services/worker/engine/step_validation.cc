@@ -92,6 +92,29 @@ absl::Status ValidateStep(const StepInput& step, const StepLimits& limits) {
       return SeqError(i, seq, absl::StrCat("num_candidates ", seq.num_candidates, " not in [0, ",
                                            limits.vocab_size, "]"));
     }
+    if (seq.num_draft_tokens != 0 || seq.synthetic_accepts != -1) {
+      if (!limits.verifies_drafts) {
+        return SeqError(i, seq, "this backend does not verify proposed tokens (speculative "
+                                "decoding needs the CPU backend; start the scheduler with "
+                                "--speculative=off)");
+      }
+      const int32_t n = static_cast<int32_t>(seq.token_ids.size());
+      if (seq.num_draft_tokens < 0 || seq.num_draft_tokens >= n) {
+        return SeqError(i, seq, absl::StrCat("num_draft_tokens ", seq.num_draft_tokens,
+                                             " not in [0, ", n - 1, "]"));
+      }
+      if (seq.synthetic_accepts < -1 || seq.synthetic_accepts > seq.num_draft_tokens) {
+        return SeqError(i, seq, absl::StrCat("synthetic_accepts ", seq.synthetic_accepts,
+                                             " not in [-1, ", seq.num_draft_tokens, "]"));
+      }
+      const TokenHistory& h = seq.history;
+      if (seq.num_samples != 1 || seq.num_candidates != 0 || seq.return_logits ||
+          !h.prompt_token_ids.empty() || !h.output_token_ids.empty() ||
+          !h.suppressed_token_ids.empty() || !h.allowed_token_bitmask.empty()) {
+        return SeqError(i, seq, "proposed tokens are verified only for one plain sample (no "
+                                "candidates, logits or token history)");
+      }
+    }
     if (absl::Status s = ValidateSamplingParams(seq.sampling); !s.ok()) {
       return SeqError(i, seq, std::string(s.message()));
     }

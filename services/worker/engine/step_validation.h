@@ -18,13 +18,16 @@ struct StepLimits {
   int32_t vocab_size = 0;    // token ids must lie in [0, vocab_size)
   int32_t max_seq_len = 0;   // positions must lie in [0, max_seq_len)
   int32_t max_num_samples = 64;
+  // Whether the backend verifies proposed tokens (SequenceStep::num_draft_tokens).
+  bool verifies_drafts = false;
 };
 
 // OK, or InvalidArgument with a message naming the sequence (by id and index) and what
 // is wrong: no new tokens; a negative start; a position at or past max_seq_len or past
 // the end of the block table; a block id outside the pool; two sequences writing one
 // slot; a token id outside the vocabulary; bad sampling or logits-transform parameters,
-// a bad token history (logits_processor.h), or bad counts; a
+// a bad token history (logits_processor.h), or bad counts; proposed tokens to verify on
+// a backend that does not, or with anything but one plain sample; a
 // repeated sequence id; a block copy with a block outside the pool, onto itself, or
 // onto a block an earlier copy already wrote.
 absl::Status ValidateStep(const StepInput& step, const StepLimits& limits);

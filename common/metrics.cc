@@ -117,6 +117,12 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   return bounds;
 }
 
+std::vector<double> LinearBuckets(double start, double width, int count) {
+  std::vector<double> bounds;
+  for (int i = 0; i < count; ++i) bounds.push_back(start + width * i);
+  return bounds;
+}
+
 MetricsRegistry::Entry& MetricsRegistry::AddEntry(const std::string& name,
                                                   const std::string& help, Type type) {
   CHECK(ValidName(name)) << "invalid metric name " << name;

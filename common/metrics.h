@@ -66,6 +66,8 @@ class Histogram {
 
 // Bucket bounds: `count` bounds starting at `start`, each `factor` times the last.
 std::vector<double> ExponentialBuckets(double start, double factor, int count);
+// `count` bounds starting at `start`, each `width` more than the last.
+std::vector<double> LinearBuckets(double start, double width, int count);
 
 // One metric name with a fixed set of label names; each distinct set of label values is
 // its own child metric.

@@ -56,6 +56,9 @@ struct RequestSpec {
     std::vector<int32_t> tokens;
   };
   std::vector<ContinuedChoice> continuation;
+  // Speculative decoding: proposals per step at most; -1: the scheduler's
+  // --num_speculative_tokens, 0: this request never speculates (speculation.h).
+  int32_t num_speculative_tokens = -1;
   // Structured output: GBNF text (common/structured/grammar.h); empty: unconstrained.
   std::string grammar;
   // With triggers the grammar is lazy (common/structured/grammar_trigger.h): a choice is
@@ -123,6 +126,11 @@ struct Branch {
   // real id when it is sent. At most 1 while a step is planned (2 between sending a step
   // and applying the outputs of the one before it).
   int32_t pending_samples = 0;
+  // Speculative decoding (speculation.h): the proposals the step being planned or run
+  // verifies after the branch's known tokens (never with pending samples), and the
+  // branch's adaptive proposal count (0: not set yet).
+  std::vector<int32_t> draft;
+  int32_t spec_k = 0;
 
   // Generated tokens, pending ones included.
   int32_t num_tokens(const std::vector<int32_t>& prompt) const {
@@ -136,6 +144,8 @@ struct Branch {
     const int32_t p = static_cast<int32_t>(prompt.size());
     if (pos < p) return prompt[pos];
     if (pos - p < static_cast<int32_t>(output.size())) return output[pos - p];
+    const size_t d = static_cast<size_t>(pos - p) - output.size();
+    if (d < draft.size()) return draft[d];
     return cachemgr::kPendingToken;  // the pending sample
   }
 };

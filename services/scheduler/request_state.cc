@@ -143,9 +143,11 @@ Request* RequestState::Find(uint64_t handle) {
 absl::StatusOr<cachemgr::StepResponse> RequestState::CacheStep(cachemgr::StepRequest request) {
   request.resolves = std::move(pending_resolves);
   request.commits = std::move(pending_commits);
+  request.truncates = std::move(pending_truncates);
   request.frees = std::move(pending_frees);
   pending_resolves.clear();
   pending_commits.clear();
+  pending_truncates.clear();
   pending_frees.clear();
   return cache_->Step(request);
 }
@@ -243,6 +245,7 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
       b.num_computed = 0;
       b.candidates.clear();
       b.pending_samples = 0;  // its steps' outputs are dropped; it is sampled again
+      b.draft.clear();
     }
     waiting.push_front(r);
   }
@@ -251,6 +254,7 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
   pending_frees.clear();
   pending_resolves.clear();
   pending_commits.clear();
+  pending_truncates.clear();
   pending_forks.clear();
   pending_copies.clear();
 }
@@ -266,6 +270,7 @@ void RequestState::Preempt(Request* victim) {
     b.num_computed = 0;
     b.candidates.clear();
     b.pending_samples = 0;  // its steps' outputs are dropped; it is sampled again
+    b.draft.clear();
   }
   running.erase(std::remove(running.begin(), running.end(), victim), running.end());
   waiting.push_front(victim);

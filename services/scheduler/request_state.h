@@ -79,7 +79,8 @@ class RequestState {
   // Sends the pending commits and frees, if any. A failure is a loss of the cache (Lose).
   void Flush();
   bool HasPendingCacheOps() const {
-    return !pending_commits.empty() || !pending_frees.empty() || !pending_resolves.empty();
+    return !pending_commits.empty() || !pending_frees.empty() || !pending_resolves.empty() ||
+           !pending_truncates.empty();
   }
   // Queues the commit of a sequence's first `num_computed` tokens; a later commit of the
   // same sequence before the next cache RPC replaces it (pipelined steps can apply two
@@ -126,6 +127,7 @@ class RequestState {
   std::vector<Request*> running;  // in arrival order
   std::vector<cachemgr::ResolveOp> pending_resolves;  // pipelined steps' sampled tokens
   std::vector<cachemgr::CommitOp> pending_commits;
+  std::vector<cachemgr::TruncateOp> pending_truncates;  // rejected proposals, cut back
   std::vector<cachemgr::SeqId> pending_frees;
   std::vector<PendingFork> pending_forks;         // applied at the end of the step
   std::vector<worker::BlockCopy> pending_copies;  // from forks, run with the next step

@@ -236,6 +236,7 @@ bool Scheduler::Fence() {
   state_.pending_frees.clear();
   state_.pending_resolves.clear();
   state_.pending_commits.clear();
+  state_.pending_truncates.clear();
   state_.pending_forks.clear();
   state_.pending_copies.clear();
   return true;
@@ -324,6 +325,9 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   }
   InflightStep step;
   step.start = absl::Now();
+  // A branch that will speculate next step needs this step's answer first.
+  const bool small_batch =
+      static_cast<int32_t>(plan.batch.size()) <= options_.speculative.max_batch;
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     const Granted& g = plan.batch[i];
     Request* r = g.request;
@@ -335,11 +339,14 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
     b.num_computed += g.num_tokens;
     InflightStep::Seq seq{.handle = r->arrival, .seq_id = b.seq_id,
                           .num_computed = b.num_computed, .num_samples = s.num_samples,
-                          .num_candidates = s.num_candidates};
+                          .num_candidates = s.num_candidates, .num_draft = s.num_draft_tokens};
     if (s.num_samples > 0 || s.num_candidates > 0) {
-      if (!r->beam() && EndsByLength(*r, b)) {
+      if (s.num_draft_tokens > 0) {
+        step.pipelined = false;  // the next plan needs to know what was accepted
+      } else if (!r->beam() && EndsByLength(*r, b)) {
         // Its last token: nothing follows it, the next step can go without it.
-      } else if (options_.async_steps && Pipelinable(*r)) {
+      } else if (options_.async_steps && Pipelinable(*r) &&
+                 !(small_batch && planner_.MaySpeculate(*r))) {
         seq.pending = true;
         ++b.pending_samples;
       } else {
@@ -403,7 +410,9 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
       continue;
     }
     if (seq.pending) --b->pending_samples;
-    state_.QueueCommit(seq.seq_id, seq.num_computed);
+    const int32_t computed =
+        seq.num_draft > 0 ? AcceptProposals(seq, output->seqs[i], &*b) : seq.num_computed;
+    state_.QueueCommit(seq.seq_id, computed);
     auto it = std::find_if(per_request.begin(), per_request.end(),
                            [r](const auto& p) { return p.first == r; });
     if (it == per_request.end()) {
@@ -417,6 +426,29 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
   metrics_->step_duration.Observe(absl::ToDoubleSeconds(absl::Now() - step.start));
 }
 
+int32_t Scheduler::AcceptProposals(const InflightStep::Seq& seq, const worker::SequenceOutput& out,
+                                   Branch* b) {
+  const int32_t accepted = static_cast<int32_t>(out.samples.size()) - 1;
+  const int32_t computed = seq.num_computed - (seq.num_draft - accepted);
+  b->num_computed = computed;
+  if (accepted < seq.num_draft) {
+    state_.pending_truncates.push_back({SeqId{seq.seq_id}, computed});
+    b->block_table.resize((computed + options_.block_size - 1) / options_.block_size);
+  }
+  b->draft.clear();
+  if (options_.speculative.synth_len == 0.0) {  // benchmarks measure a fixed k
+    b->spec_k =
+        NextSpeculativeK(b->spec_k, seq.num_draft, accepted, options_.speculative.num_tokens);
+  }
+  ++state_.stats.num_spec_verifications;
+  state_.stats.num_spec_proposed += seq.num_draft;
+  state_.stats.num_spec_accepted += accepted;
+  metrics_->spec_proposed.Increment(seq.num_draft);
+  metrics_->spec_accepted.Increment(accepted);
+  metrics_->spec_accepted_len.Observe(accepted + 1);
+  return computed;
+}
+
 absl::Status Scheduler::CheckAnswer(const InflightStep& step, const worker::StepOutput& output) {
   if (output.seqs.size() != step.seqs.size()) {
     return absl::InternalError(absl::StrCat("the workers answered a step of ", step.seqs.size(),
@@ -425,6 +457,14 @@ absl::Status Scheduler::CheckAnswer(const InflightStep& step, const worker::Step
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     const InflightStep::Seq& seq = step.seqs[i];
     const worker::SequenceOutput& out = output.seqs[i];
+    if (seq.num_draft > 0) {  // a verification: 1 .. k + 1 tokens
+      if (out.samples.empty() || static_cast<int32_t>(out.samples.size()) > seq.num_draft + 1) {
+        return absl::InternalError(absl::StrCat(
+            "the workers answered the verification of ", seq.num_draft, " proposals for sequence ",
+            seq.seq_id, " with ", out.samples.size(), " tokens"));
+      }
+      continue;
+    }
     // Candidates may be fewer than asked: a grammar's mask may allow fewer tokens.
     if (static_cast<int32_t>(out.samples.size()) != seq.num_samples ||
         static_cast<int32_t>(out.candidates.size()) > seq.num_candidates) {

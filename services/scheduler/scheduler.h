@@ -29,6 +29,11 @@
 // a loss before the answer drops the outputs it no longer has a branch for; a loss or a
 // fence waits for the step in flight before recovery touches the processes.
 //
+// Speculative decoding (speculation.h): a decoding branch may carry proposals after its
+// next input token; the workers answer with 1 .. k + 1 tokens, the branch keeps what they
+// accepted and the cache manager cuts the rest back (a truncate with the commit). A step
+// that verifies proposals is followed synchronously: the next plan needs its answer.
+//
 // Sharing (request.h): a request with n > 1 samples or with beam search runs as a group
 // of sequences forked from one another in the cache manager. The forks of a step go to
 // the cache manager in one RPC right after the step, so the pool and the mirrors agree
@@ -127,6 +132,7 @@ class Scheduler {
       int32_t num_samples = 0;    // what the step asked for
       int32_t num_candidates = 0;
       bool pending = false;       // the step's sample counted in Branch::pending_samples
+      int32_t num_draft = 0;      // proposals it verifies (speculation.h)
     };
     std::vector<Seq> seqs;        // as the step's input.seqs
     bool pipelined = true;        // every branch it samples can go on before its answer
@@ -136,6 +142,11 @@ class Scheduler {
   // whose samples the plan's pending tokens are.
   void Launch(PlannedStep plan, const InflightStep* previous,
               const worker::StepOutput* output);
+  // A verification's answer for branch `b`: its computed tokens cut back to the accepted
+  // ones (the cache manager's truncate queued with the commit), its k adapted, the
+  // figures counted. Returns the branch's computed tokens.
+  int32_t AcceptProposals(const InflightStep::Seq& seq, const worker::SequenceOutput& out,
+                          Branch* b);
   // Applies a step's answer: the outputs of branches it still has, or the loss it means.
   void Complete(const InflightStep& step, absl::StatusOr<worker::StepOutput> output);
   // InternalError unless `output` has one output per sequence of `step`, each with the

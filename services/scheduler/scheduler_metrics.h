@@ -23,6 +23,9 @@ struct SchedulerMetrics {
   Histogram& step_duration;
   Counter& steps_planned_ahead;
   Counter& samples_dropped;
+  Counter& spec_proposed;
+  Counter& spec_accepted;
+  Histogram& spec_accepted_len;
   Histogram& batch_size;
   Histogram& batch_tokens;
   Histogram& ttft;

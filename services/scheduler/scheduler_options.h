@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/structured/grammar_matcher.h"
+#include "services/scheduler/speculation.h"
 
 #include "absl/time/time.h"
 
@@ -46,6 +47,8 @@ struct SchedulerOptions {
   // Pipelined steps (scheduler.h): plan step N+1 and get its slots while the workers run
   // step N. --async_steps.
   bool async_steps = true;
+  // Speculative decoding (speculation.h): --speculative, --num_speculative_tokens, ...
+  SpeculativeOptions speculative;
   RecoveryOptions recovery;
   // Structured output: grammars compiled against the model's vocabulary, once per text.
   // Null: requests with a grammar are refused.
@@ -72,6 +75,10 @@ struct SchedulerStats {
   // applied, and samples computed past a sequence's end (or its preemption) and dropped.
   int64_t num_steps_planned_ahead = 0;
   int64_t num_samples_dropped = 0;
+  // Speculative decoding: verifications run, tokens proposed, and proposals accepted.
+  int64_t num_spec_verifications = 0;
+  int64_t num_spec_proposed = 0;
+  int64_t num_spec_accepted = 0;
 };
 
 }  // namespace folio::scheduler

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "glog/logging.h"
 #include "services/scheduler/beam_search.h"
 
@@ -28,8 +29,9 @@ void Sharing::Advance(
 void Sharing::AdvanceSamples(
     Request* r, const BranchOutputs& outs) {
   const absl::Time now = absl::Now();
-  // (branch index, sample) pairs that produced a token this step.
-  std::vector<std::pair<int32_t, const worker::SampledToken*>> drawn;
+  // (branch index, samples) for the branches that produced tokens this step: one each,
+  // or a verification's accepted proposals and the token after them (speculation.h).
+  std::vector<std::pair<int32_t, absl::Span<const worker::SampledToken>>> drawn;
   for (const auto& [i, out] : outs) {
     if (out->samples.empty()) continue;
     if (!r->fanned_out) {
@@ -58,11 +60,12 @@ void Sharing::AdvanceSamples(
       }
       for (size_t j = 0; j < r->branches.size(); ++j) {
         if (r->branches[j].output.empty()) {
-          drawn.push_back({static_cast<int32_t>(j), &out->samples[r->branches[j].index]});
+          drawn.push_back({static_cast<int32_t>(j),
+                           absl::MakeConstSpan(&out->samples[r->branches[j].index], 1)});
         }
       }
     } else {
-      drawn.push_back({i, &out->samples.at(0)});
+      drawn.push_back({i, absl::MakeConstSpan(out->samples)});
     }
   }
   if (drawn.empty()) return;
@@ -75,33 +78,38 @@ void Sharing::AdvanceSamples(
 
   std::vector<RequestEvent> events;
   std::vector<int32_t> ended;  // branch indices
-  for (const auto& [i, sample] : drawn) {
+  for (const auto& [i, samples] : drawn) {
     Branch& b = r->branches[i];
-    b.output.push_back(sample->token_id);
-    ++r->num_generated;
-    ++state_->stats.generation_tokens;
-    state_->metrics().generation_tokens.Increment();
     RequestEvent event;
     event.index = b.index;
-    event.tokens.push_back({sample->token_id, sample->logprob, sample->top_logprobs});
     event.num_prompt_tokens = r->prompt_len();
     event.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
-    const auto& stops = r->spec.stop_token_ids;
-    absl::Status grammar_error;
-    const GrammarVerdict grammar = AdvanceGrammar(*r, &b, sample->token_id, &grammar_error);
-    if (grammar == GrammarVerdict::kError) {
-      state_->Finish(r, FinishReason::kError, std::move(grammar_error));
-      return;
-    }
-    if (grammar == GrammarVerdict::kClosed ||
-        (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample->token_id)) ||
-        std::find(stops.begin(), stops.end(), sample->token_id) != stops.end()) {
-      event.finish = FinishReason::kStop;
-    } else if (grammar == GrammarVerdict::kDeadEnd) {
-      event.finish = FinishReason::kLength;
-    } else if (static_cast<int32_t>(b.output.size()) >= r->spec.max_tokens ||
-               b.num_known_tokens(r->spec.prompt) >= r->max_len) {
-      event.finish = FinishReason::kLength;
+    // Token by token, as if each had its own step: tokens after one that ends the branch
+    // are dropped.
+    for (const worker::SampledToken& sample : samples) {
+      b.output.push_back(sample.token_id);
+      ++r->num_generated;
+      ++state_->stats.generation_tokens;
+      state_->metrics().generation_tokens.Increment();
+      event.tokens.push_back({sample.token_id, sample.logprob, sample.top_logprobs});
+      const auto& stops = r->spec.stop_token_ids;
+      absl::Status grammar_error;
+      const GrammarVerdict grammar = AdvanceGrammar(*r, &b, sample.token_id, &grammar_error);
+      if (grammar == GrammarVerdict::kError) {
+        state_->Finish(r, FinishReason::kError, std::move(grammar_error));
+        return;
+      }
+      if (grammar == GrammarVerdict::kClosed ||
+          (!r->spec.ignore_eos && state_->options().IsEndOfGeneration(sample.token_id)) ||
+          std::find(stops.begin(), stops.end(), sample.token_id) != stops.end()) {
+        event.finish = FinishReason::kStop;
+      } else if (grammar == GrammarVerdict::kDeadEnd) {
+        event.finish = FinishReason::kLength;
+      } else if (static_cast<int32_t>(b.output.size()) >= r->spec.max_tokens ||
+                 b.num_known_tokens(r->spec.prompt) >= r->max_len) {
+        event.finish = FinishReason::kLength;
+      }
+      if (event.finish != FinishReason::kNone) break;
     }
     if (event.finish != FinishReason::kNone) ended.push_back(i);
     events.push_back(std::move(event));

@@ -54,13 +54,50 @@ int32_t StepPlanner::Wanted(const Request& r, size_t i) {
   return end - b.num_computed;
 }
 
+bool StepPlanner::MaySpeculate(const Request& r) const {
+  const SchedulerOptions& o = state_->options();
+  return o.speculative.enabled() && r.spec.num_speculative_tokens != 0 && !r.beam() &&
+         r.fanned_out && r.grammar == nullptr && !UsesTokenHistory(r.spec);
+}
+
+void StepPlanner::Propose(const Request& r, Branch* b, int32_t room) const {
+  const SpeculativeOptions& o = state_->options().speculative;
+  int32_t cap = o.num_tokens;
+  if (r.spec.num_speculative_tokens > 0) cap = std::min(cap, r.spec.num_speculative_tokens);
+  if (b->spec_k <= 0 || b->spec_k > cap) b->spec_k = cap;
+  // Every accepted proposal and the model's own token must fit the request's limits.
+  const int32_t by_tokens = r.spec.max_tokens - static_cast<int32_t>(b->output.size()) - 1;
+  const int32_t by_len = r.max_len - b->num_tokens(r.spec.prompt) - 1;
+  const int32_t k = std::min({b->spec_k, by_tokens, by_len, room});
+  if (k <= 0) return;
+  b->draft = ProposeNgram(r.spec.prompt, b->output, k, o.ngram_min, o.ngram_max);
+  if (o.synth_len > 0.0) {
+    // Benchmarks: always k proposals, so the machinery's cost is measured at k.
+    const int32_t last = b->output.empty() ? r.spec.prompt.back() : b->output.back();
+    b->draft.resize(k, last);
+  }
+}
+
 std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
                                                            cachemgr::StepResponse* copies) {
   std::vector<Granted> want;
+  // Speculation only while the batch of decoding branches is small (speculation.h).
+  int32_t decoding = 0;
+  for (Request* r : state_->running) {
+    for (size_t i = 0; i < r->branches.size(); ++i) decoding += Wanted(*r, i) == 1 ? 1 : 0;
+  }
+  const bool speculate = state_->options().speculative.enabled() &&
+                         decoding <= state_->options().speculative.max_batch;
   for (Request* r : state_->running) {
     for (size_t i = 0; i < r->branches.size(); ++i) {
-      const int32_t n = std::min(Wanted(*r, i), *budget);
+      Branch& b = r->branches[i];
+      b.draft.clear();
+      int32_t n = std::min(Wanted(*r, i), *budget);
       if (n <= 0) continue;
+      if (speculate && n == 1 && b.pending_samples == 0 && MaySpeculate(*r)) {
+        Propose(*r, &b, *budget - 1);
+        n += static_cast<int32_t>(b.draft.size());
+      }
       want.push_back({r, static_cast<int32_t>(i), n});
       *budget -= n;
     }
@@ -93,7 +130,22 @@ std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
       }
     }
     if (retry.empty()) break;
-    // No room: preempt the request that arrived last (all of its sequences), then ask
+    // No room: proposals are dropped first (ask again for one token each) ...
+    bool dropped_proposals = false;
+    for (Granted& g : retry) {
+      Branch& b = g.request->branches[g.branch];
+      if (b.draft.empty()) continue;
+      const int32_t k = static_cast<int32_t>(b.draft.size());
+      g.num_tokens -= k;
+      *budget += k;
+      b.draft.clear();
+      dropped_proposals = true;
+    }
+    if (dropped_proposals) {
+      want = std::move(retry);
+      continue;
+    }
+    // ... then preempt the request that arrived last (all of its sequences), then ask
     // again for the rest.
     Request* victim = state_->running.back();
     auto drop = [victim](const Granted& g) { return g.request == victim; };
@@ -164,6 +216,7 @@ std::vector<Granted> StepPlanner::AdmitWaiting(int32_t* budget,
     }
     Request* r = candidates[i];
     Branch& root = r->branches[0];
+    root.draft.clear();
     root.seq_id = res.seq.value;
     root.num_computed = res.num_cached_tokens;
     RequestState::ApplyTable(&root, res);
@@ -236,7 +289,8 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
   s.block_table = b.block_table;
   s.sampling = r.spec.sampling;
   s.num_logprobs = r.spec.num_logprobs;
-  const bool at_end = b.num_computed + g.num_tokens == b.num_tokens(r.spec.prompt);
+  const int32_t k = static_cast<int32_t>(b.draft.size());
+  const bool at_end = b.num_computed + g.num_tokens == b.num_tokens(r.spec.prompt) + k;
   s.num_samples = 0;
   if (!at_end) return s;
   if (r.beam()) {
@@ -248,6 +302,14 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
   } else {
     s.num_samples = 1;
     s.first_sample_index = b.index;
+  }
+  if (k > 0) {
+    s.num_draft_tokens = k;
+    const SpeculativeOptions& o = state_->options().speculative;
+    if (o.synth_len > 0.0) {
+      s.synthetic_accepts = SyntheticAccepts(SyntheticRate(o.synth_len, k), k,
+                                             (b.seq_id << 24) ^ static_cast<uint64_t>(s.start_pos));
+    }
   }
   // The whole history, from the request's own record, on every sampling step.
   if (UsesTokenHistory(r.spec)) {

@@ -1,7 +1,8 @@
 // StepPlanner: decides one step, {branch: num_tokens}, and gets the slots for it.
 //
 // Running requests come first, in arrival order, each live branch asking for its next
-// token (or its next prefill chunk); then waiting requests are admitted in order, their
+// token (or its next prefill chunk; a decoding branch with speculation on, for its next
+// token and the proposals that follow it, speculation.h); then waiting requests are admitted in order, their
 // prompts chunked to fit max_num_batched_tokens, up to max_num_seqs sequences running.
 // The grants go to the cache manager in batched RPCs; where a grant finds no room, the
 // running request that arrived last is preempted (RequestState::Preempt) and the rest is
@@ -52,11 +53,17 @@ class StepPlanner {
   // or up to the end of the prompt while other branches wait to fork from the root.
   static int32_t Wanted(const Request& r, size_t i);
 
+  // Speculative decoding (speculation.h): whether the decoding branches of `r` carry
+  // proposals (those without a pending sample, in a batch small enough).
+  bool MaySpeculate(const Request& r) const;
+
  private:
   // Grants the next tokens of every running request, preempting as needed.
   std::vector<Granted> ScheduleRunning(int32_t* budget, cachemgr::StepResponse* copies);
   std::vector<Granted> AdmitWaiting(int32_t* budget, cachemgr::StepResponse* copies);
   worker::SequenceStep MakeStep(const Request& r, const Granted& g) const;
+  // Speculative decoding: a decoding branch's proposals (into b->draft), at most `room`.
+  void Propose(const Request& r, Branch* b, int32_t room) const;
   void FailCache(const absl::Status& status);
 
   RequestState* const state_;

@@ -1,0 +1,96 @@
+#include "services/scheduler/speculation.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace folio::scheduler {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+TEST(ProposeNgramTest, ProposesWhatFollowedTheMostRecentEarlierOccurrence) {
+  // Context: 1 2 3 9 | 1 2 3 7 5 1 2 3  -> the last "1 2 3" occurred last before at 4..6,
+  // followed by 7 5 1 2.
+  const std::vector<int32_t> prompt = {1, 2, 3, 9};
+  const std::vector<int32_t> output = {1, 2, 3, 7, 5, 1, 2, 3};
+  EXPECT_THAT(ProposeNgram(prompt, output, 4, 1, 3), ElementsAre(7, 5, 1, 2));
+  EXPECT_THAT(ProposeNgram(prompt, output, 2, 1, 3), ElementsAre(7, 5));
+  // The continuation stops at the end of the context.
+  EXPECT_THAT(ProposeNgram({4, 5, 6, 4, 5}, {}, 8, 2, 2), ElementsAre(6, 4, 5));
+}
+
+TEST(ProposeNgramTest, PrefersTheLongestMatchingSuffix) {
+  // "8 3" matches at 0 (followed by 1); the longer "5 8 3" matches at 3 (followed by 2).
+  const std::vector<int32_t> context = {8, 3, 1, 5, 8, 3, 2, 0, 8, 3, 1, 5, 8, 3};
+  // The most recent earlier "5 8 3" is at 3..5 -> 2 0; "8 3" alone would give 1 5 (at 8).
+  EXPECT_THAT(ProposeNgram(context, {}, 2, 1, 3), ElementsAre(2, 0));
+  EXPECT_THAT(ProposeNgram(context, {}, 2, 1, 2), ElementsAre(1, 5));
+}
+
+TEST(ProposeNgramTest, NothingWithoutAMatch) {
+  EXPECT_THAT(ProposeNgram({1, 2, 3, 4}, {5}, 4, 1, 3), IsEmpty());
+  EXPECT_THAT(ProposeNgram({1}, {}, 4, 1, 3), IsEmpty());
+  EXPECT_THAT(ProposeNgram({}, {}, 4, 1, 3), IsEmpty());
+  EXPECT_THAT(ProposeNgram({1, 1, 1}, {}, 0, 1, 3), IsEmpty());
+  // Below ngram_min nothing is tried.
+  EXPECT_THAT(ProposeNgram({7, 1, 2, 7}, {}, 4, 2, 3), IsEmpty());
+  EXPECT_THAT(ProposeNgram({7, 1, 2, 7}, {}, 4, 1, 3), ElementsAre(1, 2, 7));
+}
+
+TEST(SyntheticAcceptanceTest, MeanLengthIsWhatWasAskedFor) {
+  for (int32_t k : {1, 3, 5}) {
+    for (double len : {1.0, 1.5, 2.0, 3.0, 4.0}) {
+      if (len > k + 1) continue;
+      const double rate = SyntheticRate(len, k);
+      double sum = 0;
+      const int n = 200000;
+      for (int i = 0; i < n; ++i) {
+        const int32_t a = SyntheticAccepts(rate, k, static_cast<uint64_t>(i) * 7919 + k);
+        ASSERT_GE(a, 0);
+        ASSERT_LE(a, k);
+        sum += a + 1;
+      }
+      // Standard error of the mean is below 0.005 here; 0.02 is four of them and more.
+      EXPECT_NEAR(sum / n, len, 0.02) << "k " << k << " rate " << rate;
+    }
+  }
+  EXPECT_EQ(SyntheticRate(1.0, 4), 0.0);
+  EXPECT_EQ(SyntheticRate(5.0, 4), 1.0);
+  EXPECT_EQ(SyntheticAccepts(1.0, 4, 3), 4);
+  EXPECT_EQ(SyntheticAccepts(0.0, 4, 3), 0);
+}
+
+TEST(NextSpeculativeKTest, HalvesOnMissesAndGrowsOnFullAcceptance) {
+  EXPECT_EQ(NextSpeculativeK(4, 4, 0, 8), 2);
+  EXPECT_EQ(NextSpeculativeK(1, 1, 0, 8), 1);
+  EXPECT_EQ(NextSpeculativeK(4, 4, 4, 8), 5);
+  EXPECT_EQ(NextSpeculativeK(8, 8, 8, 8), 8);
+  EXPECT_EQ(NextSpeculativeK(4, 4, 2, 8), 4);
+  EXPECT_EQ(NextSpeculativeK(4, 0, 0, 8), 4);
+}
+
+TEST(SpeculativeOptionsTest, BadValuesAreNamed) {
+  EXPECT_TRUE(ValidateSpeculativeOptions({}).ok());
+  EXPECT_THAT(ParseSpeculativeMode("draft").status().message(),
+              ::testing::HasSubstr("not built yet"));
+  EXPECT_THAT(ParseSpeculativeMode("eagle").status().message(),
+              ::testing::HasSubstr("off or ngram"));
+  EXPECT_EQ(*ParseSpeculativeMode("ngram"), SpeculativeMode::kNgram);
+  SpeculativeOptions o;
+  o.num_tokens = 0;
+  EXPECT_THAT(ValidateSpeculativeOptions(o).message(),
+              ::testing::HasSubstr("--num_speculative_tokens"));
+  o = {};
+  o.synth_len = 6.0;  // k = 4: at most 5 tokens a step
+  EXPECT_THAT(ValidateSpeculativeOptions(o).message(), ::testing::HasSubstr("--spec_synth_len"));
+  o = {};
+  o.ngram_min = 3;
+  o.ngram_max = 2;
+  EXPECT_FALSE(ValidateSpeculativeOptions(o).ok());
+}
+
+}  // namespace
+}  // namespace folio::scheduler

@@ -245,6 +245,58 @@ TEST_F(E2eTest, AsyncStepsGiveTheSameStreamsAsSynchronousSteps) {
   }
 }
 
+// Speculative decoding (--speculative=ngram) streams what plain decoding streams: the
+// golden text, and the same tokens for greedy, seeded, stop-string and multi-choice
+// requests, several tokens now arriving per step; proposals are counted and accepted.
+TEST_F(E2eTest, SpeculativeDecodingGivesTheSameStreams) {
+  std::vector<v1::GenerateRequest> requests = testing::MixedRequests();
+  requests.push_back(Greedy("", 200));
+  for (int i = 0; i < 4; ++i) {
+    v1::GenerateRequest req;
+    req.set_prompt(i % 2 == 0 ? "Lily and Tom" : "The little dog");
+    v1::SamplingOptions* s = req.mutable_sampling();
+    s->set_max_tokens(150);
+    s->set_temperature(i < 2 ? 0.0f : 0.9f);
+    s->set_seed(31 + i);
+    if (i % 2 == 1) s->add_stop(" the");
+    requests.push_back(std::move(req));
+  }
+  std::vector<testing::Stream> want;
+  for (const char* mode : {"off", "ngram"}) {
+    auto cluster = StartCluster(ClusterOptions{
+        .scheduler_args = {std::string("--speculative=") + mode, "--spec_ngram_min=1",
+                           "--spec_max_batch=64"}});
+    ASSERT_NE(cluster, nullptr);
+    std::vector<testing::Stream> got = testing::RunStreams(cluster->frontend(), requests);
+    const std::string metrics =
+        testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics");
+    const double proposed =
+        testing::MetricValue(metrics, "folio_scheduler_speculative_proposed_tokens_total");
+    const double accepted =
+        testing::MetricValue(metrics, "folio_scheduler_speculative_accepted_tokens_total");
+    if (std::string(mode) == "off") {
+      EXPECT_EQ(proposed, 0);
+      want = std::move(got);
+    } else {
+      EXPECT_GT(accepted, 50) << proposed << " proposed";
+      EXPECT_GT(proposed, accepted);
+      testing::ExpectSameStreams(want, got);
+      // A request may ask for fewer proposals or none; more than 16 is refused.
+      v1::GenerateRequest none = Greedy("", 200);
+      none.mutable_sampling()->set_num_speculative_tokens(0);
+      Completion c = Generate(cluster->frontend(), none);
+      ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+      EXPECT_EQ(c.text, golden_);
+      v1::GenerateRequest bad = Greedy("", 8);
+      bad.mutable_sampling()->set_num_speculative_tokens(17);
+      c = Generate(cluster->frontend(), bad);
+      EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(c.status.error_message(), HasSubstr("num_speculative_tokens"));
+    }
+    EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+  }
+}
+
 TEST_F(E2eTest, FullWaitingQueueAnswersResourceExhausted) {
   auto cluster = StartCluster(ClusterOptions{
       .scheduler_args = {"--max_num_seqs=1", "--max_waiting_requests=1"}});

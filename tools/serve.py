@@ -200,6 +200,18 @@ def main():
                         "run this one. auto = off here, where the workers' threads take every "
                         "core the scheduler would plan on (measured 0.96x the throughput on 2 "
                         "cores, docs/benchmarks.md); on where they do not share cores")
+    p.add_argument("--speculative", default="off", choices=["off", "ngram"],
+                   help="speculative decoding: ngram proposes each sequence's next tokens from "
+                        "its own prompt and output and the model verifies several in one step; "
+                        "the text is the same as with off (CPU workers only; default: "
+                        "%(default)s)")
+    p.add_argument("--num_speculative_tokens", type=int, default=4,
+                   help="proposals verified per sequence and step, at most (default: "
+                        "%(default)s)")
+    p.add_argument("--spec_synth_len", type=float, default=0,
+                   help="benchmarks only: accept proposals synthetically so each verification "
+                        "gains this many tokens on average; the text is NOT the model's "
+                        "(default: off)")
     p.add_argument("--max_num_batched_tokens", type=int, default=512,
                    help="tokens one step computes, at most (prefill chunks plus decodes)")
     p.add_argument("--max_model_len", type=int, default=0,
@@ -323,6 +335,9 @@ def main():
                 f"--max_num_seqs={args.max_num_seqs}",
                 f"--async_steps={'off' if args.async_steps == 'auto' else args.async_steps}",
                 f"--max_num_batched_tokens={args.max_num_batched_tokens}",
+                f"--speculative={args.speculative}",
+                f"--num_speculative_tokens={args.num_speculative_tokens}",
+                f"--spec_synth_len={args.spec_synth_len}",
                 f"--max_model_len={args.max_model_len}",
                 f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
                 f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)

@@ -53,6 +53,7 @@ GenerateInput GenerateInputFromProto(const pb::GenerateRequest& request) {
   if (s.has_repetition_penalty()) in.repetition_penalty = s.repetition_penalty();
   in.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   if (s.has_min_tokens()) in.min_tokens = s.min_tokens();
+  if (s.has_num_speculative_tokens()) in.num_speculative_tokens = s.num_speculative_tokens();
   using Kind = structured::StructuredOutput::Kind;
   switch (s.structured().kind_case()) {
     case pb::StructuredOutput::kJsonSchema:
@@ -184,6 +185,7 @@ ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
     b->set_bias(bias);
   }
   out.set_min_tokens(r.min_tokens);
+  if (r.num_speculative_tokens >= 0) out.set_num_speculative_tokens(r.num_speculative_tokens);
   out.set_grammar(r.grammar);
   for (const structured::GrammarTrigger& t : r.grammar_triggers) {
     ipb::GrammarTrigger* g = out.add_grammar_triggers();

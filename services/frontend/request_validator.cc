@@ -246,6 +246,13 @@ absl::Status RequestValidator::ValidateLogits(const GenerateInput& input,
                                                    "; it must be in [0, max_tokens = ",
                                                    out->max_tokens, "]"));
   }
+  if (input.num_speculative_tokens.has_value()) {
+    out->num_speculative_tokens = *input.num_speculative_tokens;
+    if (out->num_speculative_tokens < 0 || out->num_speculative_tokens > 16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_speculative_tokens is ", out->num_speculative_tokens, "; it must be in [0, 16]"));
+    }
+  }
   if (out->beam_width > 0) {
     const char* field = p.presence_penalty != 0.0f    ? "presence_penalty"
                         : p.frequency_penalty != 0.0f ? "frequency_penalty"

@@ -57,6 +57,7 @@ struct GenerateInput {
   std::optional<float> repetition_penalty;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias
   std::optional<int32_t> min_tokens;
+  std::optional<int32_t> num_speculative_tokens;  // speculative decoding's k; 0: off
   // Structured output (common/structured/structured_output.h); kind kNone: free text.
   structured::StructuredOutput structured;
   // With triggers the structured grammar is lazy (common/structured/grammar_trigger.h):
@@ -93,6 +94,7 @@ struct ValidatedRequest {
   float repetition_penalty = 1.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // ascending token ids
   int32_t min_tokens = 0;
+  int32_t num_speculative_tokens = -1;  // -1: the scheduler's own
   // Structured output compiled to GBNF text (checked: it parses); empty: free text.
   std::string grammar;
   std::vector<structured::GrammarTrigger> grammar_triggers;  // lazy grammar (nonempty grammar)

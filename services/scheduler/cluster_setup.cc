@@ -57,6 +57,12 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
           "scheduler has ", workers.num_ranks(), " worker(s): list every rank of the replica, "
           "rank 0 first, and start each with --tp_size=", workers.num_ranks()));
     }
+    if (options.speculative && !info.verifies_drafts()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--speculative is on, but worker rank ", rank, " does not verify proposed tokens "
+          "(speculative decoding runs on CPU workers; the CUDA backend does not have it yet): "
+          "start the scheduler with --speculative=off"));
+    }
     if (info.kv_bytes_per_token() <= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker rank ", rank, " reports no KV bytes per token"));

@@ -18,6 +18,7 @@ struct ClusterSetupOptions {
   int32_t max_num_blocks = 0;  // 0: as many as the smallest rank holds
   folio::internal::v1::AllocationPolicy policy = folio::internal::v1::ALLOCATION_POLICY_PAGED;
   bool disable_prefix_caching = false;
+  bool speculative = false;  // every rank must verify proposed tokens
   absl::Duration startup_timeout = absl::Minutes(5);  // waiting for services to answer
 };
 

@@ -49,6 +49,25 @@ ABSL_FLAG(std::string, async_steps, "on",
           "the workers' threads use every core this process runs on, the planning competes "
           "with them instead (0.96x the throughput on 2 cores, docs/benchmarks.md), and off "
           "is better (./folio serve's auto).");
+ABSL_FLAG(std::string, speculative, "off",
+          "Speculative decoding, off|ngram: a decoding sequence's next token goes to the "
+          "workers with up to --num_speculative_tokens proposed continuations, found in its "
+          "own prompt and output (n-gram lookup), and every proposal the model agrees with "
+          "is a token gained in the same step. The text is the same as without (greedy and "
+          "seeded sampling alike); it pays where outputs repeat their input (code edits, "
+          "extraction, long quotes) and at small batches. CPU workers only.");
+ABSL_FLAG(int, num_speculative_tokens, 4,
+          "Proposals verified per sequence and step, at most (k, 1-16); each sequence adapts "
+          "its own k to what it gets accepted. Requests may ask for fewer or none.");
+ABSL_FLAG(int, spec_ngram_min, 2, "n-gram lookup: the shortest suffix matched.");
+ABSL_FLAG(int, spec_ngram_max, 4, "n-gram lookup: the longest suffix matched.");
+ABSL_FLAG(int, spec_max_batch, 8,
+          "No sequence speculates in a step with more decoding sequences than this: a large "
+          "batch keeps the weights' reads busy and verification costs more than it saves.");
+ABSL_FLAG(double, spec_synth_len, 0,
+          "Benchmarks only: accept proposals synthetically, whatever they are, so that each "
+          "verification gains this many tokens on average (1 .. k + 1; 0 = off). The text is "
+          "NOT the model's; it measures the machinery at a chosen acceptance.");
 ABSL_FLAG(bool, enable_prefix_caching, true, "Reuse the KV of prompt prefixes seen before.");
 ABSL_FLAG(int, worker_timeout_ms, 60000, "Deadline of one worker step RPC.");
 ABSL_FLAG(int, cachemgr_timeout_ms, 5000, "Deadline of one cache manager RPC.");
@@ -136,6 +155,34 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--async_steps must be on or off, got '" << async << "'";
     return 2;
   }
+  {
+    absl::StatusOr<sched::SpeculativeMode> mode =
+        sched::ParseSpeculativeMode(absl::GetFlag(FLAGS_speculative));
+    if (!mode.ok()) {
+      LOG(ERROR) << mode.status().message();
+      return 2;
+    }
+    sched::SpeculativeOptions& spec = options.speculative;
+    spec.mode = *mode;
+    spec.num_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+    spec.ngram_min = absl::GetFlag(FLAGS_spec_ngram_min);
+    spec.ngram_max = absl::GetFlag(FLAGS_spec_ngram_max);
+    spec.max_batch = absl::GetFlag(FLAGS_spec_max_batch);
+    spec.synth_len = absl::GetFlag(FLAGS_spec_synth_len);
+    if (absl::Status s = sched::ValidateSpeculativeOptions(spec); !s.ok()) {
+      LOG(ERROR) << s.message();
+      return 2;
+    }
+    if (spec.synth_len > 0) {
+      LOG(WARNING) << "--spec_synth_len=" << spec.synth_len
+                   << ": proposals are accepted synthetically; the text generated is NOT the "
+                      "model's (benchmarks only)";
+    }
+    if (spec.enabled()) {
+      LOG(INFO) << "speculative decoding: " << absl::GetFlag(FLAGS_speculative) << ", k <= "
+                << spec.num_tokens << ", batches of at most " << spec.max_batch << " sequences";
+    }
+  }
   if (options.max_n < 1 || options.max_beam_width < 0) {
     LOG(ERROR) << "--max_n must be at least 1 and --max_beam_width at least 0";
     return 1;
@@ -175,6 +222,7 @@ int main(int argc, char** argv) {
   setup.max_num_blocks = absl::GetFlag(FLAGS_num_blocks);
   setup.policy = policy == "paged" ? pb::ALLOCATION_POLICY_PAGED : pb::ALLOCATION_POLICY_CONTIGUOUS;
   setup.disable_prefix_caching = !absl::GetFlag(FLAGS_enable_prefix_caching);
+  setup.speculative = options.speculative.enabled();
   setup.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   absl::StatusOr<pb::ClusterInfo> info = sched::SetUpCluster(setup, workers, cache);
   if (!info.ok()) {

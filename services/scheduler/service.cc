@@ -66,6 +66,15 @@ absl::StatusOr<RequestSpec> FromProto(const pb::ScheduleRequest& req) {
     spec.sampling.logit_bias.push_back(worker::LogitBias{.token_id = b.token_id(), .bias = b.bias()});
   }
   spec.min_tokens = req.min_tokens();
+  if (req.has_num_speculative_tokens()) {
+    if (req.num_speculative_tokens() < 0 || req.num_speculative_tokens() > kMaxSpeculativeTokens) {
+      return absl::InvalidArgumentError(absl::StrCat("num_speculative_tokens is ",
+                                                     req.num_speculative_tokens(),
+                                                     "; it must be in [0, ",
+                                                     kMaxSpeculativeTokens, "]"));
+    }
+    spec.num_speculative_tokens = req.num_speculative_tokens();
+  }
   spec.grammar = req.grammar();
   for (const pb::GrammarTrigger& t : req.grammar_triggers()) {
     structured::GrammarTrigger& g = spec.grammar_triggers.emplace_back();

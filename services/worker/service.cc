@@ -89,6 +89,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   info.set_kv_dtype(kernels::KvDTypeName(options.kv_dtype));
   info.set_tp_rank(options.tp_rank);
   info.set_tp_size(options.tp_size);
+  info.set_verifies_drafts(!options.make_runner);  // the CPU backend's CpuModelRunner
   info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));
   return info;
 }

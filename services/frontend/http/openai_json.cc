@@ -480,6 +480,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view text) {
   FOLIO_RETURN_IF_ERROR(GetFloat(body, "repetition_penalty", &in.repetition_penalty));
   FOLIO_RETURN_IF_ERROR(ParseLogitBias(body, &in));
   FOLIO_RETURN_IF_ERROR(GetInt32(body, "min_tokens", &in.min_tokens));
+  FOLIO_RETURN_IF_ERROR(GetInt32(body, "num_speculative_tokens", &in.num_speculative_tokens));
   if (const json* s = Field(body, "seed"); s != nullptr) {
     absl::StatusOr<int64_t> seed = AsInt(*s, "seed");
     if (!seed.ok()) return seed.status();
@@ -676,8 +677,8 @@ HttpError ErrorFromStatus(const absl::Status& status) {
         "top_k", "min_p", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n",
         "echo", "stream", "stream_options", "ignore_eos", "parse_special", "model", "best_of",
         "suffix", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty",
-        "min_tokens", "tools", "response_format", "regex", "grammar", "guided_json",
-        "guided_regex", "guided_grammar",
+        "min_tokens", "num_speculative_tokens", "tools", "response_format", "regex",
+        "grammar", "guided_json", "guided_regex", "guided_grammar",
         "max_completion_tokens", "add_generation_prompt", "chat_template_kwargs", "tool_choice",
         "parallel_tool_calls"};
     for (const char* f : kFields) {

@@ -208,6 +208,13 @@ def main():
     p.add_argument("--num_speculative_tokens", type=int, default=4,
                    help="proposals verified per sequence and step, at most (default: "
                         "%(default)s)")
+    p.add_argument("--spec_ngram_min", type=int, default=2,
+                   help="n-gram proposals: the shortest suffix matched (default: %(default)s)")
+    p.add_argument("--spec_ngram_max", type=int, default=4,
+                   help="n-gram proposals: the longest suffix matched (default: %(default)s)")
+    p.add_argument("--spec_max_batch", type=int, default=8,
+                   help="no sequence speculates in a step with more decoding sequences than "
+                        "this (default: %(default)s)")
     p.add_argument("--spec_synth_len", type=float, default=0,
                    help="benchmarks only: accept proposals synthetically so each verification "
                         "gains this many tokens on average; the text is NOT the model's "
@@ -338,6 +345,9 @@ def main():
                 f"--speculative={args.speculative}",
                 f"--num_speculative_tokens={args.num_speculative_tokens}",
                 f"--spec_synth_len={args.spec_synth_len}",
+                f"--spec_ngram_min={args.spec_ngram_min}",
+                f"--spec_ngram_max={args.spec_ngram_max}",
+                f"--spec_max_batch={args.spec_max_batch}",
                 f"--max_model_len={args.max_model_len}",
                 f"--enable_prefix_caching={'false' if args.no_prefix_caching else 'true'}",
                 f"--reserve_max_model_len={'true' if args.reserve_max_model_len else 'false'}"] + tls, run_dir)

@@ -82,34 +82,6 @@ class AsyncStepsTest : public stories::StoriesSchedulerTest {
     }
     return specs;
   }
-
-  // Submits every request at once and runs the loop until idle.
-  std::vector<Choices> RunAll(const std::vector<RequestSpec>& specs) {
-    std::vector<Choices> out(specs.size());
-    for (size_t i = 0; i < specs.size(); ++i) {
-      EXPECT_TRUE(scheduler_->Submit(specs[i], out[i].Sink()).ok());
-    }
-    RunUntilIdle();
-    for (const Choices& c : out) EXPECT_TRUE(c.done);
-    return out;
-  }
-
-  void ExpectSame(const std::vector<Choices>& a, const std::vector<Choices>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
-      EXPECT_EQ(a[i].finish, b[i].finish) << "request " << i;
-    }
-  }
-
-  // Every block is free again (the prefix cache keeps some, evictable).
-  void ExpectPoolFull(int32_t num_blocks) {
-    const cachemgr::CacheStats stats = manager_->Stats();
-    EXPECT_EQ(stats.num_sequences, 0);
-    EXPECT_EQ(stats.pool.num_blocks_free, num_blocks);
-    EXPECT_TRUE(manager_->CheckInvariants().ok()) << manager_->CheckInvariants();
-  }
-
 };
 
 TEST_F(AsyncStepsTest, SameStreamsAsSynchronousSteps) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/counter_random.h"
 
 namespace folio::scheduler {
 
@@ -81,26 +82,9 @@ double SyntheticRate(double mean_len, int32_t k) {
   return 0.5 * (lo + hi);
 }
 
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 int32_t SyntheticAccepts(double rate, int32_t k, uint64_t key) {
   int32_t accepted = 0;
-  while (accepted < k) {
-    const double u =
-        static_cast<double>(SplitMix64(key * 31 + static_cast<uint64_t>(accepted)) >> 11) *
-        0x1.0p-53;
-    if (u >= rate) break;
-    ++accepted;
-  }
+  while (accepted < k && CounterUniform(key, 0, accepted) < rate) ++accepted;
   return accepted;
 }
 

@@ -1,7 +1,7 @@
 // The scheduler test fixture on the real model: the scheduler, the real cache manager and
 // the real CPU runner of stories260K (optionally tensor parallel on threads), in process,
 // with a worker that records every sampling step. Shared by the scheduler's model-level
-// tests (penalties_test, structured_output_test). Test-only; thread-compatible.
+// tests (penalties_test, structured_output_test, async_steps_test, speculative_test). Test-only; thread-compatible.
 #ifndef FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 #define FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 
@@ -112,6 +112,36 @@ class StoriesSchedulerTest : public ::testing::Test {
     RunUntilIdle();
     EXPECT_TRUE(c.done);
     return c;
+  }
+
+  // Submits every request (one_by_one: each run to the end before the next) and runs the
+  // loop until idle; every request must end.
+  std::vector<Choices> RunAll(const std::vector<RequestSpec>& specs, bool one_by_one = false) {
+    std::vector<Choices> out(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_TRUE(scheduler_->Submit(specs[i], out[i].Sink()).ok());
+      if (one_by_one) RunUntilIdle();
+    }
+    RunUntilIdle();
+    for (const Choices& c : out) EXPECT_TRUE(c.done);
+    return out;
+  }
+
+  // The same tokens and finish reasons, request by request and choice by choice.
+  static void ExpectSame(const std::vector<Choices>& a, const std::vector<Choices>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+      EXPECT_EQ(a[i].finish, b[i].finish) << "request " << i;
+    }
+  }
+
+  // No sequence left and every block free again (the prefix cache keeps some, evictable).
+  void ExpectPoolFull(int32_t num_blocks) {
+    const cachemgr::CacheStats stats = manager_->Stats();
+    EXPECT_EQ(stats.num_sequences, 0);
+    EXPECT_EQ(stats.pool.num_blocks_free, num_blocks);
+    EXPECT_TRUE(manager_->CheckInvariants().ok()) << manager_->CheckInvariants();
   }
 
   void RunUntilIdle() {

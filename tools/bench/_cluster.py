@@ -110,6 +110,8 @@ class Cluster:
 
     def __enter__(self):
         log("serving: " + quote(self.argv[2:]))
+        if os.path.exists(self.info_file):
+            os.remove(self.info_file)  # an earlier run's: its ports are not ours
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.argv, stdout=self.log_file, stderr=subprocess.STDOUT)
         try:

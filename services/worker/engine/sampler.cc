@@ -10,13 +10,6 @@
 namespace folio::worker {
 namespace {
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 int32_t Argmax(absl::Span<const float> logits) {
   int32_t best = 0;
   for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
@@ -26,13 +19,6 @@ int32_t Argmax(absl::Span<const float> logits) {
 }
 
 }  // namespace
-
-double CounterUniform(uint64_t seed, uint32_t sample_index, int64_t position) {
-  uint64_t h = SplitMix64(seed);
-  h = SplitMix64(h ^ sample_index);
-  h = SplitMix64(h ^ static_cast<uint64_t>(position));
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
-}
 
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0) {

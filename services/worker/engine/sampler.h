@@ -29,12 +29,13 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/counter_random.h"
 #include "services/worker/engine/step.h"
 
 namespace folio::worker {
 
 // A uniform double in [0, 1) keyed by (seed, sample_index, position).
-double CounterUniform(uint64_t seed, uint32_t sample_index, int64_t position);
+using ::folio::CounterUniform;
 
 // InvalidArgument (naming the field) unless temperature >= 0, top_k >= 0,
 // 0 < top_p <= 1 and 0 <= min_p <= 1, all finite.

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Speculative decoding: Folio with and without it, and against llama-server's (issue #49).
+
+`./folio bench speculative` measures in one sitting, with the same thread count (2):
+
+  1. synthetic acceptance, single stream, on the 1.1B Llama shape in F16 (the model of
+     `./folio bench peer`, written by folio-make-model, cached in build/bench-models/peer):
+     decode tokens/s without speculation, then with n-gram proposals accepted synthetically
+     at mean lengths L (--lens, the model's own token included; `--spec_synth_len`), k
+     proposals a step (--ks); llama-server likewise (`--spec-type ngram-simple
+     --spec-synth-len L --spec-draft-n-max k`, plain without). Folio: folio-bench, one
+     request at a time (1000 / TPOT); llama-server: POST /completion, its own
+     timings.predicted_per_second. The text is not the model's at L > 1: this measures the
+     machinery (verification, rollback, the step protocol) at equal acceptance.
+  2. real text: stories260K (a trained model), greedy, n-gram speculation off and on, a set
+     of story openings and a prompt whose answer repeats its input (a story told twice,
+     then its opening a third time): tokens/s and the acceptance the scheduler counted.
+  3. batched: the 1.1B shape, 32 clients and 4 clients x (128 + 64) with n-gram speculation
+     on and off (real acceptance on the random model's own output): output tokens/s.
+
+Output (--out): results.json (machine, commands, figures), table.md; --write_docs puts the
+table into docs/benchmarks.md between the speculative markers. --smoke: stories260K only,
+a few tokens, no llama.cpp (a minute).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+import urllib.request
+
+import _cluster
+import _llama_tools
+import peer
+from _cluster import ROOT, log
+
+MARK_BEGIN = "<!-- speculative:begin (./folio bench speculative --write_docs) -->"
+MARK_END = "<!-- speculative:end -->"
+SPEC_COUNTERS = ["folio_scheduler_speculative_proposed_tokens_total",
+                 "folio_scheduler_speculative_accepted_tokens_total",
+                 "folio_scheduler_speculative_accepted_length_count"]
+STORY_PROMPTS = ["Once upon a time, there was a little girl named Lily.",
+                 "Tom and his dog went to the park.",
+                 "The sun was hot and the birds were singing.",
+                 "One day, a big bear found a red ball."]
+REPEAT_STORY = ("Lily had a red ball. She liked to play with it in the park. One day the ball "
+                "went into the pond. A kind duck pushed it back to her. Lily said thank you.")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="./folio bench speculative", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin_dir", default=_cluster.DEFAULT_BIN_DIR)
+    p.add_argument("--out", default=None, help="output folder (default bench-results/spec-DATE)")
+    p.add_argument("--smoke", action="store_true", help="stories260K only, no llama.cpp")
+    p.add_argument("--parts", default="synthetic,real,batched",
+                   help="comma-separated: synthetic, real, batched")
+    p.add_argument("--lens", default="1.5,2,3,4", help="synthetic mean lengths L")
+    p.add_argument("--ks", default="4", help="proposals per step k (each engine's best is "
+                                              "reported), comma-separated")
+    p.add_argument("--tokens", type=int, default=96, help="tokens per single-stream request")
+    p.add_argument("--rounds", type=int, default=2, help="single-stream requests per figure")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no_llama", action="store_true", help="Folio alone")
+    p.add_argument("--write_docs", action="store_true")
+    p.add_argument("--startup_timeout_s", type=int, default=600)
+    a = p.parse_args(argv)
+    a.lens = [float(x) for x in a.lens.split(",") if x]
+    a.ks = [int(x) for x in a.ks.split(",") if x]
+    a.parts = [x for x in a.parts.split(",") if x]
+    build = os.path.dirname(os.path.abspath(a.bin_dir))
+    a.models_dir = os.path.join(build, "bench-models", "peer")
+    a.reference_dir = _llama_tools.reference_dir(build)
+    a.llama_cache = os.path.join(build, "llama-tools")
+    if a.smoke:
+        a.parts = [x for x in a.parts if x == "real"] or ["real"]
+        a.no_llama, a.tokens, a.rounds = True, 24, 1
+    if a.out is None:
+        a.out = os.path.join(ROOT, "bench-results",
+                             "spec-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    return a
+
+
+class Sitting:
+    def __init__(self, a):
+        self.a = a
+        os.makedirs(os.path.join(a.out, "logs"), exist_ok=True)
+        os.makedirs(os.path.join(a.out, "runs"), exist_ok=True)
+        self.rows, self.commands = [], []
+        self.started = datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+    def path(self, *parts):
+        return os.path.join(self.a.out, *parts)
+
+    def add(self, row):
+        row["load_after"] = peer.load_average()
+        log(f"{row}")
+        self.rows.append(row)
+        with open(self.path("results.json"), "w") as f:
+            json.dump({"started": self.started, "machine": peer.machine(),
+                       "folio_commit": peer.git_commit(), "threads": self.a.threads,
+                       "rows": self.rows, "commands": self.commands}, f, indent=2)
+
+
+def spec_counters(cluster):
+    try:
+        return _cluster.counters(cluster.info["scheduler"]["metrics"], SPEC_COUNTERS)
+    except OSError:
+        return {}
+
+
+def mean_len(before, after):
+    """Tokens a verification gained on average, between two scrapes (None: none ran)."""
+    n = after.get(SPEC_COUNTERS[2], 0) - before.get(SPEC_COUNTERS[2], 0)
+    acc = after.get(SPEC_COUNTERS[1], 0) - before.get(SPEC_COUNTERS[1], 0)
+    return None if n <= 0 else 1.0 + acc / n
+
+
+def folio_single(s, cluster, name, prompt_args):
+    """Median single-stream decode tokens/s over --rounds requests, and the mean length."""
+    a = s.a
+    rates = []
+    before = spec_counters(cluster)
+    for rnd in range(a.rounds):
+        res = cluster.bench(["--workload=fixed", f"--output_len={a.tokens + 1}",
+                             "--num_requests=1", "--max_concurrency=1", f"--seed={rnd}"]
+                            + prompt_args, s.path("runs", f"{name}-{rnd}.json"), echo=False)
+        rates.append(peer.pa.folio_decode_rate(res))
+    s.commands.append(cluster.commands[-1])
+    return statistics.median(rates), mean_len(before, spec_counters(cluster))
+
+
+def llama_single(s, llama, model, name, extra):
+    a = s.a
+    argv = [llama["llama-server"], "-m", model, "-t", str(a.threads), "-tb", str(a.threads),
+            "-fa", "on", "-c", "4096", "-np", "1", "--port", str(_cluster.free_port())] + extra
+    s.commands.append(_cluster.quote(argv))
+    rates, drafted, accepted = [], 0, 0
+    with peer.LlamaServer(argv, s.path("logs", f"{name}.log"), 600) as server:
+        for rnd in range(a.rounds):
+            body = {"prompt": [1] + [100 + 37 * i + rnd for i in range(15)],
+                    "n_predict": a.tokens, "temperature": 0, "ignore_eos": True,
+                    "cache_prompt": False}
+            req = urllib.request.Request(server.url + "/completion",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=1800) as r:
+                t = json.load(r)["timings"]
+            rates.append(t["predicted_per_second"])
+            drafted += t.get("draft_n", 0)
+            accepted += t.get("draft_n_accepted", 0)
+    steps = None
+    if drafted:
+        # Verifications are not reported; with k fixed, drafted / k of them.
+        steps = drafted / int(extra[extra.index("--spec-draft-n-max") + 1])
+    return statistics.median(rates), (1.0 + accepted / steps) if steps else None
+
+
+def model_1b(s):
+    class Run:  # what peer.make_models reads
+        pass
+    r = Run()
+    r.args = argparse.Namespace(models_dir=s.a.models_dir, bin_dir=s.a.bin_dir,
+                                shape=peer.FULL_SHAPE, types=["F16"], threads=s.a.threads)
+    r.path = s.path
+    return peer.make_models(r)["F16"]
+
+
+def serve_args(s, model, extra):
+    return ["--model=" + model, f"--threads={s.a.threads}", "--kv_cache_bytes=512MiB",
+            "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"] + extra
+
+
+def synthetic(s, llama):
+    a = s.a
+    model = model_1b(s)
+    configs = [("off", None, [])] + [(f"L={l} k={k}", (l, k),
+                                      ["--speculative=ngram", f"--spec_synth_len={l}",
+                                       f"--num_speculative_tokens={k}"])
+                                     for l in a.lens for k in a.ks if l <= k + 1]
+    prompt = ["--input_len=16"]
+    for label, lk, extra in configs:
+        with _cluster.Cluster(a.bin_dir, serve_args(s, model, extra), s.path("logs"),
+                              name="folio-" + label.replace(" ", "-"),
+                              startup_timeout_s=a.startup_timeout_s) as c:
+            s.commands.append(c.commands[0])
+            rate, length = folio_single(s, c, "synth-" + label.replace(" ", "-"), prompt)
+        s.add({"part": "synthetic", "engine": "folio", "config": label,
+               "L": lk[0] if lk else 1.0, "k": lk[1] if lk else 0, "tokens_per_s": rate,
+               "measured_len": length})
+        if llama:
+            lextra = [] if lk is None else ["--spec-type", "ngram-simple", "--spec-synth-len",
+                                            str(lk[0]), "--spec-draft-n-max", str(lk[1])]
+            rate, length = llama_single(s, llama, model, "llama-" + label.replace(" ", "-"),
+                                        lextra)
+            s.add({"part": "synthetic", "engine": "llama.cpp", "config": label,
+                   "L": lk[0] if lk else 1.0, "k": lk[1] if lk else 0, "tokens_per_s": rate,
+                   "measured_len": length})
+
+
+def http_rate(url, prompt, tokens):
+    """Greedy completion of `tokens` tokens over HTTP: (tokens / wall seconds, tokens)."""
+    with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
+        model = json.load(r)["data"][0]["id"]
+    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0,
+            "ignore_eos": True}
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    with urllib.request.urlopen(req, timeout=600) as r:
+        out = json.load(r)
+    wall = time.monotonic() - start
+    n = out["usage"]["completion_tokens"]
+    return n / wall, n
+
+
+def real(s):
+    """stories260K over HTTP, one request at a time; tokens / wall time (the short prompt's
+    prefill included, the same for both modes)."""
+    a = s.a
+    model = os.path.join(ROOT, "models", "stories260K", "stories260K.gguf")
+    prompts = {"stories": STORY_PROMPTS,
+               "repeat": [f"{REPEAT_STORY}\n\n{REPEAT_STORY}\n\n{REPEAT_STORY[:40]}"]}
+    for mode in ["off", "ngram"]:
+        extra = ["--speculative=" + mode, "--spec_ngram_min=1"]
+        with _cluster.Cluster(a.bin_dir, serve_args(s, model, extra), s.path("logs"),
+                              name="folio-real-" + mode,
+                              startup_timeout_s=a.startup_timeout_s) as c:
+            s.commands.append(c.commands[0])
+            url = c.info["frontend"]["http"]
+            http_rate(url, "Warm up.", 8)
+            for kind, texts in prompts.items():
+                before = spec_counters(c)
+                rates = []
+                for text in texts:
+                    for _ in range(a.rounds):
+                        rates.append(http_rate(url, text, a.tokens * 2)[0])
+                s.add({"part": "real", "engine": "folio", "config": f"{kind} {mode}",
+                       "tokens_per_s": statistics.median(rates),
+                       "measured_len": mean_len(before, spec_counters(c))})
+
+
+def batched(s):
+    a = s.a
+    model = model_1b(s)
+    for clients in [32, 4]:
+        for mode in ["off", "ngram"]:
+            with _cluster.Cluster(a.bin_dir,
+                                  serve_args(s, model, ["--speculative=" + mode,
+                                                        "--spec_max_batch=32"]),
+                                  s.path("logs"), name=f"folio-batched-{clients}-{mode}",
+                                  startup_timeout_s=a.startup_timeout_s) as c:
+                s.commands.append(c.commands[0])
+                before = spec_counters(c)
+                res = c.bench(["--workload=fixed", "--input_len=128", "--output_len=64",
+                               f"--num_requests={clients}", f"--max_concurrency={clients}",
+                               "--seed=3"], s.path("runs", f"batched-{clients}-{mode}.json"),
+                              echo=False)
+                s.commands.append(c.commands[-1])
+                s.add({"part": "batched", "engine": "folio", "config": f"{clients} {mode}",
+                       "output_tok_s": res.get("output_throughput"),
+                       "measured_len": mean_len(before, spec_counters(c))})
+
+
+def table(s):
+    rows = s.rows
+    out = ["| part | config | engine | tokens/s | vs own off | mean tokens/verification |",
+           "|---|---|---|---|---|---|"]
+    base = {}
+    for r in rows:
+        if r["config"] in ("off",) or r["config"].endswith(" off"):
+            key = (r["part"], r["engine"], r["config"].rsplit(" ", 1)[0] if r["part"] != "synthetic" else "")
+            base[key] = r.get("tokens_per_s") or r.get("output_tok_s")
+    for r in rows:
+        rate = r.get("tokens_per_s") or r.get("output_tok_s")
+        key = (r["part"], r["engine"], r["config"].rsplit(" ", 1)[0] if r["part"] != "synthetic" else "")
+        ratio = f"{rate / base[key]:.2f}x" if base.get(key) and rate else "-"
+        length = f"{r['measured_len']:.2f}" if r.get("measured_len") else "-"
+        out.append(f"| {r['part']} | {r['config']} | {r['engine']} | "
+                   f"{rate:.2f} | {ratio} | {length} |" if rate else
+                   f"| {r['part']} | {r['config']} | {r['engine']} | - | - | {length} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv):
+    a = parse_args(argv)
+    _cluster.check_bench(a.bin_dir)
+    s = Sitting(a)
+    llama = None
+    if not a.no_llama and "synthetic" in a.parts:
+        ref = a.reference_dir
+        llama, why = _llama_tools.find(a.llama_cache, ref)
+        if llama is None:
+            log(f"llama.cpp tools not cached ({why}); measuring Folio alone")
+    log(f"output: {a.out}")
+    if "synthetic" in a.parts:
+        synthetic(s, llama)
+    if "real" in a.parts:
+        real(s)
+    if "batched" in a.parts:
+        batched(s)
+    text = table(s)
+    with open(s.path("table.md"), "w") as f:
+        f.write(text)
+    print(text)
+    if a.write_docs:
+        doc = os.path.join(ROOT, "docs", "benchmarks.md")
+        with open(doc) as f:
+            content = f.read()
+        if MARK_BEGIN in content and MARK_END in content:
+            head, rest = content.split(MARK_BEGIN, 1)
+            _, tail = rest.split(MARK_END, 1)
+            with open(doc, "w") as f:
+                f.write(head + MARK_BEGIN + "\n" + text + MARK_END + tail)
+        else:
+            log("docs/benchmarks.md has no speculative markers; table not written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

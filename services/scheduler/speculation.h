@@ -21,11 +21,13 @@
 // SpeculativeOptions::max_batch (a batch that large keeps the weights' reads busy
 // enough that verifying k more positions each costs more than it saves).
 //
-// Not speculated (the step carries one token, as without speculation): beam search, the
-// fan-out step of n > 1 (its branches speculate afterwards), grammar-constrained
-// requests, requests with penalties, logit_bias or min_tokens (their logits transform
-// depends on the tokens before each position), and a step planned ahead of its
-// predecessor's answer (a speculative step's successor waits for its answer).
+// Penalties speculate: the worker counts the proposals before each position into the
+// history it penalises there; logit_bias is the same at every position. Not speculated
+// (the step carries one token, as without speculation): beam search, the fan-out step of
+// n > 1 (its branches speculate afterwards), grammar-constrained requests (the mask needs
+// each token first), a branch short of its min_tokens (suppression counts tokens), and a
+// step planned ahead of its predecessor's answer (a speculative step's successor waits
+// for its answer).
 //
 // Thread-compatible; pure functions except the branch state they are given.
 #ifndef FOLIO_SERVICES_SCHEDULER_SPECULATION_H_

@@ -1,8 +1,9 @@
 // Speculative decoding (speculation.h) against plain decoding, on the real model
 // (stories260K), the real cache manager and the real CPU runner, in process: the same
 // requests give the same tokens and finish reasons with n-gram speculation as without
-// (greedy and seeded sampling, EOS and stop tokens, max_tokens, log-probs, n > 1, and the
-// requests speculation leaves alone: penalties, min_tokens, grammars, beams), across
+// (greedy and seeded sampling, EOS and stop tokens, max_tokens, log-probs, n > 1,
+// penalties and min_tokens, and the requests speculation leaves alone: grammars, beams),
+// across
 // block boundaries, with prefix-cache hits, when a starved pool preempts, and at TP = 2;
 // proposals are really accepted, rejected ones leak no block, and synthetic acceptance
 // gives the asked mean length.
@@ -58,11 +59,17 @@ class SpeculativeTest : public stories::StoriesSchedulerTest {
       s.stop_token_ids = {419, 426};
       specs.push_back(s);
     }
-    {  // penalties and min_tokens: never speculated, same as ever
+    {  // penalties (speculated, the history growing position by position) and min_tokens
+       // (speculated once reached)
       RequestSpec s = Spec(Prompt(9), 48, 0.8f);
       s.sampling.frequency_penalty = 0.8f;
+      s.sampling.repetition_penalty = 1.2f;
       s.min_tokens = 10;
       specs.push_back(s);
+      RequestSpec g = Spec(Prompt(15), 60, 0.0f);
+      g.sampling.presence_penalty = 0.3f;
+      g.sampling.frequency_penalty = 0.2f;
+      specs.push_back(g);
     }
     {  // n > 1: each choice speculates on its own after the fan-out
       RequestSpec s = Spec(Prompt(12), 30, 1.0f);
@@ -112,6 +119,31 @@ TEST_F(SpeculativeTest, SameStreamsAsPlainDecoding) {
     if (one_by_one) EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
     ExpectPoolFull(256);
   }
+}
+
+// Penalties are verified with the proposals before each position counted as generated:
+// the steps really carry proposals with a history, and give plain decoding's tokens.
+TEST_F(SpeculativeTest, PenaltiesSeeTheProposalsBeforeEachPosition) {
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    RequestSpec s = Spec(Prompt(6 + 4 * i), 80, i == 0 ? 0.0f : 0.8f);
+    s.sampling.frequency_penalty = 0.05f + 0.1f * i;
+    s.sampling.presence_penalty = 0.05f;
+    s.sampling.repetition_penalty = 1.02f;
+    specs.push_back(s);
+  }
+  MakeWith(SpeculativeMode::kOff, 128);
+  const std::vector<Choices> plain = RunAll(specs, /*one_by_one=*/true);
+  MakeWith(SpeculativeMode::kNgram, 128);
+  const std::vector<Choices> spec = RunAll(specs, /*one_by_one=*/true);
+  ExpectSame(plain, spec);
+  int with_history = 0;
+  for (const worker::SequenceStep& s : worker_->sampled) {
+    if (s.num_draft_tokens > 0 && !s.history.output_token_ids.empty()) ++with_history;
+  }
+  EXPECT_GT(with_history, 10);
+  EXPECT_GT(scheduler_->Stats().num_spec_accepted, 0);
+  ExpectPoolFull(128);
 }
 
 TEST_F(SpeculativeTest, SameStreamsWhenAStarvedPoolPreempts) {

@@ -57,7 +57,7 @@ int32_t StepPlanner::Wanted(const Request& r, size_t i) {
 bool StepPlanner::MaySpeculate(const Request& r) const {
   const SchedulerOptions& o = state_->options();
   return o.speculative.enabled() && r.spec.num_speculative_tokens != 0 && !r.beam() &&
-         r.fanned_out && r.grammar == nullptr && !UsesTokenHistory(r.spec);
+         r.fanned_out && r.grammar == nullptr;
 }
 
 void StepPlanner::Propose(const Request& r, Branch* b, int32_t room) const {
@@ -94,7 +94,9 @@ std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
       b.draft.clear();
       int32_t n = std::min(Wanted(*r, i), *budget);
       if (n <= 0) continue;
-      if (speculate && n == 1 && b.pending_samples == 0 && MaySpeculate(*r)) {
+      // min_tokens suppresses tokens by count, position by position: only once reached.
+      if (speculate && n == 1 && b.pending_samples == 0 && MaySpeculate(*r) &&
+          static_cast<int32_t>(b.output.size()) >= r->spec.min_tokens) {
         Propose(*r, &b, *budget - 1);
         n += static_cast<int32_t>(b.draft.size());
       }

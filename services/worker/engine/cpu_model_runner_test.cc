@@ -373,6 +373,64 @@ TEST_P(CpuModelRunnerTest, VerificationAcceptsWhatDecodingWouldSample) {
   }
 }
 
+// Penalties in a verification: position j counts the proposals before it as generated,
+// as step-by-step decoding's history would. Six tokens get a large logit_bias and the
+// repetition penalty outweighs it, so plain decoding goes through the six one by one; a
+// verifier that forgot to grow the history would see the earlier ones unpenalised and
+// pick one of them back.
+TEST_P(CpuModelRunnerTest, VerificationPenalisesTheProposalsBeforeEachPosition) {
+  const std::vector<int32_t> prompt = Prompt(11, vocab(), 6);
+  SequenceStep base;
+  base.seq_id = 1;
+  base.block_table = {1, 3};
+  base.sampling.temperature = 0;
+  base.sampling.repetition_penalty = 1000.0f;
+  for (int32_t t = 0; t < 6; ++t) base.sampling.logit_bias.push_back({10 + 7 * t, 50.0f});
+  auto run = [](CpuModelRunner& r, const SequenceStep& s) {
+    StepInput step;
+    step.seqs = {s};
+    absl::StatusOr<StepOutput> out = r.Execute(step);
+    CHECK(out.ok()) << out.status();
+    return out->seqs[0].samples;
+  };
+  auto with_history = [](SequenceStep s, std::vector<int32_t> generated) {
+    std::sort(generated.begin(), generated.end());
+    for (size_t i = 0; i < generated.size();) {
+      size_t j = i;
+      while (j < generated.size() && generated[j] == generated[i]) ++j;
+      s.history.output_token_ids.push_back(generated[i]);
+      s.history.output_counts.push_back(static_cast<int32_t>(j - i));
+      i = j;
+    }
+    return s;
+  };
+  std::unique_ptr<CpuModelRunner> plain = MakeRunner(16);
+  std::vector<int32_t> s;
+  SequenceStep step = base;
+  step.token_ids = prompt;
+  s.push_back(run(*plain, step).at(0).token_id);
+  for (int i = 0; i < 6; ++i) {
+    step = with_history(base, s);
+    step.start_pos = static_cast<int32_t>(prompt.size()) + i;
+    step.token_ids = {s.back()};
+    s.push_back(run(*plain, step).at(0).token_id);
+  }
+  std::unique_ptr<CpuModelRunner> spec = MakeRunner(16);
+  step = base;
+  step.token_ids = prompt;
+  ASSERT_EQ(run(*spec, step).at(0).token_id, s[0]);
+  step = with_history(base, {s[0]});
+  step.start_pos = static_cast<int32_t>(prompt.size());
+  step.token_ids = {s[0], s[1], s[2], s[3], s[4]};
+  step.num_draft_tokens = 4;
+  const std::vector<SampledToken> got = run(*spec, step);
+  std::vector<int32_t> biased(s.begin(), s.begin() + 6);
+  std::sort(biased.begin(), biased.end());
+  ASSERT_EQ(biased, (std::vector<int32_t>{10, 17, 24, 31, 38, 45})) << "the six, one by one";
+  ASSERT_EQ(got.size(), 5u);
+  for (int j = 0; j < 5; ++j) EXPECT_EQ(got[j].token_id, s[1 + j]) << "position " << j;
+}
+
 TEST_P(CpuModelRunnerTest, BadVerificationStepsAreRejected) {
   std::unique_ptr<CpuModelRunner> r = MakeRunner();
   SequenceStep good;

@@ -210,9 +210,29 @@ void Sampler::Verify(absl::Span<const float> rows, const SequenceStep& seq,
   const int32_t k = seq.num_draft_tokens;
   const size_t vocab = rows.size() / static_cast<size_t>(k + 1);
   const int32_t first = static_cast<int32_t>(seq.token_ids.size()) - k;  // first proposal
+  // Penalties at position j count the proposals before it as generated: the history grows
+  // by each accepted proposal, as it would have step by step.
+  const SamplingParams& p = seq.sampling;
+  const bool penalties = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+                         p.repetition_penalty != 1.0f;
+  SequenceStep grown;
+  if (penalties && k > 0) grown = seq;
   for (int32_t j = 0; j <= k; ++j) {
     const absl::Span<const float> logits = rows.subspan(j * vocab, vocab);
-    Process(logits, seq, int64_t{seq.start_pos} + first + j, out);
+    if (penalties && j > 0) {
+      std::vector<int32_t>& ids = grown.history.output_token_ids;
+      std::vector<int32_t>& counts = grown.history.output_counts;
+      const int32_t token = seq.token_ids[first + j - 1];
+      auto it = std::lower_bound(ids.begin(), ids.end(), token);
+      const size_t at = static_cast<size_t>(it - ids.begin());
+      if (it != ids.end() && *it == token) {
+        ++counts[at];
+      } else {
+        ids.insert(it, token);
+        counts.insert(counts.begin() + static_cast<std::ptrdiff_t>(at), 1);
+      }
+    }
+    Process(logits, penalties && j > 0 ? grown : seq, int64_t{seq.start_pos} + first + j, out);
     if (j == k) break;
     const int32_t proposal = seq.token_ids[first + j];
     SampledToken& t = out->samples.back();

@@ -89,7 +89,8 @@ struct SequenceStep {
   // from the proposal standing there: `samples` then holds the accepted proposals and that
   // first differing token (all accepted: the token after the last proposal). With
   // position-keyed draws this is the text plain decoding produces, token for token, greedy
-  // or seeded. Needs num_samples 1, no candidates, no logits, no token history.
+  // or seeded. Penalties see, at each position, the history plus the proposals before it.
+  // Needs num_samples 1, no candidates, no logits, no suppressed tokens, no grammar mask.
   int32_t num_draft_tokens = 0;
   // Benchmarks only (the scheduler's --spec_synth_len): accept exactly this many proposals
   // whatever the model says, then draw the next token; -1 verifies. The text is then not

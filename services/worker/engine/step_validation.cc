@@ -109,10 +109,9 @@ absl::Status ValidateStep(const StepInput& step, const StepLimits& limits) {
       }
       const TokenHistory& h = seq.history;
       if (seq.num_samples != 1 || seq.num_candidates != 0 || seq.return_logits ||
-          !h.prompt_token_ids.empty() || !h.output_token_ids.empty() ||
           !h.suppressed_token_ids.empty() || !h.allowed_token_bitmask.empty()) {
-        return SeqError(i, seq, "proposed tokens are verified only for one plain sample (no "
-                                "candidates, logits or token history)");
+        return SeqError(i, seq, "proposed tokens are verified only for one sample, without "
+                                "candidates, logits, suppressed tokens or a grammar mask");
       }
     }
     if (absl::Status s = ValidateSamplingParams(seq.sampling); !s.ok()) {

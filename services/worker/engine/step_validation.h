@@ -27,7 +27,8 @@ struct StepLimits {
 // the end of the block table; a block id outside the pool; two sequences writing one
 // slot; a token id outside the vocabulary; bad sampling or logits-transform parameters,
 // a bad token history (logits_processor.h), or bad counts; proposed tokens to verify on
-// a backend that does not, or with anything but one plain sample; a
+// a backend that does not, or with anything but one sample free of suppressed tokens and
+// grammar masks; a
 // repeated sequence id; a block copy with a block outside the pool, onto itself, or
 // onto a block an earlier copy already wrote.
 absl::Status ValidateStep(const StepInput& step, const StepLimits& limits);

@@ -293,22 +293,42 @@ def batched(s):
 
 
 def table(s):
+    """The synthetic part as Folio / llama-server pairs per (L, k), then the other parts."""
     rows = s.rows
-    out = ["| part | config | engine | tokens/s | vs own off | mean tokens/verification |",
-           "|---|---|---|---|---|---|"]
-    base = {}
-    for r in rows:
-        if r["config"] in ("off",) or r["config"].endswith(" off"):
-            key = (r["part"], r["engine"], r["config"].rsplit(" ", 1)[0] if r["part"] != "synthetic" else "")
-            base[key] = r.get("tokens_per_s") or r.get("output_tok_s")
-    for r in rows:
-        rate = r.get("tokens_per_s") or r.get("output_tok_s")
-        key = (r["part"], r["engine"], r["config"].rsplit(" ", 1)[0] if r["part"] != "synthetic" else "")
-        ratio = f"{rate / base[key]:.2f}x" if base.get(key) and rate else "-"
-        length = f"{r['measured_len']:.2f}" if r.get("measured_len") else "-"
-        out.append(f"| {r['part']} | {r['config']} | {r['engine']} | "
-                   f"{rate:.2f} | {ratio} | {length} |" if rate else
-                   f"| {r['part']} | {r['config']} | {r['engine']} | - | - | {length} |")
+    rate = lambda r: r.get("tokens_per_s") or r.get("output_tok_s")
+    length = lambda r: f"{r['measured_len']:.2f}" if r.get("measured_len") else "-"
+    out = []
+    synth = [r for r in rows if r["part"] == "synthetic"]
+    if synth:
+        off = {r["engine"].split(" ")[0]: rate(r) for r in synth if r["config"] == "off"}
+        out += ["| L (mean tokens/step) | k | Folio tok/s | vs Folio off | measured L | "
+                "llama-server tok/s | vs llama off | Folio / llama |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in synth:
+            if r["engine"] != "folio":
+                continue
+            l = next((x for x in synth if x["engine"] != "folio" and x["config"] == r["config"]),
+                     None)
+            f_ratio = f"{rate(r) / off['folio']:.2f}x" if off.get("folio") else "-"
+            if l:
+                l_ratio = f"{rate(l) / off['llama.cpp']:.2f}x" if off.get("llama.cpp") else "-"
+                cols = [f"{rate(l):.1f}", l_ratio, f"{rate(r) / rate(l):.2f}x"]
+            else:
+                cols = ["-", "-", "-"]
+            out.append(f"| {'off' if r['config'] == 'off' else r['L']} | "
+                       f"{r['k'] or '-'} | {rate(r):.1f} | {f_ratio} | {length(r)} | "
+                       + " | ".join(cols) + " |")
+        out.append("")
+    other = [r for r in rows if r["part"] != "synthetic"]
+    if other:
+        out += ["| part | config | tokens/s | vs off | mean tokens/verification |",
+                "|---|---|---|---|---|"]
+        for r in other:
+            base = next((rate(x) for x in other if x["part"] == r["part"] and
+                         x["config"] == r["config"].rsplit(" ", 1)[0] + " off"), None)
+            ratio = f"{rate(r) / base:.2f}x" if base else "-"
+            out.append(f"| {r['part']} | {r['config']} | {rate(r):.2f} | {ratio} | "
+                       f"{length(r)} |")
     return "\n".join(out) + "\n"
 
 

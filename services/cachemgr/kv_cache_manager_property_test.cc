@@ -1,9 +1,10 @@
 // Randomized property test: thousands of random creates, grants, forks, commits,
 // truncates (speculative decoding's rollback) and frees (some grants with a pending
-// token, resolved later, as pipelined steps grant them), with every invariant checked after each step. A shadow "worker" applies the
-// granted copies and writes every token into its slot, then reads each live sequence
-// back through its block table: any write into a shared block without a copy, or a
-// prefix-cache hit with the wrong content, shows up as a mismatch.
+// token, resolved later, as pipelined steps grant them), with every invariant checked
+// after each step. A shadow "worker" applies the granted copies and writes every token
+// into its slot, then reads each live sequence back through its block table: any write
+// into a shared block without a copy, or a prefix-cache hit with the wrong content, shows
+// up as a mismatch.
 #include <random>
 #include <vector>
 

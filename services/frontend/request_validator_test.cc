@@ -291,6 +291,12 @@ TEST_F(RequestValidatorTest, RejectsEveryBadValueNamingTheField) {
        },
        {"min_tokens is 5", "max_tokens = 4"}},
       {"negative min_tokens", [](GenerateInput& in) { in.min_tokens = -1; }, {"min_tokens is -1"}},
+      {"num_speculative_tokens above 16",
+       [](GenerateInput& in) { in.num_speculative_tokens = 17; },
+       {"num_speculative_tokens is 17", "[0, 16]"}},
+      {"negative num_speculative_tokens",
+       [](GenerateInput& in) { in.num_speculative_tokens = -1; },
+       {"num_speculative_tokens is -1"}},
   };
   for (const BadCase& c : cases) {
     GenerateInput in = Prompt("the cat");
@@ -313,6 +319,7 @@ TEST_F(RequestValidatorTest, PenaltiesLogitBiasAndMinTokens) {
   EXPECT_EQ(r->repetition_penalty, 1.0f);
   EXPECT_TRUE(r->logit_bias.empty());
   EXPECT_EQ(r->min_tokens, 0);
+  EXPECT_EQ(r->num_speculative_tokens, -1);  // the scheduler's own
   in.presence_penalty = -2.0f;
   in.frequency_penalty = 2.0f;
   in.repetition_penalty = 1.2f;

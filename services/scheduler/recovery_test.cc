@@ -12,6 +12,7 @@
 
 #include "common/stream_resume.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -226,6 +227,11 @@ class RecoveryTest : public ::testing::Test {
     options.recovery.timeout = recovery_timeout;
     options.recovery.first_backoff = absl::Milliseconds(1);
     options.recovery.max_backoff = absl::Milliseconds(2);
+    if (speculative_) {
+      options.speculative.mode = SpeculativeMode::kNgram;
+      options.speculative.ngram_min = 1;
+      options.speculative.max_batch = 64;
+    }
     scheduler_ = std::make_unique<Scheduler>(options, cache_.get(), worker_.get(),
                                              registry_.get());
   }
@@ -302,6 +308,7 @@ class RecoveryTest : public ::testing::Test {
     return Run(Mix());
   }
 
+  bool speculative_ = false;  // Make: n-gram speculative decoding on
   std::optional<std::string> dir_;
   std::unique_ptr<worker::ModelWeights> weights_;
   std::unique_ptr<MetricsRegistry> registry_;
@@ -363,6 +370,25 @@ TEST_F(RecoveryTest, ACacheManagerThatDiesAndRestartsLosesNoStream) {
   ExpectSameStreams(want, got);
   ExpectPoolFull();
   EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"cachemgr\"}"), 1);
+}
+
+// Speculative decoding through a worker loss: a verification step in flight fails, its
+// proposals and the KV they wrote go with the lost process, and the streams continue with
+// the tokens of an undisturbed run without speculation.
+TEST_F(RecoveryTest, SpeculativeStreamsSurviveAWorkerLoss) {
+  const std::vector<Choices> want = Undisturbed();
+  speculative_ = true;
+  for (int kill_after : {6, 12, 25}) {
+    SCOPED_TRACE(absl::StrCat("killed after ", kill_after, " steps"));
+    Make();
+    worker_->KillAfter(kill_after);
+    worker_->RestartAfterProbes(3);
+    const std::vector<Choices> got = Run(Mix());
+    ExpectSameStreams(want, got);
+    ExpectPoolFull();
+    EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
+    EXPECT_GT(Metric("folio_scheduler_speculative_accepted_tokens_total"), 0);
+  }
 }
 
 TEST_F(RecoveryTest, AStepThatFailsOnceRecoversAtOnce) {

@@ -2,8 +2,9 @@
 //
 // Running requests come first, in arrival order, each live branch asking for its next
 // token (or its next prefill chunk; a decoding branch with speculation on, for its next
-// token and the proposals that follow it, speculation.h); then waiting requests are admitted in order, their
-// prompts chunked to fit max_num_batched_tokens, up to max_num_seqs sequences running.
+// token and the proposals that follow it, speculation.h); then waiting requests are
+// admitted in order, their prompts chunked to fit max_num_batched_tokens, up to
+// max_num_seqs sequences running.
 // The grants go to the cache manager in batched RPCs; where a grant finds no room, the
 // running request that arrived last is preempted (RequestState::Preempt) and the rest is
 // asked again. A request admitted after a refusal waits again, so admission keeps

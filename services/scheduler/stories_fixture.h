@@ -1,7 +1,8 @@
 // The scheduler test fixture on the real model: the scheduler, the real cache manager and
 // the real CPU runner of stories260K (optionally tensor parallel on threads), in process,
 // with a worker that records every sampling step. Shared by the scheduler's model-level
-// tests (penalties_test, structured_output_test, async_steps_test, speculative_test). Test-only; thread-compatible.
+// tests (penalties_test, structured_output_test, async_steps_test, speculative_test).
+// Test-only; thread-compatible.
 #ifndef FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 #define FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 

@@ -140,7 +140,7 @@ TEST(OpenAiJsonTest, ParsesPenaltiesLogitBiasAndMinTokens) {
     absl::StatusOr<Request> r = ParseRequest(e, R"({
         "prompt": "x", "messages": [{"role": "user", "content": "x"}],
         "presence_penalty": 0.5, "frequency_penalty": -1.25, "repetition_penalty": 1.1,
-        "logit_bias": {"7": -100, "300": 2.5}, "min_tokens": 4})");
+        "logit_bias": {"7": -100, "300": 2.5}, "min_tokens": 4, "num_speculative_tokens": 0})");
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->input.presence_penalty, 0.5f);
     EXPECT_EQ(r->input.frequency_penalty, -1.25f);
@@ -149,6 +149,7 @@ TEST(OpenAiJsonTest, ParsesPenaltiesLogitBiasAndMinTokens) {
     std::sort(bias.begin(), bias.end());
     EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {300, 2.5f}}));
     EXPECT_EQ(r->input.min_tokens, 4);
+    EXPECT_EQ(r->input.num_speculative_tokens, 0);
   }
   // null and {} mean "not given".
   absl::StatusOr<Request> r = ParseRequest(

@@ -380,7 +380,9 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     const bool needs_logits = seq.num_samples > 0 || seq.num_logprobs > 0 ||
                               seq.num_candidates > 0 || seq.return_logits;
     const int32_t rows = needs_logits ? 1 + seq.num_draft_tokens : 0;
-    for (int32_t j = rows; j > 0; --j) logit_rows.push_back(static_cast<int64_t>(tokens.size()) - j);
+    for (int32_t j = rows; j > 0; --j) {
+      logit_rows.push_back(static_cast<int64_t>(tokens.size()) - j);
+    }
     seq_logit_rows.push_back(rows);
   }
   const int64_t num_logit_rows = static_cast<int64_t>(logit_rows.size());

@@ -374,6 +374,11 @@ absl::Status GrpcWorkerClient::Restore() {
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrCat("worker rank ", rank, ": ", s.error_message()));
     }
+    if (requires_verification_ && !infos[rank].verifies_drafts()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker rank ", rank, " came back without speculative verification (another "
+          "backend or an older binary), and --speculative is on"));
+    }
   }
   bool regroup = false;
   bool regroup_for_new_process = false;

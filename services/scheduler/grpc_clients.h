@@ -99,6 +99,9 @@ class GrpcWorkerClient final : public WorkerClient {
   // This scheduler's epoch, sent with JoinGroup, AllocateKvCache and ExecuteStep.
   void set_epoch(uint64_t epoch) { epoch_ = epoch; }
   uint64_t epoch() const { return epoch_; }
+  // Speculative decoding is on: Restore refuses a rank that does not verify proposed
+  // tokens (a replacement on another backend, or an older binary).
+  void set_requires_verification(bool required) { requires_verification_ = required; }
 
  private:
   struct StepCalls;  // a step sent to every rank (grpc_clients.cc)
@@ -113,6 +116,7 @@ class GrpcWorkerClient final : public WorkerClient {
   std::vector<std::string> incarnation_ids_;  // by rank
   int64_t group_generation_ = 0;              // the group the ranks last formed
   int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
+  bool requires_verification_ = false;
 
   // The calls of a Restore, so that CancelRestore can cancel them from another thread.
   absl::Mutex cancel_mu_;

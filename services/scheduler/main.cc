@@ -223,6 +223,7 @@ int main(int argc, char** argv) {
   setup.policy = policy == "paged" ? pb::ALLOCATION_POLICY_PAGED : pb::ALLOCATION_POLICY_CONTIGUOUS;
   setup.disable_prefix_caching = !absl::GetFlag(FLAGS_enable_prefix_caching);
   setup.speculative = options.speculative.enabled();
+  workers.set_requires_verification(options.speculative.enabled());
   setup.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   absl::StatusOr<pb::ClusterInfo> info = sched::SetUpCluster(setup, workers, cache);
   if (!info.ok()) {

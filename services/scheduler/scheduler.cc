@@ -325,9 +325,8 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   }
   InflightStep step;
   step.start = absl::Now();
-  // A branch that will speculate next step needs this step's answer first.
-  const bool small_batch =
-      static_cast<int32_t>(plan.batch.size()) <= options_.speculative.max_batch;
+  // A branch that may speculate next step needs this step's answer first.
+  const bool small_batch = plan.speculative_batch;
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     const Granted& g = plan.batch[i];
     Request* r = g.request;

@@ -72,7 +72,12 @@ void Sharing::AdvanceSamples(
   if (r->num_generated == 0) {
     state_->metrics().ttft.Observe(absl::ToDoubleSeconds(now - r->arrival_time));
   } else {
-    state_->metrics().itl.Observe(absl::ToDoubleSeconds(now - r->last_token_time));
+    // A verification's tokens arrive together: the gap is shared among them, one
+    // observation per token, so the histogram stays per token.
+    size_t most = 0;
+    for (const auto& d : drawn) most = std::max(most, d.second.size());
+    const double gap = absl::ToDoubleSeconds(now - r->last_token_time) / static_cast<double>(most);
+    for (size_t t = 0; t < most; ++t) state_->metrics().itl.Observe(gap);
   }
   r->last_token_time = now;
 

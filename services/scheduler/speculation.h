@@ -26,8 +26,10 @@
 // (the step carries one token, as without speculation): beam search, the fan-out step of
 // n > 1 (its branches speculate afterwards), grammar-constrained requests (the mask needs
 // each token first), a branch short of its min_tokens (suppression counts tokens), and a
-// step planned ahead of its predecessor's answer (a speculative step's successor waits
-// for its answer).
+// step planned ahead of its predecessor's answer. Pipelined steps (--async_steps) and
+// speculation exclude each other: in a batch small enough to speculate, the sampling steps
+// of requests that may speculate are followed synchronously (the next plan needs their
+// last token), whether or not the lookup then finds a match.
 //
 // Thread-compatible; pure functions except the branch state they are given.
 #ifndef FOLIO_SERVICES_SCHEDULER_SPECULATION_H_

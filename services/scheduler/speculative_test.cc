@@ -29,8 +29,9 @@ class SpeculativeTest : public stories::StoriesSchedulerTest {
   }
 
   void MakeWith(SpeculativeMode mode, int32_t num_blocks, int32_t tp_size = 1,
-                double synth_len = 0.0, bool async = true) {
+                double synth_len = 0.0, bool async = true, int32_t max_batched_tokens = 512) {
     SchedulerOptions options;
+    options.max_num_batched_tokens = max_batched_tokens;
     options.async_steps = async;
     options.grammars = grammars_;
     options.speculative.mode = mode;
@@ -144,6 +145,38 @@ TEST_F(SpeculativeTest, PenaltiesSeeTheProposalsBeforeEachPosition) {
   EXPECT_GT(with_history, 10);
   EXPECT_GT(scheduler_->Stats().num_spec_accepted, 0);
   ExpectPoolFull(128);
+}
+
+// A group recomputed from its prompt (a continuation, as after a lost scheduler, or a
+// preemption): its root stops at the prompt's end until the other choices fork from it,
+// and must not speculate past it, even when one prompt token is all that is left (17
+// tokens in chunks of 8). The choices continue with plain decoding's tokens.
+TEST_F(SpeculativeTest, ARecomputedGroupStillForksAtTheEndOfItsPrompt) {
+  RequestSpec spec = Spec(Prompt(17), 30, 0.9f);
+  spec.n = 3;
+  spec.sampling.seed = 5;
+  MakeWith(SpeculativeMode::kOff, 128, 1, 0.0, true, /*max_batched_tokens=*/8);
+  const Choices plain = RunAll({spec}).at(0);
+  RequestSpec cont = spec;
+  for (int32_t k = 0; k < 3; ++k) {
+    const std::vector<int32_t>& all = plain.tokens.at(k);
+    ASSERT_GT(all.size(), 5u);
+    cont.continuation.push_back({.index = k, .tokens = {all.begin(), all.begin() + 5}});
+  }
+  for (const double synth : {0.0, 3.0}) {  // synthetic: proposals every step, for sure
+    SCOPED_TRACE(synth > 0 ? "synthetic acceptance" : "n-gram");
+    MakeWith(SpeculativeMode::kNgram, 128, 1, synth, true, /*max_batched_tokens=*/8);
+    const Choices got = RunAll({cont}).at(0);
+    ASSERT_TRUE(got.done);
+    for (int32_t k = 0; k < 3; ++k) {
+      ASSERT_TRUE(got.finish.count(k)) << "choice " << k << " never finished";
+      if (synth > 0) continue;  // the text is not the model's then
+      std::vector<int32_t> whole(plain.tokens.at(k).begin(), plain.tokens.at(k).begin() + 5);
+      whole.insert(whole.end(), got.tokens.at(k).begin(), got.tokens.at(k).end());
+      EXPECT_EQ(whole, plain.tokens.at(k)) << "choice " << k;
+    }
+    ExpectPoolFull(128);
+  }
 }
 
 TEST_F(SpeculativeTest, SameStreamsWhenAStarvedPoolPreempts) {

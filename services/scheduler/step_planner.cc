@@ -15,7 +15,7 @@ PlannedStep StepPlanner::Plan() {
   PlannedStep plan;
   int32_t budget = state_->options().max_num_batched_tokens;
   cachemgr::StepResponse granted_results;
-  plan.batch = ScheduleRunning(&budget, &granted_results);
+  plan.batch = ScheduleRunning(&budget, &granted_results, &plan.speculative_batch);
   if (state_->loss.has_value()) return {};
   std::vector<Granted> admitted = AdmitWaiting(&budget, &granted_results);
   if (state_->loss.has_value()) return {};
@@ -79,7 +79,8 @@ void StepPlanner::Propose(const Request& r, Branch* b, int32_t room) const {
 }
 
 std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
-                                                           cachemgr::StepResponse* copies) {
+                                                  cachemgr::StepResponse* copies,
+                                                  bool* speculative_batch) {
   std::vector<Granted> want;
   // Speculation only while the batch of decoding branches is small (speculation.h).
   int32_t decoding = 0;
@@ -88,14 +89,18 @@ std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
   }
   const bool speculate = state_->options().speculative.enabled() &&
                          decoding <= state_->options().speculative.max_batch;
+  *speculative_batch = speculate;
   for (Request* r : state_->running) {
     for (size_t i = 0; i < r->branches.size(); ++i) {
       Branch& b = r->branches[i];
       b.draft.clear();
       int32_t n = std::min(Wanted(*r, i), *budget);
       if (n <= 0) continue;
-      // min_tokens suppresses tokens by count, position by position: only once reached.
-      if (speculate && n == 1 && b.pending_samples == 0 && MaySpeculate(*r) &&
+      // Only at the branch's own end (not a root stopped at the prompt's end while the other
+      // branches wait to fork from it); min_tokens suppresses tokens by count, position by
+      // position: only once reached.
+      if (speculate && n == 1 && b.num_computed + 1 == b.num_tokens(r->spec.prompt) &&
+          b.pending_samples == 0 && MaySpeculate(*r) &&
           static_cast<int32_t>(b.output.size()) >= r->spec.min_tokens) {
         Propose(*r, &b, *budget - 1);
         n += static_cast<int32_t>(b.draft.size());
@@ -293,6 +298,7 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
   s.num_logprobs = r.spec.num_logprobs;
   const int32_t k = static_cast<int32_t>(b.draft.size());
   const bool at_end = b.num_computed + g.num_tokens == b.num_tokens(r.spec.prompt) + k;
+  CHECK(k == 0 || at_end) << "sequence " << b.seq_id << " carries proposals but not to its end";
   s.num_samples = 0;
   if (!at_end) return s;
   if (r.beam()) {

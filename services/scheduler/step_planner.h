@@ -37,6 +37,9 @@ struct PlannedStep {
   worker::StepInput input;
   std::vector<std::string> request_ids;  // request_ids[i] names input.seqs[i]'s request
   int64_t num_tokens = 0;
+  // Speculation is on and the step's decoding branches were few enough to carry
+  // proposals (SpeculativeOptions::max_batch): the next step likely is too.
+  bool speculative_batch = false;
 };
 
 class StepPlanner {
@@ -60,7 +63,9 @@ class StepPlanner {
 
  private:
   // Grants the next tokens of every running request, preempting as needed.
-  std::vector<Granted> ScheduleRunning(int32_t* budget, cachemgr::StepResponse* copies);
+  // `speculative_batch`: whether the batch was small enough for proposals.
+  std::vector<Granted> ScheduleRunning(int32_t* budget, cachemgr::StepResponse* copies,
+                                       bool* speculative_batch);
   std::vector<Granted> AdmitWaiting(int32_t* budget, cachemgr::StepResponse* copies);
   worker::SequenceStep MakeStep(const Request& r, const Granted& g) const;
   // Speculative decoding: a decoding branch's proposals (into b->draft), at most `room`.

@@ -148,7 +148,14 @@ class ChaosTest : public ::testing::Test {
     ExpectSame(want, got);
     EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10))) << "the pool is full again";
     const absl::Time first = FirstTokenAfter(got, back);
-    EXPECT_LT(first - back, absl::Seconds(5)) << "streams continue within 5 s of the return";
+    if (first == absl::InfiniteFuture()) {
+      // No token came after the return, yet every stream is whole: they had all ended
+      // before the kill took effect (on a loaded machine `before_kill` can outlast them).
+      // Nothing was left to continue; the new request below checks the return.
+      std::cout << "every stream had ended before the kill" << std::endl;
+    } else {
+      EXPECT_LT(first - back, absl::Seconds(5)) << "streams continue within 5 s of the return";
+    }
     ExpectServedWithin(absl::Seconds(5));
     const std::string metrics =
         testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");

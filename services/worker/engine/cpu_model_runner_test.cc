@@ -110,6 +110,45 @@ class CpuModelRunnerTest : public ::testing::TestWithParam<std::string> {
     return out->seqs[0].logits;
   }
 
+  // One sequence's step alone; its samples.
+  static std::vector<SampledToken> RunOne(CpuModelRunner& runner, const SequenceStep& seq) {
+    StepInput step;
+    step.seqs = {seq};
+    absl::StatusOr<StepOutput> out = runner.Execute(step);
+    CHECK(out.ok()) << out.status();
+    return out->seqs[0].samples;
+  }
+
+  // `s` with the penalties' history of having generated `generated`.
+  static SequenceStep WithHistory(SequenceStep s, std::vector<int32_t> generated) {
+    std::sort(generated.begin(), generated.end());
+    for (size_t i = 0; i < generated.size();) {
+      size_t j = i;
+      while (j < generated.size() && generated[j] == generated[i]) ++j;
+      s.history.output_token_ids.push_back(generated[i]);
+      s.history.output_counts.push_back(static_cast<int32_t>(j - i));
+      i = j;
+    }
+    return s;
+  }
+
+  // Plain decoding on a fresh runner: `n` tokens after `prompt`, one step each, the
+  // penalties' history grown token by token (it counts only where `base` has penalties).
+  std::vector<int32_t> DecodePlainly(int32_t block_size, const SequenceStep& base,
+                                     const std::vector<int32_t>& prompt, int n) {
+    std::unique_ptr<CpuModelRunner> runner = MakeRunner(block_size);
+    SequenceStep step = base;
+    step.token_ids = prompt;
+    std::vector<int32_t> s = {RunOne(*runner, step).at(0).token_id};
+    while (static_cast<int>(s.size()) < n) {
+      step = WithHistory(base, s);
+      step.start_pos = static_cast<int32_t>(prompt.size() + s.size()) - 1;
+      step.token_ids = {s.back()};
+      s.push_back(RunOne(*runner, step).at(0).token_id);
+    }
+    return s;
+  }
+
   std::unique_ptr<ModelWeights> weights_;
 };
 
@@ -320,34 +359,19 @@ TEST_P(CpuModelRunnerTest, VerificationAcceptsWhatDecodingWouldSample) {
     base.sampling.temperature = temperature;
     base.sampling.seed = 99;
     base.num_logprobs = 1;
-    auto run = [](CpuModelRunner& r, const SequenceStep& s) {
-      StepInput step;
-      step.seqs = {s};
-      absl::StatusOr<StepOutput> out = r.Execute(step);
-      CHECK(out.ok()) << out.status();
-      return out->seqs[0].samples;
-    };
     // Plain decoding: s[0] from the prompt, then one token a step.
-    std::unique_ptr<CpuModelRunner> plain = MakeRunner(8);
-    std::vector<int32_t> s;
-    SequenceStep step = base;
-    step.token_ids = prompt;
-    s.push_back(run(*plain, step).at(0).token_id);
-    for (int i = 0; i < 9; ++i) {
-      step.start_pos = static_cast<int32_t>(prompt.size()) + i;
-      step.token_ids = {s.back()};
-      s.push_back(run(*plain, step).at(0).token_id);
-    }
+    const std::vector<int32_t> s = DecodePlainly(8, base, prompt, 10);
+    SequenceStep step;
     // Speculative: the same prompt, then s[0] with proposals s[1], s[2], a wrong one, s[4].
     std::unique_ptr<CpuModelRunner> spec = MakeRunner(8);
     step = base;
     step.token_ids = prompt;
-    ASSERT_EQ(run(*spec, step).at(0).token_id, s[0]);
+    ASSERT_EQ(RunOne(*spec, step).at(0).token_id, s[0]);
     const int32_t wrong = (s[3] + 1) % vocab();
     step.start_pos = static_cast<int32_t>(prompt.size());
     step.token_ids = {s[0], s[1], s[2], wrong, s[4]};
     step.num_draft_tokens = 4;
-    std::vector<SampledToken> got = run(*spec, step);
+    std::vector<SampledToken> got = RunOne(*spec, step);
     ASSERT_EQ(got.size(), 3u);
     EXPECT_EQ(got[0].token_id, s[1]);
     EXPECT_EQ(got[1].token_id, s[2]);
@@ -357,7 +381,7 @@ TEST_P(CpuModelRunnerTest, VerificationAcceptsWhatDecodingWouldSample) {
     step.start_pos = static_cast<int32_t>(prompt.size()) + 3;
     step.token_ids = {s[3], s[4], s[5], s[6]};
     step.num_draft_tokens = 3;
-    got = run(*spec, step);
+    got = RunOne(*spec, step);
     ASSERT_EQ(got.size(), 4u);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j].token_id, s[4 + j]) << "position " << j;
     // Benchmarks' synthetic acceptance: exactly two proposals accepted, whatever they are.
@@ -365,7 +389,7 @@ TEST_P(CpuModelRunnerTest, VerificationAcceptsWhatDecodingWouldSample) {
     step.token_ids = {s[7], wrong, wrong, wrong};
     step.num_draft_tokens = 3;
     step.synthetic_accepts = 2;
-    got = run(*spec, step);
+    got = RunOne(*spec, step);
     ASSERT_EQ(got.size(), 3u);
     EXPECT_EQ(got[0].token_id, wrong);
     EXPECT_EQ(got[1].token_id, wrong);
@@ -386,44 +410,17 @@ TEST_P(CpuModelRunnerTest, VerificationPenalisesTheProposalsBeforeEachPosition) 
   base.sampling.temperature = 0;
   base.sampling.repetition_penalty = 1000.0f;
   for (int32_t t = 0; t < 6; ++t) base.sampling.logit_bias.push_back({10 + 7 * t, 50.0f});
-  auto run = [](CpuModelRunner& r, const SequenceStep& s) {
-    StepInput step;
-    step.seqs = {s};
-    absl::StatusOr<StepOutput> out = r.Execute(step);
-    CHECK(out.ok()) << out.status();
-    return out->seqs[0].samples;
-  };
-  auto with_history = [](SequenceStep s, std::vector<int32_t> generated) {
-    std::sort(generated.begin(), generated.end());
-    for (size_t i = 0; i < generated.size();) {
-      size_t j = i;
-      while (j < generated.size() && generated[j] == generated[i]) ++j;
-      s.history.output_token_ids.push_back(generated[i]);
-      s.history.output_counts.push_back(static_cast<int32_t>(j - i));
-      i = j;
-    }
-    return s;
-  };
-  std::unique_ptr<CpuModelRunner> plain = MakeRunner(16);
-  std::vector<int32_t> s;
-  SequenceStep step = base;
-  step.token_ids = prompt;
-  s.push_back(run(*plain, step).at(0).token_id);
-  for (int i = 0; i < 6; ++i) {
-    step = with_history(base, s);
-    step.start_pos = static_cast<int32_t>(prompt.size()) + i;
-    step.token_ids = {s.back()};
-    s.push_back(run(*plain, step).at(0).token_id);
-  }
+  const std::vector<int32_t> s = DecodePlainly(16, base, prompt, 7);
+  SequenceStep step;
   std::unique_ptr<CpuModelRunner> spec = MakeRunner(16);
   step = base;
   step.token_ids = prompt;
-  ASSERT_EQ(run(*spec, step).at(0).token_id, s[0]);
-  step = with_history(base, {s[0]});
+  ASSERT_EQ(RunOne(*spec, step).at(0).token_id, s[0]);
+  step = WithHistory(base, {s[0]});
   step.start_pos = static_cast<int32_t>(prompt.size());
   step.token_ids = {s[0], s[1], s[2], s[3], s[4]};
   step.num_draft_tokens = 4;
-  const std::vector<SampledToken> got = run(*spec, step);
+  const std::vector<SampledToken> got = RunOne(*spec, step);
   std::vector<int32_t> biased(s.begin(), s.begin() + 6);
   std::sort(biased.begin(), biased.end());
   ASSERT_EQ(biased, (std::vector<int32_t>{10, 17, 24, 31, 38, 45})) << "the six, one by one";

@@ -193,6 +193,74 @@ TEST_F(CacheManagerServiceTest, StepGrantsForksCopiesAndFrees) {
   EXPECT_EQ(Stats().num_blocks_free(), 16);
 }
 
+// The host KV tier over gRPC: commits store, a lookup that misses the pool loads, a Reset
+// keeps what was confirmed and drops the rest, and a new segment id empties the tier.
+TEST_F(CacheManagerServiceTest, TheHostTierStoresLoadsAndSurvivesAReset) {
+  pb::ConfigureRequest configure;
+  configure.set_num_blocks(4);
+  configure.set_block_size(2);
+  configure.set_host_tier_blocks(8);
+  configure.set_host_tier_id("seg-1");
+  pb::ConfigureResponse configured;
+  ASSERT_TRUE(stub_->Configure(Ctx().get(), configure, &configured).ok());
+  // A sequence of 5 tokens, computed: its two full blocks are stored.
+  pb::CacheStepRequest req;
+  req.add_creates()->set_seq_id(1);
+  req.mutable_creates(0)->set_max_len(8);
+  pb::Grant* grant = req.add_grants();
+  grant->set_seq_id(1);
+  for (int t : {5, 6, 7, 8, 9}) grant->add_token_ids(t);
+  pb::CacheStepResponse resp;
+  ASSERT_TRUE(Step(req, &resp).ok());
+  pb::CacheStepRequest commit;
+  commit.add_commits()->set_seq_id(1);
+  commit.mutable_commits(0)->set_num_computed_tokens(5);
+  commit.add_frees(1);
+  ASSERT_TRUE(Step(commit, &resp).ok());
+  ASSERT_EQ(resp.transfers_size(), 2);
+  EXPECT_EQ(resp.transfers(0).kind(), pb::BlockTransfer::STORE);
+  EXPECT_EQ(resp.transfers(1).ticket(), 2u);
+  EXPECT_EQ(Stats().host_tier_blocks_used(), 2);
+
+  // The first store confirmed, then a reset (a lost worker): the second is dropped.
+  pb::CacheStepRequest confirm;
+  confirm.set_transfers_done(1);
+  ASSERT_TRUE(Step(confirm, &resp).ok());
+  pb::ResetRequest reset;
+  pb::ResetResponse reset_resp;
+  ASSERT_TRUE(stub_->Reset(Ctx().get(), reset, &reset_resp).ok());
+  EXPECT_EQ(Stats().host_tier_blocks_used(), 1);
+  EXPECT_EQ(Stats().host_tier_dropped_unconfirmed(), 1);
+  EXPECT_EQ(Stats().host_tier_id(), "seg-1");
+
+  // The same prompt again: the pool is empty, the first block loads from the tier.
+  pb::CacheStepRequest again;
+  pb::Create* create = again.add_creates();
+  create->set_seq_id(2);
+  create->set_max_len(8);
+  for (int t : {5, 6, 7, 8, 9}) create->add_prompt_token_ids(t);
+  ASSERT_TRUE(Step(again, &resp).ok());
+  EXPECT_EQ(resp.creates(0).num_cached_tokens(), 2);
+  ASSERT_EQ(resp.transfers_size(), 1);
+  EXPECT_EQ(resp.transfers(0).kind(), pb::BlockTransfer::LOAD);
+  EXPECT_EQ(resp.transfers(0).block(), resp.creates(0).entries(0));
+  EXPECT_EQ(Stats().host_tier_loads(), 1);
+
+  // A worker came back with a new segment: the tier starts empty.
+  pb::CacheStepRequest free;
+  free.add_frees(2);
+  ASSERT_TRUE(Step(free, &resp).ok());
+  reset.set_host_tier_id("seg-2");
+  ASSERT_TRUE(stub_->Reset(Ctx().get(), reset, &reset_resp).ok());
+  EXPECT_EQ(Stats().host_tier_blocks_used(), 0);
+  EXPECT_EQ(Stats().host_tier_id(), "seg-2");
+
+  // The tier needs the paged policy with prefix caching.
+  configure.set_disable_prefix_caching(true);
+  EXPECT_EQ(stub_->Configure(Ctx().get(), configure, &configured).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(CacheManagerServiceTest, BadStepsGetTheirStatusAndChangeNothing) {
   Configure(16, 4);
   pb::CacheStepRequest setup;

@@ -184,6 +184,12 @@ def main():
     p.add_argument("--kv_dtype", default="f16", choices=["f16", "f32", "q8_0"],
                    help="KV cache element type of the worker (q8_0: 8-bit, about half the bytes "
                         "of f16 per token; CPU only)")
+    p.add_argument("--kv_host_bytes", default="0",
+                   help="KV offload tier in host memory (e.g. 2GiB): every computed KV block is "
+                        "also kept in a shared-memory segment per worker, so prefixes evicted "
+                        "from the pool, or lost with a restarted worker, load back instead of "
+                        "being recomputed. 0 (default): off. CPU workers only; needs room in "
+                        "/dev/shm")
     p.add_argument("--served_model_name", action="append", default=[],
                    help="a name the HTTP API answers to in \"model\" (repeatable; the first is "
                         "the id /v1/models gives; default: the model file's name)")
@@ -299,6 +305,7 @@ def main():
     log(f"model {model}" + (f", {args.tp} tensor-parallel worker ranks" if args.tp > 1 else ""))
     log(f"logs in {run_dir}")
     services = []
+    segments = []  # the workers' host KV segments (--kv_host_bytes), removed at the end
 
     def stop_all(*_):
         for s in reversed(services):
@@ -309,6 +316,11 @@ def main():
                 s.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 s.proc.kill()
+        for name in segments:
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except FileNotFoundError:
+                pass
         log("stopped")
 
     try:
@@ -325,6 +337,11 @@ def main():
             for rank in range(args.tp):
                 argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
                         f"--kv_dtype={args.kv_dtype}", f"--num_threads={threads}"] + tls
+                if args.kv_host_bytes not in ("", "0"):
+                    # Named by this run, replica and rank: a restarted worker finds it again.
+                    segment = f"folio-kv-{os.getpid()}-r{ri}-rank{rank}"
+                    segments.append(segment)
+                    argv += [f"--kv_host_bytes={args.kv_host_bytes}", f"--kv_host_name={segment}"]
                 if args.tp > 1:
                     argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
                     if rank > 0:

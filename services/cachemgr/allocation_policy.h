@@ -67,6 +67,9 @@ class AllocationPolicy {
 
   virtual PoolStats Stats() const = 0;
 
+  // The host-tier transfers decided since the last call, in order (host_tier.h).
+  virtual std::vector<BlockTransfer> TakeTransfers() { return {}; }
+
   // The pool whose prefix-cache index and event log routers follow; null for a policy
   // without a prefix cache.
   virtual const BlockPool* prefix_pool() const { return nullptr; }

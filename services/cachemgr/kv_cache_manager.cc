@@ -22,7 +22,7 @@ const char* PolicyKindName(PolicyKind kind) {
 }
 
 absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
-    const CacheConfig& config) {
+    const CacheConfig& config, std::shared_ptr<HostTier> host) {
   if (config.block_size <= 0 || config.block_size > kMaxBlockSize) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block_size must be in [1, ", kMaxBlockSize, "], got ", config.block_size));
@@ -36,19 +36,25 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
         "num_blocks * block_size must be at most ", kMaxPoolSlots, ", got ",
         int64_t{config.num_blocks} * config.block_size));
   }
+  if (host != nullptr && (config.policy != PolicyKind::kPaged ||
+                          config.prefix_caching != PagedPolicy::PrefixCaching::kEnabled)) {
+    return absl::InvalidArgumentError(
+        "the host KV tier needs the paged policy with prefix caching on");
+  }
   std::unique_ptr<AllocationPolicy> policy;
   if (config.policy == PolicyKind::kPaged) {
     policy = std::make_unique<PagedPolicy>(config.num_blocks, config.block_size,
-                                           config.prefix_caching);
+                                           config.prefix_caching, host.get());
   } else {
     policy = std::make_unique<ContiguousPolicy>(config.num_blocks, config.block_size,
                                                 config.rounding);
   }
-  return absl::WrapUnique(new KvCacheManager(config, std::move(policy)));
+  return absl::WrapUnique(new KvCacheManager(config, std::move(policy), std::move(host)));
 }
 
-KvCacheManager::KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy)
-    : config_(config), policy_(std::move(policy)) {}
+KvCacheManager::KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy,
+                               std::shared_ptr<HostTier> host)
+    : config_(config), host_(std::move(host)), policy_(std::move(policy)) {}
 
 const Sequence* KvCacheManager::Find(SeqId id) const {
   auto it = seqs_.find(id);
@@ -229,6 +235,7 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
   if (absl::Status s = Validate(request); !s.ok()) return s;
 
   StepResponse response;
+  if (host_ != nullptr) host_->Confirm(request.transfers_done);
   auto record = [&](const SeqResult& r) {
     if (r.status == SeqStatus::kNoRoom) ++counters_.num_grant_failures;
     counters_.num_cow_copies += static_cast<int64_t>(r.copies.size());
@@ -295,6 +302,7 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
   // is its high-water mark.
   counters_.num_blocks_used_peak =
       std::max(counters_.num_blocks_used_peak, policy_->Stats().num_blocks_used);
+  response.transfers = policy_->TakeTransfers();
   return response;
 }
 
@@ -302,6 +310,7 @@ CacheStats KvCacheManager::Stats() const {
   CacheStats stats = counters_;
   stats.pool = policy_->Stats();
   stats.num_sequences = static_cast<int64_t>(seqs_.size());
+  if (host_ != nullptr) stats.host = host_->Stats();
   return stats;
 }
 
@@ -321,6 +330,9 @@ absl::Status KvCacheManager::CheckInvariants() const {
                                               " placeholder tokens but ", seq.pending.size(),
                                               " pending positions"));
     }
+  }
+  if (host_ != nullptr) {
+    if (absl::Status s = host_->CheckInvariants(); !s.ok()) return s;
   }
   return policy_->CheckInvariants(seqs_);
 }

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "services/cachemgr/allocation_policy.h"
 #include "services/cachemgr/contiguous_policy.h"
+#include "services/cachemgr/host_tier.h"
 #include "services/cachemgr/paged_policy.h"
 #include "services/cachemgr/step_types.h"
 
@@ -37,7 +38,12 @@ struct CacheConfig {
   int32_t block_size = 16;  // tokens per block
   PagedPolicy::PrefixCaching prefix_caching = PagedPolicy::PrefixCaching::kEnabled;
   ContiguousPolicy::Rounding rounding = ContiguousPolicy::Rounding::kExact;
+  // The host offload tier (host_tier.h): blocks the workers' host segments hold (0: no
+  // tier), and the segments' id. Read by the service, which owns the tier.
+  int32_t host_blocks = 0;
+  std::string host_tier_id;
 };
+inline constexpr int32_t kMaxHostBlocks = 1 << 24;
 
 // Limits that keep a bad configure request from allocating without bound.
 inline constexpr int32_t kMaxBlockSize = 1024;
@@ -53,12 +59,16 @@ struct CacheStats {
   int64_t num_cow_copies = 0;       // blocks copied on write (and by baseline forks)
   int64_t num_forks = 0;            // forks applied
   int32_t num_blocks_used_peak = 0; // the most blocks in use at the end of any step
+  HostTierStats host;               // all zero without a host tier
 };
 
 class KvCacheManager {
  public:
-  // InvalidArgument for a block size or block count out of range.
-  static absl::StatusOr<std::unique_ptr<KvCacheManager>> Create(const CacheConfig& config);
+  // InvalidArgument for a block size or block count out of range, or a host tier with a
+  // policy other than paged with prefix caching. `host` (may be null) is the offload tier
+  // below the pool; it outlives a manager (Reset builds a new manager over the same tier).
+  static absl::StatusOr<std::unique_ptr<KvCacheManager>> Create(
+      const CacheConfig& config, std::shared_ptr<HostTier> host = nullptr);
 
   // Applies one batched step; see the class comment.
   absl::StatusOr<StepResponse> Step(const StepRequest& request);
@@ -67,6 +77,7 @@ class KvCacheManager {
   // The prefix cache's pool (index and event log), or null without one (contiguous).
   const BlockPool* prefix_pool() const { return policy_->prefix_pool(); }
   const CacheConfig& config() const { return config_; }
+  const std::shared_ptr<HostTier>& host_tier() const { return host_; }
 
   // The record of a live sequence, or nullptr.
   const Sequence* Find(SeqId id) const;
@@ -75,11 +86,13 @@ class KvCacheManager {
   absl::Status CheckInvariants() const;
 
  private:
-  KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy);
+  KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy,
+                 std::shared_ptr<HostTier> host);
 
   absl::Status Validate(const StepRequest& request) const;
 
   const CacheConfig config_;
+  std::shared_ptr<HostTier> host_;  // declared before policy_, which points into it
   std::unique_ptr<AllocationPolicy> policy_;
   SequenceMap seqs_;
   CacheStats counters_;  // the pool figures in here are filled in by Stats()

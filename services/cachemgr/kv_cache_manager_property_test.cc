@@ -4,7 +4,9 @@
 // after each step. A shadow "worker" applies the granted copies and writes every token
 // into its slot, then reads each live sequence back through its block table: any write
 // into a shared block without a copy, or a prefix-cache hit with the wrong content, shows
-// up as a mismatch.
+// up as a mismatch. With a host tier (offload tier 1) the shadow worker also runs every
+// store and load in order, some steps' transfers are lost before a reset (a worker that
+// died mid-step), and sequences read back through loaded blocks as through any other.
 #include <random>
 #include <vector>
 
@@ -19,17 +21,45 @@ struct Param {
   PolicyKind policy;
   int32_t block_size;
   int32_t num_blocks;
+  int32_t host_slots = -1;  // -1: no host tier
 };
 
 class PropertyTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   const Param p = GetParam();
-  auto mgr = *KvCacheManager::Create(
-      CacheConfig{.policy = p.policy, .num_blocks = p.num_blocks, .block_size = p.block_size});
-  std::mt19937 rng(1234 + p.block_size);
-  // Slot contents as a worker would hold them: [num_blocks * block_size].
+  const CacheConfig config{.policy = p.policy, .num_blocks = p.num_blocks, .block_size = p.block_size};
+  std::shared_ptr<HostTier> host;
+  if (p.host_slots >= 0) host = std::make_shared<HostTier>(p.host_slots, p.block_size, "shm-1");
+  auto mgr = *KvCacheManager::Create(config, host);
+  std::mt19937 rng(1234 + p.block_size + p.host_slots);
+  // Slot contents as a worker would hold them: [num_blocks * block_size], and the host
+  // tier's [host_slots * block_size].
   std::vector<int32_t> slots(static_cast<size_t>(p.num_blocks) * p.block_size, -1);
+  std::vector<int32_t> host_slots(static_cast<size_t>(std::max(p.host_slots, 0)) * p.block_size, -1);
+  uint64_t done = 0;  // the last store ticket the shadow worker ran
+  int64_t loads = 0;
+  int resets = 0;
+  // The shadow worker runs a step's transfers in order; reported back with the next step.
+  auto run = [&](const StepResponse& r) {
+    for (const BlockTransfer& t : r.transfers) {
+      int32_t* block = &slots[static_cast<size_t>(t.block.value) * p.block_size];
+      int32_t* slot = &host_slots[static_cast<size_t>(t.host_slot) * p.block_size];
+      if (t.kind == BlockTransfer::Kind::kStore) {
+        std::copy_n(block, p.block_size, slot);
+        done = std::max(done, t.ticket);
+      } else {
+        std::copy_n(slot, p.block_size, block);
+        ++loads;
+      }
+    }
+  };
+  auto step = [&](StepRequest req) -> absl::StatusOr<StepResponse> {
+    req.transfers_done = done;
+    absl::StatusOr<StepResponse> resp = mgr->Step(req);
+    if (resp.ok()) run(*resp);
+    return resp;
+  };
   // Shared prompt stems, so prefix lookups hit.
   std::vector<std::vector<int32_t>> stems(4);
   for (auto& s : stems) {
@@ -43,7 +73,10 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   int truncations = 0;
   int shared_cuts = 0;
 
+  int64_t copies = 0;       // across resets (each builds a new manager)
+  int64_t hit_tokens = 0;
   auto apply = [&](const SeqResult& r, const std::vector<int32_t>& tokens, int32_t start) {
+    copies += static_cast<int64_t>(r.copies.size());
     for (const BlockCopy& c : r.copies) {
       std::copy_n(&slots[static_cast<size_t>(c.src.value) * p.block_size], p.block_size,
                   &slots[static_cast<size_t>(c.dst.value) * p.block_size]);
@@ -68,19 +101,20 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
       const int32_t len = 1 + static_cast<int32_t>(rng() % 30);
       std::vector<int32_t> prompt(stem.begin(), stem.begin() + len);
       req.creates.push_back(CreateOp{.seq = SeqId{target}, .max_len = 64, .prompt = prompt});
-      auto resp = mgr->Step(req);
+      auto resp = step(req);
       ASSERT_TRUE(resp.ok()) << resp.status();
       if (resp->creates[0].status == SeqStatus::kNoRoom) {
         ++no_room;
       } else {
         live.push_back(target);
         start = resp->creates[0].num_cached_tokens;
+        hit_tokens += start;
         tokens.assign(prompt.begin() + start, prompt.end());
         if (!tokens.empty()) {
           StepRequest grant;
           grant.grants.push_back(
               GrantOp{.seq = SeqId{target}, .start_pos = start, .token_ids = tokens});
-          auto g = mgr->Step(grant);
+          auto g = step(grant);
           ASSERT_TRUE(g.ok()) << g.status();
           if (g->grants[0].status == SeqStatus::kOk) apply(g->grants[0], tokens, start);
         }
@@ -99,7 +133,7 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         if (pend) granted.back() = kPendingToken;
         req.grants.push_back(
             GrantOp{.seq = SeqId{target}, .start_pos = start, .token_ids = granted});
-        auto resp = mgr->Step(req);
+        auto resp = step(req);
         ASSERT_TRUE(resp.ok()) << resp.status();
         if (resp->grants[0].status == SeqStatus::kOk) {
           apply(resp->grants[0], tokens, start);
@@ -110,7 +144,7 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
       } else if (op < 7) {  // fork
         const uint64_t child = next_id++;
         req.forks.push_back(ForkOp{SeqId{target}, SeqId{child}});
-        auto resp = mgr->Step(req);
+        auto resp = step(req);
         ASSERT_TRUE(resp.ok()) << resp.status();
         if (resp->forks[0].status == SeqStatus::kOk) {
           apply(resp->forks[0], {}, 0);
@@ -126,7 +160,7 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
           req.resolves.push_back(ResolveOp{SeqId{target}, pos, pending_ids.at({target, pos})});
         }
         req.commits.push_back(CommitOp{SeqId{target}, seq->num_tokens()});
-        auto resp = mgr->Step(req);
+        auto resp = step(req);
         ASSERT_TRUE(resp.ok()) << resp.status();
       } else if (op == 10) {  // commit part of what was granted, cut the rest back
         const int32_t computed = seq->num_computed +
@@ -142,7 +176,7 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         req.truncates.push_back(TruncateOp{SeqId{target}, keep});
         const int32_t blocks_before = mgr->Stats().pool.num_blocks_used;
         const int32_t len_before = seq->num_tokens();
-        auto resp = mgr->Step(req);
+        auto resp = step(req);
         if (!resp.ok()) {
           // Only a cut into a block other sequences share is refused, changing nothing.
           ASSERT_EQ(resp.status().code(), absl::StatusCode::kFailedPrecondition) << resp.status();
@@ -152,9 +186,29 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
           ASSERT_EQ(mgr->Find(SeqId{target})->num_tokens(), keep);
           if (keep < len_before) ++truncations;
         }
+      } else if (host != nullptr && rng() % 8 == 0) {  // lose a step, then reset
+        // The worker dies before running this step's transfers: the stores it carried are
+        // unconfirmed, and the reset drops them with every sequence.
+        req.commits.push_back(CommitOp{SeqId{target}, seq->num_computed});
+        for (uint64_t id : live) {
+          const Sequence* s = mgr->Find(SeqId{id});
+          if (s->pending.empty() && s->num_tokens() > s->num_computed) {
+            req.commits.clear();
+            req.commits.push_back(CommitOp{SeqId{id}, s->num_tokens()});
+            break;
+          }
+        }
+        req.transfers_done = done;
+        ASSERT_TRUE(mgr->Step(req).ok());  // its transfers never run
+        host->DropUnconfirmed();
+        mgr = *KvCacheManager::Create(config, host);
+        live.clear();
+        pending_ids.clear();
+        std::fill(slots.begin(), slots.end(), -1);  // a new worker's pool
+        ++resets;
       } else {  // free
         req.frees.push_back(SeqId{target});
-        ASSERT_TRUE(mgr->Step(req).ok());
+        ASSERT_TRUE(step(req).ok());
         live.erase(std::find(live.begin(), live.end(), target));
       }
     }
@@ -184,20 +238,30 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   EXPECT_EQ(mgr->Stats().pool.num_tokens_stored, 0);
   EXPECT_TRUE(mgr->CheckInvariants().ok());
   if (p.policy == PolicyKind::kPaged) {
-    EXPECT_GT(mgr->Stats().prefix_hit_tokens, 0) << "the test should exercise prefix hits";
+    EXPECT_GT(hit_tokens, 0) << "the test should exercise prefix hits";
     if (p.block_size > 1) {  // with one-token blocks no block is ever partly filled
-      EXPECT_GT(mgr->Stats().num_cow_copies, 0) << "the test should exercise copy-on-write";
+      EXPECT_GT(copies, 0) << "the test should exercise copy-on-write";
     }
   }
   EXPECT_GT(no_room, 0) << "the test should exercise a full pool";
   EXPECT_GT(truncations, 0) << "the test should exercise truncation";
-  if (p.policy == PolicyKind::kContiguous) EXPECT_EQ(shared_cuts, 0);
+  if (p.policy == PolicyKind::kContiguous) {
+    EXPECT_EQ(shared_cuts, 0);
+  }
+  if (p.host_slots > 0) {
+    EXPECT_GT(loads, 0) << "the test should exercise loads from the host tier";
+    EXPECT_GT(resets, 0) << "the test should exercise a lost step";
+    EXPECT_GT(mgr->Stats().host.num_evictions, 0) << "the test should fill the host tier";
+    EXPECT_GT(mgr->Stats().host.num_dropped_unconfirmed, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, PropertyTest,
     ::testing::Values(Param{PolicyKind::kPaged, 1, 200}, Param{PolicyKind::kPaged, 4, 60},
-                      Param{PolicyKind::kPaged, 16, 16}, Param{PolicyKind::kContiguous, 4, 80},
+                      Param{PolicyKind::kPaged, 16, 16}, Param{PolicyKind::kPaged, 4, 40, 0},
+                      Param{PolicyKind::kPaged, 4, 40, 30}, Param{PolicyKind::kPaged, 1, 120, 90},
+                      Param{PolicyKind::kContiguous, 4, 80},
                       Param{PolicyKind::kContiguous, 16, 24}));
 
 }  // namespace

@@ -12,11 +12,15 @@ int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching)
+PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching,
+                         HostTier* host)
     : block_size_(block_size),
       prefix_caching_(prefix_caching),
       pool_(num_blocks, block_size),
-      fill_(num_blocks, 0) {}
+      host_(host),
+      fill_(num_blocks, 0) {
+  CHECK(host == nullptr || prefix_caching == PrefixCaching::kEnabled);
+}
 
 void PagedPolicy::Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
                          std::vector<BlockHash>* hashes) const {
@@ -36,10 +40,51 @@ void PagedPolicy::Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>*
 }
 
 int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
-  std::vector<BlockId> blocks;
-  std::vector<BlockHash> hashes;
-  Lookup(prompt, &blocks, &hashes);
-  return static_cast<int32_t>(blocks.size()) * block_size_;
+  if (prefix_caching_ == PrefixCaching::kDisabled || prompt.empty()) return 0;
+  const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
+  BlockHash parent = kRootBlockHash;
+  int32_t found = 0;
+  for (; found < max_blocks; ++found) {
+    auto tokens = prompt.subspan(static_cast<size_t>(found) * block_size_, block_size_);
+    const BlockHash hash = HashBlock(parent, tokens);
+    if (!pool_.FindCached(hash, tokens).has_value() &&
+        (host_ == nullptr || !host_->Find(hash, tokens).has_value())) {
+      break;
+    }
+    parent = hash;
+  }
+  return found * block_size_;
+}
+
+void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
+  if (prompt.empty()) return;
+  const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
+  BlockHash parent = kRootBlockHash;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    auto tokens = prompt.subspan(static_cast<size_t>(i) * block_size_, block_size_);
+    const BlockHash hash = HashBlock(parent, tokens);
+    // Each hit is held at once: a later load's allocation must not evict it.
+    if (std::optional<BlockId> hit = pool_.FindCached(hash, tokens); hit.has_value()) {
+      Acquire(*hit);
+      seq.table.push_back(*hit);
+    } else {
+      std::optional<int32_t> slot = host_->Find(hash, tokens);
+      if (!slot.has_value() || pool_.num_free() == 0) break;
+      // A fresh block, filled by the load before any step reads it; it enters the pool's
+      // index now, as a block another sequence committed would.
+      const BlockId id = AllocateEmpty();
+      fill_[id.value] = block_size_;
+      num_tokens_stored_ += block_size_;
+      CHECK(pool_.Register(id, hash, tokens));
+      host_->NoteLoad(*slot);
+      transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoad,
+                                         .block = id,
+                                         .host_slot = *slot});
+      seq.table.push_back(id);
+    }
+    seq.hashes.push_back(hash);
+    parent = hash;
+  }
 }
 
 BlockId PagedPolicy::AllocateEmpty() {
@@ -67,8 +112,12 @@ void PagedPolicy::Drop(BlockId id) {
 }
 
 SeqResult PagedPolicy::Create(Sequence& seq, absl::Span<const int32_t> prompt) {
-  Lookup(prompt, &seq.table, &seq.hashes);
-  for (BlockId id : seq.table) Acquire(id);
+  if (host_ == nullptr) {
+    Lookup(prompt, &seq.table, &seq.hashes);
+    for (BlockId id : seq.table) Acquire(id);
+  } else {
+    LookupThroughHost(prompt, seq);
+  }
   const int32_t cached = static_cast<int32_t>(seq.table.size()) * block_size_;
   seq.tokens.assign(prompt.begin(), prompt.begin() + cached);
   seq.num_computed = cached;
@@ -143,6 +192,18 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
     // goes on regardless, so later blocks still hash by content.
     pool_.Register(seq.table[i], hash, tokens);
     seq.hashes.push_back(hash);
+    if (host_ != nullptr && host_->num_slots() > 0) {
+      // Write-through: the tier gets every computed block once (host_tier.h).
+      if (std::optional<int32_t> slot = host_->Find(hash, tokens); slot.has_value()) {
+        host_->Touch(*slot);
+      } else if (!host_->Contains(hash)) {
+        const HostTier::Stored stored = host_->Store(hash, tokens);
+        transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kStore,
+                                           .block = seq.table[i],
+                                           .host_slot = stored.slot,
+                                           .ticket = stored.ticket});
+      }
+    }
   }
 }
 

@@ -15,10 +15,12 @@
 #define FOLIO_SERVICES_CACHEMGR_PAGED_POLICY_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "services/cachemgr/allocation_policy.h"
 #include "services/cachemgr/block_pool.h"
+#include "services/cachemgr/host_tier.h"
 
 namespace folio::cachemgr {
 
@@ -26,7 +28,11 @@ class PagedPolicy final : public AllocationPolicy {
  public:
   enum class PrefixCaching { kDisabled, kEnabled };
 
-  PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching);
+  // `host` (may be null; must outlive the policy) is the offload tier below the pool:
+  // committed full blocks are stored there, and prefix lookups that miss the pool load
+  // from it. Requires prefix caching.
+  PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching,
+              HostTier* host = nullptr);
 
   int32_t CountCachedTokens(absl::Span<const int32_t> prompt) const override;
   SeqResult Create(Sequence& seq, absl::Span<const int32_t> prompt) override;
@@ -37,6 +43,7 @@ class PagedPolicy final : public AllocationPolicy {
   void Truncate(Sequence& seq, int32_t num_tokens) override;
   void Free(Sequence& seq) override;
   PoolStats Stats() const override;
+  std::vector<BlockTransfer> TakeTransfers() override { return std::move(transfers_); }
   const BlockPool* prefix_pool() const override { return &pool_; }
   absl::Status CheckInvariants(const SequenceMap& seqs) const override;
 
@@ -44,6 +51,9 @@ class PagedPolicy final : public AllocationPolicy {
   // Walks the prefix cache along `prompt`; fills `blocks` and `hashes` with the hits.
   void Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
               std::vector<BlockHash>* hashes) const;
+  // Create's lookup with a host tier: pool hits are attached, host hits get a fresh
+  // block and a load (while the pool has a free block); stops at the first miss in both.
+  void LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq);
   BlockId AllocateEmpty();
   // AddRef/Release that keep num_tokens_stored_ in step with blocks entering or leaving use.
   void Acquire(BlockId id);
@@ -52,6 +62,8 @@ class PagedPolicy final : public AllocationPolicy {
   const int32_t block_size_;
   const PrefixCaching prefix_caching_;
   BlockPool pool_;
+  HostTier* const host_;
+  std::vector<BlockTransfer> transfers_;  // decided since the last TakeTransfers
   std::vector<int32_t> fill_;  // [num_blocks]: tokens written into each block
   int64_t num_tokens_stored_ = 0;
   int64_t num_shared_refs_ = 0;  // PoolStats::num_shared_refs

@@ -38,7 +38,16 @@ StepRequest FromProto(const pb::CacheStepRequest& in) {
                                  .start_pos = g.start_pos(),
                                  .token_ids = {g.token_ids().begin(), g.token_ids().end()}});
   }
+  out.transfers_done = in.transfers_done();
   return out;
+}
+
+void ToProto(const BlockTransfer& in, pb::BlockTransfer* out) {
+  out->set_kind(in.kind == BlockTransfer::Kind::kStore ? pb::BlockTransfer::STORE
+                                                       : pb::BlockTransfer::LOAD);
+  out->set_block(in.block.value);
+  out->set_host_slot(in.host_slot);
+  out->set_ticket(in.ticket);
 }
 
 void ToProto(const SeqResult& in, pb::SequenceResult* out) {
@@ -99,6 +108,21 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
       blocks_used_peak(r->AddGauge("folio_cachemgr_blocks_used_peak",
                                    "The most KV blocks in use after any step since the pool "
                                    "was configured.")),
+      host_blocks_total(r->AddGauge("folio_cachemgr_host_blocks_capacity",
+                                    "Blocks the host-memory KV tier holds (0: no tier).")),
+      host_blocks_used(r->AddGauge("folio_cachemgr_host_blocks_used",
+                                   "Blocks of the host-memory KV tier holding a cached block.")),
+      host_stores(r->AddCounter("folio_cachemgr_host_stores_total",
+                                "Computed blocks written through to the host-memory tier.")),
+      host_loads(r->AddCounter("folio_cachemgr_host_loads_total",
+                               "Blocks a prefix lookup loaded back from the host-memory tier "
+                               "instead of recomputing them.")),
+      host_evictions(r->AddCounter("folio_cachemgr_host_evictions_total",
+                                   "Host-tier entries dropped to make room (least recently "
+                                   "used first).")),
+      host_dropped(r->AddCounter("folio_cachemgr_host_dropped_unconfirmed_total",
+                                 "Host-tier stores dropped at a reset because no answered "
+                                 "step confirmed them.")),
       step_errors(r->AddCounterFamily("folio_cachemgr_step_errors_total",
                                       "Step RPCs rejected, by gRPC status code.", {"code"})),
       step_latency(r->AddHistogram("folio_cachemgr_step_latency_seconds",
@@ -132,11 +156,27 @@ void CacheManagerService::RefreshGauges() {
   metrics_.sequences.Set(static_cast<double>(s.num_sequences));
   metrics_.shared_refs.Set(static_cast<double>(s.pool.num_shared_refs));
   metrics_.blocks_used_peak.Set(s.num_blocks_used_peak);
+  metrics_.host_blocks_total.Set(s.host.num_slots);
+  metrics_.host_blocks_used.Set(s.host.num_used);
+  // The tier's own counts start again when it is built anew: count what is new since the
+  // last look.
+  auto add = [](Counter& counter, int64_t now, int64_t* last) {
+    counter.Increment(static_cast<double>(now >= *last ? now - *last : now));
+    *last = now;
+  };
+  add(metrics_.host_stores, s.host.num_stores, &host_seen_.num_stores);
+  add(metrics_.host_loads, s.host.num_loads, &host_seen_.num_loads);
+  add(metrics_.host_evictions, s.host.num_evictions, &host_seen_.num_evictions);
+  add(metrics_.host_dropped, s.host.num_dropped_unconfirmed, &host_seen_.num_dropped_unconfirmed);
 }
 
 absl::Status CacheManagerService::Configure(const CacheConfig& config) {
-  auto manager = KvCacheManager::Create(config);
-  if (!manager.ok()) return manager.status();
+  if (config.host_blocks < 0 || config.host_blocks > kMaxHostBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat("host_tier_blocks must be in [0, ",
+                                                   kMaxHostBlocks, "], got ",
+                                                   config.host_blocks));
+  }
+  bool kept = false;
   {
     absl::MutexLock lock(&mu_);
     if (manager_ != nullptr && manager_->Stats().num_sequences > 0) {
@@ -144,11 +184,33 @@ absl::Status CacheManagerService::Configure(const CacheConfig& config) {
           "the pool has ", manager_->Stats().num_sequences,
           " live sequences; call Reset before configuring a new pool"));
     }
+    // The host tier outlives the pool while it still describes the same segments.
+    std::shared_ptr<HostTier> host;
+    if (config.host_blocks > 0) {
+      const std::shared_ptr<HostTier>& old =
+          manager_ == nullptr ? nullptr : manager_->host_tier();
+      if (old != nullptr && old->num_slots() == config.host_blocks &&
+          old->id() == config.host_tier_id &&
+          manager_->config().block_size == config.block_size) {
+        old->DropUnconfirmed();
+        host = old;
+        kept = true;
+      } else {
+        host = std::make_shared<HostTier>(config.host_blocks, config.block_size,
+                                          config.host_tier_id);
+      }
+    }
+    auto manager = KvCacheManager::Create(config, host);
+    if (!manager.ok()) return manager.status();
     manager_ = std::move(*manager);
     ++pool_generation_;
   }
   LOG(INFO) << "pool configured: " << config.num_blocks << " blocks of " << config.block_size
-            << " tokens, policy " << PolicyKindName(config.policy);
+            << " tokens, policy " << PolicyKindName(config.policy)
+            << (config.host_blocks > 0
+                    ? absl::StrCat("; host tier of ", config.host_blocks, " blocks (segment ",
+                                   config.host_tier_id, kept ? ", kept" : ", new", ")")
+                    : std::string());
   if (on_configured_) on_configured_();
   return absl::OkStatus();
 }
@@ -167,6 +229,8 @@ grpc::ServerUnaryReactor* CacheManagerService::Configure(grpc::CallbackServerCon
     config.prefix_caching = PagedPolicy::PrefixCaching::kDisabled;
   }
   if (request->round_to_power_of_two()) config.rounding = ContiguousPolicy::Rounding::kPowerOfTwo;
+  config.host_blocks = request->host_tier_blocks();
+  config.host_tier_id = request->host_tier_id();
   if (absl::Status fenced = fence_.Admit(request->scheduler_epoch(), "Configure"); !fenced.ok()) {
     LOG(WARNING) << fenced;
     return Finish(ctx, fenced);
@@ -226,6 +290,7 @@ absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
     count(r);
     ToProto(r, response.add_grants());
   }
+  for (const BlockTransfer& t : result->transfers) ToProto(t, response.add_transfers());
   return response;
 }
 
@@ -274,6 +339,15 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
   response->set_num_forks(s.num_forks);
   response->set_num_shared_block_refs(s.pool.num_shared_refs);
   response->set_num_blocks_used_peak(s.num_blocks_used_peak);
+  if (manager_->host_tier() != nullptr) {
+    response->set_host_tier_blocks_total(s.host.num_slots);
+    response->set_host_tier_blocks_used(s.host.num_used);
+    response->set_host_tier_stores(s.host.num_stores);
+    response->set_host_tier_loads(s.host.num_loads);
+    response->set_host_tier_evictions(s.host.num_evictions);
+    response->set_host_tier_dropped_unconfirmed(s.host.num_dropped_unconfirmed);
+    response->set_host_tier_id(manager_->host_tier()->id());
+  }
   return Finish(ctx, absl::OkStatus());
 }
 
@@ -288,10 +362,27 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
   if (manager_ == nullptr) {
     return Finish(ctx, absl::FailedPreconditionError("the block pool is not configured yet"));
   }
-  // A fresh manager with the same configuration: every block free, no cached prefix.
-  manager_ = *KvCacheManager::Create(manager_->config());
+  // A fresh manager with the same configuration: every block free, no cached prefix. The
+  // host tier stays (its bytes are in segments that outlive the workers), less the stores
+  // never confirmed; a new segment id means its bytes are gone.
+  CacheConfig config = manager_->config();
+  std::shared_ptr<HostTier> host = manager_->host_tier();
+  std::string tier;
+  if (host != nullptr) {
+    if (!request->host_tier_id().empty() && request->host_tier_id() != host->id()) {
+      tier = absl::StrCat("; host tier emptied (segment ", host->id(), " -> ",
+                          request->host_tier_id(), ")");
+      host = std::make_shared<HostTier>(host->num_slots(), config.block_size,
+                                        request->host_tier_id());
+      config.host_tier_id = request->host_tier_id();
+    } else {
+      host->DropUnconfirmed();
+      tier = absl::StrCat("; host tier kept: ", host->Stats().num_used, " blocks");
+    }
+  }
+  manager_ = *KvCacheManager::Create(config, std::move(host));
   ++pool_generation_;
-  LOG(INFO) << "pool reset";
+  LOG(INFO) << "pool reset" << tier;
   return Finish(ctx, absl::OkStatus());
 }
 

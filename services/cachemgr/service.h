@@ -65,6 +65,12 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
     Counter& forks;
     Gauge& shared_refs;
     Gauge& blocks_used_peak;
+    Gauge& host_blocks_total;
+    Gauge& host_blocks_used;
+    Counter& host_stores;
+    Counter& host_loads;
+    Counter& host_evictions;
+    Counter& host_dropped;
     Family<Counter>& step_errors;
     Histogram& step_latency;
   };
@@ -79,6 +85,7 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   std::function<void()> on_configured_;
   absl::Mutex mu_;
   std::unique_ptr<KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
+  HostTierStats host_seen_ ABSL_GUARDED_BY(mu_);  // the counts the metrics last saw
   // Counts the pools built (Configure and Reset each build one): with the incarnation,
   // the pool id of GetBlockEvents.
   int64_t pool_generation_ ABSL_GUARDED_BY(mu_) = 0;

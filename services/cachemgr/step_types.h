@@ -73,6 +73,9 @@ struct StepRequest {
   std::vector<ForkOp> forks;
   std::vector<CreateOp> creates;
   std::vector<GrantOp> grants;
+  // The host tier (host_tier.h): the highest store ticket the workers have executed (a
+  // step carrying it answered). 0: nothing to report.
+  uint64_t transfers_done = 0;
 };
 
 enum class SeqStatus {
@@ -96,6 +99,9 @@ struct StepResponse {
   std::vector<SeqResult> forks;    // one per ForkOp, in order
   std::vector<SeqResult> creates;  // one per CreateOp, in order
   std::vector<SeqResult> grants;   // one per GrantOp, in order
+  // Host tier stores (from commits) and loads (from creates' prefix lookups), in the
+  // order they were decided: the workers run them in this order, before the copies.
+  std::vector<BlockTransfer> transfers;
 };
 
 }  // namespace folio::cachemgr

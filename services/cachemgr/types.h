@@ -37,6 +37,18 @@ struct BlockCopy {
   bool operator==(const BlockCopy&) const = default;
 };
 
+// KV moving between the pool and the host offload tier (host_tier.h), for the workers
+// to run in the order given, before the step's block copies: a store copies pool block
+// `block` into host slot `host_slot`, a load copies the slot into the block.
+struct BlockTransfer {
+  enum class Kind { kStore, kLoad };
+  Kind kind = Kind::kStore;
+  BlockId block;
+  int32_t host_slot = 0;
+  uint64_t ticket = 0;  // stores: the host tier's ticket (StepRequest::transfers_done)
+  bool operator==(const BlockTransfer&) const = default;
+};
+
 }  // namespace folio::cachemgr
 
 #endif  // FOLIO_SERVICES_CACHEMGR_TYPES_H_

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
@@ -85,6 +86,7 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
     out->set_start_pos(g.start_pos);
     out->mutable_token_ids()->Add(g.token_ids.begin(), g.token_ids.end());
   }
+  req.set_transfers_done(request.transfers_done);
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout_);
   pb::CacheStepResponse resp;
@@ -94,6 +96,14 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
   for (const auto& r : resp.forks()) out.forks.push_back(FromProto(r));
   for (const auto& r : resp.creates()) out.creates.push_back(FromProto(r));
   for (const auto& r : resp.grants()) out.grants.push_back(FromProto(r));
+  for (const pb::BlockTransfer& t : resp.transfers()) {
+    out.transfers.push_back(cachemgr::BlockTransfer{
+        .kind = t.kind() == pb::BlockTransfer::STORE ? cachemgr::BlockTransfer::Kind::kStore
+                                                     : cachemgr::BlockTransfer::Kind::kLoad,
+        .block = cachemgr::BlockId{t.block()},
+        .host_slot = t.host_slot(),
+        .ticket = t.ticket()});
+  }
   if (out.forks.size() != request.forks.size() || out.creates.size() != request.creates.size() ||
       out.grants.size() != request.grants.size()) {
     return absl::InternalError("cache manager answered a different number of results");
@@ -114,6 +124,27 @@ void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
                                        const std::string& incarnation_id) {
   configure_ = configure;
   incarnation_id_ = incarnation_id;
+}
+
+absl::Status GrpcCacheClient::SetHostTier(const std::string& id) {
+  if (configure_.host_tier_blocks() == 0 || id == configure_.host_tier_id()) {
+    return absl::OkStatus();
+  }
+  pb::ResetRequest reset_request;
+  reset_request.set_scheduler_epoch(epoch_);
+  reset_request.set_host_tier_id(id);
+  pb::ResetResponse reset;
+  grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
+    return stub_->Reset(ctx, reset_request, &reset);
+  });
+  if (!s.ok()) {
+    if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
+    return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
+  }
+  LOG(WARNING) << "the workers' host KV segments are new (" << id << ", were "
+               << configure_.host_tier_id() << "): the host tier starts empty";
+  configure_.set_host_tier_id(id);
+  return absl::OkStatus();
 }
 
 template <typename Call>
@@ -185,6 +216,12 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     pb::BlockCopy* out = req.add_copies();
     out->set_src(c.src_block);
     out->set_dst(c.dst_block);
+  }
+  for (const worker::HostTransfer& t : step.host_transfers) {
+    pb::BlockTransfer* out = req.add_transfers();
+    out->set_kind(t.store ? pb::BlockTransfer::STORE : pb::BlockTransfer::LOAD);
+    out->set_block(t.block);
+    out->set_host_slot(t.host_slot);
   }
   for (const worker::SequenceStep& s : step.seqs) {
     pb::StepSequence* out = req.add_sequences();
@@ -359,7 +396,16 @@ absl::Status GrpcWorkerClient::AllocateEveryRank(absl::Time deadline) {
       [&](int rank, grpc::ClientContext* ctx, std::function<void(grpc::Status)> done) {
         stubs_[rank]->async()->AllocateKvCache(ctx, &req, &resps[rank], std::move(done));
       });
-  return FirstFailure(status, "AllocateKvCache");
+  if (absl::Status s = FirstFailure(status, "AllocateKvCache"); !s.ok()) return s;
+  std::vector<std::string> ids;
+  int32_t blocks = resps.empty() ? 0 : resps[0].kv_host_blocks();
+  for (const pb::AllocateKvCacheResponse& r : resps) {
+    blocks = std::min(blocks, r.kv_host_blocks());
+    ids.push_back(r.kv_host_segment_id());
+  }
+  host_blocks_ = blocks;
+  host_tier_id_ = blocks > 0 ? absl::StrJoin(ids, ",") : "";
+  return absl::OkStatus();
 }
 
 absl::Status GrpcWorkerClient::Restore() {

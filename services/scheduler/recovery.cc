@@ -102,6 +102,10 @@ bool Recovery::Poll(absl::Time now) {
   restore_thread_ = std::thread([this, attempt = attempt_.get(), cache_done = cache_restored_] {
     attempt->cache = cache_done ? absl::OkStatus() : cache_->Restore();
     if (attempt->cache.ok()) attempt->workers = workers_->Restore();
+    if (attempt->cache.ok() && attempt->workers.ok()) {
+      // A worker that came back with a new host segment: the tier's index goes too.
+      attempt->workers = cache_->SetHostTier(workers_->host_tier_id());
+    }
     attempt->done.Notify();
   });
   return true;

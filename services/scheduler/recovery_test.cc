@@ -8,6 +8,8 @@
 // scheduler fenced by a newer one ends its requests, resumable, and takes no more.
 #include "services/scheduler/recovery.h"
 
+#include <unistd.h>
+
 #include <map>
 
 #include "common/stream_resume.h"
@@ -31,8 +33,12 @@ using ::testing::HasSubstr;
 // recovery calls Restore on its restore thread while the test looks on.
 class RestartableCache final : public CacheClient {
  public:
-  explicit RestartableCache(const cachemgr::CacheConfig& config)
-      : config_(config), manager_(*cachemgr::KvCacheManager::Create(config)) {}
+  // `host`: the host KV tier's index (may be null), kept across resets as the cache
+  // manager's service keeps it.
+  explicit RestartableCache(const cachemgr::CacheConfig& config,
+                            std::shared_ptr<cachemgr::HostTier> host = nullptr)
+      : config_(config), host_(std::move(host)),
+        manager_(*cachemgr::KvCacheManager::Create(config, host_)) {}
 
   void Kill() {
     absl::MutexLock lock(&mu_);
@@ -40,7 +46,11 @@ class RestartableCache final : public CacheClient {
   }
   void Restart() {
     absl::MutexLock lock(&mu_);
-    manager_ = *cachemgr::KvCacheManager::Create(config_);
+    if (host_ != nullptr) {  // a new process: the index is gone, the segments not
+      host_ = std::make_shared<cachemgr::HostTier>(host_->num_slots(), config_.block_size,
+                                                   host_->id());
+    }
+    manager_ = *cachemgr::KvCacheManager::Create(config_, host_);
     alive_ = true;
   }
   // Kills the process when the next Step has `steps` calls before it.
@@ -79,7 +89,8 @@ class RestartableCache final : public CacheClient {
     if (!alive_) return absl::UnavailableError("cache manager: Connection refused");
     if (fenced_) return Fenced();
     ++restores_;
-    manager_ = *cachemgr::KvCacheManager::Create(config_);  // reset: empty, no prefixes
+    if (host_ != nullptr) host_->DropUnconfirmed();  // as CacheManagerService::Reset
+    manager_ = *cachemgr::KvCacheManager::Create(config_, host_);  // reset: empty, no prefixes
     return absl::OkStatus();
   }
 
@@ -91,6 +102,7 @@ class RestartableCache final : public CacheClient {
   }
   const cachemgr::CacheConfig config_;
   absl::Mutex mu_;
+  std::shared_ptr<cachemgr::HostTier> host_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<cachemgr::KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
   int kill_after_ ABSL_GUARDED_BY(mu_) = -1;
@@ -102,9 +114,17 @@ class RestartableCache final : public CacheClient {
 // only a real recompute gives the right tokens. Thread-safe, as RestartableCache.
 class RestartableWorker final : public WorkerClient {
  public:
-  RestartableWorker(const worker::ModelWeights& weights, const worker::CpuModelRunnerOptions& o)
-      : weights_(weights), options_(o) {
+  // `host_segment`: the host KV tier's segment name ("" for none), opened again by every
+  // restart as a restarted worker process would.
+  RestartableWorker(const worker::ModelWeights& weights, const worker::CpuModelRunnerOptions& o,
+                    std::string host_segment = "", int32_t host_blocks = 0)
+      : weights_(weights), options_(o), host_segment_(std::move(host_segment)),
+        host_blocks_(host_blocks) {
     Restart();
+  }
+  std::string host_id() {
+    absl::MutexLock lock(&mu_);
+    return host_ == nullptr ? "" : host_->id();
   }
   void Restart() {
     absl::MutexLock lock(&mu_);
@@ -138,6 +158,12 @@ class RestartableWorker final : public WorkerClient {
     absl::MutexLock lock(&mu_);
     if (kill_after_ >= 0 && kill_after_-- == 0) alive_ = false;
     if (!alive_) return absl::UnavailableError("worker rank 0 of 1: Socket closed");
+    if (!step.host_transfers.empty()) {
+      if (host_ == nullptr) return absl::FailedPreconditionError("no host KV segment");
+      if (absl::Status s = runner_->TransferHostBlocks(step.host_transfers, *host_); !s.ok()) {
+        return s;
+      }
+    }
     return runner_->Execute(step);
   }
   absl::Status Restore() override {
@@ -161,12 +187,22 @@ class RestartableWorker final : public WorkerClient {
  private:
   void RestartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     runner_ = *worker::CpuModelRunner::Create(weights_, options_);
+    if (!host_segment_.empty()) {
+      host_.reset();
+      const int64_t per_block = runner_->kv_cache().bytes_per_block();
+      host_ = *worker::HostKvSegment::Open(
+          host_segment_, worker::HostKvSegment::kHeaderBytes + host_blocks_ * per_block,
+          per_block, "stories260K");
+    }
     alive_ = true;
   }
 
   const worker::ModelWeights& weights_;
   const worker::CpuModelRunnerOptions options_;
+  const std::string host_segment_;
+  const int32_t host_blocks_;
   absl::Mutex mu_;
+  std::unique_ptr<worker::HostKvSegment> host_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<worker::CpuModelRunner> runner_ ABSL_GUARDED_BY(mu_);
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
   int kill_after_ ABSL_GUARDED_BY(mu_) = -1;
@@ -213,10 +249,21 @@ class RecoveryTest : public ::testing::Test {
     ro.kv_cache_bytes = int64_t{64} << 20;
     ro.max_num_blocks = kNumBlocks;
     ro.num_threads = 2;
-    worker_ = std::make_unique<RestartableWorker>(*weights_, ro);
-    cache_ = std::make_unique<RestartableCache>(cachemgr::CacheConfig{
-        .policy = cachemgr::PolicyKind::kPaged, .num_blocks = kNumBlocks,
-        .block_size = kBlockSize});
+    const std::string segment =
+        host_blocks_ > 0 ? "folio-recovery-test-" + std::to_string(getpid()) : "";
+    // A fresh segment (zeros) for each run: bytes an earlier run left in a slot must not
+    // stand in for a store that was lost.
+    worker_.reset();
+    if (!segment.empty()) EXPECT_TRUE(worker::HostKvSegment::Unlink(segment).ok());
+    worker_ = std::make_unique<RestartableWorker>(*weights_, ro, segment, host_blocks_);
+    std::shared_ptr<cachemgr::HostTier> host;
+    if (host_blocks_ > 0) {
+      host = std::make_shared<cachemgr::HostTier>(host_blocks_, kBlockSize, worker_->host_id());
+    }
+    cache_ = std::make_unique<RestartableCache>(
+        cachemgr::CacheConfig{.policy = cachemgr::PolicyKind::kPaged, .num_blocks = kNumBlocks,
+                              .block_size = kBlockSize},
+        host);
     SchedulerOptions options;
     options.block_size = kBlockSize;
     options.max_num_batched_tokens = 64;
@@ -308,7 +355,17 @@ class RecoveryTest : public ::testing::Test {
     return Run(Mix());
   }
 
+  void TearDown() override {
+    scheduler_.reset();
+    worker_.reset();
+    if (host_blocks_ > 0) {
+      EXPECT_TRUE(
+          worker::HostKvSegment::Unlink("folio-recovery-test-" + std::to_string(getpid())).ok());
+    }
+  }
+
   bool speculative_ = false;  // Make: n-gram speculative decoding on
+  int32_t host_blocks_ = 0;   // Make: a host KV tier of this many blocks
   std::optional<std::string> dir_;
   std::unique_ptr<worker::ModelWeights> weights_;
   std::unique_ptr<MetricsRegistry> registry_;
@@ -388,6 +445,42 @@ TEST_F(RecoveryTest, SpeculativeStreamsSurviveAWorkerLoss) {
     ExpectPoolFull();
     EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
     EXPECT_GT(Metric("folio_scheduler_speculative_accepted_tokens_total"), 0);
+  }
+}
+
+// The host KV tier through a worker loss: the stores of the step that failed are never
+// confirmed and the reset drops them (their bytes may never have been written); what the
+// tier holds is loaded back by the recomputes, and every stream continues exactly.
+TEST_F(RecoveryTest, WithAHostTierStreamsSurviveAWorkerLossAndLoadWhatWasStored) {
+  // The whole mix (n > 1 and beams step synchronously), then its greedy and sampled
+  // requests alone, which pipeline: there a step's successor is planned, and its cache
+  // RPC sent, before the step's answer says whether its stores ran.
+  for (const bool pipelined_only : {false, true}) {
+    std::vector<RequestSpec> specs;
+    for (const RequestSpec& s : Mix()) {
+      if (!pipelined_only || (s.n == 1 && s.beam_width == 0)) specs.push_back(s);
+    }
+    host_blocks_ = 0;
+    Make();
+    const std::vector<Choices> want = Run(specs);
+    host_blocks_ = 256;
+    int64_t loads = 0;
+    int64_t dropped = 0;
+    for (int kill_after : {6, 12, 25, 33}) {
+      SCOPED_TRACE(absl::StrCat(pipelined_only ? "pipelined, " : "", "killed after ",
+                                kill_after, " steps"));
+      Make();
+      worker_->KillAfter(kill_after);
+      worker_->RestartAfterProbes(3);
+      const std::vector<Choices> got = Run(specs);
+      ExpectSameStreams(want, got);
+      ExpectPoolFull();
+      EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
+      loads += cache_->Stats().host.num_loads;
+      dropped += cache_->Stats().host.num_dropped_unconfirmed;
+    }
+    EXPECT_GT(loads, 0) << "the recomputes should have found blocks in the tier";
+    EXPECT_GT(dropped, 0) << "some lost step should have carried stores";
   }
 }
 

@@ -149,7 +149,18 @@ absl::StatusOr<cachemgr::StepResponse> RequestState::CacheStep(cachemgr::StepReq
   pending_commits.clear();
   pending_truncates.clear();
   pending_frees.clear();
-  return cache_->Step(request);
+  request.transfers_done = transfers_done;
+  absl::StatusOr<cachemgr::StepResponse> response = cache_->Step(request);
+  if (response.ok()) {
+    for (const cachemgr::BlockTransfer& t : response->transfers) {
+      pending_transfers.push_back(worker::HostTransfer{
+          .store = t.kind == cachemgr::BlockTransfer::Kind::kStore,
+          .block = t.block.value,
+          .host_slot = t.host_slot});
+      pending_transfers_ticket = std::max(pending_transfers_ticket, t.ticket);
+    }
+  }
+  return response;
 }
 
 void RequestState::Flush() {
@@ -257,6 +268,7 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
   pending_truncates.clear();
   pending_forks.clear();
   pending_copies.clear();
+  pending_transfers.clear();  // the cache manager's reset drops their unconfirmed stores
 }
 
 void RequestState::Preempt(Request* victim) {

@@ -131,6 +131,13 @@ class RequestState {
   std::vector<cachemgr::SeqId> pending_frees;
   std::vector<PendingFork> pending_forks;         // applied at the end of the step
   std::vector<worker::BlockCopy> pending_copies;  // from forks, run with the next step
+  // The host KV tier (services/cachemgr/host_tier.h): stores and loads the cache manager
+  // decided, in its order, for the next step sent to the workers; the newest store ticket
+  // among them; and the newest ticket a step the workers answered carried (reported with
+  // every cache RPC, so the cache manager knows which stores are really written).
+  std::vector<worker::HostTransfer> pending_transfers;
+  uint64_t pending_transfers_ticket = 0;
+  uint64_t transfers_done = 0;
   // Set by Lose(), cleared by recovery once the processes are set up again: no step runs
   // meanwhile.
   std::optional<Loss> loss;

@@ -194,7 +194,27 @@ void Scheduler::Run() {
 
 bool Scheduler::HasWork() const {
   return !state_.running.empty() || !state_.waiting.empty() || state_.HasPendingCacheOps() ||
-         recovery_.active() || inflight_.has_value();
+         !state_.pending_transfers.empty() || recovery_.active() || inflight_.has_value();
+}
+
+void Scheduler::SendTransfers() {
+  if (state_.pending_transfers.empty() || state_.loss.has_value() || inflight_.has_value()) {
+    return;
+  }
+  PlannedStep plan;
+  planner_.TakeTransfers(&plan);
+  absl::StatusOr<worker::StepOutput> output = workers_->Execute(plan.input, {});
+  if (!output.ok()) {
+    if (IsFenced(output.status())) {
+      state_.Lose(LostService::kWorker, output.status());
+      return;
+    }
+    state_.Lose(LostService::kWorker,
+                absl::UnavailableError(absl::StrCat("worker step of host KV transfers failed: ",
+                                                    output.status().message())));
+    return;
+  }
+  state_.transfers_done = std::max(state_.transfers_done, plan.transfers_ticket);
 }
 
 bool Scheduler::RunOnce() {
@@ -211,9 +231,10 @@ bool Scheduler::RunOnce() {
   } else if (inflight_.has_value() || !state_.running.empty() || !state_.waiting.empty()) {
     did = true;
     Step();
-  } else if (state_.HasPendingCacheOps()) {
+  } else if (state_.HasPendingCacheOps() || !state_.pending_transfers.empty()) {
     did = true;
     state_.Flush();
+    SendTransfers();
   }
   Publish();
   return did;
@@ -239,6 +260,7 @@ bool Scheduler::Fence() {
   state_.pending_truncates.clear();
   state_.pending_forks.clear();
   state_.pending_copies.clear();
+  state_.pending_transfers.clear();
   return true;
 }
 
@@ -265,6 +287,7 @@ void Scheduler::Step() {
     if (state_.loss.has_value()) return;  // recovery takes over at the next iteration
     if (plan.batch.empty()) {
       state_.Flush();
+      SendTransfers();
       return;
     }
     Launch(std::move(plan), nullptr, nullptr);
@@ -325,6 +348,7 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   }
   InflightStep step;
   step.start = absl::Now();
+  step.transfers_ticket = plan.transfers_ticket;
   // A branch that may speculate next step needs this step's answer first.
   const bool small_batch = plan.speculative_batch;
   for (size_t i = 0; i < plan.batch.size(); ++i) {
@@ -381,6 +405,8 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
                     absl::StrCat("worker step failed: ", output.status().message())));
     return;
   }
+  // Its host-tier transfers ran before it: the stores among them are written.
+  state_.transfers_done = std::max(state_.transfers_done, step.transfers_ticket);
   if (state_.loss.has_value()) return;  // everything it computed is recomputed
   if (absl::Status s = CheckAnswer(step, *output); !s.ok()) {
     // A worker bug (a step planned ahead was not sent on it): nothing to recompute from.

@@ -137,7 +137,12 @@ class Scheduler {
     std::vector<Seq> seqs;        // as the step's input.seqs
     bool pipelined = true;        // every branch it samples can go on before its answer
     absl::Time start;
+    uint64_t transfers_ticket = 0;  // PlannedStep's: confirmed once the step answers
   };
+  // Nothing to step, but host-tier transfers wait (stores of a request that just ended):
+  // a step of transfers alone runs them now, so the tier holds the blocks even if the
+  // worker is lost before the next request.
+  void SendTransfers();
   // Sends `plan` to the workers; `previous` (with its `output`), when given, is the step
   // whose samples the plan's pending tokens are.
   void Launch(PlannedStep plan, const InflightStep* previous,

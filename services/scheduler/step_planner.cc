@@ -30,12 +30,19 @@ PlannedStep StepPlanner::Plan() {
       plan.input.block_copies.push_back({c.src.value, c.dst.value});
     }
   }
+  TakeTransfers(&plan);
   for (const Granted& g : plan.batch) {
     plan.request_ids.push_back(g.request->spec.request_id);
     plan.input.seqs.push_back(MakeStep(*g.request, g));
     plan.num_tokens += g.num_tokens;
   }
   return plan;
+}
+
+void StepPlanner::TakeTransfers(PlannedStep* plan) {
+  plan->input.host_transfers = std::move(state_->pending_transfers);
+  state_->pending_transfers.clear();
+  plan->transfers_ticket = state_->pending_transfers_ticket;
 }
 
 void StepPlanner::FailCache(const absl::Status& status) {
@@ -187,7 +194,9 @@ std::vector<Granted> StepPlanner::AdmitWaiting(int32_t* budget,
     if (used + r->width() > slots || static_cast<int32_t>(candidates.size()) >= *budget) break;
     candidates.push_back(r);
     used += r->width();
+    if (admit_head_alone_) break;
   }
+  admit_head_alone_ = false;
   if (candidates.empty()) return {};
 
   // First the root sequences, with their prefix lookups; their cached tokens decide the
@@ -261,6 +270,10 @@ std::vector<Granted> StepPlanner::AdmitWaiting(int32_t* budget,
     copies->grants.push_back(res);
     granted.push_back(want[i]);
   }
+  // The head was refused while later candidates held cached blocks their prefix lookups
+  // attached: next time the head is looked up alone, or those lookups could starve it
+  // for ever (the same candidates, the same blocks, every iteration).
+  if (first_refused == 0 && admitted.size() > 1) admit_head_alone_ = true;
   // Requests past the first refusal go back to waiting, their sequences freed.
   for (size_t i = first_refused; i < admitted.size(); ++i) {
     Branch& root = admitted[i]->branches[0];

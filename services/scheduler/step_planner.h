@@ -40,6 +40,8 @@ struct PlannedStep {
   // Speculation is on and the step's decoding branches were few enough to carry
   // proposals (SpeculativeOptions::max_batch): the next step likely is too.
   bool speculative_batch = false;
+  // The newest host-tier store ticket input.host_transfers carries (0: none).
+  uint64_t transfers_ticket = 0;
 };
 
 class StepPlanner {
@@ -52,6 +54,10 @@ class StepPlanner {
   // running request back in the queue). A non-empty batch carries the pending fork copies and
   // this step's copy-on-write copies in input.block_copies.
   PlannedStep Plan();
+
+  // Moves the host-tier transfers the cache manager decided so far into `plan` (Plan does
+  // it for every step it plans; a step of transfers alone carries them when nothing runs).
+  void TakeTransfers(PlannedStep* plan);
 
   // How many tokens branch `i` of `r` computes next (before the budget): up to its end,
   // or up to the end of the prompt while other branches wait to fork from the root.
@@ -73,6 +79,9 @@ class StepPlanner {
   void FailCache(const absl::Status& status);
 
   RequestState* const state_;
+  // The last admission refused its head while later candidates held blocks: the next one
+  // tries the head alone (AdmitWaiting).
+  bool admit_head_alone_ = false;
 };
 
 }  // namespace folio::scheduler

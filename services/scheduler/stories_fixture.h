@@ -6,6 +6,8 @@
 #ifndef FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 #define FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 
+#include <unistd.h>
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,11 +44,19 @@ struct Choices {
 // Passes steps to a runner and keeps every sequence step that sampled.
 class RecordingWorker final : public WorkerClient {
  public:
-  explicit RecordingWorker(worker::ModelRunner* runner) : runner_(runner) {}
+  // `host`: the host KV tier's segment (may be null).
+  explicit RecordingWorker(worker::ModelRunner* runner, const worker::HostKvSegment* host = nullptr)
+      : runner_(runner), host_(host) {}
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>&) override {
     for (const worker::SequenceStep& s : step.seqs) {
       if (s.num_samples > 0) sampled.push_back(s);
+    }
+    if (!step.host_transfers.empty()) {
+      if (host_ == nullptr) return absl::FailedPreconditionError("no host KV segment");
+      if (absl::Status s = runner_->TransferHostBlocks(step.host_transfers, *host_); !s.ok()) {
+        return s;
+      }
     }
     return runner_->Execute(step);
   }
@@ -55,6 +65,7 @@ class RecordingWorker final : public WorkerClient {
 
  private:
   worker::ModelRunner* runner_;
+  const worker::HostKvSegment* host_;
 };
 
 class StoriesSchedulerTest : public ::testing::Test {
@@ -65,8 +76,21 @@ class StoriesSchedulerTest : public ::testing::Test {
     weights_ = worker::testing::LoadOrDie(*dir_ + "/stories260K/stories260K.gguf");
   }
 
-  // A fresh scheduler, cache manager and runner (tp_size > 1: ranks on threads).
-  void Make(int32_t num_blocks, int32_t tp_size = 1, SchedulerOptions options = {}) {
+  void TearDown() override {
+    scheduler_.reset();
+    if (host_ != nullptr) {
+      const std::string name = host_->name();
+      host_.reset();
+      ASSERT_TRUE(worker::HostKvSegment::Unlink(name).ok());
+    }
+  }
+
+  // A fresh scheduler, cache manager and runner (tp_size > 1: ranks on threads). With
+  // host_blocks > 0 a host KV tier of that many blocks: its segment (this test's own) is
+  // opened again as a restarted worker would, and its index is kept in host_tier_, so
+  // the tier outlives the rest as in a cluster.
+  void Make(int32_t num_blocks, int32_t tp_size = 1, SchedulerOptions options = {},
+            int32_t host_blocks = 0) {
     scheduler_.reset();
     worker::CpuModelRunnerOptions ro;
     ro.block_size = 16;
@@ -80,10 +104,25 @@ class StoriesSchedulerTest : public ::testing::Test {
       runner_ = *worker::CpuModelRunner::Create(*weights_, ro);
     }
     ASSERT_EQ(runner_->num_blocks(), num_blocks);
+    if (host_blocks > 0) {
+      ASSERT_EQ(tp_size, 1) << "the host tier fixture runs one rank";
+      const int64_t per_block =
+          static_cast<worker::CpuModelRunner&>(*runner_).kv_cache().bytes_per_block();
+      host_.reset();
+      host_ = *worker::HostKvSegment::Open(
+          "folio-test-" + std::to_string(getpid()), worker::HostKvSegment::kHeaderBytes +
+          host_blocks * per_block, per_block, "stories260K");
+      if (host_tier_ == nullptr || host_tier_->id() != host_->id()) {
+        host_tier_ = std::make_shared<cachemgr::HostTier>(host_blocks, 16, host_->id());
+      } else {
+        host_tier_->DropUnconfirmed();  // what the cache manager's Reset does
+      }
+    }
     manager_ = *cachemgr::KvCacheManager::Create(
-        cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = 16});
+        cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = 16},
+        host_blocks > 0 ? host_tier_ : nullptr);
     cache_client_ = std::make_unique<LocalCacheClient>(manager_.get());
-    worker_ = std::make_unique<RecordingWorker>(runner_.get());
+    worker_ = std::make_unique<RecordingWorker>(runner_.get(), host_.get());
     options.block_size = 16;
     options.max_model_len = weights_->config.max_seq_len;
     options.vocab_size = weights_->config.vocab_size;
@@ -170,6 +209,8 @@ class StoriesSchedulerTest : public ::testing::Test {
   std::unique_ptr<LocalCacheClient> cache_client_;
   std::unique_ptr<RecordingWorker> worker_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<worker::HostKvSegment> host_;   // Make(..., host_blocks)
+  std::shared_ptr<cachemgr::HostTier> host_tier_;
   int next_id_ = 0;
 };
 

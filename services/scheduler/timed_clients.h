@@ -41,6 +41,7 @@ class TimedCacheClient final : public CacheClient {
   absl::Status Reset() override;
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
+  absl::Status SetHostTier(const std::string& id) override { return inner_->SetHostTier(id); }
 
  private:
   CacheClient* const inner_;
@@ -57,6 +58,7 @@ class TimedWorkerClient final : public WorkerClient {
   absl::StatusOr<worker::StepOutput> Finish() override;
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
+  std::string host_tier_id() const override { return inner_->host_tier_id(); }
 
  private:
   WorkerClient* const inner_;

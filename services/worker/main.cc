@@ -43,6 +43,16 @@ ABSL_FLAG(std::string, kv_cache_bytes, "auto",
 ABSL_FLAG(double, gpu_memory_utilization, 0.9,
           "--device=cuda with --kv_cache_bytes=auto: the share of the device's memory the "
           "worker may fill (weights, activations and KV cache together), in (0, 1].");
+ABSL_FLAG(std::string, kv_host_bytes, "0",
+          "The KV offload tier in host memory: bytes of a shared-memory segment "
+          "(/dev/shm/<--kv_host_name>) that holds a copy of every computed full KV block, so "
+          "prefixes evicted from the pool, or lost with a restarted worker, load back instead "
+          "of being recomputed. 0 (default): no tier. Same units as --kv_cache_bytes. "
+          "--device=cpu only.");
+ABSL_FLAG(std::string, kv_host_name, "",
+          "The host tier's shared-memory segment name; it must stay the same across restarts "
+          "of this rank for the tier to survive them. Default: folio-kv-<port>-rank<tp_rank> "
+          "(needs a fixed --port).");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");
@@ -164,6 +174,28 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.kv_cache_budget_bytes = *budget;
+  absl::StatusOr<int64_t> host_bytes = folio::worker::ParseByteSize(absl::GetFlag(FLAGS_kv_host_bytes));
+  if (!host_bytes.ok()) {
+    LOG(ERROR) << "--kv_host_bytes: " << host_bytes.status().message();
+    return 2;
+  }
+  options.kv_host_bytes = *host_bytes;
+  options.kv_host_name = absl::GetFlag(FLAGS_kv_host_name);
+  if (options.kv_host_bytes > 0) {
+    if (absl::GetFlag(FLAGS_device) != "cpu") {
+      LOG(ERROR) << "--kv_host_bytes: the host KV tier is built for --device=cpu only so far";
+      return 2;
+    }
+    if (options.kv_host_name.empty()) {
+      if (absl::GetFlag(FLAGS_port) == 0) {
+        LOG(ERROR) << "--kv_host_bytes needs --kv_host_name or a fixed --port (the segment's "
+                      "name must be the same when this rank restarts)";
+        return 2;
+      }
+      options.kv_host_name = absl::StrCat("folio-kv-", absl::GetFlag(FLAGS_port), "-rank",
+                                          absl::GetFlag(FLAGS_tp_rank));
+    }
+  }
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   if (options.num_threads < 0) {
     LOG(ERROR) << "--num_threads must be >= 0 (0 = all cores)";

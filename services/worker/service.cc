@@ -90,6 +90,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   info.set_tp_rank(options.tp_rank);
   info.set_tp_size(options.tp_size);
   info.set_verifies_drafts(!options.make_runner);  // the CPU backend's CpuModelRunner
+  info.set_kv_host_bytes(options.kv_host_bytes);
   info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));
   return info;
 }
@@ -201,6 +202,10 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
   NativeStep out;
   for (const pb::BlockCopy& c : request.copies()) {
     out.input.block_copies.push_back(BlockCopy{.src_block = c.src(), .dst_block = c.dst()});
+  }
+  for (const pb::BlockTransfer& t : request.transfers()) {
+    out.input.host_transfers.push_back(HostTransfer{
+        .store = t.kind() == pb::BlockTransfer::STORE, .block = t.block(), .host_slot = t.host_slot()});
   }
   out.input.seqs.reserve(request.sequences_size());
   for (int i = 0; i < request.sequences_size(); ++i) {
@@ -372,7 +377,15 @@ WorkerService::Metrics::Metrics(MetricsRegistry* r)
       collectives(r->AddCounterFamily("folio_worker_collectives_total",
                                       "Tensor-parallel collectives this rank issued, by "
                                       "operation (all_reduce, gather).",
-                                      {"op"})) {}
+                                      {"op"})),
+      host_bytes(r->AddGauge("folio_worker_kv_host_bytes",
+                             "Bytes of the host-memory KV tier's shared-memory segment on this "
+                             "rank (0: no tier).")),
+      host_transfers(r->AddCounterFamily("folio_worker_kv_host_transfers_total",
+                                         "KV blocks copied between the pool and the host-memory "
+                                         "tier, by direction (store: pool to host; load: host "
+                                         "to pool).",
+                                         {"direction"})) {}
 
 // --------------------------------------------------------------------- WorkerService
 
@@ -507,6 +520,8 @@ grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerConte
   response->set_block_size(block_size_);
   response->set_weight_bytes(weight_bytes_);
   response->set_layer_weight_bytes(layer_weight_bytes_);
+  response->set_kv_host_blocks(host_blocks_);
+  response->set_kv_host_segment_id(host_segment_id_);
   response->set_scheduler_epoch(fence_.current());
   if (options_.tp_size > 1) *response->mutable_group() = group_;
   return Finish(ctx, absl::OkStatus());
@@ -562,10 +577,34 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   const int64_t weight_bytes = runner->weight_bytes;
   const int64_t layer_weight_bytes = runner->layer_weight_bytes;
   runner_ = std::move(runner->runner);
+  if (options_.kv_host_bytes > 0) {
+    // The segment outlives this process: a worker that restarts finds its blocks again.
+    const int64_t bytes_per_block = KvBytesPerBlock(
+        ShapeFor(weights_->config, options_.tp_size, options_.kv_dtype, block_size));
+    if (host_ == nullptr || host_->bytes_per_block() != bytes_per_block) {
+      host_.reset();
+      const ModelConfig& c = weights_->config;
+      const std::string fingerprint = absl::StrCat(
+          "model=", c.name, ";arch=", c.architecture, ";file_bytes=", weights_->file_bytes(),
+          ";layers=", c.num_layers, ";kv_heads=", c.num_kv_heads, ";head_dim=", c.head_dim,
+          ";kv_dtype=", kernels::KvDTypeName(options_.kv_dtype), ";block_size=", block_size,
+          ";tp=", options_.tp_rank, "/", options_.tp_size);
+      absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
+          options_.kv_host_name, options_.kv_host_bytes, bytes_per_block, fingerprint);
+      if (!host.ok()) {
+        runner_.reset();
+        return host.status();
+      }
+      host_ = *std::move(host);
+    }
+    metrics_.host_bytes.Set(static_cast<double>(host_->size_bytes()));
+  }
   {
     absl::MutexLock lock(&info_mu_);
     num_blocks_ = num_blocks;
     block_size_ = block_size;
+    host_blocks_ = host_ == nullptr ? 0 : host_->num_slots();
+    host_segment_id_ = host_ == nullptr ? "" : host_->id();
     weight_bytes_ = weight_bytes;
     layer_weight_bytes_ = layer_weight_bytes;
   }
@@ -618,6 +657,10 @@ grpc::ServerUnaryReactor* WorkerService::AllocateKvCache(grpc::CallbackServerCon
     absl::StatusOr<int64_t> bytes = Allocate(num_blocks, block_size);
     if (bytes.ok()) {
       response->set_kv_cache_bytes(*bytes);
+      if (host_ != nullptr) {
+        response->set_kv_host_blocks(host_->num_slots());
+        response->set_kv_host_segment_id(host_->id());
+      }
     } else {
       LOG(ERROR) << "AllocateKvCache(" << num_blocks << " blocks of " << block_size
                  << ") failed: " << bytes.status();
@@ -642,6 +685,22 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   const absl::Time start = absl::Now();
   if (last_step_end_ != absl::InfinitePast()) {
     metrics_.step_gap.Observe(absl::ToDoubleSeconds(start - last_step_end_));
+  }
+  if (!step->input.host_transfers.empty()) {
+    if (host_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "the step carries host KV transfers, but this worker has no host tier "
+          "(--kv_host_bytes)");
+    }
+    if (absl::Status s = runner_->TransferHostBlocks(step->input.host_transfers, *host_);
+        !s.ok()) {
+      return s;
+    }
+    int64_t stores = 0;
+    for (const HostTransfer& t : step->input.host_transfers) stores += t.store ? 1 : 0;
+    const int64_t loads = static_cast<int64_t>(step->input.host_transfers.size()) - stores;
+    metrics_.host_transfers.WithLabels({"store"}).Increment(static_cast<double>(stores));
+    metrics_.host_transfers.WithLabels({"load"}).Increment(static_cast<double>(loads));
   }
   absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
   last_step_end_ = absl::Now();

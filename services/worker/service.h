@@ -70,6 +70,11 @@ struct WorkerServiceOptions {
   Bf16Gemm bf16_gemm = Bf16Gemm::kFolio;
   int32_t onednn_min_rows = kDefaultOnednnMinRows;
   int32_t dequant_min_rows = 0;
+  // The KV offload tier in host memory (host_kv_segment.h): its byte budget (0: none) and
+  // the shared-memory segment's name (/dev/shm/<name>), which must stay the same across
+  // restarts of this rank for the tier to outlive them. CPU backend only.
+  int64_t kv_host_bytes = 0;
+  std::string kv_host_name;
 };
 
 // Parses a byte count: a non-negative integer ("268435456") or a number with a unit,
@@ -152,6 +157,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
     Gauge& resident_limit_bytes;
     Gauge& model_file_bytes;
     Family<Counter>& collectives;
+    Gauge& host_bytes;
+    Family<Counter>& host_transfers;
   };
 
   // Reads VmRSS and VmHWM into the resident gauges; logs it against the bound when `log`.
@@ -197,6 +204,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   int32_t block_size_ ABSL_GUARDED_BY(info_mu_) = 0;
   int64_t weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
   int64_t layer_weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
+  int32_t host_blocks_ ABSL_GUARDED_BY(info_mu_) = 0;
+  std::string host_segment_id_ ABSL_GUARDED_BY(info_mu_);
   folio::internal::v1::TensorParallelGroup group_ ABSL_GUARDED_BY(info_mu_);
 
   // Refuses AllocateKvCache and ExecuteStep from a scheduler older than the newest one
@@ -210,6 +219,7 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   absl::Status communicator_status_;            // why there is none (tp_size > 1)
   CollectiveCounts reported_counts_;            // already added to the metrics
   std::unique_ptr<ModelRunner> runner_;         // uses communicator_: declared after it
+  std::unique_ptr<HostKvSegment> host_;         // --kv_host_bytes, once allocated
   ResidentBound resident_bound_;                // step thread: set at KV allocation
   int32_t steps_since_resident_ = 0;            // step thread
   absl::Time last_step_end_ = absl::InfinitePast();  // step thread: the last step's end

@@ -338,6 +338,33 @@ void CpuModelRunner::Reserve(int64_t num_tokens, int64_t num_logit_rows) {
   }
 }
 
+absl::Status CpuModelRunner::TransferHostBlocks(const std::vector<HostTransfer>& transfers,
+                                                const HostKvSegment& host) {
+  if (host.bytes_per_block() != kv_->bytes_per_block()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host KV segment ", host.name(), " holds blocks of ", host.bytes_per_block(),
+        " bytes, the pool's are ", kv_->bytes_per_block()));
+  }
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const HostTransfer& t = transfers[i];
+    if (t.block < 0 || t.block >= kv_->num_blocks() || t.host_slot < 0 ||
+        t.host_slot >= host.num_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host transfer ", i, ": block ", t.block, " (pool of ", kv_->num_blocks(),
+          ") or host slot ", t.host_slot, " (segment of ", host.num_slots(),
+          ") out of range"));
+    }
+  }
+  for (const HostTransfer& t : transfers) {
+    if (t.store) {
+      kv_->CopyBlockOut(t.block, host.slot(t.host_slot));
+    } else {
+      kv_->CopyBlockIn(t.block, host.slot(t.host_slot));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   const ModelConfig& c = weights_.config;
   StepLimits limits;

@@ -149,6 +149,8 @@ class CpuModelRunner final : public ModelRunner {
       const ModelWeights& weights, const CpuModelRunnerOptions& options);
 
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
+  absl::Status TransferHostBlocks(const std::vector<HostTransfer>& transfers,
+                                  const HostKvSegment& host) override;
 
   const ModelConfig& config() const override { return weights_.config; }
   int32_t block_size() const override { return kv_->shape().block_size; }

@@ -1,5 +1,7 @@
 #include "services/worker/engine/kv_cache.h"
 
+#include <cstring>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -62,6 +64,30 @@ kernels::KvCacheView KvCache::layer(int32_t layer) const {
   view.num_kv_heads = shape_.num_kv_heads;
   view.head_dim = shape_.head_dim;
   return view;
+}
+
+void KvCache::CopyBlockOut(int64_t block, uint8_t* bytes) const {
+  CHECK_GE(block, 0);
+  CHECK_LT(block, num_blocks_);
+  const int64_t per_layer = shape_.block_size * shape_.num_kv_heads *
+                            kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
+  const int64_t layer_bytes = num_blocks_ * per_layer;
+  for (int64_t part = 0; part < 2 * shape_.num_layers; ++part) {
+    std::memcpy(bytes + part * per_layer, data_.get() + part * layer_bytes + block * per_layer,
+                static_cast<size_t>(per_layer));
+  }
+}
+
+void KvCache::CopyBlockIn(int64_t block, const uint8_t* bytes) {
+  CHECK_GE(block, 0);
+  CHECK_LT(block, num_blocks_);
+  const int64_t per_layer = shape_.block_size * shape_.num_kv_heads *
+                            kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
+  const int64_t layer_bytes = num_blocks_ * per_layer;
+  for (int64_t part = 0; part < 2 * shape_.num_layers; ++part) {
+    std::memcpy(data_.get() + part * layer_bytes + block * per_layer, bytes + part * per_layer,
+                static_cast<size_t>(per_layer));
+  }
 }
 
 }  // namespace folio::worker

@@ -51,6 +51,12 @@ class KvCache {
   // Layer `layer`'s K and V tensors, for the kernels.
   kernels::KvCacheView layer(int32_t layer) const;
 
+  // Block `block`'s bytes in every layer, K then V per layer, to or from `bytes`
+  // (bytes_per_block() of them): how the host offload tier stores a block
+  // (host_kv_segment.h). Requires block in [0, num_blocks()).
+  void CopyBlockOut(int64_t block, uint8_t* bytes) const;
+  void CopyBlockIn(int64_t block, const uint8_t* bytes);
+
   // All K/V bytes (for tests that check a rejected step wrote nothing).
   absl::Span<const uint8_t> bytes() const {
     return absl::MakeConstSpan(data_.get(), static_cast<size_t>(size_bytes()));

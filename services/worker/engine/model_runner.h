@@ -13,8 +13,10 @@
 #define FOLIO_SERVICES_WORKER_ENGINE_MODEL_RUNNER_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/worker/engine/host_kv_segment.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/model/weights.h"
 
@@ -27,6 +29,14 @@ class ModelRunner {
   // Runs block copies, then the forward pass for every sequence's new tokens (writing
   // their K/V), then sampling. See the class comment for validation.
   virtual absl::StatusOr<StepOutput> Execute(const StepInput& step) = 0;
+
+  // Runs host-tier transfers (step.h's HostTransfer) against `host`, in order, before a
+  // step. Every block and slot is checked first: InvalidArgument, and nothing copied, for
+  // one out of range. Unimplemented for a backend without a host tier.
+  virtual absl::Status TransferHostBlocks(const std::vector<HostTransfer>& transfers,
+                                          const HostKvSegment& host) {
+    return absl::UnimplementedError("this backend has no host KV tier");
+  }
 
   virtual const ModelConfig& config() const = 0;
   // The KV pool this runner holds: block ids in steps must be below num_blocks().

@@ -98,9 +98,20 @@ struct SequenceStep {
   int32_t synthetic_accepts = -1;
 };
 
+// KV moving between the pool and the host offload tier (the cache manager decides them,
+// services/cachemgr/host_tier.h): a store copies pool block `block` into host slot
+// `host_slot` (host_kv_segment.h), a load the other way.
+struct HostTransfer {
+  bool store = true;
+  int32_t block = 0;
+  int32_t host_slot = 0;
+};
+
 struct StepInput {
   std::vector<SequenceStep> seqs;
   std::vector<BlockCopy> block_copies;  // run first, in order, in every layer
+  // Run by the worker before the step (ModelRunner::TransferHostBlocks), in order.
+  std::vector<HostTransfer> host_transfers;
 };
 
 struct TokenLogprob {

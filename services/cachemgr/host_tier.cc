@@ -1,0 +1,140 @@
+#include "services/cachemgr/host_tier.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace folio::cachemgr {
+
+HostTier::HostTier(int32_t num_slots, int32_t block_size, std::string id)
+    : num_slots_(num_slots),
+      block_size_(block_size),
+      id_(std::move(id)),
+      slots_(num_slots),
+      tokens_(static_cast<size_t>(num_slots) * block_size, 0) {
+  CHECK_GE(num_slots, 0);
+  CHECK_GT(block_size, 0);
+  // Taken from the back: slot 0 first.
+  for (int32_t s = num_slots - 1; s >= 0; --s) free_.push_back(s);
+  counters_.num_slots = num_slots;
+}
+
+std::optional<int32_t> HostTier::Find(const BlockHash& hash,
+                                      absl::Span<const int32_t> tokens) const {
+  auto it = index_.find(hash);
+  if (it == index_.end()) return std::nullopt;
+  const int32_t slot = it->second;
+  if (tokens.size() != static_cast<size_t>(block_size_) ||
+      !std::equal(tokens.begin(), tokens.end(),
+                  tokens_.begin() + static_cast<ptrdiff_t>(slot) * block_size_)) {
+    return std::nullopt;
+  }
+  return slot;
+}
+
+void HostTier::Touch(int32_t slot) {
+  Slot& s = slots_[slot];
+  DCHECK(s.used);
+  lru_.splice(lru_.end(), lru_, s.lru);
+}
+
+void HostTier::NoteLoad(int32_t slot) {
+  ++counters_.num_loads;
+  Touch(slot);
+}
+
+void HostTier::Evict(int32_t slot) {
+  Slot& s = slots_[slot];
+  index_.erase(s.hash);
+  lru_.erase(s.lru);
+  s.used = false;
+  free_.push_back(slot);
+}
+
+HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t> tokens) {
+  CHECK_GT(num_slots_, 0);
+  CHECK(!index_.contains(hash));
+  CHECK_EQ(tokens.size(), static_cast<size_t>(block_size_));
+  if (free_.empty()) {
+    Evict(lru_.front());
+    ++counters_.num_evictions;
+  }
+  const int32_t slot = free_.back();
+  free_.pop_back();
+  Slot& s = slots_[slot];
+  s.used = true;
+  s.ticket = ++last_ticket_;
+  s.hash = hash;
+  s.lru = lru_.insert(lru_.end(), slot);
+  std::copy(tokens.begin(), tokens.end(),
+            tokens_.begin() + static_cast<ptrdiff_t>(slot) * block_size_);
+  index_.emplace(hash, slot);
+  unconfirmed_.push_back(Stored{slot, s.ticket});
+  ++counters_.num_stores;
+  return Stored{slot, s.ticket};
+}
+
+void HostTier::Confirm(uint64_t ticket) {
+  confirmed_ = std::max(confirmed_, std::min(ticket, last_ticket_));
+  while (!unconfirmed_.empty() && unconfirmed_.front().ticket <= confirmed_) {
+    unconfirmed_.pop_front();
+  }
+}
+
+void HostTier::DropUnconfirmed() {
+  for (const Stored& u : unconfirmed_) {
+    const Slot& s = slots_[u.slot];
+    // The slot may have been evicted and stored again since; the later store is in this
+    // list too.
+    if (s.used && s.ticket == u.ticket) {
+      Evict(u.slot);
+      ++counters_.num_dropped_unconfirmed;
+    }
+  }
+  unconfirmed_.clear();
+}
+
+HostTierStats HostTier::Stats() const {
+  HostTierStats stats = counters_;
+  stats.num_used = static_cast<int32_t>(index_.size());
+  return stats;
+}
+
+absl::Status HostTier::CheckInvariants() const {
+  int32_t used = 0;
+  for (int32_t i = 0; i < num_slots_; ++i) {
+    const Slot& s = slots_[i];
+    if (!s.used) continue;
+    ++used;
+    auto it = index_.find(s.hash);
+    if (it == index_.end() || it->second != i) {
+      return absl::InternalError(absl::StrCat("host slot ", i, " holds a hash the index does "
+                                              "not map back to it"));
+    }
+    if (s.ticket > last_ticket_) {
+      return absl::InternalError(absl::StrCat("host slot ", i, " has a future ticket"));
+    }
+  }
+  if (used != static_cast<int32_t>(index_.size()) || used != static_cast<int32_t>(lru_.size()) ||
+      used + static_cast<int32_t>(free_.size()) != num_slots_) {
+    return absl::InternalError(absl::StrCat("host tier: ", used, " slots used, index ",
+                                            index_.size(), ", LRU ", lru_.size(), ", free ",
+                                            free_.size(), ", of ", num_slots_));
+  }
+  for (int32_t f : free_) {
+    if (slots_[f].used) return absl::InternalError(absl::StrCat("host slot ", f, " is free and used"));
+  }
+  uint64_t prev = confirmed_;
+  for (const Stored& u : unconfirmed_) {
+    if (u.ticket <= prev) {
+      return absl::InternalError(absl::StrCat("host tier: unconfirmed ticket ", u.ticket,
+                                              " is not above ", prev));
+    }
+    prev = u.ticket;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace folio::cachemgr

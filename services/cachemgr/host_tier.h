@@ -1,0 +1,111 @@
+// HostTier: the index of the KV offload tier in host memory (tier 1, issue #50). The
+// bytes live with the workers (a shared-memory segment per rank that outlives a worker
+// process, services/worker/engine/host_kv_segment.h); this class decides what they hold:
+// for each of its num_slots slots, the chained hash and token ids of the full block stored
+// there, in least-recently-used order.
+//
+// Write-through: a full block enters the tier when its KV is committed (PagedPolicy::
+// Commit asks for a slot, the worker copies the block out with the next step), so
+// evicting a pool block never waits for a copy, and a worker that restarts finds the
+// tier as it was. A prefix lookup that misses the pool but hits here gets a fresh pool
+// block and a load.
+//
+// Every store carries a ticket (increasing, never reused). A store is confirmed once the
+// scheduler reports that a step carrying it was executed (StepRequest::transfers_done);
+// Reset (a lost worker or step) drops the unconfirmed ones, whose bytes may never have
+// been written.
+//
+// Invariants (CheckInvariants): a slot is either free or holds one hash; the index maps
+// each held hash to its slot and nothing else; the LRU list holds exactly the held slots;
+// unconfirmed tickets are above the confirmed mark.
+//
+// Thread-compatible: the cache manager serializes access.
+#ifndef FOLIO_SERVICES_CACHEMGR_HOST_TIER_H_
+#define FOLIO_SERVICES_CACHEMGR_HOST_TIER_H_
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "services/cachemgr/block_hash.h"
+
+namespace folio::cachemgr {
+
+struct HostTierStats {
+  int32_t num_slots = 0;
+  int32_t num_used = 0;
+  int64_t num_stores = 0;     // blocks written to the tier
+  int64_t num_loads = 0;      // blocks read back into the pool
+  int64_t num_evictions = 0;  // entries dropped to make room (LRU)
+  int64_t num_dropped_unconfirmed = 0;  // stores Reset dropped unconfirmed
+};
+
+class HostTier {
+ public:
+  // `id` names the bytes this index describes (the workers' segments); a tier is only
+  // kept across a reset while the workers report the same id.
+  HostTier(int32_t num_slots, int32_t block_size, std::string id);
+
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  int32_t num_slots() const { return num_slots_; }
+  const std::string& id() const { return id_; }
+
+  // The slot holding exactly `tokens` under `hash` (ids compared: a collision is a miss).
+  std::optional<int32_t> Find(const BlockHash& hash, absl::Span<const int32_t> tokens) const;
+  bool Contains(const BlockHash& hash) const { return index_.contains(hash); }
+  // Marks a slot most recently used (a lookup hit or a block committed again).
+  void Touch(int32_t slot);
+  // Counts a load out of `slot` (after Find) and touches it.
+  void NoteLoad(int32_t slot);
+
+  struct Stored {
+    int32_t slot = -1;
+    uint64_t ticket = 0;
+  };
+  // Takes a slot for a new entry: a free one, or the least recently used (whose entry is
+  // evicted). Requires !Contains(hash) and num_slots() > 0.
+  Stored Store(const BlockHash& hash, absl::Span<const int32_t> tokens);
+
+  // Stores with tickets up to `ticket` were executed by the workers.
+  void Confirm(uint64_t ticket);
+  // A worker or step was lost: entries whose store was never confirmed are dropped.
+  void DropUnconfirmed();
+
+  HostTierStats Stats() const;
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct Slot {
+    bool used = false;
+    uint64_t ticket = 0;
+    BlockHash hash;
+    std::list<int32_t>::iterator lru;  // valid while used
+  };
+
+  void Evict(int32_t slot);
+
+  const int32_t num_slots_;
+  const int32_t block_size_;
+  const std::string id_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> tokens_;   // [num_slots, block_size]
+  std::vector<int32_t> free_;     // free slots, taken from the back
+  std::list<int32_t> lru_;        // used slots, least recently used first
+  absl::flat_hash_map<BlockHash, int32_t> index_;
+  std::deque<Stored> unconfirmed_;  // in ticket order
+  uint64_t last_ticket_ = 0;
+  uint64_t confirmed_ = 0;
+  HostTierStats counters_;
+};
+
+}  // namespace folio::cachemgr
+
+#endif  // FOLIO_SERVICES_CACHEMGR_HOST_TIER_H_

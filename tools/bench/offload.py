@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""KV offload: multi-turn conversations whose working set is several times the KV pool, with the host-memory tier and without (issue #50).
+
+`./folio bench offload` starts `./folio serve` twice in one sitting on the same model, flags
+and thread count, once without a host tier and once with `--kv_host_bytes`, and drives the
+same multi-turn workload through the HTTP API (/v1/completions, prompts as token ids,
+streamed):
+
+  --conversations conversations, each opened by its own --prefix_len-token system prompt;
+  every turn adds --user_len user tokens to the history and asks for --answer_len tokens
+  (ignore_eos), and the next turn's prompt is the history so far, the answer included as
+  fixed tokens (what a chat client resends). Turns go round-robin over the conversations,
+  --turns rounds, one request at a time, so a conversation comes back only after all the
+  others: with a pool of --kv_cache_bytes the history is evicted between its turns, and
+  only the tier can keep it.
+
+Reported per configuration: TTFT p50 / p99 (time to the first streamed token, turns after
+the first round, the ones that can hit), the wall time of the whole run, prompt tokens
+found cached (the cache manager's prefix-hit counter) and host-tier loads. The aim is TTFT
+p50 with the tier <= 0.5x without. Output (--out): results.json, table.md; --write_docs puts
+the table into docs/benchmarks.md between the offload markers. --smoke: stories260K, a
+minute.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import urllib.request
+
+import _cluster
+import peer
+from _cluster import ROOT, log
+
+MARK_BEGIN = "<!-- offload:begin (./folio bench offload --write_docs) -->"
+MARK_END = "<!-- offload:end -->"
+COUNTERS = ["folio_cachemgr_prefix_cache_hits_total", "folio_cachemgr_prefix_cache_queries_total",
+            "folio_cachemgr_host_loads_total", "folio_cachemgr_host_stores_total",
+            "folio_cachemgr_host_evictions_total"]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="./folio bench offload", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin_dir", default=_cluster.DEFAULT_BIN_DIR)
+    p.add_argument("--out", default=None, help="output folder (default bench-results/offload-DATE)")
+    p.add_argument("--model", default=None,
+                   help="GGUF model (default: the 1.1B Llama shape in F16 of ./folio bench peer)")
+    p.add_argument("--smoke", action="store_true", help="stories260K, small: a minute")
+    p.add_argument("--conversations", type=int, default=12)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--prefix_len", type=int, default=384)
+    p.add_argument("--user_len", type=int, default=32)
+    p.add_argument("--answer_len", type=int, default=16)
+    p.add_argument("--kv_cache_bytes", default="36MiB",
+                   help="the pool: about a quarter of the conversations' histories on the 1.1B shape")
+    p.add_argument("--kv_host_bytes", default="1GiB")
+    p.add_argument("--max_model_len", type=int, default=1024)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--write_docs", action="store_true")
+    p.add_argument("--startup_timeout_s", type=int, default=600)
+    a = p.parse_args(argv)
+    build = os.path.dirname(os.path.abspath(a.bin_dir))
+    a.models_dir = os.path.join(build, "bench-models", "peer")
+    if a.smoke:
+        a.model = a.model or _cluster.default_model()
+        a.conversations, a.turns, a.prefix_len, a.user_len, a.answer_len = 8, 2, 160, 16, 8
+        a.kv_cache_bytes, a.kv_host_bytes, a.max_model_len = "4MiB", "64MiB", 512
+    if a.out is None:
+        a.out = os.path.join(ROOT, "bench-results",
+                             "offload-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    return a
+
+
+def model_1b(a, out):
+    class Run:  # what peer.make_models reads
+        pass
+    r = Run()
+    r.args = argparse.Namespace(models_dir=a.models_dir, bin_dir=a.bin_dir,
+                                shape=peer.FULL_SHAPE, types=["F16"], threads=a.threads)
+    r.path = lambda *parts: os.path.join(out, *parts)
+    return peer.make_models(r)["F16"]
+
+
+def conversation_turns(a, vocab_size):
+    """The requests in the order they are sent: (conversation, turn, prompt token ids)."""
+    rng = random.Random(1234)
+    low, high = 10, min(vocab_size, 30000) - 1
+    histories = [[rng.randint(low, high) for _ in range(a.prefix_len)]
+                 for _ in range(a.conversations)]
+    order = []
+    for turn in range(a.turns):
+        for c in range(a.conversations):
+            histories[c] += [rng.randint(low, high) for _ in range(a.user_len)]
+            order.append((c, turn, list(histories[c])))
+            histories[c] += [rng.randint(low, high) for _ in range(a.answer_len)]
+    return order
+
+
+def stream_ttft(url, model, prompt, max_tokens):
+    """Seconds to the first streamed token and to the end of one completion."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    first = None
+    with urllib.request.urlopen(req, timeout=1800) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            if first is None and any(c.get("text") for c in chunk.get("choices", [])):
+                first = time.monotonic() - start
+    end = time.monotonic() - start
+    return (first if first is not None else end), end
+
+
+def run_config(a, name, model_path, extra, out):
+    port = _cluster.free_port()
+    serve = ["--model=" + model_path, f"--threads={a.threads}",
+             f"--kv_cache_bytes={a.kv_cache_bytes}", f"--max_model_len={a.max_model_len}",
+             f"--http_port={port}", "--max_num_seqs=8"] + extra
+    with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=name,
+                          startup_timeout_s=a.startup_timeout_s) as cluster:
+        url = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
+            served = json.load(r)["data"][0]["id"]
+        # Token ids any vocabulary has (the smoke model's is small).
+        turns = conversation_turns(a, 256 if a.smoke else 32000)
+        before = _cluster.counters(cluster.cachemgr_metrics, COUNTERS)
+        started = time.monotonic()
+        rows = []
+        for c, turn, prompt in turns:
+            ttft, total = stream_ttft(url, served, prompt, a.answer_len)
+            rows.append({"conversation": c, "turn": turn, "prompt_len": len(prompt),
+                         "ttft_s": ttft, "total_s": total})
+        wall = time.monotonic() - started
+        after = _cluster.counters(cluster.cachemgr_metrics, COUNTERS)
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+        commands = list(cluster.commands)
+    later = [r["ttft_s"] for r in rows if r["turn"] > 0]
+    q = statistics.quantiles(later, n=100) if len(later) >= 2 else later * 99
+    return {"config": name, "ttft_p50_s": statistics.median(later), "ttft_p99_s": q[98],
+            "wall_s": wall, "requests": len(rows),
+            "cached_prompt_tokens": delta[COUNTERS[0]], "prompt_tokens": delta[COUNTERS[1]],
+            "host_loads": delta[COUNTERS[2]], "host_stores": delta[COUNTERS[3]],
+            "host_evictions": delta[COUNTERS[4]], "turns": rows, "commands": commands}
+
+
+def table(a, results):
+    off, on = results
+    lines = [f"| configuration | TTFT p50 (turns 2+) | TTFT p99 | wall | prompt tokens cached | "
+             f"host loads |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['config']} | {r['ttft_p50_s'] * 1000:.0f} ms | "
+                     f"{r['ttft_p99_s'] * 1000:.0f} ms | {r['wall_s']:.1f} s | "
+                     f"{r['cached_prompt_tokens']:.0f} of {r['prompt_tokens']:.0f} | "
+                     f"{r['host_loads']:.0f} blocks |")
+    ratio = on["ttft_p50_s"] / off["ttft_p50_s"]
+    lines.append("")
+    lines.append(f"TTFT p50 with the tier / without: **{ratio:.2f}x** (aim <= 0.5x); "
+                 f"wall time {on['wall_s'] / off['wall_s']:.2f}x. {a.conversations} "
+                 f"conversations x {a.turns} turns, system prompt {a.prefix_len} tokens, "
+                 f"+{a.user_len} user and {a.answer_len} answer tokens a turn; pool "
+                 f"{a.kv_cache_bytes}, host tier {a.kv_host_bytes}; {a.threads} threads; "
+                 f"{peer.machine().get('cpu', '')}.")
+    return "\n".join(lines) + "\n", ratio
+
+
+def main(argv):
+    a = parse_args(argv)
+    os.makedirs(os.path.join(a.out, "logs"), exist_ok=True)
+    model = a.model or model_1b(a, a.out)
+    results = [run_config(a, "no offload", model, [], a.out),
+               run_config(a, f"host tier {a.kv_host_bytes}", model,
+                          [f"--kv_host_bytes={a.kv_host_bytes}"], a.out)]
+    text, ratio = table(a, results)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"machine": peer.machine(), "folio_commit": peer.git_commit(),
+                   "model": model, "args": vars(a), "results": results, "ratio": ratio},
+                  f, indent=2)
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(text)
+    print(text)
+    if a.write_docs:
+        path = os.path.join(ROOT, "docs", "benchmarks.md")
+        doc = open(path).read()
+        block = f"{MARK_BEGIN}\n{text}{MARK_END}"
+        if MARK_BEGIN in doc:
+            start, end = doc.index(MARK_BEGIN), doc.index(MARK_END) + len(MARK_END)
+            doc = doc[:start] + block + doc[end:]
+        else:
+            doc += "\n## KV offload: the host-memory tier (issue #50)\n\n" + block + "\n"
+        with open(path, "w") as f:
+            f.write(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

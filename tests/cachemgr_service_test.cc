@@ -219,12 +219,12 @@ TEST_F(CacheManagerServiceTest, TheHostTierStoresLoadsAndSurvivesAReset) {
   ASSERT_TRUE(Step(commit, &resp).ok());
   ASSERT_EQ(resp.transfers_size(), 2);
   EXPECT_EQ(resp.transfers(0).kind(), pb::BlockTransfer::STORE);
-  EXPECT_EQ(resp.transfers(1).ticket(), 2u);
+  EXPECT_EQ(resp.transfers(1).ticket(), resp.transfers(0).ticket() + 1);
   EXPECT_EQ(Stats().host_tier_blocks_used(), 2);
 
   // The first store confirmed, then a reset (a lost worker): the second is dropped.
   pb::CacheStepRequest confirm;
-  confirm.set_transfers_done(1);
+  confirm.set_transfers_done(resp.transfers(0).ticket());
   ASSERT_TRUE(Step(confirm, &resp).ok());
   pb::ResetRequest reset;
   pb::ResetResponse reset_resp;
@@ -246,14 +246,31 @@ TEST_F(CacheManagerServiceTest, TheHostTierStoresLoadsAndSurvivesAReset) {
   EXPECT_EQ(resp.transfers(0).block(), resp.creates(0).entries(0));
   EXPECT_EQ(Stats().host_tier_loads(), 1);
 
-  // A worker came back with a new segment: the tier starts empty.
+  // A worker came back with a new segment: the tier starts empty; then with none.
   pb::CacheStepRequest free;
   free.add_frees(2);
   ASSERT_TRUE(Step(free, &resp).ok());
+  reset.set_set_host_tier(true);
   reset.set_host_tier_id("seg-2");
+  reset.set_host_tier_blocks(4);
   ASSERT_TRUE(stub_->Reset(Ctx().get(), reset, &reset_resp).ok());
   EXPECT_EQ(Stats().host_tier_blocks_used(), 0);
+  EXPECT_EQ(Stats().host_tier_blocks_total(), 4);
   EXPECT_EQ(Stats().host_tier_id(), "seg-2");
+  reset.set_host_tier_blocks(1 << 30);  // out of range: refused, nothing changes
+  EXPECT_EQ(stub_->Reset(Ctx().get(), reset, &reset_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Stats().host_tier_blocks_total(), 4);
+  reset.set_host_tier_blocks(0);
+  reset.set_host_tier_id("");
+  ASSERT_TRUE(stub_->Reset(Ctx().get(), reset, &reset_resp).ok());
+  EXPECT_EQ(Stats().host_tier_blocks_total(), 0);
+  // A huge tier is refused before anything is allocated.
+  configure.set_host_tier_blocks(1 << 24);
+  configure.set_block_size(1024);
+  EXPECT_EQ(stub_->Configure(Ctx().get(), configure, &configured).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  configure.set_block_size(2);
 
   // The tier needs the paged policy with prefix caching.
   configure.set_disable_prefix_caching(true);

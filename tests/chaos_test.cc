@@ -17,6 +17,8 @@
 // Each test prints "recovery: process back -> first token N ms", the figure
 // docs/benchmarks.md reports.
 #include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <functional>
@@ -55,7 +57,8 @@ class ChaosTest : public ::testing::Test {
   }
 
   void StartCluster(std::vector<std::string> scheduler_args, int tp_size = 1,
-                    std::vector<std::string> frontend_args = {}) {
+                    std::vector<std::string> frontend_args = {},
+                    std::vector<std::string> worker_args = {}) {
     ClusterOptions options;
     options.frontend_args = std::move(frontend_args);
     options.tp_size = tp_size;
@@ -67,6 +70,7 @@ class ChaosTest : public ::testing::Test {
     // not fail a send that waits for a receive the dead peer never posted; 3 kills of 12
     // in one run): short, so that the streams still continue within 5 s of the return.
     if (tp_size > 1) options.worker_args.push_back("--tp_timeout_ms=2000");
+    options.worker_args.insert(options.worker_args.end(), worker_args.begin(), worker_args.end());
     auto cluster = Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -200,6 +204,50 @@ TEST_F(ChaosTest, AKilledWorkerComesBackAndNoStreamIsLost) {
   EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"worker\"} 1"));
   // The worker died while steps were pipelined (--async_steps is on by default).
   EXPECT_GT(testing::MetricValue(metrics, "folio_scheduler_steps_planned_ahead_total"), 0);
+}
+
+// The host KV tier (--kv_host_bytes): a worker killed and started again opens its
+// shared-memory segment again, so a conversation that comes back after the restart loads
+// its prompt's blocks instead of recomputing them; and streams cut mid-way by the kill
+// continue exactly, loading what the tier holds.
+TEST_F(ChaosTest, AWorkerRestartedWithAHostTierServesCachedPromptsFromIt) {
+  const std::string segment = "folio-chaos-" + std::to_string(getpid());
+  StartCluster({"--worker_timeout_ms=5000"}, 1, {},
+               {"--kv_host_bytes=16MiB", "--kv_host_name=" + segment});
+  v1::GenerateRequest req;
+  std::string prompt;
+  for (int i = 0; i < 8; ++i) prompt += "Lily and Tom went to the park to play with the ball. ";
+  req.set_prompt(prompt);
+  req.mutable_sampling()->set_max_tokens(24);
+  req.mutable_sampling()->set_temperature(0);
+  const std::vector<Stream> first = testing::RunStreams(cluster_->frontend(), {req});
+  ASSERT_TRUE(first[0].status.ok()) << first[0].status.error_message();
+  EXPECT_EQ(first[0].usage.cached_prompt_tokens(), 0);
+  ASSERT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+  // Every store the request's steps carried has run (a step of transfers alone follows
+  // the last one): the kill loses nothing the tier holds.
+  absl::SleepFor(absl::Milliseconds(300));
+
+  testing::ServiceProcess& worker = cluster_->worker_process();
+  worker.Signal(SIGKILL);
+  ASSERT_TRUE(worker.Wait(absl::Seconds(10)).ok());
+  ASSERT_TRUE(worker.Restart().ok());
+  const std::vector<Stream> again = testing::RunStreams(cluster_->frontend(), {req});
+  ASSERT_TRUE(again[0].status.ok()) << again[0].status.error_message();
+  EXPECT_EQ(again[0].tokens, first[0].tokens);
+  EXPECT_GE(again[0].usage.cached_prompt_tokens(), 64)
+      << "the prompt's blocks came back from the host tier";
+  EXPECT_GT(cluster_->CacheStats().host_tier_loads(), 0);
+  const std::string metrics =
+      testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"worker\"} 1"));
+
+  // Mid-stream, with the tier on: every stream continues exactly.
+  KillAndRestart(worker, absl::Milliseconds(300));
+  const std::string worker_metrics = testing::HttpGet(worker.metrics_port(), "/metrics");
+  EXPECT_GT(testing::MetricValue(worker_metrics, "folio_worker_kv_host_bytes"), 0);
+  cluster_.reset();
+  EXPECT_EQ(shm_unlink(("/" + segment).c_str()), 0);
 }
 
 TEST_F(ChaosTest, AKilledCacheManagerComesBackAndNoStreamIsLost) {

@@ -4,16 +4,32 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
 
 namespace folio::cachemgr {
 
+namespace {
+
+uint64_t TicketBase() {
+  return static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) << 12;
+}
+
+}  // namespace
+
 HostTier::HostTier(int32_t num_slots, int32_t block_size, std::string id)
+    : HostTier(num_slots, block_size, std::move(id), TicketBase()) {}
+
+HostTier::HostTier(int32_t num_slots, int32_t block_size, std::string id, uint64_t first_ticket)
     : num_slots_(num_slots),
       block_size_(block_size),
       id_(std::move(id)),
       slots_(num_slots),
-      tokens_(static_cast<size_t>(num_slots) * block_size, 0) {
+      tokens_(static_cast<size_t>(num_slots) * block_size, 0),
+      first_ticket_(first_ticket),
+      last_ticket_(first_ticket),
+      confirmed_(first_ticket) {
   CHECK_GE(num_slots, 0);
   CHECK_GT(block_size, 0);
   // Taken from the back: slot 0 first.
@@ -77,6 +93,7 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
 }
 
 void HostTier::Confirm(uint64_t ticket) {
+  // A mark from another tier's tickets (below first_ticket_) confirms nothing here.
   confirmed_ = std::max(confirmed_, std::min(ticket, last_ticket_));
   while (!unconfirmed_.empty() && unconfirmed_.front().ticket <= confirmed_) {
     unconfirmed_.pop_front();
@@ -113,7 +130,7 @@ absl::Status HostTier::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("host slot ", i, " holds a hash the index does "
                                               "not map back to it"));
     }
-    if (s.ticket > last_ticket_) {
+    if (s.ticket > last_ticket_ || s.ticket <= first_ticket_) {
       return absl::InternalError(absl::StrCat("host slot ", i, " has a future ticket"));
     }
   }

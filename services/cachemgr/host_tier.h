@@ -13,7 +13,9 @@
 // Every store carries a ticket (increasing, never reused). A store is confirmed once the
 // scheduler reports that a step carrying it was executed (StepRequest::transfers_done);
 // Reset (a lost worker or step) drops the unconfirmed ones, whose bytes may never have
-// been written.
+// been written. A tier's tickets start above any an earlier tier could have handed out
+// (the wall clock in microseconds, times 2^12), so a scheduler's mark from a tier that was
+// replaced (a cache manager restart, a new segment) never confirms this one's stores.
 //
 // Invariants (CheckInvariants): a slot is either free or holds one hash; the index maps
 // each held hash to its slot and nothing else; the LRU list holds exactly the held slots;
@@ -51,6 +53,8 @@ class HostTier {
   // `id` names the bytes this index describes (the workers' segments); a tier is only
   // kept across a reset while the workers report the same id.
   HostTier(int32_t num_slots, int32_t block_size, std::string id);
+  // Tests: tickets start after `first_ticket`.
+  HostTier(int32_t num_slots, int32_t block_size, std::string id, uint64_t first_ticket);
 
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
@@ -101,8 +105,9 @@ class HostTier {
   std::list<int32_t> lru_;        // used slots, least recently used first
   absl::flat_hash_map<BlockHash, int32_t> index_;
   std::deque<Stored> unconfirmed_;  // in ticket order
-  uint64_t last_ticket_ = 0;
-  uint64_t confirmed_ = 0;
+  const uint64_t first_ticket_;  // tickets of this tier are above it
+  uint64_t last_ticket_;
+  uint64_t confirmed_;
   HostTierStats counters_;
 };
 

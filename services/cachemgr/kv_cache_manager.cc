@@ -285,6 +285,13 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
     if (it == seqs_.end()) {
       // Its create or fork in this request found no room.
       r = SeqResult{.seq = op.seq, .status = SeqStatus::kNoRoom};
+    } else if (op.start_pos != it->second.num_tokens()) {
+      // Created in this request with fewer cached tokens than validation predicted (a
+      // host-tier load found no free block): the grant starts elsewhere, so it is not
+      // served and the sequence stays as created.
+      r = SeqResult{.seq = op.seq, .status = SeqStatus::kNoRoom,
+                    .table_offset = static_cast<int32_t>(it->second.table.size()),
+                    .num_tokens = it->second.num_tokens()};
     } else {
       r = policy_->Grant(it->second, op.token_ids);
       if (r.status == SeqStatus::kOk) {

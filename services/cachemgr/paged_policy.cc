@@ -59,31 +59,65 @@ int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
 void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
   if (prompt.empty()) return;
   const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
+  // First the chain as it stands: each block a pool hit or a host slot, up to the first
+  // block neither holds.
+  struct Hit {
+    BlockHash hash;
+    std::optional<BlockId> pool;
+    int32_t slot = -1;
+  };
+  std::vector<Hit> hits;
   BlockHash parent = kRootBlockHash;
   for (int32_t i = 0; i < max_blocks; ++i) {
     auto tokens = prompt.subspan(static_cast<size_t>(i) * block_size_, block_size_);
     const BlockHash hash = HashBlock(parent, tokens);
-    // Each hit is held at once: a later load's allocation must not evict it.
-    if (std::optional<BlockId> hit = pool_.FindCached(hash, tokens); hit.has_value()) {
-      Acquire(*hit);
-      seq.table.push_back(*hit);
-    } else {
+    Hit hit{.hash = hash, .pool = pool_.FindCached(hash, tokens)};
+    if (!hit.pool.has_value()) {
       std::optional<int32_t> slot = host_->Find(hash, tokens);
-      if (!slot.has_value() || pool_.num_free() == 0) break;
-      // A fresh block, filled by the load before any step reads it; it enters the pool's
-      // index now, as a block another sequence committed would.
-      const BlockId id = AllocateEmpty();
-      fill_[id.value] = block_size_;
-      num_tokens_stored_ += block_size_;
-      CHECK(pool_.Register(id, hash, tokens));
-      host_->NoteLoad(*slot);
-      transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoad,
-                                         .block = id,
-                                         .host_slot = *slot});
-      seq.table.push_back(id);
+      if (!slot.has_value()) break;
+      hit.slot = *slot;
     }
-    seq.hashes.push_back(hash);
+    hits.push_back(hit);
     parent = hash;
+  }
+  // Every pool hit is held before any load allocates: an allocation takes the head of the
+  // free queue, which could otherwise be a later block of this very chain.
+  for (const Hit& h : hits) {
+    if (h.pool.has_value()) Acquire(*h.pool);
+  }
+  size_t kept = hits.size();
+  for (size_t i = 0; i < hits.size(); ++i) {
+    const Hit& h = hits[i];
+    if (h.pool.has_value()) continue;
+    if (pool_.num_free() == 0) {
+      kept = i;  // no block to load into: the chain is cached up to here
+      break;
+    }
+    // A fresh block, filled by the load before any step reads it; it enters the pool's
+    // index now, as a block another sequence committed would.
+    const BlockId id = AllocateEmpty();
+    auto tokens = prompt.subspan(i * static_cast<size_t>(block_size_), block_size_);
+    if (!pool_.Register(id, h.hash, tokens)) {
+      // Another pool block holds this hash with other tokens (a collision): a miss.
+      pool_.Release(id);
+      kept = i;
+      break;
+    }
+    fill_[id.value] = block_size_;
+    num_tokens_stored_ += block_size_;
+    host_->NoteLoad(h.slot);
+    transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoad,
+                                       .block = id,
+                                       .host_slot = h.slot});
+    hits[i].pool = id;
+  }
+  // Pool hits past the cut were held above: given back (nothing past it was loaded).
+  for (size_t i = kept; i < hits.size(); ++i) {
+    if (hits[i].slot < 0) Drop(*hits[i].pool);
+  }
+  for (size_t i = 0; i < kept; ++i) {
+    seq.table.push_back(*hits[i].pool);
+    seq.hashes.push_back(hits[i].hash);
   }
 }
 

@@ -42,6 +42,20 @@ StepRequest FromProto(const pb::CacheStepRequest& in) {
   return out;
 }
 
+absl::Status CheckHostTier(int32_t host_blocks, int32_t block_size) {
+  if (host_blocks < 0 || host_blocks > kMaxHostBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat("host_tier_blocks must be in [0, ",
+                                                   kMaxHostBlocks, "], got ", host_blocks));
+  }
+  if (host_blocks > 0 && (block_size <= 0 || block_size > kMaxBlockSize ||
+                          int64_t{host_blocks} * block_size > kMaxPoolSlots)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_tier_blocks * block_size must be at most ", kMaxPoolSlots, " (block_size in [1, ",
+        kMaxBlockSize, "]), got ", host_blocks, " * ", block_size));
+  }
+  return absl::OkStatus();
+}
+
 void ToProto(const BlockTransfer& in, pb::BlockTransfer* out) {
   out->set_kind(in.kind == BlockTransfer::Kind::kStore ? pb::BlockTransfer::STORE
                                                        : pb::BlockTransfer::LOAD);
@@ -159,8 +173,14 @@ void CacheManagerService::RefreshGauges() {
   metrics_.host_blocks_total.Set(s.host.num_slots);
   metrics_.host_blocks_used.Set(s.host.num_used);
   // The tier's own counts start again when it is built anew: count what is new since the
-  // last look.
+  // last look at the same tier.
+  const HostTier* tier = manager_->host_tier().get();
+  if (tier != host_seen_tier_) {
+    host_seen_ = HostTierStats{};
+    host_seen_tier_ = tier;
+  }
   auto add = [](Counter& counter, int64_t now, int64_t* last) {
+    // (A new tier at a freed one's address starts below what was seen: all of it is new.)
     counter.Increment(static_cast<double>(now >= *last ? now - *last : now));
     *last = now;
   };
@@ -171,11 +191,7 @@ void CacheManagerService::RefreshGauges() {
 }
 
 absl::Status CacheManagerService::Configure(const CacheConfig& config) {
-  if (config.host_blocks < 0 || config.host_blocks > kMaxHostBlocks) {
-    return absl::InvalidArgumentError(absl::StrCat("host_tier_blocks must be in [0, ",
-                                                   kMaxHostBlocks, "], got ",
-                                                   config.host_blocks));
-  }
+  if (absl::Status s = CheckHostTier(config.host_blocks, config.block_size); !s.ok()) return s;
   bool kept = false;
   {
     absl::MutexLock lock(&mu_);
@@ -185,22 +201,23 @@ absl::Status CacheManagerService::Configure(const CacheConfig& config) {
           " live sequences; call Reset before configuring a new pool"));
     }
     // The host tier outlives the pool while it still describes the same segments.
-    std::shared_ptr<HostTier> host;
-    if (config.host_blocks > 0) {
-      const std::shared_ptr<HostTier>& old =
-          manager_ == nullptr ? nullptr : manager_->host_tier();
-      if (old != nullptr && old->num_slots() == config.host_blocks &&
-          old->id() == config.host_tier_id &&
-          manager_->config().block_size == config.block_size) {
-        old->DropUnconfirmed();
-        host = old;
-        kept = true;
-      } else {
-        host = std::make_shared<HostTier>(config.host_blocks, config.block_size,
-                                          config.host_tier_id);
-      }
+    std::shared_ptr<HostTier> old = manager_ == nullptr ? nullptr : manager_->host_tier();
+    kept = config.host_blocks > 0 && old != nullptr && old->num_slots() == config.host_blocks &&
+           old->id() == config.host_tier_id && manager_->config().block_size == config.block_size;
+    // Validated (and sized) before any tier is built.
+    if (absl::StatusOr<std::unique_ptr<KvCacheManager>> probe = KvCacheManager::Create(config);
+        !probe.ok()) {
+      return probe.status();
     }
-    auto manager = KvCacheManager::Create(config, host);
+    std::shared_ptr<HostTier> host;
+    if (kept) {
+      old->DropUnconfirmed();
+      host = old;
+    } else if (config.host_blocks > 0) {
+      host = std::make_shared<HostTier>(config.host_blocks, config.block_size,
+                                        config.host_tier_id);
+    }
+    absl::StatusOr<std::unique_ptr<KvCacheManager>> manager = KvCacheManager::Create(config, host);
     if (!manager.ok()) return manager.status();
     manager_ = std::move(*manager);
     ++pool_generation_;
@@ -368,17 +385,26 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
   CacheConfig config = manager_->config();
   std::shared_ptr<HostTier> host = manager_->host_tier();
   std::string tier;
-  if (host != nullptr) {
-    if (!request->host_tier_id().empty() && request->host_tier_id() != host->id()) {
-      tier = absl::StrCat("; host tier emptied (segment ", host->id(), " -> ",
-                          request->host_tier_id(), ")");
-      host = std::make_shared<HostTier>(host->num_slots(), config.block_size,
-                                        request->host_tier_id());
-      config.host_tier_id = request->host_tier_id();
-    } else {
-      host->DropUnconfirmed();
-      tier = absl::StrCat("; host tier kept: ", host->Stats().num_used, " blocks");
+  if (request->set_host_tier()) {
+    // The workers' segments changed: what the tier held is gone.
+    config.host_blocks = request->host_tier_blocks();
+    config.host_tier_id = request->host_tier_id();
+    if (absl::Status s = CheckHostTier(config.host_blocks, config.block_size); !s.ok()) {
+      return Finish(ctx, s);
     }
+    if (absl::StatusOr<std::unique_ptr<KvCacheManager>> probe = KvCacheManager::Create(config);
+        !probe.ok()) {
+      return Finish(ctx, probe.status());
+    }
+    host = config.host_blocks > 0 ? std::make_shared<HostTier>(config.host_blocks,
+                                                               config.block_size,
+                                                               config.host_tier_id)
+                                  : nullptr;
+    tier = absl::StrCat("; host tier now ", config.host_blocks, " empty blocks (segments ",
+                        config.host_tier_id.empty() ? "none" : config.host_tier_id, ")");
+  } else if (host != nullptr) {
+    host->DropUnconfirmed();
+    tier = absl::StrCat("; host tier kept: ", host->Stats().num_used, " blocks");
   }
   manager_ = *KvCacheManager::Create(config, std::move(host));
   ++pool_generation_;

@@ -85,7 +85,9 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   std::function<void()> on_configured_;
   absl::Mutex mu_;
   std::unique_ptr<KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
-  HostTierStats host_seen_ ABSL_GUARDED_BY(mu_);  // the counts the metrics last saw
+  // The counts the metrics last saw, of this tier (compared by address, never read).
+  HostTierStats host_seen_ ABSL_GUARDED_BY(mu_);
+  const HostTier* host_seen_tier_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Counts the pools built (Configure and Reset each build one): with the incarnation,
   // the pool id of GetBlockEvents.
   int64_t pool_generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -31,10 +31,13 @@ class CacheClient {
   // Makes the Restore in flight (on another thread) return soon, and every later one fail
   // at once: the scheduler is shutting down. Thread-safe.
   virtual void CancelRestore() {}
-  // Recovery, after the workers' Restore: the host KV tier's segments are now `id`
-  // (WorkerClient::host_tier_id). Another id than the pool was configured with empties
-  // the tier (its bytes are gone). No sequence may be live.
-  virtual absl::Status SetHostTier(const std::string& id) { return absl::OkStatus(); }
+  // Recovery, after the workers' Restore: the host KV tier's segments are now `blocks`
+  // blocks named `id` (WorkerClient::host_blocks and host_tier_id). Another size or id
+  // than the pool was configured with empties the tier (its bytes are gone), or drops it
+  // at 0 blocks. No sequence may be live.
+  virtual absl::Status SetHostTier(const std::string& id, int32_t blocks) {
+    return absl::OkStatus();
+  }
 };
 
 // All worker ranks of this replica, seen as one: a step goes to every rank and rank 0's
@@ -66,9 +69,10 @@ class WorkerClient {
   virtual absl::Status Restore() = 0;
   // As CacheClient::CancelRestore. Thread-safe.
   virtual void CancelRestore() {}
-  // The host KV tier's segments on every rank, as their ids joined by ","; empty without a
-  // tier. Known after allocation.
+  // The host KV tier's segments on every rank, as their ids joined by ",", and the fewest
+  // blocks one holds (empty and 0 without a tier). Known after allocation.
   virtual std::string host_tier_id() const { return {}; }
+  virtual int32_t host_blocks() const { return 0; }
 
  private:
   absl::StatusOr<worker::StepOutput> started_ = absl::FailedPreconditionError("no step was started");

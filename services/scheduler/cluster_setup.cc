@@ -153,11 +153,16 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   configure.set_policy(options.policy);
   configure.set_disable_prefix_caching(options.disable_prefix_caching);
   configure.set_scheduler_epoch(epoch);
-  configure.set_host_tier_blocks(workers.host_blocks());
-  configure.set_host_tier_id(workers.host_tier_id());
   if (workers.host_blocks() > 0) {
-    LOG(INFO) << "host KV tier: " << workers.host_blocks() << " blocks (segments "
-              << workers.host_tier_id() << ")";
+    if (options.policy == pb::ALLOCATION_POLICY_CONTIGUOUS || options.disable_prefix_caching) {
+      LOG(WARNING) << "the workers have a host KV tier (--kv_host_bytes), but it needs the "
+                      "paged policy with prefix caching on: it stays unused";
+    } else {
+      configure.set_host_tier_blocks(workers.host_blocks());
+      configure.set_host_tier_id(workers.host_tier_id());
+      LOG(INFO) << "host KV tier: " << workers.host_blocks() << " blocks (segments "
+                << workers.host_tier_id() << ")";
+    }
   }
   pb::ConfigureResponse configured;
   LOG(INFO) << "waiting for the cache manager";

@@ -124,15 +124,21 @@ void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
                                        const std::string& incarnation_id) {
   configure_ = configure;
   incarnation_id_ = incarnation_id;
+  host_tier_allowed_ = configure.policy() != pb::ALLOCATION_POLICY_CONTIGUOUS &&
+                       !configure.disable_prefix_caching();
 }
 
-absl::Status GrpcCacheClient::SetHostTier(const std::string& id) {
-  if (configure_.host_tier_blocks() == 0 || id == configure_.host_tier_id()) {
+absl::Status GrpcCacheClient::SetHostTier(const std::string& id, int32_t blocks) {
+  if (!host_tier_allowed_) blocks = 0;  // --policy or prefix caching rule it out
+  if (blocks == 0 && configure_.host_tier_blocks() == 0) return absl::OkStatus();
+  if (blocks == configure_.host_tier_blocks() && id == configure_.host_tier_id()) {
     return absl::OkStatus();
   }
   pb::ResetRequest reset_request;
   reset_request.set_scheduler_epoch(epoch_);
-  reset_request.set_host_tier_id(id);
+  reset_request.set_set_host_tier(true);
+  reset_request.set_host_tier_blocks(blocks);
+  reset_request.set_host_tier_id(blocks > 0 ? id : "");
   pb::ResetResponse reset;
   grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
     return stub_->Reset(ctx, reset_request, &reset);
@@ -141,9 +147,11 @@ absl::Status GrpcCacheClient::SetHostTier(const std::string& id) {
     if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
     return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
   }
-  LOG(WARNING) << "the workers' host KV segments are new (" << id << ", were "
-               << configure_.host_tier_id() << "): the host tier starts empty";
-  configure_.set_host_tier_id(id);
+  LOG(WARNING) << "the workers' host KV segments changed (" << blocks << " blocks, "
+               << (id.empty() ? "none" : id) << "; were " << configure_.host_tier_blocks()
+               << " blocks, " << configure_.host_tier_id() << "): the host tier starts empty";
+  configure_.set_host_tier_blocks(blocks);
+  configure_.set_host_tier_id(blocks > 0 ? id : "");
   return absl::OkStatus();
 }
 

@@ -36,7 +36,7 @@ class GrpcCacheClient final : public CacheClient {
   // What start-up configured and the incarnation that answered (cluster_setup.cc).
   void SetConfiguration(const folio::internal::v1::ConfigureRequest& configure,
                         const std::string& incarnation_id);
-  absl::Status SetHostTier(const std::string& id) override;
+  absl::Status SetHostTier(const std::string& id, int32_t blocks) override;
 
   folio::internal::v1::CacheManager::Stub& stub() { return *stub_; }
 
@@ -51,6 +51,8 @@ class GrpcCacheClient final : public CacheClient {
   uint64_t next_step_ = 1;
   folio::internal::v1::ConfigureRequest configure_;
   std::string incarnation_id_;
+  // The pool's policy takes a host tier (paged, prefix caching on): SetConfiguration.
+  bool host_tier_allowed_ = false;
   absl::Mutex cancel_mu_;
   bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
   grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
@@ -94,7 +96,7 @@ class GrpcWorkerClient final : public WorkerClient {
   absl::Status AllocateEveryRank(absl::Time deadline);
   // The host KV tier the last allocation found: the fewest blocks any rank's segment holds
   // (0 when a rank has none) and the segments' ids.
-  int32_t host_blocks() const { return host_blocks_; }
+  int32_t host_blocks() const override { return host_blocks_; }
   std::string host_tier_id() const override { return host_tier_id_; }
   int64_t group_generation() const { return group_generation_; }
 

@@ -59,12 +59,10 @@ TEST_F(KvOffloadTest, AWorkerThatRestartsFindsTheTierAgain) {
   EXPECT_EQ(again.cached_prompt_tokens, 64);
   EXPECT_EQ(manager_->Stats().pool.num_blocks_used, 0);
   // A transfer out of range is refused before anything is copied.
-  EXPECT_EQ(runner_
-                ->TransferHostBlocks({worker::HostTransfer{.store = false, .block = 0, .host_slot = 0},
-                                      worker::HostTransfer{.store = true, .block = 16, .host_slot = 1}},
-                                     *host_)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  worker::StepInput bad;
+  bad.host_transfers = {worker::HostTransfer{.store = false, .block = 0, .host_slot = 0},
+                        worker::HostTransfer{.store = true, .block = 16, .host_slot = 1}};
+  EXPECT_EQ(runner_->Execute(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(KvOffloadTest, ATierSmallerThanTheWorkingSetKeepsTheMostRecentAndStaysExact) {

@@ -30,24 +30,16 @@ class LocalCacheClient final : public CacheClient {
 
 class LocalWorkerClient final : public WorkerClient {
  public:
-  // `runner` (and `host`, the host KV tier's segment, when given) must outlive the client.
-  explicit LocalWorkerClient(worker::ModelRunner* runner, const worker::HostKvSegment* host = nullptr)
-      : runner_(runner), host_(host) {}
+  // `runner` must outlive the client.
+  explicit LocalWorkerClient(worker::ModelRunner* runner) : runner_(runner) {}
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>&) override {
-    if (!step.host_transfers.empty()) {
-      if (host_ == nullptr) return absl::FailedPreconditionError("no host KV segment");
-      if (absl::Status s = runner_->TransferHostBlocks(step.host_transfers, *host_); !s.ok()) {
-        return s;
-      }
-    }
     return runner_->Execute(step);
   }
   absl::Status Restore() override { return absl::OkStatus(); }  // an in-process runner stays
 
  private:
   worker::ModelRunner* runner_;
-  const worker::HostKvSegment* host_;
 };
 
 }  // namespace folio::scheduler

@@ -104,7 +104,7 @@ bool Recovery::Poll(absl::Time now) {
     if (attempt->cache.ok()) attempt->workers = workers_->Restore();
     if (attempt->cache.ok() && attempt->workers.ok()) {
       // A worker that came back with a new host segment: the tier's index goes too.
-      attempt->workers = cache_->SetHostTier(workers_->host_tier_id());
+      attempt->workers = cache_->SetHostTier(workers_->host_tier_id(), workers_->host_blocks());
     }
     attempt->done.Notify();
   });

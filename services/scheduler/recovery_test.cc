@@ -158,12 +158,6 @@ class RestartableWorker final : public WorkerClient {
     absl::MutexLock lock(&mu_);
     if (kill_after_ >= 0 && kill_after_-- == 0) alive_ = false;
     if (!alive_) return absl::UnavailableError("worker rank 0 of 1: Socket closed");
-    if (!step.host_transfers.empty()) {
-      if (host_ == nullptr) return absl::FailedPreconditionError("no host KV segment");
-      if (absl::Status s = runner_->TransferHostBlocks(step.host_transfers, *host_); !s.ok()) {
-        return s;
-      }
-    }
     return runner_->Execute(step);
   }
   absl::Status Restore() override {
@@ -193,6 +187,8 @@ class RestartableWorker final : public WorkerClient {
       host_ = *worker::HostKvSegment::Open(
           host_segment_, worker::HostKvSegment::kHeaderBytes + host_blocks_ * per_block,
           per_block, "stories260K");
+      const absl::Status attached = runner_->SetHostSegment(host_.get());
+      EXPECT_TRUE(attached.ok()) << attached;
     }
     alive_ = true;
   }
@@ -254,7 +250,9 @@ class RecoveryTest : public ::testing::Test {
     // A fresh segment (zeros) for each run: bytes an earlier run left in a slot must not
     // stand in for a store that was lost.
     worker_.reset();
-    if (!segment.empty()) EXPECT_TRUE(worker::HostKvSegment::Unlink(segment).ok());
+    if (!segment.empty()) {
+      EXPECT_TRUE(worker::HostKvSegment::Unlink(segment).ok());
+    }
     worker_ = std::make_unique<RestartableWorker>(*weights_, ro, segment, host_blocks_);
     std::shared_ptr<cachemgr::HostTier> host;
     if (host_blocks_ > 0) {

@@ -268,7 +268,11 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
   pending_truncates.clear();
   pending_forks.clear();
   pending_copies.clear();
-  pending_transfers.clear();  // the cache manager's reset drops their unconfirmed stores
+  // The cache manager's reset drops their unconfirmed stores; the tier that comes back
+  // may be another, with tickets of its own.
+  pending_transfers.clear();
+  pending_transfers_ticket = 0;
+  transfers_done = 0;
 }
 
 void RequestState::Preempt(Request* victim) {

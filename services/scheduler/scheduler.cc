@@ -304,11 +304,14 @@ void Scheduler::Step() {
   absl::StatusOr<worker::StepOutput> output = workers_->Finish();
   InflightStep done = std::move(*inflight_);
   inflight_.reset();
+  bool launched = false;
   if (output.ok() && CheckAnswer(done, *output).ok() && !state_.loss.has_value() &&
       !next.batch.empty()) {
     Launch(std::move(next), &done, &*output);
+    launched = true;
   }
   Complete(done, std::move(output));
+  if (!launched) planner_.ReturnTransfers(&next);
   // A step planned ahead and not sent (its predecessor failed) holds slots that the loss
   // or the failed requests give back.
 }
@@ -349,6 +352,7 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   InflightStep step;
   step.start = absl::Now();
   step.transfers_ticket = plan.transfers_ticket;
+  step.had_transfers = !plan.input.host_transfers.empty();
   // A branch that may speculate next step needs this step's answer first.
   const bool small_batch = plan.speculative_batch;
   for (size_t i = 0; i < plan.batch.size(); ++i) {
@@ -392,6 +396,13 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
       // would only repeat.
       state_.FailRunning(absl::InternalError(
           absl::StrCat("worker step failed: ", output.status().message())));
+      if (step.had_transfers) {
+        // Its host-tier transfers did not run, but the cache manager counts on them (loaded
+        // blocks in its index, stores in the tier): its pool is reset.
+        state_.Lose(LostService::kCache,
+                    absl::InternalError(absl::StrCat("a step with host KV transfers was "
+                                                     "refused: ", output.status().message())));
+      }
       return;
     }
     if (IsFenced(output.status())) {  // a newer scheduler holds the replica

@@ -138,6 +138,7 @@ class Scheduler {
     bool pipelined = true;        // every branch it samples can go on before its answer
     absl::Time start;
     uint64_t transfers_ticket = 0;  // PlannedStep's: confirmed once the step answers
+    bool had_transfers = false;
   };
   // Nothing to step, but host-tier transfers wait (stores of a request that just ended):
   // a step of transfers alone runs them now, so the tier holds the blocks even if the

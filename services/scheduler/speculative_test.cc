@@ -117,7 +117,9 @@ TEST_F(SpeculativeTest, SameStreamsAsPlainDecoding) {
     EXPECT_GT(stats.num_spec_verifications, 20);
     EXPECT_GT(stats.num_spec_accepted, 10) << stats.num_spec_proposed << " proposed";
     EXPECT_LT(stats.num_spec_accepted, stats.num_spec_proposed);  // some were rejected
-    if (one_by_one) EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
+    if (one_by_one) {
+      EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
+    }
     ExpectPoolFull(256);
   }
 }

@@ -43,6 +43,19 @@ void StepPlanner::TakeTransfers(PlannedStep* plan) {
   plan->input.host_transfers = std::move(state_->pending_transfers);
   state_->pending_transfers.clear();
   plan->transfers_ticket = state_->pending_transfers_ticket;
+  state_->pending_transfers_ticket = 0;
+}
+
+void StepPlanner::ReturnTransfers(PlannedStep* plan) {
+  if (plan->input.host_transfers.empty() || state_->loss.has_value()) return;
+  // Ahead of any decided since: they run in the order the cache manager decided them.
+  plan->input.host_transfers.insert(plan->input.host_transfers.end(),
+                                    state_->pending_transfers.begin(),
+                                    state_->pending_transfers.end());
+  state_->pending_transfers = std::move(plan->input.host_transfers);
+  plan->input.host_transfers.clear();
+  state_->pending_transfers_ticket =
+      std::max(state_->pending_transfers_ticket, plan->transfers_ticket);
 }
 
 void StepPlanner::FailCache(const absl::Status& status) {

@@ -58,6 +58,9 @@ class StepPlanner {
   // Moves the host-tier transfers the cache manager decided so far into `plan` (Plan does
   // it for every step it plans; a step of transfers alone carries them when nothing runs).
   void TakeTransfers(PlannedStep* plan);
+  // A planned step that is not sent gives its transfers back, to go with the next one
+  // (unless a loss dropped every pending operation).
+  void ReturnTransfers(PlannedStep* plan);
 
   // How many tokens branch `i` of `r` computes next (before the budget): up to its end,
   // or up to the end of the prompt while other branches wait to fork from the root.

@@ -44,19 +44,11 @@ struct Choices {
 // Passes steps to a runner and keeps every sequence step that sampled.
 class RecordingWorker final : public WorkerClient {
  public:
-  // `host`: the host KV tier's segment (may be null).
-  explicit RecordingWorker(worker::ModelRunner* runner, const worker::HostKvSegment* host = nullptr)
-      : runner_(runner), host_(host) {}
+  explicit RecordingWorker(worker::ModelRunner* runner) : runner_(runner) {}
   absl::StatusOr<worker::StepOutput> Execute(const worker::StepInput& step,
                                              const std::vector<std::string>&) override {
     for (const worker::SequenceStep& s : step.seqs) {
       if (s.num_samples > 0) sampled.push_back(s);
-    }
-    if (!step.host_transfers.empty()) {
-      if (host_ == nullptr) return absl::FailedPreconditionError("no host KV segment");
-      if (absl::Status s = runner_->TransferHostBlocks(step.host_transfers, *host_); !s.ok()) {
-        return s;
-      }
     }
     return runner_->Execute(step);
   }
@@ -65,7 +57,6 @@ class RecordingWorker final : public WorkerClient {
 
  private:
   worker::ModelRunner* runner_;
-  const worker::HostKvSegment* host_;
 };
 
 class StoriesSchedulerTest : public ::testing::Test {
@@ -122,7 +113,10 @@ class StoriesSchedulerTest : public ::testing::Test {
         cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = 16},
         host_blocks > 0 ? host_tier_ : nullptr);
     cache_client_ = std::make_unique<LocalCacheClient>(manager_.get());
-    worker_ = std::make_unique<RecordingWorker>(runner_.get(), host_.get());
+    if (host_ != nullptr) {
+      ASSERT_TRUE(runner_->SetHostSegment(host_.get()).ok());
+    }
+    worker_ = std::make_unique<RecordingWorker>(runner_.get());
     options.block_size = 16;
     options.max_model_len = weights_->config.max_seq_len;
     options.vocab_size = weights_->config.vocab_size;

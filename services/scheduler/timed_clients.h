@@ -41,7 +41,9 @@ class TimedCacheClient final : public CacheClient {
   absl::Status Reset() override;
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
-  absl::Status SetHostTier(const std::string& id) override { return inner_->SetHostTier(id); }
+  absl::Status SetHostTier(const std::string& id, int32_t blocks) override {
+    return inner_->SetHostTier(id, blocks);
+  }
 
  private:
   CacheClient* const inner_;
@@ -59,6 +61,7 @@ class TimedWorkerClient final : public WorkerClient {
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
   std::string host_tier_id() const override { return inner_->host_tier_id(); }
+  int32_t host_blocks() const override { return inner_->host_blocks(); }
 
  private:
   WorkerClient* const inner_;

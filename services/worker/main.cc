@@ -1,6 +1,7 @@
 // folio-worker: one worker rank of a model replica, served over gRPC. Loads the model,
 // answers GetWorkerInfo at once, reports SERVING once the scheduler's AllocateKvCache
 // has built the KV pool, then runs steps.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,6 +156,15 @@ int main(int argc, char** argv) {
   const std::string model_path = *resolved;
 
   WorkerServiceOptions options;
+  {
+    // The host tier's fingerprint names the file, not just its shape (service.h).
+    struct stat st {};
+    options.model_identity = model_path;
+    if (stat(model_path.c_str(), &st) == 0) {
+      absl::StrAppend(&options.model_identity, ";size=", st.st_size, ";inode=", st.st_ino,
+                      ";mtime=", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+    }
+  }
   const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
   if (!folio::worker::kernels::ParseKvDType(kv_dtype.c_str(), &options.kv_dtype)) {
     LOG(ERROR) << "--kv_dtype must be f16, f32 or q8_0, got \"" << kv_dtype << "\"";

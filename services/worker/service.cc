@@ -585,17 +585,26 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
       host_.reset();
       const ModelConfig& c = weights_->config;
       const std::string fingerprint = absl::StrCat(
-          "model=", c.name, ";arch=", c.architecture, ";file_bytes=", weights_->file_bytes(),
-          ";layers=", c.num_layers, ";kv_heads=", c.num_kv_heads, ";head_dim=", c.head_dim,
+          "model=", options_.model_identity, ";name=", c.name, ";arch=", c.architecture,
+          ";file_bytes=", weights_->file_bytes(), ";layers=", c.num_layers,
+          ";kv_heads=", c.num_kv_heads, ";head_dim=", c.head_dim,
           ";kv_dtype=", kernels::KvDTypeName(options_.kv_dtype), ";block_size=", block_size,
           ";tp=", options_.tp_rank, "/", options_.tp_size);
       absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
           options_.kv_host_name, options_.kv_host_bytes, bytes_per_block, fingerprint);
       if (!host.ok()) {
         runner_.reset();
+        metrics_.host_bytes.Set(0);
+        absl::MutexLock lock(&info_mu_);
+        host_blocks_ = 0;
+        host_segment_id_.clear();
         return host.status();
       }
       host_ = *std::move(host);
+    }
+    if (absl::Status s = runner_->SetHostSegment(host_.get()); !s.ok()) {
+      runner_.reset();
+      return s;
     }
     metrics_.host_bytes.Set(static_cast<double>(host_->size_bytes()));
   }
@@ -686,24 +695,15 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   if (last_step_end_ != absl::InfinitePast()) {
     metrics_.step_gap.Observe(absl::ToDoubleSeconds(start - last_step_end_));
   }
-  if (!step->input.host_transfers.empty()) {
-    if (host_ == nullptr) {
-      return absl::FailedPreconditionError(
-          "the step carries host KV transfers, but this worker has no host tier "
-          "(--kv_host_bytes)");
-    }
-    if (absl::Status s = runner_->TransferHostBlocks(step->input.host_transfers, *host_);
-        !s.ok()) {
-      return s;
-    }
+  absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
+  last_step_end_ = absl::Now();
+  if (output.ok() && !step->input.host_transfers.empty()) {
     int64_t stores = 0;
     for (const HostTransfer& t : step->input.host_transfers) stores += t.store ? 1 : 0;
     const int64_t loads = static_cast<int64_t>(step->input.host_transfers.size()) - stores;
     metrics_.host_transfers.WithLabels({"store"}).Increment(static_cast<double>(stores));
     metrics_.host_transfers.WithLabels({"load"}).Increment(static_cast<double>(loads));
   }
-  absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
-  last_step_end_ = absl::Now();
   const double seconds = absl::ToDoubleSeconds(last_step_end_ - start);
   if (communicator_ != nullptr) {
     const CollectiveCounts counts = communicator_->counts();

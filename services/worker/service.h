@@ -75,6 +75,10 @@ struct WorkerServiceOptions {
   // restarts of this rank for the tier to outlive them. CPU backend only.
   int64_t kv_host_bytes = 0;
   std::string kv_host_name;
+  // What names the model file beyond its contents' shape (its path, size, inode and
+  // modification time): part of the segment's fingerprint, so that another file with the
+  // same name and size never reads this one's blocks.
+  std::string model_identity;
 };
 
 // Parses a byte count: a non-negative integer ("268435456") or a number with a unit,
@@ -218,8 +222,9 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   std::unique_ptr<Communicator> communicator_;  // tp_size > 1, once joined
   absl::Status communicator_status_;            // why there is none (tp_size > 1)
   CollectiveCounts reported_counts_;            // already added to the metrics
+  // --kv_host_bytes, once allocated; the runner points to it, so it is declared first.
+  std::unique_ptr<HostKvSegment> host_;
   std::unique_ptr<ModelRunner> runner_;         // uses communicator_: declared after it
-  std::unique_ptr<HostKvSegment> host_;         // --kv_host_bytes, once allocated
   ResidentBound resident_bound_;                // step thread: set at KV allocation
   int32_t steps_since_resident_ = 0;            // step thread
   absl::Time last_step_end_ = absl::InfinitePast();  // step thread: the last step's end

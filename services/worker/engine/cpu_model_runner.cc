@@ -338,30 +338,13 @@ void CpuModelRunner::Reserve(int64_t num_tokens, int64_t num_logit_rows) {
   }
 }
 
-absl::Status CpuModelRunner::TransferHostBlocks(const std::vector<HostTransfer>& transfers,
-                                                const HostKvSegment& host) {
-  if (host.bytes_per_block() != kv_->bytes_per_block()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "host KV segment ", host.name(), " holds blocks of ", host.bytes_per_block(),
+absl::Status CpuModelRunner::SetHostSegment(const HostKvSegment* host) {
+  if (host != nullptr && host->bytes_per_block() != kv_->bytes_per_block()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host KV segment ", host->name(), " holds blocks of ", host->bytes_per_block(),
         " bytes, the pool's are ", kv_->bytes_per_block()));
   }
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    const HostTransfer& t = transfers[i];
-    if (t.block < 0 || t.block >= kv_->num_blocks() || t.host_slot < 0 ||
-        t.host_slot >= host.num_slots()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "host transfer ", i, ": block ", t.block, " (pool of ", kv_->num_blocks(),
-          ") or host slot ", t.host_slot, " (segment of ", host.num_slots(),
-          ") out of range"));
-    }
-  }
-  for (const HostTransfer& t : transfers) {
-    if (t.store) {
-      kv_->CopyBlockOut(t.block, host.slot(t.host_slot));
-    } else {
-      kv_->CopyBlockIn(t.block, host.slot(t.host_slot));
-    }
-  }
+  host_ = host;
   return absl::OkStatus();
 }
 
@@ -374,6 +357,32 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   limits.max_seq_len = c.max_seq_len;
   limits.verifies_drafts = true;
   if (absl::Status s = ValidateStep(step, limits); !s.ok()) return s;
+  if (!step.host_transfers.empty()) {
+    if (host_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "the step carries host KV transfers, but this worker has no host tier "
+          "(--kv_host_bytes)");
+    }
+    for (size_t i = 0; i < step.host_transfers.size(); ++i) {
+      const HostTransfer& t = step.host_transfers[i];
+      if (t.block < 0 || t.block >= kv_->num_blocks() || t.host_slot < 0 ||
+          t.host_slot >= host_->num_slots()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "host transfer ", i, ": block ", t.block, " (pool of ", kv_->num_blocks(),
+            ") or host slot ", t.host_slot, " (segment of ", host_->num_slots(),
+            ") out of range"));
+      }
+    }
+  }
+
+  // The host tier's transfers, in the cache manager's order, before anything else.
+  for (const HostTransfer& t : step.host_transfers) {
+    if (t.store) {
+      kv_->CopyBlockOut(t.block, host_->slot(t.host_slot));
+    } else {
+      kv_->CopyBlockIn(t.block, host_->slot(t.host_slot));
+    }
+  }
 
   // Copy-on-write first: later writes in this step may land in the copied blocks.
   if (!step.block_copies.empty()) {
@@ -381,6 +390,9 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
     for (const BlockCopy& bc : step.block_copies) copies.push_back({bc.src_block, bc.dst_block});
     for (int32_t l = 0; l < c.num_layers; ++l) k::CopyBlocks(copies, kv_->layer(l));
   }
+  // A step of transfers alone (the scheduler's SendTransfers): no forward pass. Every
+  // tensor-parallel rank gets the same step, so none waits in a collective for this one.
+  if (step.seqs.empty()) return StepOutput{};
 
   // Flatten the batch: row r of every activation matrix is token r of the step.
   const int32_t block_size = kv_->shape().block_size;

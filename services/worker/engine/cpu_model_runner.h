@@ -149,8 +149,7 @@ class CpuModelRunner final : public ModelRunner {
       const ModelWeights& weights, const CpuModelRunnerOptions& options);
 
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
-  absl::Status TransferHostBlocks(const std::vector<HostTransfer>& transfers,
-                                  const HostKvSegment& host) override;
+  absl::Status SetHostSegment(const HostKvSegment* host) override;
 
   const ModelConfig& config() const override { return weights_.config; }
   int32_t block_size() const override { return kv_->shape().block_size; }
@@ -240,6 +239,7 @@ class CpuModelRunner final : public ModelRunner {
 
   WeightShard weights_;
   std::unique_ptr<KvCache> kv_;
+  const HostKvSegment* host_ = nullptr;  // SetHostSegment
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
   const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)

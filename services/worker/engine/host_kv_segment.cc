@@ -1,6 +1,7 @@
 #include "services/worker/engine/host_kv_segment.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,7 +24,8 @@ struct Header {
   int64_t bytes_per_block;
   int64_t num_slots;
   char id[64];
-  char fingerprint[512];
+  uint64_t fingerprint_hash;
+  char fingerprint[512];  // its first 511 characters, for people reading the segment
 };
 static_assert(sizeof(Header) <= HostKvSegment::kHeaderBytes);
 
@@ -48,6 +50,17 @@ absl::Status CheckName(const std::string& name) {
 }
 
 std::string ErrnoText(int err) { return std::strerror(err); }
+
+// FNV-1a, 64 bits: the header keeps the fingerprint's hash (any length) beside a readable
+// prefix of it.
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
 
 }  // namespace
 
@@ -85,6 +98,15 @@ absl::StatusOr<std::unique_ptr<HostKvSegment>> HostKvSegment::Open(
     return absl::FailedPreconditionError(
         absl::StrCat("shm_open(", name, "): ", ErrnoText(errno)));
   }
+  // One process per segment: a second one (two ranks given one --kv_host_name) would
+  // remake it under the first one's mapping.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host KV segment ", name, " is in use by another process (", ErrnoText(err),
+        "); give each worker rank its own --kv_host_name"));
+  }
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int err = errno;
@@ -95,6 +117,7 @@ absl::StatusOr<std::unique_ptr<HostKvSegment>> HostKvSegment::Open(
   std::memcpy(want.magic, kMagic, sizeof(kMagic));
   want.bytes_per_block = bytes_per_block;
   want.num_slots = num_slots;
+  want.fingerprint_hash = Fnv1a(fingerprint);
   std::strncpy(want.fingerprint, fingerprint.c_str(), sizeof(want.fingerprint) - 1);
 
   bool reused = false;
@@ -103,6 +126,7 @@ absl::StatusOr<std::unique_ptr<HostKvSegment>> HostKvSegment::Open(
     if (pread(fd, &have, sizeof(have), 0) == static_cast<ssize_t>(sizeof(have)) &&
         std::memcmp(have.magic, want.magic, sizeof(kMagic)) == 0 &&
         have.bytes_per_block == want.bytes_per_block && have.num_slots == want.num_slots &&
+        have.fingerprint_hash == want.fingerprint_hash &&
         std::memcmp(have.fingerprint, want.fingerprint, sizeof(want.fingerprint)) == 0 &&
         have.id[0] != '\0') {
       std::memcpy(want.id, have.id, sizeof(want.id));
@@ -138,20 +162,23 @@ absl::StatusOr<std::unique_ptr<HostKvSegment>> HostKvSegment::Open(
     }
   }
   void* base = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
-  close(fd);
   if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
     return absl::ResourceExhaustedError(
         absl::StrCat("mmap of host KV segment ", name, " (", size, " bytes): ", ErrnoText(err)));
   }
   LOG(INFO) << "host KV segment " << name << ": " << num_slots << " blocks of "
             << bytes_per_block << " bytes (" << size << " bytes), id " << want.id
             << (reused ? ", found as an earlier worker left it" : ", new");
-  return absl::WrapUnique(new HostKvSegment(name, want.id, static_cast<uint8_t*>(base), size,
+  return absl::WrapUnique(new HostKvSegment(name, want.id, fd, static_cast<uint8_t*>(base), size,
                                             bytes_per_block, static_cast<int32_t>(num_slots),
                                             reused));
 }
 
-HostKvSegment::~HostKvSegment() { munmap(base_, static_cast<size_t>(size_)); }
+HostKvSegment::~HostKvSegment() {
+  munmap(base_, static_cast<size_t>(size_));
+  close(fd_);  // and with it the lock
+}
 
 }  // namespace folio::worker

@@ -14,6 +14,11 @@
 // otherwise, so the id the worker reports tells the cache manager whether the blocks it
 // indexed are still there.
 //
+// One process at a time: Open takes an exclusive lock on the segment, which a second
+// process (two ranks given one name) is refused; a process that dies drops it. Segments
+// stay in /dev/shm until removed (`./folio serve` removes its own; a worker started by
+// hand leaves its segment for the next start, `rm /dev/shm/<name>` frees it).
+//
 // Thread-compatible: the worker's step thread reads and writes slots.
 #ifndef FOLIO_SERVICES_WORKER_ENGINE_HOST_KV_SEGMENT_H_
 #define FOLIO_SERVICES_WORKER_ENGINE_HOST_KV_SEGMENT_H_
@@ -33,7 +38,8 @@ class HostKvSegment {
 
   // Opens (or makes) segment `name` holding as many blocks of `bytes_per_block` as fit in
   // `byte_budget` (header included). InvalidArgument for a bad name or a budget below one
-  // block; ResourceExhausted when the memory cannot be reserved (a small /dev/shm).
+  // block; ResourceExhausted when the memory cannot be reserved (a small /dev/shm);
+  // FailedPrecondition when another process holds it.
   static absl::StatusOr<std::unique_ptr<HostKvSegment>> Open(const std::string& name,
                                                              int64_t byte_budget,
                                                              int64_t bytes_per_block,
@@ -43,7 +49,7 @@ class HostKvSegment {
 
   HostKvSegment(const HostKvSegment&) = delete;
   HostKvSegment& operator=(const HostKvSegment&) = delete;
-  ~HostKvSegment();  // unmaps; the segment stays
+  ~HostKvSegment();  // unmaps and unlocks; the segment stays
 
   const std::string& name() const { return name_; }
   const std::string& id() const { return id_; }
@@ -58,13 +64,14 @@ class HostKvSegment {
   }
 
  private:
-  HostKvSegment(std::string name, std::string id, uint8_t* base, int64_t size,
+  HostKvSegment(std::string name, std::string id, int fd, uint8_t* base, int64_t size,
                 int64_t bytes_per_block, int32_t num_slots, bool reused)
-      : name_(std::move(name)), id_(std::move(id)), base_(base), size_(size),
+      : name_(std::move(name)), id_(std::move(id)), fd_(fd), base_(base), size_(size),
         bytes_per_block_(bytes_per_block), num_slots_(num_slots), reused_(reused) {}
 
   const std::string name_;
   const std::string id_;
+  const int fd_;  // held open: its lock keeps other processes out
   uint8_t* const base_;
   const int64_t size_;
   const int64_t bytes_per_block_;

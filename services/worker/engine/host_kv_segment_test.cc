@@ -56,6 +56,16 @@ TEST_F(HostKvSegmentTest, AnotherModelOrGeometryMakesItAnew) {
   EXPECT_EQ((*c)->num_slots(), 8);
 }
 
+TEST_F(HostKvSegmentTest, ASecondOpenWhileOneHoldsItIsRefused) {
+  const int64_t budget = HostKvSegment::kHeaderBytes + 4 * 512;
+  auto a = HostKvSegment::Open(name_, budget, 512, "m");
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = HostKvSegment::Open(name_, budget, 512, "m");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  a->reset();
+  EXPECT_TRUE(HostKvSegment::Open(name_, budget, 512, "m").ok()) << "free again once closed";
+}
+
 TEST_F(HostKvSegmentTest, BadNamesAndBudgetsAreRefused) {
   for (const std::string bad : {"", "a/b", ".hidden", "sp ace"}) {
     EXPECT_EQ(HostKvSegment::Open(bad, 1 << 20, 512, "m").status().code(),

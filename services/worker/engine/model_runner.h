@@ -26,15 +26,15 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
 
-  // Runs block copies, then the forward pass for every sequence's new tokens (writing
-  // their K/V), then sampling. See the class comment for validation.
+  // Runs the host-tier transfers, then block copies, then the forward pass for every
+  // sequence's new tokens (writing their K/V), then sampling. See the class comment for
+  // validation (transfers included: a block or slot out of range is InvalidArgument).
   virtual absl::StatusOr<StepOutput> Execute(const StepInput& step) = 0;
 
-  // Runs host-tier transfers (step.h's HostTransfer) against `host`, in order, before a
-  // step. Every block and slot is checked first: InvalidArgument, and nothing copied, for
-  // one out of range. Unimplemented for a backend without a host tier.
-  virtual absl::Status TransferHostBlocks(const std::vector<HostTransfer>& transfers,
-                                          const HostKvSegment& host) {
+  // The host KV tier's segment (host_kv_segment.h; must outlive the runner, or be
+  // replaced first) that steps' host_transfers copy to and from. Unimplemented for a
+  // backend without a host tier.
+  virtual absl::Status SetHostSegment(const HostKvSegment* host) {
     return absl::UnimplementedError("this backend has no host KV tier");
   }
 

@@ -128,6 +128,19 @@ void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
                        !configure.disable_prefix_caching();
 }
 
+absl::Status GrpcCacheClient::ResetPool(pb::ResetRequest request) {
+  request.set_scheduler_epoch(epoch_);
+  pb::ResetResponse reset;
+  grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
+    return stub_->Reset(ctx, request, &reset);
+  });
+  if (!s.ok()) {
+    if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
+    return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GrpcCacheClient::SetHostTier(const std::string& id, int32_t blocks) {
   if (!host_tier_allowed_) blocks = 0;  // --policy or prefix caching rule it out
   if (blocks == 0 && configure_.host_tier_blocks() == 0) return absl::OkStatus();
@@ -135,18 +148,10 @@ absl::Status GrpcCacheClient::SetHostTier(const std::string& id, int32_t blocks)
     return absl::OkStatus();
   }
   pb::ResetRequest reset_request;
-  reset_request.set_scheduler_epoch(epoch_);
   reset_request.set_set_host_tier(true);
   reset_request.set_host_tier_blocks(blocks);
   reset_request.set_host_tier_id(blocks > 0 ? id : "");
-  pb::ResetResponse reset;
-  grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
-    return stub_->Reset(ctx, reset_request, &reset);
-  });
-  if (!s.ok()) {
-    if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
-    return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
-  }
+  if (absl::Status s = ResetPool(reset_request); !s.ok()) return s;
   LOG(WARNING) << "the workers' host KV segments changed (" << blocks << " blocks, "
                << (id.empty() ? "none" : id) << "; were " << configure_.host_tier_blocks()
                << " blocks, " << configure_.host_tier_id() << "): the host tier starts empty";
@@ -187,16 +192,7 @@ absl::Status GrpcCacheClient::Restore() {
     }
   }
   if (stats.configured() && stats.incarnation_id() == incarnation_id_) {
-    pb::ResetRequest reset_request;
-    reset_request.set_scheduler_epoch(epoch_);
-    pb::ResetResponse reset;
-    grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
-      return stub_->Reset(ctx, reset_request, &reset);
-    });
-    if (!s.ok()) {
-      if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
-      return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
-    }
+    if (absl::Status s = ResetPool(pb::ResetRequest()); !s.ok()) return s;
     LOG(INFO) << "cache manager answers again (same incarnation " << incarnation_id_
               << "); pool reset";
     return absl::OkStatus();

@@ -57,6 +57,9 @@ class GrpcCacheClient final : public CacheClient {
   bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
   grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;
   // Runs `call(ctx)` as a cancellable call of a Restore.
+  // Reset under this client's epoch, cancellable; a fenced refusal as is, any other failure
+  // UNAVAILABLE.
+  absl::Status ResetPool(folio::internal::v1::ResetRequest request);
   template <typename Call>
   grpc::Status Cancellable(absl::Duration timeout, Call call);
 };

@@ -30,10 +30,10 @@ import random
 import statistics
 import sys
 import time
-import urllib.request
 
 import _cluster
 import peer
+import routing
 from _cluster import ROOT, log
 
 MARK_BEGIN = "<!-- offload:begin (./folio bench offload --write_docs) -->"
@@ -101,26 +101,6 @@ def conversation_turns(a, vocab_size):
     return order
 
 
-def stream_ttft(url, model, prompt, max_tokens):
-    """Seconds to the first streamed token and to the end of one completion."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    start = time.monotonic()
-    first = None
-    with urllib.request.urlopen(req, timeout=1800) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[len("data: "):])
-            if first is None and any(c.get("text") for c in chunk.get("choices", [])):
-                first = time.monotonic() - start
-    end = time.monotonic() - start
-    return (first if first is not None else end), end
-
-
 def run_config(a, name, model_path, extra, out):
     port = _cluster.free_port()
     serve = ["--model=" + model_path, f"--threads={a.threads}",
@@ -129,17 +109,15 @@ def run_config(a, name, model_path, extra, out):
     with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=name,
                           startup_timeout_s=a.startup_timeout_s) as cluster:
         url = f"http://127.0.0.1:{port}"
-        with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
-            served = json.load(r)["data"][0]["id"]
         # Token ids any vocabulary has (the smoke model's is small).
         turns = conversation_turns(a, 256 if a.smoke else 32000)
         before = _cluster.counters(cluster.cachemgr_metrics, COUNTERS)
         started = time.monotonic()
         rows = []
         for c, turn, prompt in turns:
-            ttft, total = stream_ttft(url, served, prompt, a.answer_len)
+            ttft, total, _, _, cached = routing.complete(url, prompt, a.answer_len)
             rows.append({"conversation": c, "turn": turn, "prompt_len": len(prompt),
-                         "ttft_s": ttft, "total_s": total})
+                         "cached_tokens": cached, "ttft_s": ttft, "total_s": total})
         wall = time.monotonic() - started
         after = _cluster.counters(cluster.cachemgr_metrics, COUNTERS)
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}

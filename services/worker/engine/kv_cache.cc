@@ -67,27 +67,15 @@ kernels::KvCacheView KvCache::layer(int32_t layer) const {
 }
 
 void KvCache::CopyBlockOut(int64_t block, uint8_t* bytes) const {
-  CHECK_GE(block, 0);
-  CHECK_LT(block, num_blocks_);
-  const int64_t per_layer = shape_.block_size * shape_.num_kv_heads *
-                            kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
-  const int64_t layer_bytes = num_blocks_ * per_layer;
-  for (int64_t part = 0; part < 2 * shape_.num_layers; ++part) {
-    std::memcpy(bytes + part * per_layer, data_.get() + part * layer_bytes + block * per_layer,
-                static_cast<size_t>(per_layer));
-  }
+  ForEachBlockPart(block, [&](uint8_t* part, int64_t offset, int64_t n) {
+    std::memcpy(bytes + offset, part, static_cast<size_t>(n));
+  });
 }
 
 void KvCache::CopyBlockIn(int64_t block, const uint8_t* bytes) {
-  CHECK_GE(block, 0);
-  CHECK_LT(block, num_blocks_);
-  const int64_t per_layer = shape_.block_size * shape_.num_kv_heads *
-                            kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
-  const int64_t layer_bytes = num_blocks_ * per_layer;
-  for (int64_t part = 0; part < 2 * shape_.num_layers; ++part) {
-    std::memcpy(data_.get() + part * layer_bytes + block * per_layer, bytes + part * per_layer,
-                static_cast<size_t>(per_layer));
-  }
+  ForEachBlockPart(block, [&](uint8_t* part, int64_t offset, int64_t n) {
+    std::memcpy(part, bytes + offset, static_cast<size_t>(n));
+  });
 }
 
 }  // namespace folio::worker

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "glog/logging.h"
 #include "services/worker/kernels/aligned_buffer.h"
 #include "services/worker/kernels/kv_cache_view.h"
 
@@ -65,6 +66,20 @@ class KvCache {
  private:
   KvCache(const KvCacheShape& shape, int64_t num_blocks, kernels::AlignedBuffer<uint8_t> data)
       : shape_(shape), num_blocks_(num_blocks), data_(std::move(data)) {}
+
+  // Calls fn(part, offset, bytes) for block `block`'s K and V bytes in every layer, in
+  // the host tier's order: `part` points into the pool, `offset` into the block's copy.
+  template <typename Fn>
+  void ForEachBlockPart(int64_t block, Fn fn) const {
+    CHECK_GE(block, 0);
+    CHECK_LT(block, num_blocks_);
+    const int64_t per_layer = shape_.block_size * shape_.num_kv_heads *
+                              kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
+    const int64_t layer_bytes = num_blocks_ * per_layer;
+    for (int64_t part = 0; part < 2 * shape_.num_layers; ++part) {
+      fn(data_.get() + part * layer_bytes + block * per_layer, part * per_layer, per_layer);
+    }
+  }
 
   const KvCacheShape shape_;
   const int64_t num_blocks_;

@@ -18,8 +18,8 @@ Reported per configuration: TTFT p50 / p99 (time to the first streamed token, tu
 the first round, the ones that can hit), the wall time of the whole run, prompt tokens
 found cached (the cache manager's prefix-hit counter) and host-tier loads. The aim is TTFT
 p50 with the tier <= 0.5x without. Output (--out): results.json, table.md; --write_docs puts
-the table into docs/benchmarks.md between the offload markers. --smoke: stories260K, a
-minute.
+the table into docs/benchmarks.md between the offload markers. --smoke: stories260K, a few
+seconds (offload_smoke_test.py runs it in ctest).
 """
 
 import argparse
@@ -67,9 +67,10 @@ def parse_args(argv):
     build = os.path.dirname(os.path.abspath(a.bin_dir))
     a.models_dir = os.path.join(build, "bench-models", "peer")
     if a.smoke:
-        a.model = a.model or _cluster.default_model()
+        a.model = a.model or os.path.join(ROOT, "models", "stories260K", "stories260K.gguf")
         a.conversations, a.turns, a.prefix_len, a.user_len, a.answer_len = 8, 2, 160, 16, 8
-        a.kv_cache_bytes, a.kv_host_bytes, a.max_model_len = "4MiB", "64MiB", 512
+        # stories260K: 640 bytes a token; the pool holds about three conversations.
+        a.kv_cache_bytes, a.kv_host_bytes, a.max_model_len = "400KiB", "8MiB", 512
     if a.out is None:
         a.out = os.path.join(ROOT, "bench-results",
                              "offload-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -101,12 +102,12 @@ def conversation_turns(a, vocab_size):
     return order
 
 
-def run_config(a, name, model_path, extra, out):
+def run_config(a, name, slug, model_path, extra, out):
     port = _cluster.free_port()
     serve = ["--model=" + model_path, f"--threads={a.threads}",
              f"--kv_cache_bytes={a.kv_cache_bytes}", f"--max_model_len={a.max_model_len}",
              f"--http_port={port}", "--max_num_seqs=8"] + extra
-    with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=name,
+    with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=slug,
                           startup_timeout_s=a.startup_timeout_s) as cluster:
         url = f"http://127.0.0.1:{port}"
         # Token ids any vocabulary has (the smoke model's is small).
@@ -155,8 +156,8 @@ def main(argv):
     a = parse_args(argv)
     os.makedirs(os.path.join(a.out, "logs"), exist_ok=True)
     model = a.model or model_1b(a, a.out)
-    results = [run_config(a, "no offload", model, [], a.out),
-               run_config(a, f"host tier {a.kv_host_bytes}", model,
+    results = [run_config(a, "no offload", "no-offload", model, [], a.out),
+               run_config(a, f"host tier {a.kv_host_bytes}", "host-tier", model,
                           [f"--kv_host_bytes={a.kv_host_bytes}"], a.out)]
     text, ratio = table(a, results)
     with open(os.path.join(a.out, "results.json"), "w") as f:

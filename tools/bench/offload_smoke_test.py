@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Smoke run of `./folio bench offload --smoke`: stories260K, eight two-turn conversations
+through a pool of about three, without and with the host-memory tier, so the driver cannot
+rot. Both rows must be there; without the tier no second turn finds its history, with it
+the second turns load their blocks from the tier (host loads, cached prompt tokens).
+Figures of time are reported, never checked.
+Usage: offload_smoke_test.py --bin_dir BUILD/bin
+"""
+import json
+import os
+import sys
+import tempfile
+
+import _smoke
+
+
+def main():
+    args = _smoke.parse_args(__doc__)
+    model = _smoke.stories_model()
+    if model is None:
+        return 77
+    with tempfile.TemporaryDirectory(prefix="offload-smoke-") as tmp:
+        out = os.path.join(tmp, "out")
+        rc, _ = _smoke.run_driver("offload.py", [
+            f"--bin_dir={args.bin_dir}", "--smoke", f"--model={model}", f"--out={out}"],
+            timeout_s=240)
+        if rc != 0:
+            return 1
+        with open(os.path.join(out, "results.json")) as f:
+            results = json.load(f)["results"]
+        with open(os.path.join(out, "table.md")) as f:
+            table = f.read()
+    check = _smoke.Checks()
+    check(len(results) == 2, f"two configurations, got {len(results)}")
+    if len(results) == 2:
+        off, on = results
+        second = lambda r: [t for t in r["turns"] if t["turn"] > 0]
+        check(all(t["cached_tokens"] == 0 for t in second(off)),
+              "without the tier no second turn finds its history")
+        check(all(t["cached_tokens"] >= 128 for t in second(on)),
+              f"with it every second turn loads its history: "
+              f"{[t['cached_tokens'] for t in second(on)]}")
+        check(on["host_loads"] > 0, f"host loads {on['host_loads']}")
+        check(off["host_loads"] == 0, f"no host loads without the tier: {off['host_loads']}")
+        for r in results:
+            check(f"| {r['config']} |" in table, f"{r['config']} in the table")
+    return check.finish("offload smoke: the tier keeps the conversations")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,9 @@ void BlockPool::Reset() {
     blocks_[i] = Block{};
     PushBack(i);
   }
-  for (const auto& [hash, id] : cached_) events_.Append(BlockEvent::Kind::kRemoved, hash);
+  for (const auto& [hash, id] : cached_) {
+    if (!also_held_ || !also_held_(hash)) events_.Append(BlockEvent::Kind::kRemoved, hash);
+  }
   cached_.clear();
   num_free_ = num_blocks_;
   num_cached_free_ = 0;
@@ -51,7 +53,7 @@ void BlockPool::Unlink(int32_t id) {
 void BlockPool::EvictHash(int32_t id) {
   Block& b = blocks_[id];
   cached_.erase(b.hash);
-  events_.Append(BlockEvent::Kind::kRemoved, b.hash);
+  if (!also_held_ || !also_held_(b.hash)) events_.Append(BlockEvent::Kind::kRemoved, b.hash);
   b.hashed = false;
   b.hash = BlockHash{};
   ++num_evictions_;
@@ -116,7 +118,7 @@ bool BlockPool::Register(BlockId id, const BlockHash& hash, absl::Span<const int
   b.hashed = true;
   b.hash = hash;
   cached_.emplace(hash, id);
-  events_.Append(BlockEvent::Kind::kStored, hash);
+  if (!also_held_ || !also_held_(hash)) events_.Append(BlockEvent::Kind::kStored, hash);
   std::copy(tokens.begin(), tokens.end(),
             &block_tokens_[static_cast<size_t>(id.value) * block_size_]);
   return true;

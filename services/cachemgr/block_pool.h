@@ -14,6 +14,7 @@
 #define FOLIO_SERVICES_CACHEMGR_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -71,8 +72,22 @@ class BlockPool {
   // Drops every hash and reference: all blocks free, in id order.
   void Reset();
 
+  // A cache below the pool (the host KV tier, host_tier.h) that routers see as one with
+  // it: the log carries the union of both. A hash `also_held` says the other holds is not
+  // logged as entering or leaving the pool; the other reports its own changes through
+  // LogBelow. Set once, before any Register.
+  void set_also_held(std::function<bool(const BlockHash&)> also_held) {
+    also_held_ = std::move(also_held);
+  }
+  // The cache below took `hash` in (kStored) or let it go (kRemoved): logged unless the
+  // pool holds it, which already counts for routers.
+  void LogBelow(BlockEvent::Kind kind, const BlockHash& hash) {
+    if (!cached_.contains(hash)) events_.Append(kind, hash);
+  }
+  bool holds(const BlockHash& hash) const { return cached_.contains(hash); }
+
   // The index's changes (block_event_log.h): every hash Register enters and every one
-  // eviction or Reset drops.
+  // eviction or Reset drops (with a cache below, set_also_held: of the union).
   const BlockEventLog& events() const { return events_; }
   // Every hash in the index, as of events().last_seq().
   std::vector<BlockHash> SnapshotHashes() const;
@@ -100,6 +115,7 @@ class BlockPool {
   std::vector<int32_t> block_tokens_;  // [num_blocks, block_size]: ids of hashed blocks
   absl::flat_hash_map<BlockHash, BlockId> cached_;
   BlockEventLog events_;
+  std::function<bool(const BlockHash&)> also_held_;  // set_also_held
   int32_t num_free_ = 0;
   int32_t num_cached_free_ = 0;
   int64_t num_evictions_ = 0;

@@ -73,7 +73,9 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
   CHECK_GT(num_slots_, 0);
   CHECK(!index_.contains(hash));
   CHECK_EQ(tokens.size(), static_cast<size_t>(block_size_));
+  std::optional<BlockHash> evicted;
   if (free_.empty()) {
+    evicted = slots_[lru_.front()].hash;
     Evict(lru_.front());
     ++counters_.num_evictions;
   }
@@ -89,7 +91,7 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
   index_.emplace(hash, slot);
   unconfirmed_.push_back(Stored{slot, s.ticket});
   ++counters_.num_stores;
-  return Stored{slot, s.ticket};
+  return Stored{slot, s.ticket, evicted};
 }
 
 void HostTier::Confirm(uint64_t ticket) {
@@ -111,6 +113,13 @@ void HostTier::DropUnconfirmed() {
     }
   }
   unconfirmed_.clear();
+}
+
+std::vector<BlockHash> HostTier::Hashes() const {
+  std::vector<BlockHash> hashes;
+  hashes.reserve(index_.size());
+  for (const auto& [hash, slot] : index_) hashes.push_back(hash);
+  return hashes;
 }
 
 HostTierStats HostTier::Stats() const {

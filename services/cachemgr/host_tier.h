@@ -73,6 +73,7 @@ class HostTier {
   struct Stored {
     int32_t slot = -1;
     uint64_t ticket = 0;
+    std::optional<BlockHash> evicted;  // the entry the store pushed out, if any
   };
   // Takes a slot for a new entry: a free one, or the least recently used (whose entry is
   // evicted). Requires !Contains(hash) and num_slots() > 0.
@@ -84,6 +85,8 @@ class HostTier {
   void DropUnconfirmed();
 
   HostTierStats Stats() const;
+  // Every hash the tier holds (for the routers' snapshot, with the pool's).
+  std::vector<BlockHash> Hashes() const;
   absl::Status CheckInvariants() const;
 
  private:

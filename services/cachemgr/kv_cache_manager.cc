@@ -313,6 +313,17 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
   return response;
 }
 
+std::vector<BlockHash> KvCacheManager::CachedHashes() const {
+  const BlockPool* pool = policy_->prefix_pool();
+  std::vector<BlockHash> hashes = pool == nullptr ? std::vector<BlockHash>{} : pool->SnapshotHashes();
+  if (host_ != nullptr && pool != nullptr) {
+    for (const BlockHash& h : host_->Hashes()) {
+      if (!pool->holds(h)) hashes.push_back(h);
+    }
+  }
+  return hashes;
+}
+
 CacheStats KvCacheManager::Stats() const {
   CacheStats stats = counters_;
   stats.pool = policy_->Stats();

@@ -78,6 +78,9 @@ class KvCacheManager {
   const BlockPool* prefix_pool() const { return policy_->prefix_pool(); }
   const CacheConfig& config() const { return config_; }
   const std::shared_ptr<HostTier>& host_tier() const { return host_; }
+  // The hashes routers count as cached: the pool's index and the host tier's, each once
+  // (the state prefix_pool()->events() describes, as of its last_seq()).
+  std::vector<BlockHash> CachedHashes() const;
 
   // The record of a live sequence, or nullptr.
   const Sequence* Find(SeqId id) const;

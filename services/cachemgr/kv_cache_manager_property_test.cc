@@ -7,10 +7,13 @@
 // up as a mismatch. With a host tier (offload tier 1) the shadow worker also runs every
 // store and load in order, some steps' transfers are lost before a reset (a worker that
 // died mid-step), and sequences read back through loaded blocks as through any other.
+// A shadow router replays the block event log after every step: it must hold exactly the
+// hashes the pool and the host tier hold.
 #include <random>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "services/cachemgr/kv_cache_manager.h"
 
@@ -73,6 +76,10 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   int truncations = 0;
   int shared_cuts = 0;
 
+  // The shadow router: the hashes the event log says are cached, up to router_seq.
+  absl::flat_hash_set<BlockHash> router;
+  uint64_t router_seq = 0;
+  const BlockPool* router_pool = nullptr;
   int64_t copies = 0;       // across resets (each builds a new manager)
   int64_t hit_tokens = 0;
   auto apply = [&](const SeqResult& r, const std::vector<int32_t>& tokens, int32_t start) {
@@ -202,6 +209,7 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         ASSERT_TRUE(mgr->Step(req).ok());  // its transfers never run
         host->DropUnconfirmed();
         mgr = *KvCacheManager::Create(config, host);
+        router_pool = nullptr;  // a new pool: the router resyncs from its snapshot
         live.clear();
         pending_ids.clear();
         std::fill(slots.begin(), slots.end(), -1);  // a new worker's pool
@@ -214,6 +222,28 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
     }
     ASSERT_TRUE(mgr->CheckInvariants().ok()) << "after op " << iter << ": "
                                              << mgr->CheckInvariants();
+    if (const BlockPool* pool = mgr->prefix_pool(); pool != nullptr) {
+      if (pool != router_pool) {  // a new pool (a reset): the router takes a snapshot
+        router_pool = pool;
+        const std::vector<BlockHash> snapshot = mgr->CachedHashes();
+        router = {snapshot.begin(), snapshot.end()};
+        router_seq = pool->events().last_seq();
+      }
+      std::optional<std::vector<BlockEvent>> events =
+          pool->events().ReadAfter(router_seq, 1 << 20);
+      ASSERT_TRUE(events.has_value()) << "the router fell behind the log";
+      for (const BlockEvent& e : *events) {
+        if (e.kind == BlockEvent::Kind::kStored) {
+          ASSERT_TRUE(router.insert(e.hash).second) << "stored twice, op " << iter;
+        } else {
+          ASSERT_EQ(router.erase(e.hash), 1u) << "removed while not held, op " << iter;
+        }
+        router_seq = e.seq;
+      }
+      const std::vector<BlockHash> held = mgr->CachedHashes();
+      ASSERT_EQ(router, (absl::flat_hash_set<BlockHash>(held.begin(), held.end())))
+          << "the replayed events differ from the pool and tier, op " << iter;
+    }
     const PoolStats stats = mgr->Stats().pool;
     ASSERT_EQ(stats.num_blocks_free + stats.num_blocks_used, stats.num_blocks_total);
     // Every live sequence reads back its own tokens through its table.

@@ -20,6 +20,8 @@ PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching p
       host_(host),
       fill_(num_blocks, 0) {
   CHECK(host == nullptr || prefix_caching == PrefixCaching::kEnabled);
+  // Routers see the pool and the tier as one cache: a block in either is a hit.
+  if (host != nullptr) pool_.set_also_held([host](const BlockHash& h) { return host->Contains(h); });
 }
 
 void PagedPolicy::Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
@@ -232,6 +234,7 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
         host_->Touch(*slot);
       } else if (!host_->Contains(hash)) {
         const HostTier::Stored stored = host_->Store(hash, tokens);
+        if (stored.evicted.has_value()) pool_.LogBelow(BlockEvent::Kind::kRemoved, *stored.evicted);
         transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kStore,
                                            .block = seq.table[i],
                                            .host_slot = stored.slot,

@@ -446,7 +446,7 @@ grpc::ServerUnaryReactor* CacheManagerService::GetBlockEvents(
   }
   if (!events.has_value()) {  // another pool, or fallen behind the log: the whole index
     response->set_snapshot(true);
-    for (const BlockHash& hash : pool->SnapshotHashes()) {
+    for (const BlockHash& hash : manager_->CachedHashes()) {
       pb::BlockEvent* e = response->add_events();
       e->set_seq(log.last_seq());
       e->set_kind(pb::BlockEvent::STORED);

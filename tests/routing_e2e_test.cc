@@ -36,11 +36,14 @@ class RoutingTest : public ::testing::Test {
     if (!dir_) GTEST_SKIP() << testing::kModelsDirHelp;
   }
 
-  void StartCluster(const std::string& routing) {
+  void StartCluster(const std::string& routing, int num_replicas = 3,
+                    std::vector<std::string> worker_args = {"--kv_cache_bytes=32MiB"},
+                    std::vector<std::string> scheduler_args = {}) {
     ClusterOptions options;
     options.model = *dir_ + "/stories260K/stories260K.gguf";
-    options.num_replicas = 3;
-    options.worker_args = {"--kv_cache_bytes=32MiB"};
+    options.num_replicas = num_replicas;
+    options.worker_args = std::move(worker_args);
+    options.scheduler_args = std::move(scheduler_args);
     options.frontend_args = {"--routing=" + routing, "--recovery_timeout_ms=30000"};
     auto cluster = Cluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -144,6 +147,53 @@ TEST_F(RoutingTest, KvRoutingKeepsEachConversationWhereItsBlocksAre) {
   EXPECT_EQ(predicted,
             testing::MetricValue(metrics, "folio_frontend_route_actual_cached_tokens_total"));
   EXPECT_TRUE(cluster_->WaitForEmptyPool(absl::Seconds(10)));
+}
+
+// The host KV tier (--kv_host_bytes) seen by the router: two replicas with pools of 24
+// blocks. A conversation's first turn runs on one of them; then unrelated requests (ten
+// blocks each, spread over both) push its blocks out of that pool, but its host tier keeps
+// them, and the cache manager's block events count the tier with the pool. So its next
+// turn is routed back there and loads its history instead of recomputing it, and the
+// router's prediction is what the replica found. (Without the tier the blocks' REMOVED
+// events would leave the router nothing to go by.)
+TEST_F(RoutingTest, KvRoutingFollowsAConversationTheHostTierKeeps) {
+  // Each worker's segment is named after its port (folio-kv-PORT-rank0): one per replica.
+  StartCluster("kv", 2, {"--kv_cache_bytes=240KiB", "--kv_host_bytes=4MiB"},
+               {"--max_model_len=256"});
+  std::vector<int32_t> history = {1};
+  const std::vector<int32_t> user = UserTurn(7, 0, 60);
+  history.insert(history.end(), user.begin(), user.end());
+  const Completion first = Generate(history, 24);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  history.insert(history.end(), first.tokens.begin(), first.tokens.end());
+  int home = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (SchedulerStats(i).prompt_tokens() > 0) home = i;
+  }
+  ASSERT_GE(home, 0);
+  for (int i = 0; i < 8; ++i) {
+    const Completion noise = Generate(UserTurn(100 + i, 0, 150), 8);
+    ASSERT_TRUE(noise.status.ok()) << noise.status.error_message();
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // a few polls: the router sees the events
+  const ipb::CacheStats before = cluster_->CacheStats(home);
+  EXPECT_GT(before.host_tier_blocks_used(), 0);
+  const std::vector<int32_t> next = UserTurn(7, 1, 20);
+  history.insert(history.end(), next.begin(), next.end());
+  const int64_t home_prompt_tokens = SchedulerStats(home).prompt_tokens();
+  const Completion second = Generate(history, 8);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_GT(SchedulerStats(home).prompt_tokens(), home_prompt_tokens)
+      << "the second turn went back to replica " << home;
+  // Its first turn's full blocks (prompt and output: 85 tokens, 5 blocks) came back from
+  // the tier, the pool having evicted them.
+  EXPECT_GE(second.usage.cached_prompt_tokens(), 64);
+  EXPECT_GT(cluster_->CacheStats(home).host_tier_loads(), before.host_tier_loads());
+  const std::string metrics =
+      testing::HttpGet(cluster_->frontend_process().metrics_port(), "/metrics");
+  EXPECT_EQ(testing::MetricValue(metrics, "folio_frontend_route_predicted_cached_tokens_total"),
+            testing::MetricValue(metrics, "folio_frontend_route_actual_cached_tokens_total"));
+  cluster_.reset();
 }
 
 TEST_F(RoutingTest, LeastLoadedSpreadsABurstOverEveryReplica) {

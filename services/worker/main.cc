@@ -52,8 +52,8 @@ ABSL_FLAG(std::string, kv_host_bytes, "0",
           "--device=cpu only.");
 ABSL_FLAG(std::string, kv_host_name, "",
           "The host tier's shared-memory segment name; it must stay the same across restarts "
-          "of this rank for the tier to survive them. Default: folio-kv-<port>-rank<tp_rank> "
-          "(needs a fixed --port).");
+          "of this rank for the tier to survive them, and differ between ranks on one machine. "
+          "Default: folio-kv-<the gRPC port it listens on>-rank<tp_rank>.");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");
@@ -196,15 +196,7 @@ int main(int argc, char** argv) {
       LOG(ERROR) << "--kv_host_bytes: the host KV tier is built for --device=cpu only so far";
       return 2;
     }
-    if (options.kv_host_name.empty()) {
-      if (absl::GetFlag(FLAGS_port) == 0) {
-        LOG(ERROR) << "--kv_host_bytes needs --kv_host_name or a fixed --port (the segment's "
-                      "name must be the same when this rank restarts)";
-        return 2;
-      }
-      options.kv_host_name = absl::StrCat("folio-kv-", absl::GetFlag(FLAGS_port), "-rank",
-                                          absl::GetFlag(FLAGS_tp_rank));
-    }
+
   }
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   if (options.num_threads < 0) {
@@ -385,6 +377,9 @@ int main(int argc, char** argv) {
     LOG(ERROR) << runner.status();
     return 1;
   }
+  // The host tier's default segment name: the bound port's, so a rank restarted on its
+  // port (Kubernetes, ./folio serve, a test's restart) opens its segment again.
+  service.SetListenPort((*runner)->port());
   {
     absl::MutexLock lock(&serving_mu);
     serving_runner = runner->get();

@@ -590,8 +590,18 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
           ";kv_heads=", c.num_kv_heads, ";head_dim=", c.head_dim,
           ";kv_dtype=", kernels::KvDTypeName(options_.kv_dtype), ";block_size=", block_size,
           ";tp=", options_.tp_rank, "/", options_.tp_size);
+      std::string name = options_.kv_host_name;
+      if (name.empty()) {
+        const int port = listen_port_.load();
+        if (port <= 0) {
+          runner_.reset();
+          return absl::FailedPreconditionError(
+              "the host KV tier has no segment name yet (--kv_host_name, or the listening port)");
+        }
+        name = absl::StrCat("folio-kv-", port, "-rank", options_.tp_rank);
+      }
       absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
-          options_.kv_host_name, options_.kv_host_bytes, bytes_per_block, fingerprint);
+          name, options_.kv_host_bytes, bytes_per_block, fingerprint);
       if (!host.ok()) {
         runner_.reset();
         metrics_.host_bytes.Set(0);

@@ -30,6 +30,7 @@
 #ifndef FOLIO_SERVICES_WORKER_SERVICE_H_
 #define FOLIO_SERVICES_WORKER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -113,6 +114,10 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   // Called on the step thread after each allocation: kServing once a pool exists,
   // kNotServing if a re-allocation failed. Set it before the server starts.
   void SetServingCallback(std::function<void(ServingState)> callback);
+
+  // The gRPC port the server bound: the host tier's segment is named after it when
+  // options.kv_host_name is empty. Call once the server listens (before any allocation).
+  void SetListenPort(int port) { listen_port_.store(port); }
 
   // K and V bytes one token takes in every layer on this rank, for options.kv_dtype.
   int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
@@ -198,6 +203,7 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   const std::unique_ptr<ModelWeights> weights_;
   const WorkerServiceOptions options_;
   const int64_t kv_bytes_per_token_;
+  std::atomic<int> listen_port_{0};  // SetListenPort
   const folio::internal::v1::WorkerInfo static_info_;  // everything but the pool shape
   Metrics metrics_;
   std::function<void(ServingState)> serving_callback_;

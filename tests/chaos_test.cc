@@ -168,6 +168,7 @@ class ChaosTest : public ::testing::Test {
   }
 
   void NeverReturns(testing::ServiceProcess& process, const std::string& lost);
+  void HostTierSurvivesARestart(int tp_size, int killed);
 
   // A streamed completion over the frontend's HTTP API (OpenAI's SSE): the text of its
   // choices, joined in order, or the HTTP error.
@@ -207,13 +208,13 @@ TEST_F(ChaosTest, AKilledWorkerComesBackAndNoStreamIsLost) {
 }
 
 // The host KV tier (--kv_host_bytes): a worker killed and started again opens its
-// shared-memory segment again, so a conversation that comes back after the restart loads
-// its prompt's blocks instead of recomputing them; and streams cut mid-way by the kill
-// continue exactly, loading what the tier holds.
-TEST_F(ChaosTest, AWorkerRestartedWithAHostTierServesCachedPromptsFromIt) {
-  const std::string segment = "folio-chaos-" + std::to_string(getpid());
-  StartCluster({"--worker_timeout_ms=5000"}, 1, {},
-               {"--kv_host_bytes=16MiB", "--kv_host_name=" + segment});
+// shared-memory segment again (named after its port by default), so a conversation that
+// comes back after the restart loads its prompt's blocks instead of recomputing them; and
+// streams cut mid-way by the kill continue exactly, loading what the tier holds. At
+// tp_size 2 each rank keeps its own heads' blocks in its own segment and `killed` is one
+// of them.
+void ChaosTest::HostTierSurvivesARestart(int tp_size, int killed) {
+  StartCluster({"--worker_timeout_ms=5000"}, tp_size, {}, {"--kv_host_bytes=16MiB"});
   v1::GenerateRequest req;
   std::string prompt;
   for (int i = 0; i < 8; ++i) prompt += "Lily and Tom went to the park to play with the ball. ";
@@ -228,7 +229,7 @@ TEST_F(ChaosTest, AWorkerRestartedWithAHostTierServesCachedPromptsFromIt) {
   // the last one): the kill loses nothing the tier holds.
   absl::SleepFor(absl::Milliseconds(300));
 
-  testing::ServiceProcess& worker = cluster_->worker_process();
+  testing::ServiceProcess& worker = cluster_->worker_process(killed);
   worker.Signal(SIGKILL);
   ASSERT_TRUE(worker.Wait(absl::Seconds(10)).ok());
   ASSERT_TRUE(worker.Restart().ok());
@@ -246,8 +247,21 @@ TEST_F(ChaosTest, AWorkerRestartedWithAHostTierServesCachedPromptsFromIt) {
   KillAndRestart(worker, absl::Milliseconds(300));
   const std::string worker_metrics = testing::HttpGet(worker.metrics_port(), "/metrics");
   EXPECT_GT(testing::MetricValue(worker_metrics, "folio_worker_kv_host_bytes"), 0);
+  std::vector<std::string> segments;
+  for (int rank = 0; rank < tp_size; ++rank) {
+    segments.push_back(absl::StrCat("/folio-kv-", cluster_->worker_process(rank).grpc_port(),
+                                    "-rank", rank));
+  }
   cluster_.reset();
-  EXPECT_EQ(shm_unlink(("/" + segment).c_str()), 0);
+  for (const std::string& name : segments) EXPECT_EQ(shm_unlink(name.c_str()), 0) << name;
+}
+
+TEST_F(ChaosTest, AWorkerRestartedWithAHostTierServesCachedPromptsFromIt) {
+  HostTierSurvivesARestart(/*tp_size=*/1, /*killed=*/0);
+}
+
+TEST_F(ChaosTest, ATensorParallelRankRestartedWithAHostTierServesCachedPromptsFromIt) {
+  HostTierSurvivesARestart(/*tp_size=*/2, /*killed=*/1);
 }
 
 TEST_F(ChaosTest, AKilledCacheManagerComesBackAndNoStreamIsLost) {

@@ -7,6 +7,7 @@
 //     exactly the tokens of an undisturbed run (continued on the others), new requests
 //     are served at once, and the replica takes work again once it is started again.
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <map>
 #include <numeric>
@@ -193,7 +194,13 @@ TEST_F(RoutingTest, KvRoutingFollowsAConversationTheHostTierKeeps) {
       testing::HttpGet(cluster_->frontend_process().metrics_port(), "/metrics");
   EXPECT_EQ(testing::MetricValue(metrics, "folio_frontend_route_predicted_cached_tokens_total"),
             testing::MetricValue(metrics, "folio_frontend_route_actual_cached_tokens_total"));
+  std::vector<std::string> segments;
+  for (int i = 0; i < 2; ++i) {
+    segments.push_back(
+        absl::StrCat("/folio-kv-", cluster_->worker_process(0, i).grpc_port(), "-rank0"));
+  }
   cluster_.reset();
+  for (const std::string& name : segments) EXPECT_EQ(shm_unlink(name.c_str()), 0) << name;
 }
 
 TEST_F(RoutingTest, LeastLoadedSpreadsABurstOverEveryReplica) {

@@ -1,6 +1,6 @@
 // The host KV tier's cost per block against recomputing the block (issue #50): for each
 // model, one block of 16 tokens loaded from a host segment into the pool
-// (CpuModelRunner::TransferHostBlocks, what a tier hit costs the worker) against the same
+// (a step of one load, CpuModelRunner::Execute: what a tier hit costs the worker) against the same
 // 16 tokens computed as a prefill chunk after a 64-token prefix (CpuModelRunner::Execute,
 // what a miss costs). Where loading were dearer, the cache manager should recompute; the
 // ratio says how far that is.

@@ -272,10 +272,14 @@ TEST_F(CacheManagerServiceTest, TheHostTierStoresLoadsAndSurvivesAReset) {
             grpc::StatusCode::INVALID_ARGUMENT);
   configure.set_block_size(2);
 
-  // The tier needs the paged policy with prefix caching.
+  // The tier needs the paged policy with prefix caching: without it, it is left unused.
   configure.set_disable_prefix_caching(true);
-  EXPECT_EQ(stub_->Configure(Ctx().get(), configure, &configured).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(stub_->Configure(Ctx().get(), configure, &configured).ok());
+  EXPECT_EQ(Stats().host_tier_blocks_total(), 0);
+  reset.set_host_tier_blocks(4);
+  reset.set_host_tier_id("seg-3");
+  ASSERT_TRUE(stub_->Reset(Ctx().get(), reset, &reset_resp).ok()) << "nor does a reset add it";
+  EXPECT_EQ(Stats().host_tier_blocks_total(), 0);
 }
 
 TEST_F(CacheManagerServiceTest, BadStepsGetTheirStatusAndChangeNothing) {

@@ -1,6 +1,7 @@
 #include "services/cachemgr/host_tier.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,8 @@
 namespace folio::cachemgr {
 
 namespace {
+
+std::atomic<uint64_t> g_generations{0};
 
 uint64_t TicketBase() {
   return static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) << 12;
@@ -27,6 +30,7 @@ HostTier::HostTier(int32_t num_slots, int32_t block_size, std::string id, uint64
       id_(std::move(id)),
       slots_(num_slots),
       tokens_(static_cast<size_t>(num_slots) * block_size, 0),
+      generation_(++g_generations),
       first_ticket_(first_ticket),
       last_ticket_(first_ticket),
       confirmed_(first_ticket) {
@@ -95,8 +99,10 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
 }
 
 void HostTier::Confirm(uint64_t ticket) {
-  // A mark from another tier's tickets (below first_ticket_) confirms nothing here.
-  confirmed_ = std::max(confirmed_, std::min(ticket, last_ticket_));
+  // A mark from another tier's tickets (below first_ticket_, or past any this one issued)
+  // confirms nothing here.
+  if (ticket > last_ticket_) return;
+  confirmed_ = std::max(confirmed_, ticket);
   while (!unconfirmed_.empty() && unconfirmed_.front().ticket <= confirmed_) {
     unconfirmed_.pop_front();
   }

@@ -61,6 +61,8 @@ class HostTier {
 
   int32_t num_slots() const { return num_slots_; }
   const std::string& id() const { return id_; }
+  // Distinct for every tier this process builds (for metrics that count per tier).
+  uint64_t generation() const { return generation_; }
 
   // The slot holding exactly `tokens` under `hash` (ids compared: a collision is a miss).
   std::optional<int32_t> Find(const BlockHash& hash, absl::Span<const int32_t> tokens) const;
@@ -108,6 +110,7 @@ class HostTier {
   std::list<int32_t> lru_;        // used slots, least recently used first
   absl::flat_hash_map<BlockHash, int32_t> index_;
   std::deque<Stored> unconfirmed_;  // in ticket order
+  const uint64_t generation_;
   const uint64_t first_ticket_;  // tickets of this tier are above it
   uint64_t last_ticket_;
   uint64_t confirmed_;

@@ -38,7 +38,7 @@ TEST(HostTierTest, ResetDropsOnlyUnconfirmedStores) {
   EXPECT_TRUE(tier.Contains(HashOf(10)));
   EXPECT_FALSE(tier.Contains(HashOf(20)));
   EXPECT_EQ(tier.Stats().num_dropped_unconfirmed, 1);
-  // A ticket past the last store confirms what there is, not stores still to come.
+  // A ticket past the last store (another tier's) confirms nothing here, not even b.
   tier.Confirm(b.ticket + 100);
   const HostTier::Stored d = tier.Store(HashOf(40), Block(40));
   tier.DropUnconfirmed();

@@ -23,6 +23,19 @@ const char* PolicyKindName(PolicyKind kind) {
 
 absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
     const CacheConfig& config, std::shared_ptr<HostTier> host) {
+  if (absl::Status s = CheckConfig(config, host != nullptr); !s.ok()) return s;
+  std::unique_ptr<AllocationPolicy> policy;
+  if (config.policy == PolicyKind::kPaged) {
+    policy = std::make_unique<PagedPolicy>(config.num_blocks, config.block_size,
+                                           config.prefix_caching, host.get());
+  } else {
+    policy = std::make_unique<ContiguousPolicy>(config.num_blocks, config.block_size,
+                                                config.rounding);
+  }
+  return absl::WrapUnique(new KvCacheManager(config, std::move(policy), std::move(host)));
+}
+
+absl::Status KvCacheManager::CheckConfig(const CacheConfig& config, bool with_host) {
   if (config.block_size <= 0 || config.block_size > kMaxBlockSize) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block_size must be in [1, ", kMaxBlockSize, "], got ", config.block_size));
@@ -36,20 +49,20 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
         "num_blocks * block_size must be at most ", kMaxPoolSlots, ", got ",
         int64_t{config.num_blocks} * config.block_size));
   }
-  if (host != nullptr && (config.policy != PolicyKind::kPaged ||
-                          config.prefix_caching != PagedPolicy::PrefixCaching::kEnabled)) {
-    return absl::InvalidArgumentError(
-        "the host KV tier needs the paged policy with prefix caching on");
+  if (with_host) {
+    if (!TakesHostTier(config)) {
+      return absl::InvalidArgumentError(
+          "the host KV tier needs the paged policy with prefix caching on");
+    }
+    if (config.host_blocks < 0 || config.host_blocks > kMaxHostBlocks ||
+        int64_t{config.host_blocks} * config.block_size > kMaxPoolSlots) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host_tier_blocks must be in [0, ", kMaxHostBlocks, "] and host_tier_blocks * "
+          "block_size at most ", kMaxPoolSlots, ", got ", config.host_blocks, " * ",
+          config.block_size));
+    }
   }
-  std::unique_ptr<AllocationPolicy> policy;
-  if (config.policy == PolicyKind::kPaged) {
-    policy = std::make_unique<PagedPolicy>(config.num_blocks, config.block_size,
-                                           config.prefix_caching, host.get());
-  } else {
-    policy = std::make_unique<ContiguousPolicy>(config.num_blocks, config.block_size,
-                                                config.rounding);
-  }
-  return absl::WrapUnique(new KvCacheManager(config, std::move(policy), std::move(host)));
+  return absl::OkStatus();
 }
 
 KvCacheManager::KvCacheManager(const CacheConfig& config, std::unique_ptr<AllocationPolicy> policy,

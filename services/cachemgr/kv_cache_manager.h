@@ -69,6 +69,14 @@ class KvCacheManager {
   // below the pool; it outlives a manager (Reset builds a new manager over the same tier).
   static absl::StatusOr<std::unique_ptr<KvCacheManager>> Create(
       const CacheConfig& config, std::shared_ptr<HostTier> host = nullptr);
+  // Create's checks of `config` (with_host: of a host tier too, config.host_blocks of it),
+  // without allocating anything.
+  static absl::Status CheckConfig(const CacheConfig& config, bool with_host);
+  // Whether `config`'s pool can have a host tier (the paged policy with prefix caching).
+  static bool TakesHostTier(const CacheConfig& config) {
+    return config.policy == PolicyKind::kPaged &&
+           config.prefix_caching == PagedPolicy::PrefixCaching::kEnabled;
+  }
 
   // Applies one batched step; see the class comment.
   absl::StatusOr<StepResponse> Step(const StepRequest& request);

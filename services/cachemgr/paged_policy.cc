@@ -113,8 +113,9 @@ void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& 
                                        .host_slot = h.slot});
     hits[i].pool = id;
   }
-  // Pool hits past the cut were held above: given back (nothing past it was loaded).
-  for (size_t i = kept; i < hits.size(); ++i) {
+  // Pool hits past the cut were held above: given back (nothing past it was loaded), tail
+  // first as Free does, so the earlier blocks of a prefix stay cached longest.
+  for (size_t i = hits.size(); i-- > kept;) {
     if (hits[i].slot < 0) Drop(*hits[i].pool);
   }
   for (size_t i = 0; i < kept; ++i) {
@@ -235,6 +236,7 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
       } else if (!host_->Contains(hash)) {
         const HostTier::Stored stored = host_->Store(hash, tokens);
         if (stored.evicted.has_value()) pool_.LogBelow(BlockEvent::Kind::kRemoved, *stored.evicted);
+        pool_.LogBelow(BlockEvent::Kind::kStored, hash);  // a no-op while the pool holds it
         transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kStore,
                                            .block = seq.table[i],
                                            .host_slot = stored.slot,

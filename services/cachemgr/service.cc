@@ -42,18 +42,17 @@ StepRequest FromProto(const pb::CacheStepRequest& in) {
   return out;
 }
 
-absl::Status CheckHostTier(int32_t host_blocks, int32_t block_size) {
-  if (host_blocks < 0 || host_blocks > kMaxHostBlocks) {
-    return absl::InvalidArgumentError(absl::StrCat("host_tier_blocks must be in [0, ",
-                                                   kMaxHostBlocks, "], got ", host_blocks));
+// A host tier the pool cannot take (the contiguous policy, or prefix caching off, say by
+// this process's own flags) is left unused rather than refused: the workers keep their
+// segments, nothing is stored.
+CacheConfig WithUsableHostTier(CacheConfig config) {
+  if (config.host_blocks > 0 && !KvCacheManager::TakesHostTier(config)) {
+    LOG(WARNING) << "the workers offer a host KV tier of " << config.host_blocks
+                 << " blocks, but it needs the paged policy with prefix caching on: unused";
+    config.host_blocks = 0;
+    config.host_tier_id.clear();
   }
-  if (host_blocks > 0 && (block_size <= 0 || block_size > kMaxBlockSize ||
-                          int64_t{host_blocks} * block_size > kMaxPoolSlots)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host_tier_blocks * block_size must be at most ", kMaxPoolSlots, " (block_size in [1, ",
-        kMaxBlockSize, "]), got ", host_blocks, " * ", block_size));
-  }
-  return absl::OkStatus();
+  return config;
 }
 
 void ToProto(const BlockTransfer& in, pb::BlockTransfer* out) {
@@ -175,13 +174,13 @@ void CacheManagerService::RefreshGauges() {
   // The tier's own counts start again when it is built anew: count what is new since the
   // last look at the same tier.
   const HostTier* tier = manager_->host_tier().get();
-  if (tier != host_seen_tier_) {
+  const uint64_t generation = tier == nullptr ? 0 : tier->generation();
+  if (generation != host_seen_generation_) {
     host_seen_ = HostTierStats{};
-    host_seen_tier_ = tier;
+    host_seen_generation_ = generation;
   }
   auto add = [](Counter& counter, int64_t now, int64_t* last) {
-    // (A new tier at a freed one's address starts below what was seen: all of it is new.)
-    counter.Increment(static_cast<double>(now >= *last ? now - *last : now));
+    counter.Increment(static_cast<double>(now - *last));
     *last = now;
   };
   add(metrics_.host_stores, s.host.num_stores, &host_seen_.num_stores);
@@ -190,8 +189,12 @@ void CacheManagerService::RefreshGauges() {
   add(metrics_.host_dropped, s.host.num_dropped_unconfirmed, &host_seen_.num_dropped_unconfirmed);
 }
 
-absl::Status CacheManagerService::Configure(const CacheConfig& config) {
-  if (absl::Status s = CheckHostTier(config.host_blocks, config.block_size); !s.ok()) return s;
+absl::Status CacheManagerService::Configure(const CacheConfig& requested) {
+  const CacheConfig config = WithUsableHostTier(requested);
+  // Checked whole before anything is built or changed.
+  if (absl::Status s = KvCacheManager::CheckConfig(config, config.host_blocks > 0); !s.ok()) {
+    return s;
+  }
   bool kept = false;
   {
     absl::MutexLock lock(&mu_);
@@ -204,11 +207,6 @@ absl::Status CacheManagerService::Configure(const CacheConfig& config) {
     std::shared_ptr<HostTier> old = manager_ == nullptr ? nullptr : manager_->host_tier();
     kept = config.host_blocks > 0 && old != nullptr && old->num_slots() == config.host_blocks &&
            old->id() == config.host_tier_id && manager_->config().block_size == config.block_size;
-    // Validated (and sized) before any tier is built.
-    if (absl::StatusOr<std::unique_ptr<KvCacheManager>> probe = KvCacheManager::Create(config);
-        !probe.ok()) {
-      return probe.status();
-    }
     std::shared_ptr<HostTier> host;
     if (kept) {
       old->DropUnconfirmed();
@@ -218,7 +216,7 @@ absl::Status CacheManagerService::Configure(const CacheConfig& config) {
                                         config.host_tier_id);
     }
     absl::StatusOr<std::unique_ptr<KvCacheManager>> manager = KvCacheManager::Create(config, host);
-    if (!manager.ok()) return manager.status();
+    CHECK(manager.ok()) << manager.status();  // CheckConfig passed
     manager_ = std::move(*manager);
     ++pool_generation_;
   }
@@ -389,12 +387,9 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
     // The workers' segments changed: what the tier held is gone.
     config.host_blocks = request->host_tier_blocks();
     config.host_tier_id = request->host_tier_id();
-    if (absl::Status s = CheckHostTier(config.host_blocks, config.block_size); !s.ok()) {
+    config = WithUsableHostTier(config);
+    if (absl::Status s = KvCacheManager::CheckConfig(config, config.host_blocks > 0); !s.ok()) {
       return Finish(ctx, s);
-    }
-    if (absl::StatusOr<std::unique_ptr<KvCacheManager>> probe = KvCacheManager::Create(config);
-        !probe.ok()) {
-      return Finish(ctx, probe.status());
     }
     host = config.host_blocks > 0 ? std::make_shared<HostTier>(config.host_blocks,
                                                                config.block_size,
@@ -406,7 +401,10 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
     host->DropUnconfirmed();
     tier = absl::StrCat("; host tier kept: ", host->Stats().num_used, " blocks");
   }
-  manager_ = *KvCacheManager::Create(config, std::move(host));
+  absl::StatusOr<std::unique_ptr<KvCacheManager>> manager =
+      KvCacheManager::Create(config, std::move(host));
+  CHECK(manager.ok()) << manager.status();  // the configuration it had, or checked above
+  manager_ = std::move(*manager);
   ++pool_generation_;
   LOG(INFO) << "pool reset" << tier;
   return Finish(ctx, absl::OkStatus());

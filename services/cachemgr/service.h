@@ -30,7 +30,7 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   void SetOnConfigured(std::function<void()> callback);
 
   // Configures a pool directly (the --num_blocks start-up path).
-  absl::Status Configure(const CacheConfig& config);
+  absl::Status Configure(const CacheConfig& requested);
 
   grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx,
                                       const folio::internal::v1::ConfigureRequest* request,
@@ -85,9 +85,9 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   std::function<void()> on_configured_;
   absl::Mutex mu_;
   std::unique_ptr<KvCacheManager> manager_ ABSL_GUARDED_BY(mu_);
-  // The counts the metrics last saw, of this tier (compared by address, never read).
+  // The counts the metrics last saw, of the tier of this generation (HostTier::generation).
   HostTierStats host_seen_ ABSL_GUARDED_BY(mu_);
-  const HostTier* host_seen_tier_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t host_seen_generation_ ABSL_GUARDED_BY(mu_) = 0;
   // Counts the pools built (Configure and Reset each build one): with the incarnation,
   // the pool id of GetBlockEvents.
   int64_t pool_generation_ ABSL_GUARDED_BY(mu_) = 0;

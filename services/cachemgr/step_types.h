@@ -80,7 +80,11 @@ struct StepRequest {
 
 enum class SeqStatus {
   kOk,
-  kNoRoom,  // the pool could not serve it; the sequence was left exactly as it was
+  // The pool could not serve it; the sequence was left exactly as it was. Also a grant
+  // for a sequence created in the same request whose prefix lookup cached fewer tokens
+  // than validation predicted (a host-tier load found no free block): its start_pos
+  // no longer follows the sequence's tokens.
+  kNoRoom,
 };
 
 // What changed in one sequence's block table: entries from `table_offset` on are

@@ -416,9 +416,10 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
                     absl::StrCat("worker step failed: ", output.status().message())));
     return;
   }
-  // Its host-tier transfers ran before it: the stores among them are written.
-  state_.transfers_done = std::max(state_.transfers_done, step.transfers_ticket);
   if (state_.loss.has_value()) return;  // everything it computed is recomputed
+  // Its host-tier transfers ran before it: the stores among them are written. (After a
+  // loss the tier may be another, with tickets of its own: nothing is confirmed.)
+  state_.transfers_done = std::max(state_.transfers_done, step.transfers_ticket);
   if (absl::Status s = CheckAnswer(step, *output); !s.ok()) {
     // A worker bug (a step planned ahead was not sent on it): nothing to recompute from.
     state_.FailRunning(s);

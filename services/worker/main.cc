@@ -28,6 +28,7 @@
 #include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/backend.h"
+#include "services/worker/engine/host_kv_segment.h"
 #include "services/worker/service.h"
 
 ABSL_FLAG(int, port, 0, "gRPC port; 0 picks a free one (see --port_file).");
@@ -191,12 +192,20 @@ int main(int argc, char** argv) {
   }
   options.kv_host_bytes = *host_bytes;
   options.kv_host_name = absl::GetFlag(FLAGS_kv_host_name);
+  // A segment named after a port picked at random is found by no later start: it is
+  // removed when this process stops cleanly, and the tier does not outlive a crash.
+  const bool host_segment_is_ours =
+      options.kv_host_bytes > 0 && options.kv_host_name.empty() && absl::GetFlag(FLAGS_port) == 0;
   if (options.kv_host_bytes > 0) {
     if (absl::GetFlag(FLAGS_device) != "cpu") {
       LOG(ERROR) << "--kv_host_bytes: the host KV tier is built for --device=cpu only so far";
       return 2;
     }
-
+    if (host_segment_is_ours) {
+      LOG(WARNING) << "--kv_host_bytes without --kv_host_name or a fixed --port: the segment "
+                      "is named after a port picked now, so a restarted worker will not find "
+                      "it; it is removed when this worker stops";
+    }
   }
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   if (options.num_threads < 0) {
@@ -393,5 +402,9 @@ int main(int argc, char** argv) {
     serving_runner = nullptr;
   }
   (*runner)->Shutdown();
+  if (host_segment_is_ours) {
+    const std::string name = absl::StrCat("folio-kv-", (*runner)->port(), "-rank", options.tp_rank);
+    if (absl::Status s = folio::worker::HostKvSegment::Unlink(name); !s.ok()) LOG(WARNING) << s;
+  }
   return 0;
 }

@@ -595,8 +595,9 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
         const int port = listen_port_.load();
         if (port <= 0) {
           runner_.reset();
-          return absl::FailedPreconditionError(
-              "the host KV tier has no segment name yet (--kv_host_name, or the listening port)");
+          return absl::UnavailableError(
+              "the worker is still starting (its host KV segment is named after the port it "
+              "listens on); try again");
         }
         name = absl::StrCat("folio-kv-", port, "-rank", options_.tp_rank);
       }
@@ -704,6 +705,13 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   const absl::Time start = absl::Now();
   if (last_step_end_ != absl::InfinitePast()) {
     metrics_.step_gap.Observe(absl::ToDoubleSeconds(start - last_step_end_));
+  }
+  if (!step->input.host_transfers.empty() && host_ == nullptr) {
+    // Every backend, not only those that check: a load that did not run leaves a block the
+    // cache manager counts as cached holding nothing.
+    return absl::FailedPreconditionError(
+        "the step carries host KV transfers, but this worker has no host tier "
+        "(--kv_host_bytes)");
   }
   absl::StatusOr<StepOutput> output = runner_->Execute(step->input);
   last_step_end_ = absl::Now();

@@ -16,7 +16,7 @@
 namespace folio::worker {
 namespace {
 
-constexpr char kMagic[8] = {'F', 'O', 'L', 'I', 'O', 'K', 'V', '1'};
+constexpr char kMagic[8] = {'F', 'O', 'L', 'I', 'O', 'K', 'V', '2'};  // the header's layout
 
 // The first bytes of the segment.
 struct Header {

@@ -110,7 +110,8 @@ struct HostTransfer {
 struct StepInput {
   std::vector<SequenceStep> seqs;
   std::vector<BlockCopy> block_copies;  // run first, in order, in every layer
-  // Run by the worker before the step (ModelRunner::TransferHostBlocks), in order.
+  // Run in order before the copies (ModelRunner::Execute, against the segment given by
+  // SetHostSegment).
   std::vector<HostTransfer> host_transfers;
 };
 

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/structured/utf8_ranges.h"
@@ -570,6 +571,55 @@ std::string GbnfLiteral(std::string_view text) {
     }
   }
   out += "\"";
+  return out;
+}
+
+absl::StatusOr<std::string> RenameRule(std::string_view grammar, std::string_view from,
+                                       std::string_view to) {
+  auto is_name_char = [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  };
+  if (to.empty() || !std::all_of(to.begin(), to.end(), is_name_char)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", std::string(to), "' is not a rule name"));
+  }
+  // One pass over the text's lexical items: literals and classes (with their escapes) and
+  // comments are copied as they are; a name equal to `from` becomes `to`.
+  std::string out;
+  out.reserve(grammar.size() + 64);
+  size_t i = 0;
+  while (i < grammar.size()) {
+    const char c = grammar[i];
+    if (c == '"' || c == '[') {
+      const char close = c == '"' ? '"' : ']';
+      size_t j = i + 1;
+      while (j < grammar.size() && grammar[j] != close) j += grammar[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, grammar.size());
+      out.append(grammar.substr(i, j - i));
+      i = j;
+    } else if (c == '#') {
+      size_t j = grammar.find('\n', i);
+      if (j == std::string_view::npos) j = grammar.size();
+      out.append(grammar.substr(i, j - i));
+      i = j;
+    } else if (is_name_char(c)) {
+      size_t j = i;
+      while (j < grammar.size() && is_name_char(grammar[j])) ++j;
+      const std::string_view name = grammar.substr(i, j - i);
+      if (name == to) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the grammar already has a rule named '", std::string(to), "'"));
+      }
+      if (name == from) {
+        out.append(to);
+      } else {
+        out.append(name);
+      }
+      i = j;
+    } else {
+      out.push_back(c);
+      ++i;
+    }
+  }
   return out;
 }
 

@@ -92,6 +92,13 @@ class Grammar {
 // around literal strings (tool names, tags).
 std::string GbnfLiteral(std::string_view text);
 
+// `grammar` with every use and the definition of rule `from` named `to` instead (names in
+// literals, classes and comments are left alone), for callers that embed one grammar in
+// another (the answer after a reasoning block: its `root` becomes a rule of the wrapper).
+// InvalidArgument if `to` is not a name or `grammar` already uses it.
+absl::StatusOr<std::string> RenameRule(std::string_view grammar, std::string_view from,
+                                       std::string_view to);
+
 }  // namespace folio::structured
 
 #endif  // FOLIO_COMMON_STRUCTURED_GRAMMAR_H_

@@ -95,5 +95,24 @@ TEST(GrammarTest, GbnfLiteralRoundTrips) {
   EXPECT_TRUE(GrammarMatches("root ::= " + GbnfLiteral(text), text));
 }
 
+TEST(GrammarTest, RenameRuleRenamesDefinitionAndUsesOnly) {
+  const std::string g =
+      "root ::= \"root\" [r-t] root-x | \"(\" root \")\"  # root, in a comment\n"
+      "root-x ::= \"\\\"root\"\n";
+  absl::StatusOr<std::string> renamed = RenameRule(g, "root", "answer");
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ(*renamed,
+            "answer ::= \"root\" [r-t] root-x | \"(\" answer \")\"  # root, in a comment\n"
+            "root-x ::= \"\\\"root\"\n");
+  // Still the same language, under the new start rule.
+  const std::string wrapped = "root ::= \"<\" answer \">\"\n" + *renamed;
+  EXPECT_TRUE(GrammarMatches(wrapped, "<(roots\"root)>"));
+  EXPECT_FALSE(GrammarMatches(wrapped, "(roots\"root)"));
+
+  EXPECT_THAT(RenameRule(g, "root", "root-x").status().message(), HasSubstr("root-x"));
+  EXPECT_FALSE(RenameRule(g, "root", "a b").ok());
+  EXPECT_FALSE(RenameRule(g, "root", "").ok());
+}
+
 }  // namespace
 }  // namespace folio::structured

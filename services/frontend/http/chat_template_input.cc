@@ -95,6 +95,19 @@ absl::StatusOr<ChatInput> ParseChatInput(std::string_view body_text) {
     if (auto calls = msg.find("tool_calls"); calls != msg.end() && !calls->is_null()) {
       if (absl::Status s = NormalizeToolCalls(&*calls, field + ".tool_calls"); !s.ok()) return s;
     }
+    // An assistant turn's reasoning comes back under either name clients use (vLLM's
+    // `reasoning`, llama.cpp's and DeepSeek's `reasoning_content`); templates that render
+    // it (interleaved thinking) read message.reasoning_content.
+    for (const char* key : {"reasoning_content", "reasoning"}) {
+      if (const ordered_json* v = Field(msg, key); v != nullptr && !v->is_string() && !v->is_null()) {
+        return TypeError(absl::StrCat(field, ".", key), "a string or null");
+      }
+    }
+    if (const ordered_json* reasoning = Field(msg, "reasoning");
+        reasoning != nullptr && reasoning->is_string() &&
+        (Field(msg, "reasoning_content") == nullptr || Field(msg, "reasoning_content")->is_null())) {
+      msg["reasoning_content"] = *reasoning;
+    }
     for (const char* key : {"tool_call_id", "name"}) {
       if (const ordered_json* v = Field(msg, key); v != nullptr && !v->is_string()) {
         return TypeError(absl::StrCat(field, ".", key), "a string");

@@ -52,6 +52,29 @@ TEST(ChatTemplateInputTest, MessageShapesReachTheTemplate) {
             "<tool>4 C#c1 ['role', 'tool_call_id', 'content', 'zeta', 'alpha'][no think]");
 }
 
+TEST(ChatTemplateInputTest, ReasoningComesBackUnderEitherName) {
+  // vLLM's clients send `reasoning`, llama.cpp's and DeepSeek's `reasoning_content`; the
+  // template reads reasoning_content (and the client's own field stays as it was).
+  absl::StatusOr<ChatInput> input = ParseChatInput(R"({"messages": [
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4", "reasoning": "two and two"},
+    {"role": "assistant", "content": "5", "reasoning": "ignored", "reasoning_content": "kept"},
+    {"role": "assistant", "content": "6", "reasoning_content": null}]})");
+  ASSERT_TRUE(input.ok()) << input.status();
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Create(
+      "{% for m in messages %}[{{ m.reasoning_content }}|{{ m.reasoning }}]{% endfor %}", "<s>",
+      "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> out = t->Render(*input);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[|][two and two|two and two][kept|ignored][None|]");  // null renders as Jinja2 does
+
+  absl::StatusOr<ChatInput> bad = ParseChatInput(
+      R"({"messages": [{"role": "assistant", "content": "4", "reasoning": 7}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("messages[0].reasoning"));
+}
+
 TEST(ChatTemplateInputTest, TheOpenAiRequestCarriesTheFullMessages) {
   // ParseRequest still rejects tools (until the server renders Request::chat); without
   // them the messages, tool calls included, reach the template through Request::messages.

@@ -204,44 +204,56 @@ INSTANTIATE_TEST_SUITE_P(
 // The official openai npm client (tests/openai/check.mjs) against the server: tool calls
 // not streamed, streamed and joined by the client's own stream helper, and sent back with
 // their result.
-TEST_F(ToolCallsTest, OfficialOpenAiClientGetsTheToolCalls) {
-  const std::string dir = FOLIO_OPENAI_NODE_DIR;
-  std::string skip;
-  if (!::folio::testing::InstallOpenAiClient(dir, FOLIO_OPENAI_CHECK_DIR, &skip)) {
-    GTEST_SKIP() << skip;
+class OfficialClientToolsTest : public ToolCallsTest {
+ protected:
+  // `chat_template` empty: the model has none, so the frontend's default template (which
+  // teaches Hermes calls) renders the tools and the tool-call parser is chosen for it.
+  void RunToolLoop(const std::string& chat_template) {
+    const std::string dir = FOLIO_OPENAI_NODE_DIR;
+    std::string skip;
+    if (!::folio::testing::InstallOpenAiClient(dir, FOLIO_OPENAI_CHECK_DIR, &skip)) {
+      GTEST_SKIP() << skip;
+    }
+    FrontendOptions options;
+    options.chat_template = chat_template;
+    ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
+    Play(Encode(kHermesOutput));
+    const ordered_json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+    // What the server answers, as the client should see it.
+    const std::string expected =
+        ordered_json({{"content", SaidBefore(kHermesOutput, "\n<tool_call>")},
+                      {"finish_reason", "tool_calls"},
+                      {"calls", {{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}})
+            .dump();
+    ordered_json spec = {{"baseURL", absl::StrCat("http://127.0.0.1:", http_->port(), "/v1")},
+                         {"apiKey", "none"},
+                         {"model", "stories260K"},
+                         {"cases", ordered_json::array()}};
+    for (const char* kind : {"chat_tools", "chat_tools_stream", "chat_tools_round_trip"}) {
+      spec["cases"].push_back({{"name", kind}, {"kind", kind}, {"messages", messages},
+                               {"tools", WeatherTools()}, {"max_tokens", 200},
+                               {"tool_result", "{\"temp_c\": 21}"}, {"expected", expected}});
+    }
+    ::folio::testing::CommandResult run =
+        ::folio::testing::RunOpenAiClient(dir, spec.dump(), "openai_tools");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    for (const char* kind : {"OK   chat_tools:", "OK   chat_tools_stream:", "OK   chat_tools_round_trip:"}) {
+      EXPECT_NE(run.output.find(kind), std::string::npos) << run.output;
+    }
+    // The round trip's second request carried the client's tool result.
+    const auto calls = fake_->calls();
+    ASSERT_FALSE(calls.empty());
+    const auto& last = calls.back().request.prompt_token_ids();
+    EXPECT_NE(Decode(std::vector<int32_t>(last.begin(), last.end())).find("temp_c"), std::string::npos);
   }
-  FrontendOptions options;
-  options.chat_template = ReadFileOrEmpty(TemplatePath(kQwen25));
-  ASSERT_NO_FATAL_FAILURE(StartFrontend(options));
-  Play(Encode(kHermesOutput));
-  const ordered_json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
-  // What the server answers, as the client should see it.
-  const std::string expected =
-      ordered_json({{"content", SaidBefore(kHermesOutput, "\n<tool_call>")},
-                    {"finish_reason", "tool_calls"},
-                    {"calls", {{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}})
-          .dump();
-  ordered_json spec = {{"baseURL", absl::StrCat("http://127.0.0.1:", http_->port(), "/v1")},
-                       {"apiKey", "none"},
-                       {"model", "stories260K"},
-                       {"cases", ordered_json::array()}};
-  for (const char* kind : {"chat_tools", "chat_tools_stream", "chat_tools_round_trip"}) {
-    spec["cases"].push_back({{"name", kind}, {"kind", kind}, {"messages", messages},
-                             {"tools", WeatherTools()}, {"max_tokens", 200},
-                             {"tool_result", "{\"temp_c\": 21}"}, {"expected", expected}});
-  }
-  ::folio::testing::CommandResult run =
-      ::folio::testing::RunOpenAiClient(dir, spec.dump(), "openai_tools");
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* kind : {"OK   chat_tools:", "OK   chat_tools_stream:", "OK   chat_tools_round_trip:"}) {
-    EXPECT_NE(run.output.find(kind), std::string::npos) << run.output;
-  }
-  // The round trip's second request carried the client's tool result.
-  const auto calls = fake_->calls();
-  ASSERT_FALSE(calls.empty());
-  const auto& last = calls.back().request.prompt_token_ids();
-  EXPECT_NE(Decode(std::vector<int32_t>(last.begin(), last.end())).find("temp_c"), std::string::npos);
+};
+
+TEST_F(OfficialClientToolsTest, OnAQwenTemplate) {
+  RunToolLoop(ReadFileOrEmpty(TemplatePath(kQwen25)));
 }
+
+// The model has no chat template (the default model's case): no flags needed either.
+TEST_F(OfficialClientToolsTest, OnTheDefaultTemplate) { RunToolLoop(""); }
 
 }  // namespace
 }  // namespace folio::frontend::testing

@@ -414,6 +414,9 @@ json UsageJson(const Usage& u) {
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens}};
   out["prompt_tokens_details"] = {{"cached_tokens", u.cached_prompt_tokens}};
+  if (u.reasoning_tokens.has_value()) {
+    out["completion_tokens_details"] = {{"reasoning_tokens", *u.reasoning_tokens}};
+  }
   return out;
 }
 

@@ -107,6 +107,9 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;
+  // Chat with a reasoning parser: the completion's tokens that were reasoning
+  // (completion_tokens_details.reasoning_tokens, as OpenAI's reasoning models report it).
+  std::optional<int32_t> reasoning_tokens;
 };
 
 // Fields every response object of one request shares.

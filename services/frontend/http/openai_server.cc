@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/structured/structured_output.h"
 #include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -71,7 +72,7 @@ void ParseToolCalls(ToolCallParser& parser, openai::ChoiceDelta& d) {
 // Runs `d` through its choice's reasoning parser: the reasoning goes to d.reasoning and
 // `d.text` keeps the rest (which a tool-call parser then reads).
 void ParseReasoning(ReasoningParser& parser, openai::ChoiceDelta& d) {
-  ReasoningDelta p = parser.Feed(d.text);
+  ReasoningDelta p = parser.Feed(d.text, static_cast<int32_t>(d.tokens.size()));
   if (!d.finish_reason.empty()) {
     ReasoningDelta rest = parser.Finish();
     p.reasoning += rest.reasoning;
@@ -551,6 +552,19 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
         (options_.reasoning_parser == ReasoningParserMode::kAuto && (*t)->mentions_think())) {
       // A prompt ending in <think> (DeepSeek-R1, Qwen3-Thinking) starts the output inside.
       reasoning_start = ReasoningStartOfPrompt(*prompt);
+      // A constrained answer (response_format, a required or named tool call) is held to
+      // the content after the reasoning; a lazy grammar (tool_choice "auto") is left as it
+      // is. A constraint that does not compile is left for the validator to name.
+      if (r.input.structured.kind != structured::StructuredOutput::Kind::kNone &&
+          r.input.grammar_triggers.empty()) {
+        if (absl::StatusOr<std::string> answer = structured::ToGrammar(r.input.structured);
+            answer.ok()) {
+          absl::StatusOr<std::string> g = AfterReasoningGrammar(*answer, *reasoning_start);
+          if (!g.ok()) return fail(g.status());
+          r.input.structured.kind = structured::StructuredOutput::Kind::kGrammar;
+          r.input.structured.text = *std::move(g);
+        }
+      }
     }
     absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(model->tokenizer(), *prompt);
     if (!ids.ok()) {
@@ -671,6 +685,13 @@ void OpenAiServer::OnUpdate(const std::shared_ptr<Call>& call, Generation::Updat
   };
   if (!call->reasoning_parsers.empty()) {
     for (openai::ChoiceDelta& d : u.deltas) ParseReasoning(call->reasoning_parsers[d.index], d);
+    if (u.done) {
+      int32_t reasoning_tokens = 0;
+      for (const ReasoningParser& p : call->reasoning_parsers) {
+        reasoning_tokens += p.reasoning_tokens();
+      }
+      u.usage.reasoning_tokens = reasoning_tokens;
+    }
   }
   if (!call->parsers.empty()) {
     for (openai::ChoiceDelta& d : u.deltas) ParseToolCalls(call->parsers[d.index], d);

@@ -1,9 +1,10 @@
 #include "services/frontend/http/reasoning_parser.h"
 
-#include "absl/status/status.h"
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/structured/grammar.h"
 
 namespace folio::frontend {
 namespace {
@@ -23,9 +24,44 @@ ReasoningStart ReasoningStartOfPrompt(std::string_view prompt) {
 absl::StatusOr<ReasoningParserMode> ReasoningParserModeByName(std::string_view name) {
   if (name == "auto") return ReasoningParserMode::kAuto;
   if (name == "none") return ReasoningParserMode::kNone;
-  if (name == "think") return ReasoningParserMode::kThink;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown reasoning parser '", std::string(name), "'; use auto, none or think"));
+  if (name == "think" || name == "deepseek_r1" || name == "qwen3") {
+    return ReasoningParserMode::kThink;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown reasoning parser '", std::string(name),
+                                                 "'; use auto, none, think, deepseek_r1 or qwen3"));
+}
+
+absl::StatusOr<std::string> AfterReasoningGrammar(std::string_view answer_grammar,
+                                                  ReasoningStart start) {
+  absl::StatusOr<std::string> answer =
+      structured::RenameRule(answer_grammar, "root", "reasoning-answer");
+  if (!answer.ok()) return answer.status();
+  // reasoning-think-i: the text so far ends with the end tag's first i bytes (and holds no
+  // whole tag). The tag has '<' only at its first byte, so a '<' always restarts at 1.
+  const std::string_view tag = kEnd;
+  auto state = [](size_t i) { return absl::StrCat("reasoning-think-", i); };
+  auto escaped = [](char c) { return c == '/' ? std::string("\\/") : std::string(1, c); };
+  std::string rules;
+  for (size_t i = 0; i < tag.size(); ++i) {
+    absl::StrAppend(&rules, state(i), " ::= ");
+    if (i == 0) {
+      absl::StrAppend(&rules, "[^<] ", state(0), " | \"<\" ", state(1), "\n");
+      continue;
+    }
+    absl::StrAppend(&rules, "[^<", escaped(tag[i]), "] ", state(0), " | \"<\" ", state(1),
+                    " | ", structured::GbnfLiteral(tag.substr(i, 1)),
+                    i + 1 < tag.size() ? absl::StrCat(" ", state(i + 1)) : std::string(), "\n");
+  }
+  const std::string rest =
+      absl::StrCat(state(0), " [ \\t\\r\\n]{0,4} reasoning-answer");
+  std::string root =
+      start == ReasoningStart::kInside
+          ? absl::StrCat("root ::= ", rest, "\n")
+          : absl::StrCat("root ::= reasoning-answer | [ \\t\\r\\n]{0,4} ",
+                         structured::GbnfLiteral(kStart), " ", rest, "\n");
+  std::string out = absl::StrCat(root, rules, *answer);
+  if (!answer->ends_with("\n")) out += "\n";
+  return out;
 }
 
 ReasoningParser::ReasoningParser(ReasoningStart start)
@@ -33,7 +69,22 @@ ReasoningParser::ReasoningParser(ReasoningStart start)
 
 // Both tags hold '<' only at their first byte, so a partial tag that a byte does not
 // continue cannot overlap a later match: it is text, and the byte starts afresh.
-ReasoningDelta ReasoningParser::Feed(std::string_view text) {
+ReasoningDelta ReasoningParser::Feed(std::string_view text, int32_t num_tokens) {
+  const State before = state_;
+  ReasoningDelta out = FeedText(text);
+  if (before == State::kReasoning) {
+    reasoning_tokens_ += num_tokens;
+  } else if (before == State::kLead) {
+    if (state_ == State::kLead) {
+      lead_tokens_ += num_tokens;  // whitespace or a partial <think>: decided later
+    } else if (saw_reasoning()) {
+      reasoning_tokens_ += lead_tokens_ + num_tokens;
+    }
+  }
+  return out;
+}
+
+ReasoningDelta ReasoningParser::FeedText(std::string_view text) {
   ReasoningDelta out;
   size_t i = 0;
   while (i < text.size()) {

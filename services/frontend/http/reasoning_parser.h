@@ -32,6 +32,7 @@
 #define FOLIO_SERVICES_FRONTEND_HTTP_REASONING_PARSER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -54,8 +55,24 @@ ReasoningStart ReasoningStartOfPrompt(std::string_view prompt);
 // --reasoning_parser: kAuto parses <think> reasoning for chat templates that mention
 // <think> (ChatTemplate::mentions_think), kThink always, kNone never.
 enum class ReasoningParserMode { kAuto, kNone, kThink };
-// "auto", "none", "think". InvalidArgument naming them otherwise.
+// "auto", "none", "think"; "deepseek_r1" and "qwen3" (vLLM's names) are "think": both
+// families write the same tags, and whether the output starts inside the reasoning is read
+// from the prompt (ReasoningStartOfPrompt), not from the name. InvalidArgument naming them
+// otherwise.
 absl::StatusOr<ReasoningParserMode> ReasoningParserModeByName(std::string_view name);
+
+// The grammar (common/structured/grammar.h text) that holds a constrained answer
+// (response_format, a required or named tool call: `answer_grammar`) to the content after
+// the reasoning, so that the model thinks freely first:
+//   kInside:  reasoning up to the first </think>, up to 4 whitespace bytes, the answer;
+//   kOutside: the answer at once, or up to 4 whitespace bytes, <think>, the reasoning,
+//             </think>, up to 4 whitespace bytes, the answer.
+// The reasoning is any text without </think> (a small automaton over the tag's bytes, so
+// its masks are a handful of states the grammar cache keeps). The answer grammar's root
+// becomes the rule `reasoning-answer`. InvalidArgument if it already uses that name or the
+// wrapper's rule names (`reasoning-think-N`).
+absl::StatusOr<std::string> AfterReasoningGrammar(std::string_view answer_grammar,
+                                                  ReasoningStart start);
 
 struct ReasoningDelta {
   std::string reasoning;
@@ -67,14 +84,19 @@ class ReasoningParser {
  public:
   explicit ReasoningParser(ReasoningStart start);
 
-  // The next stretch of generated text.
-  ReasoningDelta Feed(std::string_view text);
+  // The next stretch of generated text, `num_tokens` tokens of output.
+  ReasoningDelta Feed(std::string_view text, int32_t num_tokens = 0);
   // The output ended: what was held back goes out (whitespace before any <think> or a
   // partial tag as what it was in; whitespace after </think> stays dropped).
   ReasoningDelta Finish();
 
   // Whether the output opened a reasoning block (or started inside one).
   bool saw_reasoning() const { return state_ != State::kLead && !lead_was_content_; }
+
+  // The tokens of the reasoning (usage's completion_tokens_details.reasoning_tokens): those
+  // fed inside it, the tags' included. A stretch that ends the reasoning and goes on into
+  // the answer (several tokens in one scheduler event: speculative decoding) counts whole.
+  int32_t reasoning_tokens() const { return reasoning_tokens_; }
 
  private:
   enum class State {
@@ -84,7 +106,11 @@ class ReasoningParser {
     kContent,    // the rest is content
   };
 
+  ReasoningDelta FeedText(std::string_view text);
+
   State state_;
+  int32_t reasoning_tokens_ = 0;
+  int32_t lead_tokens_ = 0;  // kLead: tokens fed before the output showed what it opens with
   std::string held_;               // kLead: whitespace + a prefix of <think>; kReasoning:
                                    // a prefix of </think>
   size_t tag_pos_ = 0;             // how much of the tag held_ ends with

@@ -4,6 +4,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/structured/grammar.h"
+#include "common/structured/json_schema.h"
+#include "common/structured/test_util.h"
 #include "gtest/gtest.h"
 
 namespace folio::frontend {
@@ -129,7 +132,72 @@ TEST(ReasoningParserTest, ModesByName) {
   EXPECT_EQ(*ReasoningParserModeByName("auto"), ReasoningParserMode::kAuto);
   EXPECT_EQ(*ReasoningParserModeByName("none"), ReasoningParserMode::kNone);
   EXPECT_EQ(*ReasoningParserModeByName("think"), ReasoningParserMode::kThink);
-  EXPECT_FALSE(ReasoningParserModeByName("qwen3").ok());
+  // vLLM's names: the same tags; the prompt tells where the output starts.
+  EXPECT_EQ(*ReasoningParserModeByName("qwen3"), ReasoningParserMode::kThink);
+  EXPECT_EQ(*ReasoningParserModeByName("deepseek_r1"), ReasoningParserMode::kThink);
+  EXPECT_FALSE(ReasoningParserModeByName("granite").ok());
+}
+
+TEST(ReasoningParserTest, CountsTheReasoningsTokens) {
+  ReasoningParser parser(ReasoningStart::kOutside);
+  parser.Feed(" ", 1);      // whitespace: may still open <think>
+  parser.Feed("<thi", 1);   // a partial tag
+  parser.Feed("nk>a", 1);   // opened: the three so far are reasoning
+  parser.Feed(" b", 1);
+  parser.Feed("</think>", 1);
+  parser.Feed("\n\nAnswer", 2);  // the answer's
+  EXPECT_EQ(parser.reasoning_tokens(), 5);
+
+  ReasoningParser plain(ReasoningStart::kOutside);
+  plain.Feed(" ", 1);
+  plain.Feed("Hi", 1);
+  plain.Feed(" there", 1);
+  EXPECT_EQ(plain.reasoning_tokens(), 0);
+
+  ReasoningParser inside(ReasoningStart::kInside);
+  inside.Feed("x", 1);
+  inside.Feed("</think>Answer", 2);  // one event ending the reasoning and going on: whole
+  inside.Feed(" more", 1);
+  EXPECT_EQ(inside.reasoning_tokens(), 3);
+}
+
+// The answer grammar (here a JSON schema's) holds only after the reasoning.
+TEST(AfterReasoningGrammarTest, TheAnswerIsConstrainedAfterTheReasoningOnly) {
+  absl::StatusOr<std::string> answer = structured::JsonSchemaToGrammar(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})", {});
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  absl::StatusOr<std::string> inside = AfterReasoningGrammar(*answer, ReasoningStart::kInside);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  const std::string json_answer = R"({"a": 1})";
+  EXPECT_TRUE(structured::GrammarMatches(*inside, "So, a is one.</think>\n\n" + json_answer));
+  // Tags' prefixes and other tags inside the reasoning are reasoning.
+  EXPECT_TRUE(structured::GrammarMatches(
+      *inside, "<</thin </think <think> a<b </thinkk></think>" + json_answer));
+  EXPECT_TRUE(structured::GrammarMatches(*inside, "</think>" + json_answer));  // no reasoning
+  EXPECT_FALSE(structured::GrammarMatches(*inside, json_answer));  // never closed
+  EXPECT_FALSE(structured::GrammarMatches(*inside, "hmm</think>\n\nno json"));
+  EXPECT_FALSE(structured::GrammarMatches(*inside, "a</think>b</think>" + json_answer));
+  // A long reasoning (the matcher's stack stays flat: the automaton recurses in tail position).
+  std::string long_reasoning;
+  for (int i = 0; i < 4000; ++i) long_reasoning += "step <b> é ";
+  EXPECT_TRUE(structured::GrammarMatches(*inside, long_reasoning + "</think>" + json_answer));
+
+  absl::StatusOr<std::string> outside = AfterReasoningGrammar(*answer, ReasoningStart::kOutside);
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  EXPECT_TRUE(structured::GrammarMatches(*outside, json_answer));  // no reasoning at all
+  EXPECT_TRUE(structured::GrammarMatches(*outside, "\n<think>\nfine</think>\n\n" + json_answer));
+  EXPECT_FALSE(structured::GrammarMatches(*outside, "fine</think>" + json_answer));
+  EXPECT_FALSE(structured::GrammarMatches(*outside, "<think>fine</think>nope"));
+}
+
+TEST(AfterReasoningGrammarTest, NamesTheWrapperTakesAreRefused) {
+  EXPECT_FALSE(AfterReasoningGrammar("root ::= reasoning-answer\nreasoning-answer ::= \"x\"",
+                                     ReasoningStart::kInside)
+                   .ok());
+  absl::StatusOr<std::string> g = AfterReasoningGrammar(
+      "root ::= reasoning-think-3\nreasoning-think-3 ::= \"x\"", ReasoningStart::kInside);
+  ASSERT_TRUE(g.ok());  // the text is made; compiling it names the rule defined twice
+  EXPECT_FALSE(structured::Grammar::Parse(*g).ok());
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "grpcpp/client_context.h"
 #include "nlohmann/json.hpp"
 #include "services/frontend/completion_text.h"
+#include "services/frontend/http/reasoning_parser.h"
 #include "services/frontend/http/tool_call_grammar.h"
 #include "services/frontend/request_id.h"
 #include "services/frontend/resumable_stream.h"
@@ -166,6 +167,33 @@ absl::StatusOr<std::optional<ToolCalling>> ToolCallingFromProto(const pb::ToolCa
   return out;
 }
 
+// GenerateRequest.reasoning_parser: where the output starts (read from the prompt's end),
+// with the request's constraint moved after the reasoning; nullopt when off.
+absl::StatusOr<std::optional<ReasoningStart>> ReasoningFromProto(const pb::GenerateRequest& request,
+                                                                 const Tokenizer& tokenizer,
+                                                                 GenerateInput* input) {
+  if (request.reasoning_parser().empty()) return std::nullopt;
+  absl::StatusOr<ReasoningParserMode> mode = ReasoningParserModeByName(request.reasoning_parser());
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("reasoning_parser: ", mode.status().message()));
+  }
+  if (*mode == ReasoningParserMode::kNone) return std::nullopt;
+  if (*mode == ReasoningParserMode::kAuto) {
+    return absl::InvalidArgumentError(
+        "reasoning_parser: auto chooses by the chat template, which a gRPC prompt has already "
+        "been through; use think or none");
+  }
+  std::string prompt = request.prompt();
+  if (prompt.empty() && request.prompt_token_ids_size() > 0) {
+    absl::StatusOr<std::string> text = tokenizer.Decode(std::vector<int32_t>(
+        request.prompt_token_ids().begin(), request.prompt_token_ids().end()));
+    if (text.ok()) prompt = *std::move(text);  // a bad id is the validator's to name
+  }
+  const ReasoningStart start = ReasoningStartOfPrompt(prompt);
+  if (absl::Status s = ConstrainAfterReasoning(start, input); !s.ok()) return s;
+  return start;
+}
+
 ipb::ScheduleRequest ToScheduleRequest(const ValidatedRequest& r) {
   ipb::ScheduleRequest out;
   out.set_request_id(r.request_id);
@@ -305,12 +333,15 @@ class GenerationCall : public ResumableStream::Listener {
   // One completion of the request (n > 1 has several, by index).
   struct Choice {
     Choice(const Tokenizer& tokenizer, std::vector<std::string> stops,
-           std::span<const int32_t> prompt, const std::optional<ToolCalling>& tools)
+           std::span<const int32_t> prompt, const std::optional<ToolCalling>& tools,
+           std::optional<ReasoningStart> reasoning_start)
         : text(tokenizer, std::move(stops), prompt,
                tools.has_value() ? tools->preserved_tokens : std::vector<int32_t>{}) {
       if (tools.has_value()) parser.emplace(tools->parser);
+      if (reasoning_start.has_value()) reasoning.emplace(*reasoning_start);
     }
     CompletionText text;
+    std::optional<ReasoningParser> reasoning;  // reasoning_parser: runs before `parser`
     std::optional<ToolCallParser> parser;  // tool calling
     bool done = false;  // its last message is out
     bool cut = false;   // ended here by a stop string: the scheduler may still run it
@@ -319,6 +350,8 @@ class GenerationCall : public ResumableStream::Listener {
   // content stays text, calls become ToolCall deltas; a choice that called and stopped
   // finishes with TOOL_CALLS.
   static void ParseToolCalls(Choice& choice, pb::GenerateResponse* chunk);
+  // reasoning_parser: the chunk's text split into its reasoning and the rest.
+  static void ParseReasoning(Choice& choice, pb::GenerateResponse* chunk);
   // Ends the call: the last message, with usage. `chunk` may carry a choice's last text.
   // Returns true when the scheduler call must be cancelled.
   bool DeliverFinal(pb::GenerateResponse chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -348,6 +381,9 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   absl::StatusOr<std::optional<ToolCalling>> tools =
       ToolCallingFromProto(request.tool_calling(), env_.model->tokenizer(), &input);
   if (!tools.ok()) return tools.status();
+  absl::StatusOr<std::optional<ReasoningStart>> reasoning =
+      ReasoningFromProto(request, env_.model->tokenizer(), &input);
+  if (!reasoning.ok()) return reasoning.status();
   absl::StatusOr<ValidatedRequest> validated = env_.model->validator().Validate(input);
   if (!validated.ok()) return validated.status();
 
@@ -356,7 +392,7 @@ absl::Status GenerationCall::Begin(const pb::GenerateRequest& request) {
   num_prompt_tokens_ = static_cast<int32_t>(validated->prompt_token_ids.size());
   for (int32_t i = 0; i < validated->n; ++i) {
     choices_.emplace_back(env_.model->tokenizer(), validated->stop, validated->prompt_token_ids,
-                          *tools);
+                          *tools, *reasoning);
   }
   env_.metrics->prompt_tokens.Increment(num_prompt_tokens_);
   VLOG(1) << "request " << request_id_ << ": " << method_ << ", " << num_prompt_tokens_
@@ -443,6 +479,7 @@ bool GenerationCall::HandleEvent(const ipb::ScheduleEvent& event) {
     chunk.set_finish_reason(rest.stopped ? pb::FINISH_REASON_STOP
                                          : ToPublic(event.finish_reason()));
   }
+  if (choice.reasoning.has_value()) ParseReasoning(choice, &chunk);
   if (choice.parser.has_value()) ParseToolCalls(choice, &chunk);
   if (choice.done) ++num_choices_done_;
 
@@ -457,12 +494,24 @@ bool GenerationCall::HandleEvent(const ipb::ScheduleEvent& event) {
     return DeliverFinal(std::move(chunk));
   }
   if (chunk.tokens_size() > 0 || !chunk.text().empty() || chunk.tool_calls_size() > 0 ||
+      !chunk.reasoning().empty() ||
       chunk.finish_reason() != pb::FINISH_REASON_UNSPECIFIED) {
     Deliver(std::move(chunk), /*final=*/false);
   } else {
     ReadNext();
   }
   return false;
+}
+
+void GenerationCall::ParseReasoning(Choice& choice, pb::GenerateResponse* chunk) {
+  ReasoningDelta p = choice.reasoning->Feed(chunk->text(), chunk->tokens_size());
+  if (choice.done) {
+    ReasoningDelta rest = choice.reasoning->Finish();
+    p.reasoning += rest.reasoning;
+    p.content += rest.content;
+  }
+  chunk->set_text(std::move(p.content));
+  chunk->set_reasoning(std::move(p.reasoning));
 }
 
 void GenerationCall::ParseToolCalls(Choice& choice, pb::GenerateResponse* chunk) {
@@ -487,15 +536,18 @@ void GenerationCall::ParseToolCalls(Choice& choice, pb::GenerateResponse* chunk)
 
 bool GenerationCall::DeliverFinal(pb::GenerateResponse chunk) {
   int32_t completion_tokens = 0;
+  int32_t reasoning_tokens = 0;
   bool cancel = false;
   for (const Choice& c : choices_) {
     completion_tokens += c.text.num_tokens();
+    if (c.reasoning.has_value()) reasoning_tokens += c.reasoning->reasoning_tokens();
     cancel = cancel || c.cut;
   }
   pb::Usage* usage = chunk.mutable_usage();
   usage->set_prompt_tokens(num_prompt_tokens_);  // once, however many choices share it
   usage->set_completion_tokens(completion_tokens);
   usage->set_cached_prompt_tokens(num_cached_prompt_tokens_);
+  usage->set_reasoning_tokens(reasoning_tokens);
   finished_ = true;
   final_code_ = absl::StatusCode::kOk;
   LOG(INFO) << "request " << request_id_ << ": " << method_ << " finished ("
@@ -688,6 +740,7 @@ class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
     }
     pb::Choice* choice = response_->mutable_choices(chunk.index());
     choice->mutable_text()->append(chunk.text());
+    choice->mutable_reasoning()->append(chunk.reasoning());
     for (pb::TokenInfo& t : *chunk.mutable_tokens()) *choice->add_tokens() = std::move(t);
     // Tool call deltas joined into whole calls.
     for (const pb::ToolCall& c : chunk.tool_calls()) {
@@ -713,6 +766,7 @@ class UnaryCall final : public GenerationCall, public grpc::ServerUnaryReactor {
     *response_->mutable_tokens() = first.tokens();
     response_->set_finish_reason(first.finish_reason());
     *response_->mutable_tool_calls() = first.tool_calls();
+    response_->set_reasoning(first.reasoning());
     *response_->mutable_usage() = chunk.usage();
     Finish(grpc::Status::OK);
   }

@@ -8,7 +8,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/structured/structured_output.h"
 #include "common/version.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -553,17 +552,9 @@ void OpenAiServer::HandleGenerate(Endpoint endpoint, const HttpRequest& req,
       // A prompt ending in <think> (DeepSeek-R1, Qwen3-Thinking) starts the output inside.
       reasoning_start = ReasoningStartOfPrompt(*prompt);
       // A constrained answer (response_format, a required or named tool call) is held to
-      // the content after the reasoning; a lazy grammar (tool_choice "auto") is left as it
-      // is. A constraint that does not compile is left for the validator to name.
-      if (r.input.structured.kind != structured::StructuredOutput::Kind::kNone &&
-          r.input.grammar_triggers.empty()) {
-        if (absl::StatusOr<std::string> answer = structured::ToGrammar(r.input.structured);
-            answer.ok()) {
-          absl::StatusOr<std::string> g = AfterReasoningGrammar(*answer, *reasoning_start);
-          if (!g.ok()) return fail(g.status());
-          r.input.structured.kind = structured::StructuredOutput::Kind::kGrammar;
-          r.input.structured.text = *std::move(g);
-        }
+      // the content after the reasoning.
+      if (absl::Status s = ConstrainAfterReasoning(*reasoning_start, &r.input); !s.ok()) {
+        return fail(s);
       }
     }
     absl::StatusOr<std::vector<int32_t>> ids = EncodeChatPrompt(model->tokenizer(), *prompt);

@@ -1,10 +1,12 @@
 #include "services/frontend/http/reasoning_parser.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/structured/grammar.h"
+#include "common/structured/structured_output.h"
 
 namespace folio::frontend {
 namespace {
@@ -62,6 +64,20 @@ absl::StatusOr<std::string> AfterReasoningGrammar(std::string_view answer_gramma
   std::string out = absl::StrCat(root, rules, *answer);
   if (!answer->ends_with("\n")) out += "\n";
   return out;
+}
+
+absl::Status ConstrainAfterReasoning(ReasoningStart start, GenerateInput* input) {
+  using Kind = structured::StructuredOutput::Kind;
+  if (input->structured.kind == Kind::kNone || !input->grammar_triggers.empty()) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> answer = structured::ToGrammar(input->structured);
+  if (!answer.ok()) return absl::OkStatus();
+  absl::StatusOr<std::string> g = AfterReasoningGrammar(*answer, start);
+  if (!g.ok()) return g.status();
+  input->structured.kind = Kind::kGrammar;
+  input->structured.text = *std::move(g);
+  return absl::OkStatus();
 }
 
 ReasoningParser::ReasoningParser(ReasoningStart start)

@@ -36,7 +36,9 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/frontend/request_validator.h"
 
 namespace folio::frontend {
 
@@ -73,6 +75,12 @@ absl::StatusOr<ReasoningParserMode> ReasoningParserModeByName(std::string_view n
 // wrapper's rule names (`reasoning-think-N`).
 absl::StatusOr<std::string> AfterReasoningGrammar(std::string_view answer_grammar,
                                                   ReasoningStart start);
+
+// A request's eager constraint (structured output, a required tool call) moved after the
+// reasoning: `input->structured` becomes AfterReasoningGrammar of its grammar. Left as it
+// is: no constraint, a lazy one (grammar_triggers: tool_choice "auto"), or one that does
+// not compile (the validator names it). InvalidArgument for AfterReasoningGrammar's errors.
+absl::Status ConstrainAfterReasoning(ReasoningStart start, GenerateInput* input);
 
 struct ReasoningDelta {
   std::string reasoning;

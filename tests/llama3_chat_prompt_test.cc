@@ -2,7 +2,7 @@
 // tokenizer.* keys copied into the GGUF, Llama 3.1's chat template as the model's own)
 // behind a whole local cluster: the prompt of a POST /v1/chat/completions must be exactly
 // llama.cpp's tokenization (Tokenize with parse_special) of what Python's Jinja2 renders
-// for the same messages with the same template (services/frontend/http/testdata/
+// for the same messages with the same template (services/frontend/chat/testdata/
 // hf_render.py, Hugging Face's environment), for a plain conversation and one with tools, a
 // tool call and its result.
 //

@@ -68,13 +68,13 @@ seed_dir() {
     gguf_fuzz) echo "$repo/services/worker/model/fuzz_corpus" ;;
     bpe_fuzz) echo "$repo/common/tokenizer/fuzz_corpus" ;;
     openai_request_fuzz) echo "$repo/services/frontend/http/fuzz_corpus" ;;
-    jinja_fuzz) echo "$repo/services/frontend/http/jinja_fuzz_corpus" ;;
+    jinja_fuzz) echo "$repo/services/frontend/jinja/jinja_fuzz_corpus" ;;
     safetensors_fuzz) echo "$repo/services/worker/model/safetensors_fuzz_corpus" ;;
     hf_tokenizer_fuzz) echo "$repo/services/worker/model/hf_tokenizer_fuzz_corpus" ;;
     grammar_fuzz) echo "$repo/common/structured/grammar_fuzz_corpus" ;;
     json_schema_fuzz) echo "$repo/common/structured/json_schema_fuzz_corpus" ;;
-    tool_call_fuzz) echo "$repo/services/frontend/http/tool_call_fuzz_corpus" ;;
-    reasoning_fuzz) echo "$repo/services/frontend/http/reasoning_fuzz_corpus" ;;
+    tool_call_fuzz) echo "$repo/services/frontend/chat/tool_call_fuzz_corpus" ;;
+    reasoning_fuzz) echo "$repo/services/frontend/chat/reasoning_fuzz_corpus" ;;
     routing_fuzz) echo "$repo/services/frontend/routing/fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
@@ -92,7 +92,7 @@ for target in "${targets[@]}"; do
   if [ "$target" = jinja_fuzz ]; then
     templates="${FOLIO_REFERENCE_DIR:-$repo/build/reference}/llama.cpp/models/templates"
     if [ -d "$templates" ]; then cp "$templates"/*.jinja "$corpus"/; fi
-    extra=(-dict="$repo/services/frontend/http/jinja_fuzz.dict" -max_len=65536)
+    extra=(-dict="$repo/services/frontend/jinja/jinja_fuzz.dict" -max_len=65536)
   fi
   echo "== $target (${seconds} s)"
   "$build/bin/$target" "$corpus" "${extra[@]}" \

@@ -20,8 +20,8 @@
 #include "grpcpp/client_context.h"
 #include "nlohmann/json.hpp"
 #include "services/frontend/completion_text.h"
-#include "services/frontend/http/reasoning_parser.h"
-#include "services/frontend/http/tool_call_grammar.h"
+#include "services/frontend/chat/reasoning_parser.h"
+#include "services/frontend/chat/tool_call_grammar.h"
 #include "services/frontend/request_id.h"
 #include "services/frontend/resumable_stream.h"
 

@@ -29,7 +29,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "services/frontend/cluster_info.h"
 #include "services/frontend/frontend_metrics.h"
-#include "services/frontend/http/tool_call_parser.h"
+#include "services/frontend/chat/tool_call_parser.h"
 #include "services/frontend/request_validator.h"
 #include "services/frontend/call_tracker.h"
 #include "services/frontend/resumable_stream.h"

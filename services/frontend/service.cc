@@ -11,7 +11,7 @@
 #include "common/tokenizer/utf8.h"
 #include "glog/logging.h"
 #include "services/frontend/generate_call.h"
-#include "services/frontend/http/chat_template.h"
+#include "services/frontend/chat/chat_template.h"
 
 namespace folio::frontend {
 namespace pb = folio::v1;

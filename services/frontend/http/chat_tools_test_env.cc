@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
 #include "httplib.h"
-#include "services/frontend/http/chat_template.h"
+#include "services/frontend/chat/chat_template.h"
 #include "tests/reference/llama_ref.h"
 
 namespace folio::frontend::testing {

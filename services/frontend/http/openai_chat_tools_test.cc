@@ -18,9 +18,9 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
-#include "services/frontend/http/chat_template.h"
+#include "services/frontend/chat/chat_template.h"
 #include "services/frontend/http/chat_tools_test_env.h"
-#include "services/frontend/http/tool_call_parser.h"
+#include "services/frontend/chat/tool_call_parser.h"
 #include "tests/openai_client.h"
 #include "tests/reference/llama_ref.h"
 

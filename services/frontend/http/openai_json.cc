@@ -1,6 +1,6 @@
 #include "services/frontend/http/openai_json.h"
 
-#include "services/frontend/http/chat_template_input.h"
+#include "services/frontend/chat/chat_template_input.h"
 
 #include <cmath>
 #include <limits>

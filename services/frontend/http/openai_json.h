@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
-#include "services/frontend/http/chat_template.h"
-#include "services/frontend/http/tool_call_parser.h"
+#include "services/frontend/chat/chat_template.h"
+#include "services/frontend/chat/tool_call_parser.h"
 #include "services/frontend/request_validator.h"
 
 namespace folio::frontend::openai {

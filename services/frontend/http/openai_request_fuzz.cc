@@ -10,7 +10,7 @@
 
 #include "glog/logging.h"
 #include "services/frontend/http/openai_json.h"
-#include "services/frontend/http/tool_call_grammar.h"
+#include "services/frontend/chat/tool_call_grammar.h"
 #include "services/frontend/request_validator.h"
 #include "services/frontend/test_tokenizer.h"
 

@@ -12,10 +12,10 @@
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "services/frontend/http/chat_page.h"
-#include "services/frontend/http/chat_template.h"
+#include "services/frontend/chat/chat_template.h"
 #include "services/frontend/http/generation_group.h"
 #include "services/frontend/http/tokenize_api.h"
-#include "services/frontend/http/tool_call_grammar.h"
+#include "services/frontend/chat/tool_call_grammar.h"
 
 namespace folio::frontend {
 

@@ -42,7 +42,7 @@
 #include "services/frontend/http/generation.h"
 #include "services/frontend/http/http_server.h"
 #include "services/frontend/http/openai_json.h"
-#include "services/frontend/http/reasoning_parser.h"
+#include "services/frontend/chat/reasoning_parser.h"
 #include "services/frontend/routing/stream_router.h"
 
 namespace folio::frontend {

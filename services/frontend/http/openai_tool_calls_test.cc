@@ -16,7 +16,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "services/frontend/http/chat_tools_test_env.h"
-#include "services/frontend/http/tool_call_parser.h"
+#include "services/frontend/chat/tool_call_parser.h"
 #include "services/worker/model/gguf_vocab.h"
 #include "services/worker/service.h"
 #include "tests/reference/llama_ref.h"

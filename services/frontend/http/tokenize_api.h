@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "services/frontend/cluster_info.h"
-#include "services/frontend/http/chat_template.h"
+#include "services/frontend/chat/chat_template.h"
 
 namespace folio::frontend {
 

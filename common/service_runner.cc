@@ -1,9 +1,20 @@
 #include "common/service_runner.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/reflection_v1.h"
 #include "common/version.h"
@@ -116,22 +127,105 @@ void ServiceRunner::Shutdown() {
   LOG(INFO) << options_.service_name << " stopped";
 }
 
-void BlockTerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+namespace {
+
+// The handler's end and the waiter's end of the signal pipe; -1 until caught.
+std::atomic<int> signal_pipe_write{-1};
+int signal_pipe_read = -1;
+
+void OnTerminationSignal(int sig) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  // Async-signal-safe; a full pipe (signals nobody waits for) drops the byte.
+  [[maybe_unused]] ssize_t n = write(signal_pipe_write.load(), &byte, 1);
+  errno = saved_errno;
+}
+
+}  // namespace
+
+void CatchTerminationSignals() {
+  if (signal_pipe_write.load() >= 0) return;
+  int fds[2];
+  CHECK_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0) << "pipe2: " << std::strerror(errno);
+  // Only the write end is non-blocking (a handler never waits); the reader waits.
+  CHECK_EQ(fcntl(fds[0], F_SETFL, 0), 0);
+  signal_pipe_read = fds[0];
+  signal_pipe_write = fds[1];
+  struct sigaction action {};
+  action.sa_handler = OnTerminationSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  CHECK_EQ(sigaction(SIGTERM, &action, nullptr), 0);
+  CHECK_EQ(sigaction(SIGINT, &action, nullptr), 0);
 }
 
 int WaitForTerminationSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
+  CHECK_GE(signal_pipe_read, 0) << "WaitForTerminationSignal before CatchTerminationSignals";
+  unsigned char byte = 0;
+  while (true) {
+    const ssize_t n = read(signal_pipe_read, &byte, 1);
+    if (n == 1) return byte;
+    CHECK(n < 0 && errno == EINTR) << "reading the signal pipe: " << std::strerror(errno);
+  }
+}
+
+TerminationSignals& TerminationSignals::Start() {
+  // Leaked on purpose: the detached thread refers to it until the process ends.
+  static TerminationSignals* const signals = [] {
+    auto* s = new TerminationSignals();
+    std::thread([s] {
+      const int sig = WaitForTerminationSignal();
+      s->signal_ = sig;
+      if (!s->set_up_.load()) {
+        LOG(INFO) << "signal " << sig << " during start-up: exiting";
+        std::_Exit(0);
+      }
+      s->signalled_.Notify();
+    }).detach();
+    return s;
+  }();
+  return *signals;
+}
+
+void TerminationSignals::MarkSetUp() { set_up_ = true; }
+
+int TerminationSignals::Wait() {
+  signalled_.WaitForNotification();
+  return signal_.load();
+}
+
+absl::Status CheckPortFree(const std::string& host, int port) {
+  if (port <= 0) return absl::OkStatus();
+  // "[::1]" as gRPC spells it; getaddrinfo wants the bare address.
+  absl::string_view bare = host;
+  if (absl::ConsumePrefix(&bare, "[")) absl::ConsumeSuffix(&bare, "]");
+  const std::string node(bare);
+  const std::string service = absl::StrCat(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(node.empty() ? nullptr : node.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve --host=", host, ": ", gai_strerror(rc)));
+  }
+  absl::Status status = absl::OkStatus();
+  for (addrinfo* a = found; a != nullptr && status.ok(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    // As gRPC binds: SO_REUSEADDR (a port left in TIME_WAIT is free), no SO_REUSEPORT.
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat("port ", port, " on ", host, " is in use (another process listens there)"));
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return status;
 }
 
 }  // namespace folio

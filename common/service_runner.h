@@ -21,7 +21,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
 #include "common/metrics.h"
@@ -83,12 +85,45 @@ class ServiceRunner {
   std::atomic<bool> shut_down_{false};
 };
 
-// Blocks SIGINT and SIGTERM in the calling thread and every thread it starts later. Call
-// it first thing in main(), then WaitForTerminationSignal() once the service runs.
-void BlockTerminationSignals();
+// Catches SIGINT and SIGTERM from here on, in whichever thread the kernel delivers them
+// to: a handler writes the signal's number to a pipe that WaitForTerminationSignal()
+// reads. Not a blocked mask and sigwait(), which only works when every thread blocks the
+// signals: libraries start threads of their own before main (OpenBLAS's pool), and a
+// signal delivered to one of those would kill the process unhandled. Call it first thing
+// in main(), then WaitForTerminationSignal() (or TerminationSignals) once the service runs.
+void CatchTerminationSignals();
 
-// Waits for SIGINT or SIGTERM and returns its number.
+// Waits for SIGINT or SIGTERM (caught by CatchTerminationSignals) and returns its number.
 int WaitForTerminationSignal();
+
+// SIGINT and SIGTERM taken on a thread of their own from Start() on (call
+// CatchTerminationSignals() first), so a service honours them in every state. Until
+// MarkSetUp(), a signal exits the process at once with status 0: start-up (a model
+// loading, a wait for peers) has served nothing, so there is nothing to drain. After it,
+// Wait() returns the signal and main shuts down in order. One per process; it lives until
+// the process ends (the thread may outlive main's frame on a failed start-up).
+class TerminationSignals {
+ public:
+  static TerminationSignals& Start();
+
+  void MarkSetUp();
+  // Blocks until a signal came after MarkSetUp() (or one that came before it, had the
+  // process not exited); returns its number.
+  int Wait();
+
+ private:
+  TerminationSignals() = default;
+
+  std::atomic<bool> set_up_{false};
+  std::atomic<int> signal_{0};
+  absl::Notification signalled_;
+};
+
+// OK when `port` on `host` can be bound now (0 and negative ports always pass); else
+// FAILED_PRECONDITION naming the address. For a service that binds late (a worker loads
+// its model first): a port in use is said at once rather than after the load. A probe, not
+// a reservation: the real bind may still lose a race, and then fails as it always did.
+absl::Status CheckPortFree(const std::string& host, int port);
 
 }  // namespace folio
 

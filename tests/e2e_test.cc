@@ -389,23 +389,3 @@ TEST_F(E2eTest, BadInputGetsClearErrorsAndTheClusterKeepsServing) {
 
 }  // namespace
 }  // namespace folio
-
-namespace folio {
-namespace {
-
-// A scheduler still waiting for its workers and cache manager (they never come) stops at
-// once on SIGTERM: nothing is served yet, so there is nothing to drain. The bound is loose.
-TEST(SchedulerLifecycleTest, SigtermWhileWaitingForItsPeersExitsAtOnce) {
-  auto p = testing::ServiceProcess::Start(
-      "folio-scheduler", {"--cachemgr=127.0.0.1:1", "--workers=127.0.0.1:1", "--port=0",
-                          "--metrics_port=-1", "--startup_timeout_s=300"});
-  ASSERT_TRUE(p.ok()) << p.status();
-  absl::SleepFor(absl::Milliseconds(300));  // well into the wait for its peers
-  (*p)->Signal(SIGTERM);
-  absl::StatusOr<int> exit_status = (*p)->Wait(absl::Seconds(5));
-  ASSERT_TRUE(exit_status.ok()) << "still running 5 s after SIGTERM: " << exit_status.status();
-  EXPECT_EQ(*exit_status, 0);
-}
-
-}  // namespace
-}  // namespace folio

@@ -78,6 +78,24 @@ def main():
     if not os.path.exists(model):
         print(f"SKIP: no stories260K at {model}")
         return SKIP
+    # A taken HTTP port is refused before anything starts (the model is not loaded, no
+    # run folder is made), naming the port; bounded loosely.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        started = time.time()
+        r = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "tools", "serve.py"), f"--bin_dir={args.bin_dir}",
+             f"--model={model}", f"--port={free_port()}", f"--http_port={busy}"],
+            capture_output=True, text=True, timeout=60)
+        took = time.time() - started
+    expect(r.returncode == 1, f"a taken --http_port: exit {r.returncode}, not 1: {r.stderr}")
+    expect(took < 5, f"a taken --http_port took {took:.1f} s to refuse")
+    expect(f"port {busy}" in r.stderr and "in use" in r.stderr,
+           f"the refusal does not name port {busy}: {r.stderr}")
+    expect("logs in" not in r.stderr, f"a refused start made a run folder: {r.stderr}")
+
     cli = os.path.join(args.bin_dir, "folio-cli")
     run = tempfile.mkdtemp(prefix="folio-supervisor-test-")
     info_file = os.path.join(run, "info.json")

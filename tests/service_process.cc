@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -34,6 +35,11 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Start(
   proc->args_ = std::move(args);
   if (absl::Status s = proc->Launch({}, timeout); !s.ok()) return s;
   return proc;
+}
+
+absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Spawn(
+    const std::string& binary, std::vector<std::string> args) {
+  return Start(binary, std::move(args), absl::ZeroDuration());
 }
 
 absl::Status ServiceProcess::Restart(absl::Duration timeout) {
@@ -65,6 +71,7 @@ absl::Status ServiceProcess::Launch(const std::vector<std::string>& extra_args,
     pid_ = -1;
     return absl::NotFoundError(absl::StrCat("cannot start ", path));
   }
+  if (timeout == absl::ZeroDuration()) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     std::ifstream in(port_file);

@@ -24,6 +24,10 @@ class ServiceProcess {
   static absl::StatusOr<std::unique_ptr<ServiceProcess>> Start(
       const std::string& binary, std::vector<std::string> args,
       absl::Duration timeout = absl::Seconds(30));
+  // Starts it without waiting for the port file: for tests of start-up itself (a service
+  // that never listens, or is stopped before it does). The ports stay unknown.
+  static absl::StatusOr<std::unique_ptr<ServiceProcess>> Spawn(const std::string& binary,
+                                                               std::vector<std::string> args);
   ~ServiceProcess();  // SIGKILL if still running
 
   // Starts the binary again with the same arguments and the same ports, as Kubernetes
@@ -43,7 +47,8 @@ class ServiceProcess {
   absl::StatusOr<int> Wait(absl::Duration timeout);
 
  private:
-  // Spawns binary_ with args_ (plus --port_file) and waits for the port file.
+  // Spawns binary_ with args_ (plus --port_file) and waits for the port file (not when
+  // `timeout` is zero).
   absl::Status Launch(const std::vector<std::string>& extra_args, absl::Duration timeout);
 
   std::string binary_;

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,26 @@ class Service:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return ""
+
+
+def port_in_use(host, port):
+    """True when a process listens on `port` of `host` (bound as gRPC binds: SO_REUSEADDR,
+    so a port left in TIME_WAIT counts as free)."""
+    if port <= 0:
+        return False
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False  # the frontend names a bad --host itself
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(address)
+            except OSError:
+                return True
+    return False
 
 
 def restart_delay(restarts):
@@ -300,6 +321,13 @@ def main():
             return 2
         tls = [f"--tls_cert={files['tls.crt']}", f"--tls_key={files['tls.key']}", f"--tls_ca={files['ca.crt']}"]
         args.frontend_flag = [f"--http_tls_cert={files['tls.crt']}", f"--http_tls_key={files['tls.key']}"] + args.frontend_flag
+
+    # The frontend's ports are fixed: a taken one is said now, not after the model loads.
+    for flag, port in (("--port", args.port), ("--http_port", args.http_port)):
+        if port_in_use(args.host, port):
+            log(f"{flag}={port}: port {port} on {args.host} is in use (another ./folio serve?); "
+                f"stop that process or pick another {flag}")
+            return 1
 
     run_dir = tempfile.mkdtemp(prefix="folio-serve-")
     log(f"model {model}" + (f", {args.tp} tensor-parallel worker ranks" if args.tp > 1 else ""))

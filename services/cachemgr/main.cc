@@ -21,7 +21,7 @@ ABSL_FLAG(bool, round_to_power_of_two, false,
           "Contiguous policy: round each reservation up to a power of two blocks.");
 
 int main(int argc, char** argv) {
-  folio::BlockTerminationSignals();
+  folio::CatchTerminationSignals();
   folio::InitProcess(argc, argv,
                      "the KV block pool of one model replica.\n"
                      "Usage: folio-cachemgr [--port=N] [--policy=paged|contiguous] ...");

@@ -192,7 +192,7 @@ absl::StatusOr<folio::internal::v1::ClusterInfo> FetchFromAnyReplica(
 }  // namespace
 
 int main(int argc, char** argv) {
-  folio::BlockTerminationSignals();
+  folio::CatchTerminationSignals();
   folio::InitProcess(
       argc, argv,
       "the public gRPC API (folio.v1.TextGeneration) of a Folio model replica.\n"

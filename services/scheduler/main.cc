@@ -1,5 +1,4 @@
 // folio-scheduler: the request state and step loop of one model replica.
-#include <atomic>
 #include <cstdlib>
 #include <thread>
 
@@ -87,7 +86,7 @@ ABSL_FLAG(int, grammar_cache_size, 64,
           "text) kept for reuse, most recently used first.");
 
 int main(int argc, char** argv) {
-  folio::BlockTerminationSignals();
+  folio::CatchTerminationSignals();
   folio::InitProcess(argc, argv,
                      "the request state and step loop of one model replica.\n"
                      "Usage: folio-scheduler --cachemgr=HOST:PORT --workers=HOST:PORT[,...] ...");
@@ -199,22 +198,9 @@ int main(int argc, char** argv) {
   (*runner)->SetHealth("liveness", folio::ServingState::kServing);
 
   // SIGTERM and SIGINT are taken on their own thread from here on: during start-up (the
-  // wait for workers and the cache manager can last --startup_timeout_s) there is nothing
-  // to drain, so the process exits at once; once serving, main shuts down in order.
-  // Static: the detached thread may outlive main's frame on a failed start-up.
-  static std::atomic<bool> set_up{false};
-  static std::atomic<int> signal_number{0};
-  static absl::Notification terminated;
-  std::thread signals([] {
-    const int sig = folio::WaitForTerminationSignal();
-    signal_number = sig;
-    if (!set_up.load()) {
-      LOG(INFO) << "signal " << sig << " during start-up: exiting";
-      std::_Exit(0);
-    }
-    terminated.Notify();
-  });
-  signals.detach();  // a failed start-up returns from main while it waits
+  // wait for workers and the cache manager can last --startup_timeout_s) a signal exits at
+  // once; once serving, main shuts down in order.
+  folio::TerminationSignals& signals = folio::TerminationSignals::Start();
 
   sched::ClusterSetupOptions setup;
   setup.block_size = options.block_size;
@@ -265,7 +251,7 @@ int main(int argc, char** argv) {
   sched::Scheduler scheduler(options, &timed_cache, &timed_workers, &registry);
   service.Start(&scheduler, *info);
   std::thread loop([&] { scheduler.Run(); });
-  set_up = true;  // from here a signal shuts down in order
+  signals.MarkSetUp();  // from here a signal shuts down in order
   (*runner)->SetServing(folio::ServingState::kServing);
 
   // Liveness from the loop's progress (stall_watchdog.h); readiness drops while the
@@ -294,8 +280,8 @@ int main(int argc, char** argv) {
     }
   });
 
-  terminated.WaitForNotification();
-  LOG(INFO) << "signal " << signal_number.load() << ", shutting down";
+  const int sig = signals.Wait();
+  LOG(INFO) << "signal " << sig << ", shutting down";
   stopping.Notify();
   health.join();
   (*runner)->Shutdown();

@@ -139,7 +139,7 @@ void EnsurePassiveOpenMp(char** argv) {
 
 int main(int argc, char** argv) {
   EnsurePassiveOpenMp(argv);
-  folio::BlockTerminationSignals();
+  folio::CatchTerminationSignals();
   folio::InitProcess(argc, argv,
                      "one worker rank: holds the model weights and the KV cache and runs "
                      "steps for the scheduler.\n"
@@ -290,6 +290,16 @@ int main(int argc, char** argv) {
   options.make_runner = *std::move(factory);
   folio::ExitIfCheckingFlags();
 
+  // From here a signal exits at once until the worker serves (a large model loads for
+  // minutes), and a taken port is said before the load rather than after it.
+  folio::TerminationSignals& signals = folio::TerminationSignals::Start();
+  for (int port : {absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port)}) {
+    if (absl::Status s = folio::CheckPortFree(absl::GetFlag(FLAGS_host), port); !s.ok()) {
+      LOG(ERROR) << s.message();
+      return 1;
+    }
+  }
+
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> weights =
       folio::worker::LoadModel(model_path);
@@ -394,7 +404,8 @@ int main(int argc, char** argv) {
     serving_runner = runner->get();
     if (pending_state) serving_runner->SetServing(*pending_state);
   }
-  const int sig = folio::WaitForTerminationSignal();
+  signals.MarkSetUp();
+  const int sig = signals.Wait();
   LOG(INFO) << "signal " << sig << ", shutting down";
   {
     // Shutdown() reports NOT_SERVING; a late allocation must not flip it back.

@@ -3,9 +3,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "services/worker/model/gguf.h"
 #include "services/worker/model/gguf_model.h"
 #include "services/worker/model/hf_model.h"
@@ -17,7 +22,36 @@ namespace {
 // llama2.c export.py "v1"/"v2" files start with this u32 ("ak42" read big-endian).
 constexpr uint32_t kLlama2cVersionedMagic = 0x616b3432;
 
+constexpr char kSupported[] =
+    "supported: a GGUF file, a Hugging Face checkpoint folder (config.json, safetensors, "
+    "tokenizer.json) or a llama2.c v0 checkpoint";
+
 }  // namespace
+
+std::optional<std::string> UnsupportedModelKind(std::string_view head) {
+  auto starts = [&](std::string_view p) { return head.substr(0, p.size()) == p; };
+  if (starts("PK\x03\x04")) {
+    return "a zip archive (a PyTorch .bin/.pt checkpoint is one): convert it to GGUF or "
+           "safetensors";
+  }
+  if (starts("\x80\x02") || starts("\x80\x03") || starts("\x80\x04")) {
+    return "a Python pickle (an old PyTorch checkpoint): convert it to GGUF or safetensors";
+  }
+  // llama.cpp's files before GGUF, their u32 magics as stored (little-endian).
+  if (starts("lmgg") || starts("fmgg") || starts("tjgg")) {
+    return "a llama.cpp file older than GGUF (ggml/ggmf/ggjt): convert it to GGUF with "
+           "llama.cpp's convert tools";
+  }
+  // safetensors: a u64 header length, then the JSON header.
+  if (head.size() >= 9 && head[8] == '{') {
+    return "a safetensors file alone: pass the Hugging Face folder that holds it (with "
+           "config.json and tokenizer.json)";
+  }
+  if (starts("{") || starts("<") || starts("#") || starts("---")) {
+    return "a text file (JSON, HTML or markdown), not model weights";
+  }
+  return std::nullopt;
+}
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path) {
   if (IsHfCheckpointDir(path)) return LoadHfModel(path);
@@ -27,10 +61,14 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path)
               "config.json, model.safetensors or its index, and tokenizer.json)"));
   }
   std::ifstream in(path, std::ios::binary);
-  uint32_t magic = 0;
+  char head[16] = {};
+  in.read(head, sizeof(head));
+  const std::string_view first(head, static_cast<size_t>(in.gcount()));
   // A file too short for a magic falls through to the llama2.c loader, which reports
   // the size problem (or the open error) itself.
-  if (in.read(reinterpret_cast<char*>(&magic), sizeof(magic))) {
+  if (first.size() >= sizeof(uint32_t)) {
+    uint32_t magic = 0;
+    std::memcpy(&magic, first.data(), sizeof(magic));
     if (magic == kGgufMagic) return LoadGgufModel(path);
     if (magic == kLlama2cVersionedMagic) {
       return absl::UnimplementedError(absl::StrCat(
@@ -38,7 +76,18 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path)
                 "format is supported (export with --version 0)"));
     }
   }
-  return LoadLlama2cModel(path);
+  if (std::optional<std::string> kind = UnsupportedModelKind(first)) {
+    return absl::UnimplementedError(absl::StrCat(path, ": ", *kind, "; ", kSupported));
+  }
+  absl::StatusOr<std::unique_ptr<ModelWeights>> llama2c = LoadLlama2cModel(path);
+  // Not a llama2.c header either: a file of no kind the loader knows.
+  if (!llama2c.ok() && absl::StrContains(llama2c.status().message(), "not a llama2.c")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a model file Folio knows (no GGUF magic, and ",
+        absl::StripPrefix(llama2c.status().message(), absl::StrCat(path, ": ")), "); ",
+        kSupported));
+  }
+  return llama2c;
 }
 
 }  // namespace folio::worker

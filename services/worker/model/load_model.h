@@ -10,7 +10,9 @@
 #define FOLIO_SERVICES_WORKER_MODEL_LOAD_MODEL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "services/worker/model/weights.h"
@@ -22,6 +24,12 @@ namespace folio::worker {
 // Unimplemented for a recognised but unsupported variant (another architecture, a
 // non-Llama tokenizer, a ggml type without a WeightFormat, llama2.c v1+).
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModel(const std::string& path);
+
+// What a file is when its first bytes (`head`, up to 16) show a kind the loader does not
+// take (a zip or pickle PyTorch checkpoint, a pre-GGUF llama.cpp file, a lone safetensors
+// file, a text file), with what to do about it; nullopt otherwise. LoadModel's
+// Unimplemented message for such a file.
+std::optional<std::string> UnsupportedModelKind(std::string_view head);
 
 }  // namespace folio::worker
 

@@ -333,8 +333,16 @@ class Run:
         return results
 
 
+def in_clone(path):
+    """`path` relative to the checkout when it lies inside it (the docs name no path
+    outside the repository), else as it is."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else path
+
+
 def shown_command(argv):
-    """The command as a user types it: ./folio bench passes --bin_dir itself."""
+    """The command as a user types it: ./folio bench passes --bin_dir itself; paths inside
+    the checkout are shown relative to it."""
     out, skip = [], False
     for x in argv:
         if skip:
@@ -342,7 +350,9 @@ def shown_command(argv):
         elif x == "--bin_dir":
             skip = True
         elif not x.startswith("--bin_dir="):
-            out.append(x)
+            flag, eq, value = x.partition("=")
+            out.append(f"{flag}={in_clone(value)}" if eq and flag.startswith("--") else
+                       in_clone(x) if x.startswith("/") else x)
     return " ".join(["./folio", "bench", "peer"] + [quote([x]) for x in out])
 
 
@@ -681,7 +691,7 @@ def table_text(results):
     """table.md: when, where and how it ran, the one table, then the memory and the notes."""
     r, ll = results, results["llama_cpp"]
     if ll["tools"]:
-        llama = f"tools in {os.path.dirname(ll['tools']['llama-bench'])}"
+        llama = f"tools in {in_clone(os.path.dirname(ll['tools']['llama-bench']))}"
     else:
         llama = f"not run: {ll['not_used_because']}"
     m = r["machine"]

@@ -1,5 +1,6 @@
 #include "services/worker/model/load_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +35,9 @@ std::optional<std::string> UnsupportedModelKind(std::string_view head) {
     return "a zip archive (a PyTorch .bin/.pt checkpoint is one): convert it to GGUF or "
            "safetensors";
   }
-  if (starts("\x80\x02") || starts("\x80\x03") || starts("\x80\x04")) {
+  // A llama2.c header's first field is its dim, a small little-endian int32: its high
+  // bytes are zero, so each check below needs bytes no such header has.
+  if (head.size() >= 4 && head[0] == '\x80' && head[1] >= 2 && head[1] <= 5 && head[2] != 0) {
     return "a Python pickle (an old PyTorch checkpoint): convert it to GGUF or safetensors";
   }
   // llama.cpp's files before GGUF, their u32 magics as stored (little-endian).
@@ -43,11 +46,16 @@ std::optional<std::string> UnsupportedModelKind(std::string_view head) {
            "llama.cpp's convert tools";
   }
   // safetensors: a u64 header length, then the JSON header.
-  if (head.size() >= 9 && head[8] == '{') {
+  // (A header length under 4 GiB has zero high bytes; a llama2.c hidden_dim there is > 0.)
+  if (head.size() >= 9 && head[8] == '{' && head.substr(4, 4) == std::string_view("\0\0\0\0", 4)) {
     return "a safetensors file alone: pass the Hugging Face folder that holds it (with "
            "config.json and tokenizer.json)";
   }
-  if (starts("{") || starts("<") || starts("#") || starts("---")) {
+  const bool printable_start =
+      head.size() >= 4 && std::all_of(head.begin(), head.begin() + 4, [](char c) {
+        return c == '\n' || c == '\t' || (c >= ' ' && c <= '~');
+      });
+  if (printable_start && (starts("{") || starts("<") || starts("#") || starts("---"))) {
     return "a text file (JSON, HTML or markdown), not model weights";
   }
   return std::nullopt;

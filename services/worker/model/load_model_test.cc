@@ -1,8 +1,10 @@
 // LoadModel's answer for files it does not take: the kind is named, with what is supported.
 #include "services/worker/model/load_model.h"
 
+#include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -28,7 +30,7 @@ TEST(LoadModelTest, AFileOfAnotherKindIsNamedWithWhatIsSupported) {
   const std::string padding(64, '\0');
   const Case cases[] = {
       {"pytorch_model.bin", std::string("PK\x03\x04", 4) + padding, "zip archive"},
-      {"old.pt", std::string("\x80\x02", 2) + padding, "pickle"},
+      {"old.pt", std::string("\x80\x02}q\x00(X", 7) + padding, "pickle"},  // protocol 2, a dict
       {"ggjt.bin", "tjgg" + padding, "older than GGUF"},
       {"model.safetensors", std::string("\x20\0\0\0\0\0\0\0", 8) + "{\"a\": 1}" + padding,
        "safetensors file alone"},
@@ -41,6 +43,23 @@ TEST(LoadModelTest, AFileOfAnotherKindIsNamedWithWhatIsSupported) {
     EXPECT_THAT(w.status().message(), HasSubstr(c.name));
     EXPECT_THAT(w.status().message(), HasSubstr(c.says)) << w.status();
     EXPECT_THAT(w.status().message(), HasSubstr("supported: a GGUF file")) << w.status();
+  }
+}
+
+// llama2.c headers whose first bytes look like another kind's magic (dim 640 = 80 02 00 00,
+// a pickle's first two bytes; dim 60 = '<'; 123 layers = '{' at byte 8) are still read as
+// llama2.c: the error is the llama2.c loader's, not a misnamed kind.
+TEST(LoadModelTest, Llama2cHeadersAreNotTakenForOtherKinds) {
+  auto header = [](int32_t dim, int32_t hidden, int32_t layers) {
+    const int32_t h[7] = {dim, hidden, layers, 8, 8, 0, 64};  // vocab 0: rejected by the loader
+    return std::string(reinterpret_cast<const char*>(h), sizeof(h)) + std::string(64, '\0');
+  };
+  for (const auto& [dim, layers] : {std::pair{640, 4}, std::pair{60, 4}, std::pair{768, 123}}) {
+    absl::StatusOr<std::unique_ptr<ModelWeights>> w =
+        LoadModel(WriteFile("llama2c.bin", header(dim, 1536, layers)));
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(w.status().code(), absl::StatusCode::kUnimplemented) << w.status();
+    EXPECT_THAT(w.status().message(), HasSubstr("llama2.c")) << w.status();
   }
 }
 

@@ -14,6 +14,8 @@
 #   tool_call_fuzz       the tool-call output parsers (whole = streamed, no call = the text)
 #   reasoning_fuzz       the <think> reasoning splitter (whole = streamed, the rules, nothing
 #                        but the tags and whitespace around them dropped)
+#   kv_block_file_fuzz   the disk KV tier's block-file reader (an accepted file is exactly
+#                        what the writer writes)
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
 #   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors,
@@ -56,12 +58,13 @@ for t in "$@"; do
     tools) targets+=(tool_call_fuzz) ;;
     reasoning) targets+=(reasoning_fuzz) ;;
     routing) targets+=(routing_fuzz) ;;
+    kv_block_file) targets+=(kv_block_file_fuzz) ;;
     *) targets+=("$t") ;;
   esac
 done
 [ ${#targets[@]} -gt 0 ] || targets=(gguf_fuzz bpe_fuzz openai_request_fuzz jinja_fuzz safetensors_fuzz
                                      hf_tokenizer_fuzz grammar_fuzz json_schema_fuzz tool_call_fuzz routing_fuzz
-                                     reasoning_fuzz)
+                                     reasoning_fuzz kv_block_file_fuzz)
 
 seed_dir() {
   case "$1" in
@@ -76,6 +79,7 @@ seed_dir() {
     tool_call_fuzz) echo "$repo/services/frontend/chat/tool_call_fuzz_corpus" ;;
     reasoning_fuzz) echo "$repo/services/frontend/chat/reasoning_fuzz_corpus" ;;
     routing_fuzz) echo "$repo/services/frontend/routing/fuzz_corpus" ;;
+    kv_block_file_fuzz) echo "$repo/common/kv_block_file_fuzz_corpus" ;;
     *) echo "run_fuzz.sh: unknown target $1" >&2; exit 1 ;;
   esac
 }

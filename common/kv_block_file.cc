@@ -46,7 +46,7 @@ uint64_t HeaderChecksum(const KvBlockFileHeader& h, absl::Span<const int32_t> to
                                             tokens.size() * sizeof(int32_t)));
 }
 
-// Reads exactly `n` bytes at `offset`; false at a short file.
+// Reads exactly `n` bytes at `offset`; DataLoss at a short file or a read error.
 absl::Status ReadAt(int fd, void* out, size_t n, off_t offset, const std::string& path) {
   auto* p = static_cast<uint8_t*>(out);
   while (n > 0) {
@@ -96,7 +96,9 @@ absl::Status OpenAndCheckHeader(absl::string_view dir, const KvBlockFileKey& key
   file->fd = open(file->path.c_str(), O_RDONLY | O_CLOEXEC);
   if (file->fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat("no KV block file ", file->path));
+    if (err == ENOENT || err == ENOTDIR) {
+      return absl::NotFoundError(absl::StrCat("no KV block file ", file->path));
+    }
     return absl::DataLossError(absl::StrCat("KV block file ", file->path, ": ", ErrnoText(err)));
   }
   if (absl::Status s = ReadAt(file->fd, header, sizeof(*header), 0, file->path); !s.ok()) return s;

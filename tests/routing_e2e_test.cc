@@ -5,10 +5,15 @@
 //   * least-loaded spreads a burst of unrelated requests over every replica;
 //   * a replica SIGKILLed (all its processes) under 16 streams: every stream completes with
 //     exactly the tokens of an undisturbed run (continued on the others), new requests
-//     are served at once, and the replica takes work again once it is started again.
+//     are served at once, and the replica takes work again once it is started again;
+//   * the host KV tier keeps a conversation's replica; the disk KV tier is shared by the
+//     replicas and outlives the cluster.
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <string>
@@ -201,6 +206,106 @@ TEST_F(RoutingTest, KvRoutingFollowsAConversationTheHostTierKeeps) {
   }
   cluster_.reset();
   for (const std::string& name : segments) shm_unlink(name.c_str());  // clean-up
+}
+
+// The disk KV tier (--kv_disk_dir) under two replicas that share its directory, with
+// pools and host tiers too small to keep a conversation while unrelated requests run: the
+// conversation's blocks spill to disk, and its next turn loads them on whichever replica
+// it reaches. Then the whole cluster stops and starts again (new processes, new host
+// segments): the same turn loads its history from the files. Then again, every file's
+// payload damaged: each load the workers find bad refuses its step (DATA_LOSS), the
+// replica resets its pool and recomputes, and the answer is the same tokens.
+TEST_F(RoutingTest, TheDiskTierIsSharedByReplicasAndOutlivesTheCluster) {
+  char root_pattern[] = "/tmp/folio-kv-disk-XXXXXX";
+  ASSERT_NE(mkdtemp(root_pattern), nullptr);
+  const std::string root = root_pattern;
+  const std::vector<std::string> worker_args = {
+      "--kv_cache_bytes=240KiB", "--kv_host_bytes=200KiB", "--kv_disk_dir=" + root,
+      "--kv_disk_bytes=8MiB"};
+  auto ports = [&] {
+    std::vector<int> p;
+    for (int i = 0; i < 2; ++i) p.push_back(cluster_->worker_process(0, i).grpc_port());
+    return p;
+  };
+  auto unlink_segments = [](const std::vector<int>& ports) {
+    for (int port : ports) shm_unlink(absl::StrCat("/folio-kv-", port, "-rank0").c_str());
+  };
+  auto disk_loads = [&] {
+    int64_t n = 0;
+    for (int i = 0; i < 2; ++i) n += cluster_->CacheStats(i).disk_tier_loads();
+    return n;
+  };
+  // A labelled counter summed over both replicas' workers.
+  auto worker_counter = [&](const std::string& series) {
+    double sum = 0;
+    for (int i = 0; i < 2; ++i) {
+      const std::string page =
+          testing::HttpGet(cluster_->worker_process(0, i).metrics_port(), "/metrics");
+      const size_t at = page.find("\n" + series + " ");
+      if (at != std::string::npos) sum += std::stod(page.substr(at + series.size() + 2));
+    }
+    return sum;
+  };
+
+  StartCluster("kv", 2, worker_args, {"--max_model_len=256"});
+  EXPECT_GT(cluster_->CacheStats(0).disk_tier_blocks_total(), 0);
+  std::vector<int32_t> history = {1};
+  const std::vector<int32_t> user = UserTurn(9, 0, 60);
+  history.insert(history.end(), user.begin(), user.end());
+  const Completion first = Generate(history, 24);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  history.insert(history.end(), first.tokens.begin(), first.tokens.end());
+  const std::vector<int32_t> next = UserTurn(9, 1, 20);
+  history.insert(history.end(), next.begin(), next.end());
+  for (int i = 0; i < 8; ++i) {
+    const Completion noise = Generate(UserTurn(200 + i, 0, 150), 8);
+    ASSERT_TRUE(noise.status.ok()) << noise.status.error_message();
+  }
+  int64_t spilled = 0;
+  for (int i = 0; i < 2; ++i) spilled += cluster_->CacheStats(i).disk_tier_spills();
+  EXPECT_GT(spilled, 0);
+  const int64_t loads_before = disk_loads();
+  const Completion second = Generate(history, 8);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  // The first turn's full blocks (85 tokens: 5 blocks) were gone from both pools and
+  // host tiers; they came back from the files.
+  EXPECT_GE(second.usage.cached_prompt_tokens(), 64);
+  EXPECT_GT(disk_loads(), loads_before);
+  EXPECT_GT(worker_counter("folio_worker_kv_disk_files_total{outcome=\"load\"}"), 0);
+  std::vector<int> old_ports = ports();
+  cluster_.reset();
+  unlink_segments(old_ports);
+
+  // Every process again: the pools and host tiers are empty, the files are not.
+  StartCluster("kv", 2, worker_args, {"--max_model_len=256"});
+  const Completion after_restart = Generate(history, 8);
+  ASSERT_TRUE(after_restart.status.ok()) << after_restart.status.error_message();
+  EXPECT_EQ(after_restart.tokens, second.tokens);
+  EXPECT_GE(after_restart.usage.cached_prompt_tokens(), 64);
+  old_ports = ports();
+  cluster_.reset();
+  unlink_segments(old_ports);
+
+  // Every payload damaged (the headers intact, so the cache managers find the blocks).
+  int damaged = 0;
+  for (const auto& ns : std::filesystem::directory_iterator(root)) {
+    for (const auto& f : std::filesystem::directory_iterator(ns.path())) {
+      std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      io.seekp(-1, std::ios::end);
+      io.put('\x7f');
+      ++damaged;
+    }
+  }
+  ASSERT_GT(damaged, 0);
+  StartCluster("kv", 2, worker_args, {"--max_model_len=256"});
+  const Completion damaged_run = Generate(history, 8);
+  ASSERT_TRUE(damaged_run.status.ok()) << damaged_run.status.error_message();
+  EXPECT_EQ(damaged_run.tokens, second.tokens);
+  EXPECT_GT(worker_counter("folio_worker_kv_disk_files_total{outcome=\"load_failed\"}"), 0);
+  old_ports = ports();
+  cluster_.reset();
+  unlink_segments(old_ports);
+  std::filesystem::remove_all(root);
 }
 
 TEST_F(RoutingTest, LeastLoadedSpreadsABurstOverEveryReplica) {

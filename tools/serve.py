@@ -211,6 +211,14 @@ def main():
                         "from the pool, or lost with a restarted worker, load back instead of "
                         "being recomputed. 0 (default): off. CPU workers only; needs room in "
                         "/dev/shm")
+    p.add_argument("--kv_disk_dir", default="",
+                   help="KV offload tier on disk, below --kv_host_bytes: a directory for block "
+                        "files (one per block and worker rank, under a folder named by the "
+                        "model's content), so cached prompts survive a restart of the whole "
+                        "cluster, and replicas sharing the directory load each other's blocks. "
+                        "Empty (default): off")
+    p.add_argument("--kv_disk_bytes", default="0",
+                   help="--kv_disk_dir's budget per worker rank (e.g. 20GiB)")
     p.add_argument("--served_model_name", action="append", default=[],
                    help="a name the HTTP API answers to in \"model\" (repeatable; the first is "
                         "the id /v1/models gives; default: the model file's name)")
@@ -303,6 +311,14 @@ def main():
             "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf "
             "(the embedded models/stories260K/ is missing from this tree)")
         return 2
+    if args.kv_disk_dir and args.kv_host_bytes in ("", "0"):
+        log("--kv_disk_dir: the disk KV tier lies below the host tier; give --kv_host_bytes too")
+        return 2
+    if args.kv_disk_dir and args.kv_disk_bytes in ("", "0"):
+        log("--kv_disk_dir needs a budget: --kv_disk_bytes (e.g. 20GiB)")
+        return 2
+    if args.kv_disk_dir:
+        args.kv_disk_dir = os.path.abspath(args.kv_disk_dir)
     if args.chat_template and not os.path.isfile(args.chat_template):
         log(f"--chat_template: no such file {args.chat_template}")
         return 2
@@ -370,6 +386,9 @@ def main():
                     segment = f"folio-kv-{os.getpid()}-r{ri}-rank{rank}"
                     segments.append(segment)
                     argv += [f"--kv_host_bytes={args.kv_host_bytes}", f"--kv_host_name={segment}"]
+                    if args.kv_disk_dir:
+                        argv += [f"--kv_disk_dir={args.kv_disk_dir}",
+                                 f"--kv_disk_bytes={args.kv_disk_bytes}"]
                 if args.tp > 1:
                     argv += [f"--tp_size={args.tp}", f"--tp_rank={rank}"]
                     if rank > 0:

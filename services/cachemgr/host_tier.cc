@@ -78,8 +78,11 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
   CHECK(!index_.contains(hash));
   CHECK_EQ(tokens.size(), static_cast<size_t>(block_size_));
   std::optional<BlockHash> evicted;
+  std::vector<int32_t> evicted_tokens;
   if (free_.empty()) {
     evicted = slots_[lru_.front()].hash;
+    const auto first = tokens_.begin() + static_cast<ptrdiff_t>(lru_.front()) * block_size_;
+    evicted_tokens.assign(first, first + block_size_);
     Evict(lru_.front());
     ++counters_.num_evictions;
   }
@@ -95,7 +98,7 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
   index_.emplace(hash, slot);
   unconfirmed_.push_back(Stored{slot, s.ticket});
   ++counters_.num_stores;
-  return Stored{slot, s.ticket, evicted};
+  return Stored{slot, s.ticket, evicted, std::move(evicted_tokens)};
 }
 
 void HostTier::Confirm(uint64_t ticket) {
@@ -103,6 +106,7 @@ void HostTier::Confirm(uint64_t ticket) {
   // confirms nothing here.
   if (ticket > last_ticket_) return;
   confirmed_ = std::max(confirmed_, ticket);
+  if (disk_ != nullptr) disk_->Confirm(confirmed_);
   while (!unconfirmed_.empty() && unconfirmed_.front().ticket <= confirmed_) {
     unconfirmed_.pop_front();
   }

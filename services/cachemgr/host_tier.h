@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "services/cachemgr/block_hash.h"
+#include "services/cachemgr/disk_tier.h"
 
 namespace folio::cachemgr {
 
@@ -76,13 +78,23 @@ class HostTier {
     int32_t slot = -1;
     uint64_t ticket = 0;
     std::optional<BlockHash> evicted;  // the entry the store pushed out, if any
+    std::vector<int32_t> evicted_tokens;  // its tokens (the slot held them until now)
   };
   // Takes a slot for a new entry: a free one, or the least recently used (whose entry is
   // evicted). Requires !Contains(hash) and num_slots() > 0.
   Stored Store(const BlockHash& hash, absl::Span<const int32_t> tokens);
 
-  // Stores with tickets up to `ticket` were executed by the workers.
+  // Stores with tickets up to `ticket` were executed by the workers (and the disk tier's
+  // transfers with them).
   void Confirm(uint64_t ticket);
+  // A ticket for a transfer that is not a store (a disk load), in the same sequence.
+  uint64_t NextTicket() { return ++last_ticket_; }
+
+  // The disk tier below this one (disk_tier.h), or null. It outlives a host tier: a new
+  // segment loses the host tier's blocks, not the disk's.
+  void set_disk(std::shared_ptr<DiskTier> disk) { disk_ = std::move(disk); }
+  DiskTier* disk() const { return disk_.get(); }
+  const std::shared_ptr<DiskTier>& shared_disk() const { return disk_; }
   // A worker or step was lost: entries whose store was never confirmed are dropped.
   void DropUnconfirmed();
 
@@ -115,6 +127,7 @@ class HostTier {
   uint64_t last_ticket_;
   uint64_t confirmed_;
   HostTierStats counters_;
+  std::shared_ptr<DiskTier> disk_;
 };
 
 }  // namespace folio::cachemgr

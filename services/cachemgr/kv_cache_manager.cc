@@ -342,6 +342,7 @@ CacheStats KvCacheManager::Stats() const {
   stats.pool = policy_->Stats();
   stats.num_sequences = static_cast<int64_t>(seqs_.size());
   if (host_ != nullptr) stats.host = host_->Stats();
+  if (host_ != nullptr && host_->disk() != nullptr) stats.disk = host_->disk()->Stats();
   return stats;
 }
 
@@ -364,6 +365,9 @@ absl::Status KvCacheManager::CheckInvariants() const {
   }
   if (host_ != nullptr) {
     if (absl::Status s = host_->CheckInvariants(); !s.ok()) return s;
+    if (host_->disk() != nullptr) {
+      if (absl::Status s = host_->disk()->CheckInvariants(); !s.ok()) return s;
+    }
   }
   return policy_->CheckInvariants(seqs_);
 }

@@ -42,6 +42,12 @@ struct CacheConfig {
   // tier), and the segments' id. Read by the service, which owns the tier.
   int32_t host_blocks = 0;
   std::string host_tier_id;
+  // The disk tier below the host tier (disk_tier.h): the workers' directory of block
+  // files, its budget in blocks (0: no tier) and the ranks (files per block). Read by the
+  // service, which owns the tier.
+  std::string disk_dir;
+  int32_t disk_blocks = 0;
+  int32_t disk_ranks = 1;
 };
 inline constexpr int32_t kMaxHostBlocks = 1 << 24;
 
@@ -60,6 +66,7 @@ struct CacheStats {
   int64_t num_forks = 0;            // forks applied
   int32_t num_blocks_used_peak = 0; // the most blocks in use at the end of any step
   HostTierStats host;               // all zero without a host tier
+  DiskTierStats disk;               // all zero without a disk tier
 };
 
 class KvCacheManager {

@@ -50,7 +50,8 @@ int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
     auto tokens = prompt.subspan(static_cast<size_t>(found) * block_size_, block_size_);
     const BlockHash hash = HashBlock(parent, tokens);
     if (!pool_.FindCached(hash, tokens).has_value() &&
-        (host_ == nullptr || !host_->Find(hash, tokens).has_value())) {
+        (host_ == nullptr || !host_->Find(hash, tokens).has_value()) &&
+        (host_ == nullptr || host_->disk() == nullptr || !host_->disk()->Peek(hash, tokens))) {
       break;
     }
     parent = hash;
@@ -61,13 +62,15 @@ int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
 void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
   if (prompt.empty()) return;
   const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
-  // First the chain as it stands: each block a pool hit or a host slot, up to the first
-  // block neither holds.
+  // First the chain as it stands: each block a pool hit, a host slot or a block on disk,
+  // up to the first block none holds.
   struct Hit {
     BlockHash hash;
     std::optional<BlockId> pool;
     int32_t slot = -1;
+    bool disk = false;
   };
+  DiskTier* const disk = host_->disk();
   std::vector<Hit> hits;
   BlockHash parent = kRootBlockHash;
   for (int32_t i = 0; i < max_blocks; ++i) {
@@ -75,9 +78,13 @@ void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& 
     const BlockHash hash = HashBlock(parent, tokens);
     Hit hit{.hash = hash, .pool = pool_.FindCached(hash, tokens)};
     if (!hit.pool.has_value()) {
-      std::optional<int32_t> slot = host_->Find(hash, tokens);
-      if (!slot.has_value()) break;
-      hit.slot = *slot;
+      if (std::optional<int32_t> slot = host_->Find(hash, tokens); slot.has_value()) {
+        hit.slot = *slot;
+      } else if (disk != nullptr && disk->Find(hash, tokens)) {
+        hit.disk = true;
+      } else {
+        break;
+      }
     }
     hits.push_back(hit);
     parent = hash;
@@ -107,16 +114,27 @@ void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& 
     }
     fill_[id.value] = block_size_;
     num_tokens_stored_ += block_size_;
-    host_->NoteLoad(h.slot);
-    transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoad,
-                                       .block = id,
-                                       .host_slot = h.slot});
+    if (h.disk) {
+      // The load holds the entry until it is confirmed (disk_tier.h).
+      const uint64_t ticket = host_->NextTicket();
+      disk->NoteLoad(h.hash, ticket);
+      transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoadDisk,
+                                         .block = id,
+                                         .ticket = ticket,
+                                         .hash_hi = h.hash.hi,
+                                         .hash_lo = h.hash.lo});
+    } else {
+      host_->NoteLoad(h.slot);
+      transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoad,
+                                         .block = id,
+                                         .host_slot = h.slot});
+    }
     hits[i].pool = id;
   }
   // Pool hits past the cut were held above: given back (nothing past it was loaded), tail
   // first as Free does, so the earlier blocks of a prefix stay cached longest.
   for (size_t i = hits.size(); i-- > kept;) {
-    if (hits[i].slot < 0) Drop(*hits[i].pool);
+    if (hits[i].slot < 0 && !hits[i].disk) Drop(*hits[i].pool);
   }
   for (size_t i = 0; i < kept; ++i) {
     seq.table.push_back(*hits[i].pool);
@@ -234,8 +252,22 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
       if (std::optional<int32_t> slot = host_->Find(hash, tokens); slot.has_value()) {
         host_->Touch(*slot);
       } else if (!host_->Contains(hash)) {
-        const HostTier::Stored stored = host_->Store(hash, tokens);
-        if (stored.evicted.has_value()) pool_.LogBelow(BlockEvent::Kind::kRemoved, *stored.evicted);
+        HostTier::Stored stored = host_->Store(hash, tokens);
+        if (stored.evicted.has_value()) {
+          // The routers' view is the pool and the host tier: a block only the disk keeps
+          // is removed from it (any replica sharing the disk can load it).
+          pool_.LogBelow(BlockEvent::Kind::kRemoved, *stored.evicted);
+          DiskTier* const disk = host_->disk();
+          if (disk != nullptr && disk->Spill(*stored.evicted, stored.evicted_tokens, stored.ticket)) {
+            // Before the store that reuses the slot (transfers run in order).
+            transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kSpill,
+                                               .host_slot = stored.slot,
+                                               .ticket = stored.ticket,
+                                               .hash_hi = stored.evicted->hi,
+                                               .hash_lo = stored.evicted->lo,
+                                               .tokens = std::move(stored.evicted_tokens)});
+          }
+        }
         pool_.LogBelow(BlockEvent::Kind::kStored, hash);  // a no-op while the pool holds it
         transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kStore,
                                            .block = seq.table[i],

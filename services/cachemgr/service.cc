@@ -56,11 +56,18 @@ CacheConfig WithUsableHostTier(CacheConfig config) {
 }
 
 void ToProto(const BlockTransfer& in, pb::BlockTransfer* out) {
-  out->set_kind(in.kind == BlockTransfer::Kind::kStore ? pb::BlockTransfer::STORE
-                                                       : pb::BlockTransfer::LOAD);
+  switch (in.kind) {
+    case BlockTransfer::Kind::kStore: out->set_kind(pb::BlockTransfer::STORE); break;
+    case BlockTransfer::Kind::kLoad: out->set_kind(pb::BlockTransfer::LOAD); break;
+    case BlockTransfer::Kind::kSpill: out->set_kind(pb::BlockTransfer::SPILL); break;
+    case BlockTransfer::Kind::kLoadDisk: out->set_kind(pb::BlockTransfer::LOAD_DISK); break;
+  }
   out->set_block(in.block.value);
   out->set_host_slot(in.host_slot);
   out->set_ticket(in.ticket);
+  out->set_hash_hi(in.hash_hi);
+  out->set_hash_lo(in.hash_lo);
+  out->mutable_tokens()->Add(in.tokens.begin(), in.tokens.end());
 }
 
 void ToProto(const SeqResult& in, pb::SequenceResult* out) {
@@ -136,6 +143,25 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
       host_dropped(r->AddCounter("folio_cachemgr_host_dropped_unconfirmed_total",
                                  "Host-tier stores dropped at a reset because no answered "
                                  "step confirmed them.")),
+      disk_blocks_total(r->AddGauge("folio_cachemgr_disk_blocks_capacity",
+                                    "Blocks the disk KV tier may hold (0: no tier).")),
+      disk_blocks_used(r->AddGauge("folio_cachemgr_disk_blocks_used",
+                                   "Blocks the disk KV tier's index holds.")),
+      disk_spills(r->AddCounter("folio_cachemgr_disk_spills_total",
+                                "Blocks the host tier evicted, written to the disk tier.")),
+      disk_loads(r->AddCounter("folio_cachemgr_disk_loads_total",
+                               "Blocks a prefix lookup loaded from the disk tier into the pool.")),
+      disk_evictions(r->AddCounter("folio_cachemgr_disk_evictions_total",
+                                   "Disk-tier blocks removed to make room (least recently used).")),
+      disk_adopted(r->AddCounter("folio_cachemgr_disk_adopted_total",
+                                 "Blocks found on disk that the index did not hold (written "
+                                 "by another replica or an earlier run).")),
+      disk_missing(r->AddCounter("folio_cachemgr_disk_missing_total",
+                                 "Indexed disk blocks whose files were gone at a lookup (a "
+                                 "spill that failed, a file another replica removed): misses.")),
+      disk_bad_files(r->AddCounter("folio_cachemgr_disk_bad_files_total",
+                                   "Disk block files found damaged or written for another "
+                                   "model at a lookup: removed, misses.")),
       step_errors(r->AddCounterFamily("folio_cachemgr_step_errors_total",
                                       "Step RPCs rejected, by gRPC status code.", {"code"})),
       step_latency(r->AddHistogram("folio_cachemgr_step_latency_seconds",
@@ -187,6 +213,43 @@ void CacheManagerService::RefreshGauges() {
   add(metrics_.host_loads, s.host.num_loads, &host_seen_.num_loads);
   add(metrics_.host_evictions, s.host.num_evictions, &host_seen_.num_evictions);
   add(metrics_.host_dropped, s.host.num_dropped_unconfirmed, &host_seen_.num_dropped_unconfirmed);
+  metrics_.disk_blocks_total.Set(disk_ == nullptr ? 0 : disk_->num_blocks());
+  if (disk_ != nullptr) {
+    const DiskTierStats d = disk_->Stats();
+    metrics_.disk_blocks_used.Set(d.num_used);
+    add(metrics_.disk_spills, d.num_spills, &disk_seen_.num_spills);
+    add(metrics_.disk_loads, d.num_loads, &disk_seen_.num_loads);
+    add(metrics_.disk_evictions, d.num_evictions, &disk_seen_.num_evictions);
+    add(metrics_.disk_adopted, d.num_adopted, &disk_seen_.num_adopted);
+    add(metrics_.disk_missing, d.num_missing, &disk_seen_.num_missing);
+    add(metrics_.disk_bad_files, d.num_bad_files, &disk_seen_.num_bad_files);
+  } else {
+    metrics_.disk_blocks_used.Set(0);
+  }
+}
+
+void CacheManagerService::AttachDisk(const CacheConfig& config, HostTier* host) {
+  if (config.disk_blocks <= 0 || config.disk_dir.empty()) {
+    disk_.reset();
+  } else if (host == nullptr) {
+    LOG(WARNING) << "the workers offer a disk KV tier (" << config.disk_dir
+                 << "), but it lies below the host tier, which this pool does not use: unused";
+    disk_.reset();
+  } else if (disk_ == nullptr || disk_->dir() != config.disk_dir ||
+             disk_->num_blocks() != config.disk_blocks || disk_->num_ranks() != config.disk_ranks) {
+    absl::StatusOr<std::unique_ptr<DiskTier>> disk =
+        DiskTier::Open(config.disk_dir, config.disk_ranks, config.block_size, config.disk_blocks);
+    if (disk.ok()) {
+      disk_ = *std::move(disk);
+      disk_seen_ = DiskTierStats{};
+      LOG(INFO) << "disk KV tier: " << config.disk_blocks << " blocks of " << config.disk_ranks
+                << " file(s) each in " << config.disk_dir;
+    } else {
+      LOG(WARNING) << "the disk KV tier is off: " << disk.status().message();
+      disk_.reset();
+    }
+  }
+  if (host != nullptr) host->set_disk(disk_);
 }
 
 absl::Status CacheManagerService::Configure(const CacheConfig& requested) {
@@ -215,6 +278,7 @@ absl::Status CacheManagerService::Configure(const CacheConfig& requested) {
       host = std::make_shared<HostTier>(config.host_blocks, config.block_size,
                                         config.host_tier_id);
     }
+    AttachDisk(config, host.get());
     absl::StatusOr<std::unique_ptr<KvCacheManager>> manager = KvCacheManager::Create(config, host);
     CHECK(manager.ok()) << manager.status();  // CheckConfig passed
     manager_ = std::move(*manager);
@@ -246,6 +310,9 @@ grpc::ServerUnaryReactor* CacheManagerService::Configure(grpc::CallbackServerCon
   if (request->round_to_power_of_two()) config.rounding = ContiguousPolicy::Rounding::kPowerOfTwo;
   config.host_blocks = request->host_tier_blocks();
   config.host_tier_id = request->host_tier_id();
+  config.disk_dir = request->disk_tier_dir();
+  config.disk_blocks = request->disk_tier_blocks();
+  config.disk_ranks = std::max(1, request->disk_tier_ranks());
   if (absl::Status fenced = fence_.Admit(request->scheduler_epoch(), "Configure"); !fenced.ok()) {
     LOG(WARNING) << fenced;
     return Finish(ctx, fenced);
@@ -363,6 +430,16 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
     response->set_host_tier_dropped_unconfirmed(s.host.num_dropped_unconfirmed);
     response->set_host_tier_id(manager_->host_tier()->id());
   }
+  if (s.disk.num_blocks > 0) {
+    response->set_disk_tier_blocks_total(s.disk.num_blocks);
+    response->set_disk_tier_blocks_used(s.disk.num_used);
+    response->set_disk_tier_spills(s.disk.num_spills);
+    response->set_disk_tier_loads(s.disk.num_loads);
+    response->set_disk_tier_evictions(s.disk.num_evictions);
+    response->set_disk_tier_adopted(s.disk.num_adopted);
+    response->set_disk_tier_missing(s.disk.num_missing);
+    response->set_disk_tier_bad_files(s.disk.num_bad_files);
+  }
   return Finish(ctx, absl::OkStatus());
 }
 
@@ -397,6 +474,7 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
                                   : nullptr;
     tier = absl::StrCat("; host tier now ", config.host_blocks, " empty blocks (segments ",
                         config.host_tier_id.empty() ? "none" : config.host_tier_id, ")");
+    if (host != nullptr) host->set_disk(disk_);  // the disk keeps its blocks
   } else if (host != nullptr) {
     host->DropUnconfirmed();
     tier = absl::StrCat("; host tier kept: ", host->Stats().num_used, " blocks");

@@ -71,6 +71,14 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
     Counter& host_loads;
     Counter& host_evictions;
     Counter& host_dropped;
+    Gauge& disk_blocks_total;
+    Gauge& disk_blocks_used;
+    Counter& disk_spills;
+    Counter& disk_loads;
+    Counter& disk_evictions;
+    Counter& disk_adopted;
+    Counter& disk_missing;
+    Counter& disk_bad_files;
     Family<Counter>& step_errors;
     Histogram& step_latency;
   };
@@ -78,6 +86,10 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   absl::StatusOr<folio::internal::v1::CacheStepResponse> DoStep(
       const folio::internal::v1::CacheStepRequest& request);
   void RefreshGauges();
+  // Builds (or keeps) disk_ as `config` asks and attaches it below `host` (may be null: no
+  // disk tier then). A directory this process cannot use leaves the tier off, with a
+  // warning: the pool and the host tier work without it.
+  void AttachDisk(const CacheConfig& config, HostTier* host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CacheConfig defaults_;
   const std::string incarnation_id_;  // this process's, for GetStats (common/incarnation.h)
@@ -88,6 +100,10 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
   // The counts the metrics last saw, of the tier of this generation (HostTier::generation).
   HostTierStats host_seen_ ABSL_GUARDED_BY(mu_);
   uint64_t host_seen_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The disk tier (disk_tier.h): built by Configure when the workers offer one, attached
+  // to every host tier built after it; the counts the metrics last saw of it.
+  std::shared_ptr<DiskTier> disk_ ABSL_GUARDED_BY(mu_);
+  DiskTierStats disk_seen_ ABSL_GUARDED_BY(mu_);
   // Counts the pools built (Configure and Reset each build one): with the incarnation,
   // the pool id of GetBlockEvents.
   int64_t pool_generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -5,6 +5,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <vector>
 #include <utility>
 
 namespace folio::cachemgr {
@@ -37,15 +38,21 @@ struct BlockCopy {
   bool operator==(const BlockCopy&) const = default;
 };
 
-// KV moving between the pool and the host offload tier (host_tier.h), for the workers
-// to run in the order given, before the step's block copies: a store copies pool block
-// `block` into host slot `host_slot`, a load copies the slot into the block.
+// KV moving between the pool and the offload tiers (host_tier.h, disk_tier.h), for the
+// workers to run in the order given, before the step's block copies: a store copies pool
+// block `block` into host slot `host_slot`, a load copies the slot into the block; a
+// spill writes host slot `host_slot` to the disk file of block hash `hash` (its tokens
+// go in the file's header), a disk load reads that file into pool block `block`.
 struct BlockTransfer {
-  enum class Kind { kStore, kLoad };
+  enum class Kind { kStore, kLoad, kSpill, kLoadDisk };
   Kind kind = Kind::kStore;
   BlockId block;
   int32_t host_slot = 0;
-  uint64_t ticket = 0;  // stores: the host tier's ticket (StepRequest::transfers_done)
+  // The host tier's ticket (StepRequest::transfers_done): stores, spills, disk loads.
+  uint64_t ticket = 0;
+  uint64_t hash_hi = 0;  // spills, disk loads
+  uint64_t hash_lo = 0;
+  std::vector<int32_t> tokens;  // spills
   bool operator==(const BlockTransfer&) const = default;
 };
 

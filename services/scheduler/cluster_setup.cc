@@ -162,6 +162,13 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
       configure.set_host_tier_id(workers.host_tier_id());
       LOG(INFO) << "host KV tier: " << workers.host_blocks() << " blocks (segments "
                 << workers.host_tier_id() << ")";
+      if (workers.disk_blocks() > 0) {
+        configure.set_disk_tier_dir(workers.disk_dir());
+        configure.set_disk_tier_blocks(workers.disk_blocks());
+        configure.set_disk_tier_ranks(workers.num_ranks());
+        LOG(INFO) << "disk KV tier: " << workers.disk_blocks() << " blocks in "
+                  << workers.disk_dir();
+      }
     }
   }
   pb::ConfigureResponse configured;

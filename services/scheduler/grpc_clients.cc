@@ -97,12 +97,24 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
   for (const auto& r : resp.creates()) out.creates.push_back(FromProto(r));
   for (const auto& r : resp.grants()) out.grants.push_back(FromProto(r));
   for (const pb::BlockTransfer& t : resp.transfers()) {
+    cachemgr::BlockTransfer::Kind kind;
+    switch (t.kind()) {
+      case pb::BlockTransfer::STORE: kind = cachemgr::BlockTransfer::Kind::kStore; break;
+      case pb::BlockTransfer::LOAD: kind = cachemgr::BlockTransfer::Kind::kLoad; break;
+      case pb::BlockTransfer::SPILL: kind = cachemgr::BlockTransfer::Kind::kSpill; break;
+      case pb::BlockTransfer::LOAD_DISK: kind = cachemgr::BlockTransfer::Kind::kLoadDisk; break;
+      default:
+        return absl::InternalError(
+            absl::StrCat("cache manager sent a transfer of unknown kind ", t.kind()));
+    }
     out.transfers.push_back(cachemgr::BlockTransfer{
-        .kind = t.kind() == pb::BlockTransfer::STORE ? cachemgr::BlockTransfer::Kind::kStore
-                                                     : cachemgr::BlockTransfer::Kind::kLoad,
+        .kind = kind,
         .block = cachemgr::BlockId{t.block()},
         .host_slot = t.host_slot(),
-        .ticket = t.ticket()});
+        .ticket = t.ticket(),
+        .hash_hi = t.hash_hi(),
+        .hash_lo = t.hash_lo(),
+        .tokens = std::vector<int32_t>(t.tokens().begin(), t.tokens().end())});
   }
   if (out.forks.size() != request.forks.size() || out.creates.size() != request.creates.size() ||
       out.grants.size() != request.grants.size()) {
@@ -223,9 +235,19 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
   }
   for (const worker::HostTransfer& t : step.host_transfers) {
     pb::BlockTransfer* out = req.add_transfers();
-    out->set_kind(t.store ? pb::BlockTransfer::STORE : pb::BlockTransfer::LOAD);
+    switch (t.kind) {
+      case worker::HostTransfer::Kind::kStore: out->set_kind(pb::BlockTransfer::STORE); break;
+      case worker::HostTransfer::Kind::kLoad: out->set_kind(pb::BlockTransfer::LOAD); break;
+      case worker::HostTransfer::Kind::kSpill: out->set_kind(pb::BlockTransfer::SPILL); break;
+      case worker::HostTransfer::Kind::kLoadDisk:
+        out->set_kind(pb::BlockTransfer::LOAD_DISK);
+        break;
+    }
     out->set_block(t.block);
     out->set_host_slot(t.host_slot);
+    out->set_hash_hi(t.hash_hi);
+    out->set_hash_lo(t.hash_lo);
+    out->mutable_tokens()->Add(t.tokens.begin(), t.tokens.end());
   }
   for (const worker::SequenceStep& s : step.seqs) {
     pb::StepSequence* out = req.add_sequences();
@@ -409,6 +431,19 @@ absl::Status GrpcWorkerClient::AllocateEveryRank(absl::Time deadline) {
   }
   host_blocks_ = blocks;
   host_tier_id_ = blocks > 0 ? absl::StrJoin(ids, ",") : "";
+  // The disk tier: one directory (the model's namespace) for every rank, the fewest blocks
+  // a rank's budget holds; none unless every rank has it in the same place.
+  disk_dir_ = resps.empty() ? "" : resps[0].kv_disk_dir();
+  disk_blocks_ = resps.empty() ? 0 : resps[0].kv_disk_blocks();
+  for (const pb::AllocateKvCacheResponse& r : resps) {
+    if (r.kv_disk_dir() != disk_dir_) {
+      LOG(WARNING) << "the worker ranks' disk KV tiers differ (" << disk_dir_ << " and "
+                   << r.kv_disk_dir() << "): the disk tier stays unused";
+      disk_blocks_ = 0;
+    }
+    disk_blocks_ = std::min(disk_blocks_, r.kv_disk_blocks());
+  }
+  if (disk_blocks_ <= 0) disk_dir_.clear();
   return absl::OkStatus();
 }
 

@@ -101,6 +101,10 @@ class GrpcWorkerClient final : public WorkerClient {
   // (0 when a rank has none) and the segments' ids.
   int32_t host_blocks() const override { return host_blocks_; }
   std::string host_tier_id() const override { return host_tier_id_; }
+  // The disk KV tier the last allocation found: the ranks' directory (empty: none) and
+  // the fewest blocks a rank's budget holds.
+  const std::string& disk_dir() const { return disk_dir_; }
+  int32_t disk_blocks() const { return disk_blocks_; }
   int64_t group_generation() const { return group_generation_; }
 
   folio::internal::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
@@ -127,6 +131,8 @@ class GrpcWorkerClient final : public WorkerClient {
   int64_t group_generation_ = 0;              // the group the ranks last formed
   int32_t host_blocks_ = 0;
   std::string host_tier_id_;
+  std::string disk_dir_;
+  int32_t disk_blocks_ = 0;
   int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
   bool requires_verification_ = false;
 

@@ -60,8 +60,9 @@ TEST_F(KvOffloadTest, AWorkerThatRestartsFindsTheTierAgain) {
   EXPECT_EQ(manager_->Stats().pool.num_blocks_used, 0);
   // A transfer out of range is refused before anything is copied.
   worker::StepInput bad;
-  bad.host_transfers = {worker::HostTransfer{.store = false, .block = 0, .host_slot = 0},
-                        worker::HostTransfer{.store = true, .block = 16, .host_slot = 1}};
+  using Kind = worker::HostTransfer::Kind;
+  bad.host_transfers = {worker::HostTransfer{.kind = Kind::kLoad, .block = 0, .host_slot = 0},
+                        worker::HostTransfer{.kind = Kind::kStore, .block = 16, .host_slot = 1}};
   EXPECT_EQ(runner_->Execute(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -153,10 +153,21 @@ absl::StatusOr<cachemgr::StepResponse> RequestState::CacheStep(cachemgr::StepReq
   absl::StatusOr<cachemgr::StepResponse> response = cache_->Step(request);
   if (response.ok()) {
     for (const cachemgr::BlockTransfer& t : response->transfers) {
-      pending_transfers.push_back(worker::HostTransfer{
-          .store = t.kind == cachemgr::BlockTransfer::Kind::kStore,
-          .block = t.block.value,
-          .host_slot = t.host_slot});
+      worker::HostTransfer::Kind kind = worker::HostTransfer::Kind::kStore;
+      switch (t.kind) {
+        case cachemgr::BlockTransfer::Kind::kStore: kind = worker::HostTransfer::Kind::kStore; break;
+        case cachemgr::BlockTransfer::Kind::kLoad: kind = worker::HostTransfer::Kind::kLoad; break;
+        case cachemgr::BlockTransfer::Kind::kSpill: kind = worker::HostTransfer::Kind::kSpill; break;
+        case cachemgr::BlockTransfer::Kind::kLoadDisk:
+          kind = worker::HostTransfer::Kind::kLoadDisk;
+          break;
+      }
+      pending_transfers.push_back(worker::HostTransfer{.kind = kind,
+                                                       .block = t.block.value,
+                                                       .host_slot = t.host_slot,
+                                                       .hash_hi = t.hash_hi,
+                                                       .hash_lo = t.hash_lo,
+                                                       .tokens = t.tokens});
       pending_transfers_ticket = std::max(pending_transfers_ticket, t.ticket);
     }
   }

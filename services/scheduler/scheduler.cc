@@ -405,6 +405,16 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
       }
       return;
     }
+    if (output.status().code() == absl::StatusCode::kDataLoss) {
+      // A block file the step was to load is gone or damaged (the worker removed it and
+      // ran nothing of the step): the cache manager's index counted on it, so its pool is
+      // reset and every running request recomputes, token for token; the lookup that
+      // follows misses the file.
+      ++state_.stats.num_disk_load_refusals;
+      state_.Lose(LostService::kCache, absl::UnavailableError(absl::StrCat(
+                                           "worker step refused: ", output.status().message())));
+      return;
+    }
     if (IsFenced(output.status())) {  // a newer scheduler holds the replica
       state_.Lose(LostService::kWorker, output.status());
       return;

@@ -79,6 +79,9 @@ struct SchedulerStats {
   int64_t num_spec_verifications = 0;
   int64_t num_spec_proposed = 0;
   int64_t num_spec_accepted = 0;
+  // Steps the workers refused because a KV block file they were to load was gone or
+  // damaged (each one a cache reset and a recompute).
+  int64_t num_disk_load_refusals = 0;
 };
 
 }  // namespace folio::scheduler

@@ -6,8 +6,10 @@
 #ifndef FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 #define FOLIO_SERVICES_SCHEDULER_STORIES_FIXTURE_H_
 
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +19,8 @@
 #include "common/structured/grammar_matcher.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "common/kv_block_file.h"
+#include "services/cachemgr/disk_tier.h"
 #include "services/cachemgr/kv_cache_manager.h"
 #include "services/scheduler/local_clients.h"
 #include "services/scheduler/scheduler.h"
@@ -74,14 +78,34 @@ class StoriesSchedulerTest : public ::testing::Test {
       host_.reset();
       ASSERT_TRUE(worker::HostKvSegment::Unlink(name).ok());
     }
+    disk_.reset();
+    if (!disk_root_.empty()) std::filesystem::remove_all(disk_root_);
+  }
+
+  // Every process of the replica stops and starts again (a full cluster restart): the
+  // host tier's segment and index are gone; the disk tier's files stay, and its index is
+  // built again from them by the next Make (unless the test set disk_tier_ itself).
+  void RestartEverything() {
+    scheduler_.reset();
+    runner_.reset();
+    if (host_ != nullptr) {
+      const std::string name = host_->name();
+      host_.reset();
+      ASSERT_TRUE(worker::HostKvSegment::Unlink(name).ok());
+    }
+    host_tier_.reset();
+    disk_.reset();
+    disk_tier_.reset();
   }
 
   // A fresh scheduler, cache manager and runner (tp_size > 1: ranks on threads). With
   // host_blocks > 0 a host KV tier of that many blocks: its segment (this test's own) is
   // opened again as a restarted worker would, and its index is kept in host_tier_, so
-  // the tier outlives the rest as in a cluster.
+  // the tier outlives the rest as in a cluster. With disk_blocks > 0 (and host_blocks) a
+  // disk tier below it too, in a directory of this test's own: the worker's store is
+  // opened again by every Make, the cache manager's index (disk_tier_) kept.
   void Make(int32_t num_blocks, int32_t tp_size = 1, SchedulerOptions options = {},
-            int32_t host_blocks = 0) {
+            int32_t host_blocks = 0, int32_t disk_blocks = 0) {
     scheduler_.reset();
     worker::CpuModelRunnerOptions ro;
     ro.block_size = 16;
@@ -108,6 +132,34 @@ class StoriesSchedulerTest : public ::testing::Test {
       } else {
         host_tier_->DropUnconfirmed();  // what the cache manager's Reset does
       }
+    }
+    if (disk_blocks > 0) {
+      ASSERT_GT(host_blocks, 0) << "the disk tier lies below the host tier";
+      if (disk_root_.empty()) {
+        char pattern[] = "/tmp/folio-disk-tier-XXXXXX";
+        ASSERT_NE(mkdtemp(pattern), nullptr);
+        disk_root_ = pattern;
+      }
+      const int64_t per_block = host_->bytes_per_block();
+      disk_.reset();
+      absl::StatusOr<std::unique_ptr<worker::KvDiskStore>> disk =
+          worker::KvDiskStore::Open(worker::KvDiskStoreOptions{
+              .root = disk_root_,
+              .budget_bytes = disk_blocks * KvBlockFileBytes(16, per_block),
+              .identity = "stories260K",
+              .block_size = 16,
+              .bytes_per_block = per_block});
+      ASSERT_TRUE(disk.ok()) << disk.status();
+      disk_ = *std::move(disk);
+      ASSERT_EQ(disk_->num_blocks(), disk_blocks);
+      if (disk_tier_ == nullptr) {
+        absl::StatusOr<std::unique_ptr<cachemgr::DiskTier>> tier =
+            cachemgr::DiskTier::Open(disk_->dir(), 1, 16, disk_blocks);
+        ASSERT_TRUE(tier.ok()) << tier.status();
+        disk_tier_ = *std::move(tier);
+      }
+      host_tier_->set_disk(disk_tier_);
+      ASSERT_TRUE(runner_->SetDiskStore(disk_.get()).ok());
     }
     manager_ = *cachemgr::KvCacheManager::Create(
         cachemgr::CacheConfig{.num_blocks = num_blocks, .block_size = 16},
@@ -205,6 +257,9 @@ class StoriesSchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<worker::HostKvSegment> host_;   // Make(..., host_blocks)
   std::shared_ptr<cachemgr::HostTier> host_tier_;
+  std::string disk_root_;                          // Make(..., disk_blocks)
+  std::unique_ptr<worker::KvDiskStore> disk_;      // the worker's side
+  std::shared_ptr<cachemgr::DiskTier> disk_tier_;  // the cache manager's index
   int next_id_ = 0;
 };
 

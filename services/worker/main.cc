@@ -55,6 +55,16 @@ ABSL_FLAG(std::string, kv_host_name, "",
           "The host tier's shared-memory segment name; it must stay the same across restarts "
           "of this rank for the tier to survive them, and differ between ranks on one machine. "
           "Default: folio-kv-<the gRPC port it listens on>-rank<tp_rank>.");
+ABSL_FLAG(std::string, kv_disk_dir, "",
+          "The KV offload tier on disk, below the host tier (needs --kv_host_bytes): the "
+          "directory the block files go in, one file per block and rank under a "
+          "subdirectory named by the model's content and KV shape, so replicas of one model "
+          "sharing the directory (a shared volume) load each other's blocks, and cached "
+          "prompts survive a restart of the whole cluster. The cache manager must see it "
+          "too. Empty (default): no disk tier.");
+ABSL_FLAG(std::string, kv_disk_bytes, "0",
+          "--kv_disk_dir: the most bytes this rank's block files may take (same units as "
+          "--kv_cache_bytes; 0: no disk tier).");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");
@@ -206,6 +216,33 @@ int main(int argc, char** argv) {
                       "is named after a port picked now, so a restarted worker will not find "
                       "it; it is removed when this worker stops";
     }
+  }
+  absl::StatusOr<int64_t> disk_bytes =
+      folio::worker::ParseByteSize(absl::GetFlag(FLAGS_kv_disk_bytes));
+  if (!disk_bytes.ok()) {
+    LOG(ERROR) << "--kv_disk_bytes: " << disk_bytes.status().message();
+    return 2;
+  }
+  options.kv_disk_dir = absl::GetFlag(FLAGS_kv_disk_dir);
+  options.kv_disk_bytes = options.kv_disk_dir.empty() ? 0 : *disk_bytes;
+  if (!options.kv_disk_dir.empty() || *disk_bytes > 0) {
+    if (options.kv_disk_dir.empty() || *disk_bytes <= 0) {
+      LOG(ERROR) << "the disk KV tier needs both --kv_disk_dir and a positive --kv_disk_bytes";
+      return 2;
+    }
+    if (options.kv_host_bytes <= 0) {
+      LOG(ERROR) << "--kv_disk_dir: the disk KV tier lies below the host tier; give "
+                    "--kv_host_bytes too";
+      return 2;
+    }
+    // Blocks are named by what the model computes, not by where its file lies, so
+    // replicas on other machines (or after a redeploy) share them.
+    absl::StatusOr<std::string> content = folio::worker::ModelContentIdentity(model_path);
+    if (!content.ok()) {
+      LOG(ERROR) << "--kv_disk_dir: cannot read the model's content: " << content.status();
+      return 2;
+    }
+    options.model_content_identity = *content;
   }
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   if (options.num_threads < 0) {

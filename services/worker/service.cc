@@ -204,8 +204,23 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
     out.input.block_copies.push_back(BlockCopy{.src_block = c.src(), .dst_block = c.dst()});
   }
   for (const pb::BlockTransfer& t : request.transfers()) {
+    HostTransfer::Kind kind;
+    switch (t.kind()) {
+      case pb::BlockTransfer::STORE: kind = HostTransfer::Kind::kStore; break;
+      case pb::BlockTransfer::LOAD: kind = HostTransfer::Kind::kLoad; break;
+      case pb::BlockTransfer::SPILL: kind = HostTransfer::Kind::kSpill; break;
+      case pb::BlockTransfer::LOAD_DISK: kind = HostTransfer::Kind::kLoadDisk; break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("transfer of unknown kind ", static_cast<int>(t.kind())));
+    }
     out.input.host_transfers.push_back(HostTransfer{
-        .store = t.kind() == pb::BlockTransfer::STORE, .block = t.block(), .host_slot = t.host_slot()});
+        .kind = kind,
+        .block = t.block(),
+        .host_slot = t.host_slot(),
+        .hash_hi = t.hash_hi(),
+        .hash_lo = t.hash_lo(),
+        .tokens = std::vector<int32_t>(t.tokens().begin(), t.tokens().end())});
   }
   out.input.seqs.reserve(request.sequences_size());
   for (int i = 0; i < request.sequences_size(); ++i) {
@@ -385,7 +400,24 @@ WorkerService::Metrics::Metrics(MetricsRegistry* r)
                                          "KV blocks copied between the pool and the host-memory "
                                          "tier, by direction (store: pool to host; load: host "
                                          "to pool).",
-                                         {"direction"})) {}
+                                         {"direction"})),
+      disk_blocks(r->AddGauge("folio_worker_kv_disk_blocks",
+                              "Block files the disk KV tier's budget holds on this rank (0: "
+                              "no tier).")),
+      disk_files(r->AddCounterFamily("folio_worker_kv_disk_files_total",
+                                     "Disk KV tier block files this rank handled, by outcome "
+                                     "(spill: written; load: read back; spill_failed: a "
+                                     "write failed, and writes stopped; spill_skipped: not "
+                                     "written after that; load_failed: missing, damaged or "
+                                     "foreign at a load, the step refused).",
+                                     {"outcome"})),
+      disk_bytes(r->AddCounterFamily("folio_worker_kv_disk_bytes_total",
+                                     "Bytes of disk KV tier block files this rank wrote and "
+                                     "read, by direction (written, read).",
+                                     {"direction"})),
+      disk_load_seconds(r->AddCounter("folio_worker_kv_disk_load_seconds_total",
+                                      "Seconds this rank spent reading and checking disk KV "
+                                      "tier block files.")) {}
 
 // --------------------------------------------------------------------- WorkerService
 
@@ -522,6 +554,8 @@ grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerConte
   response->set_layer_weight_bytes(layer_weight_bytes_);
   response->set_kv_host_blocks(host_blocks_);
   response->set_kv_host_segment_id(host_segment_id_);
+  response->set_kv_disk_dir(disk_dir_);
+  response->set_kv_disk_blocks(disk_blocks_);
   response->set_scheduler_epoch(fence_.current());
   if (options_.tp_size > 1) *response->mutable_group() = group_;
   return Finish(ctx, absl::OkStatus());
@@ -618,6 +652,10 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
       return s;
     }
     metrics_.host_bytes.Set(static_cast<double>(host_->size_bytes()));
+    if (absl::Status s = AttachDiskStore(bytes_per_block, block_size); !s.ok()) {
+      runner_.reset();
+      return s;
+    }
   }
   {
     absl::MutexLock lock(&info_mu_);
@@ -625,6 +663,8 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
     block_size_ = block_size;
     host_blocks_ = host_ == nullptr ? 0 : host_->num_slots();
     host_segment_id_ = host_ == nullptr ? "" : host_->id();
+    disk_dir_ = disk_ == nullptr ? "" : disk_->dir();
+    disk_blocks_ = disk_ == nullptr ? 0 : disk_->num_blocks();
     weight_bytes_ = weight_bytes;
     layer_weight_bytes_ = layer_weight_bytes;
   }
@@ -641,6 +681,62 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   UpdateResident(/*log=*/true);
   if (serving_callback_) serving_callback_(ServingState::kServing);
   return bytes;
+}
+
+absl::Status WorkerService::AttachDiskStore(int64_t bytes_per_block, int32_t block_size) {
+  if (options_.kv_disk_dir.empty() || options_.kv_disk_bytes <= 0) return absl::OkStatus();
+  if (disk_ == nullptr || disk_->bytes_per_block() != bytes_per_block ||
+      disk_->options().block_size != block_size) {
+    disk_.reset();
+    const ModelConfig& c = weights_->config;
+    // What makes one rank's block of this model interchangeable with another process's:
+    // the model's content (not its path), the KV layout and the rank.
+    KvDiskStoreOptions o;
+    o.root = options_.kv_disk_dir;
+    o.budget_bytes = options_.kv_disk_bytes;
+    o.identity = absl::StrCat(
+        "content=", options_.model_content_identity, ";arch=", c.architecture,
+        ";layers=", c.num_layers, ";kv_heads=", c.num_kv_heads, ";head_dim=", c.head_dim,
+        ";kv_dtype=", kernels::KvDTypeName(options_.kv_dtype), ";block_size=", block_size,
+        ";tp=", options_.tp_size);
+    o.rank = options_.tp_rank;
+    o.num_ranks = options_.tp_size;
+    o.block_size = block_size;
+    o.bytes_per_block = bytes_per_block;
+    absl::StatusOr<std::unique_ptr<KvDiskStore>> disk = KvDiskStore::Open(std::move(o));
+    if (!disk.ok()) {
+      metrics_.disk_blocks.Set(0);
+      return disk.status();
+    }
+    disk_ = *std::move(disk);
+    reported_disk_ = KvDiskStoreStats{};
+  }
+  if (absl::Status s = runner_->SetDiskStore(disk_.get()); !s.ok()) return s;
+  metrics_.disk_blocks.Set(disk_->num_blocks());
+  return absl::OkStatus();
+}
+
+void WorkerService::ReportDisk() {
+  const KvDiskStoreStats& now = disk_->stats();
+  KvDiskStoreStats& was = reported_disk_;
+  auto add = [](Counter& c, int64_t now, int64_t* was) {
+    if (now > *was) c.Increment(static_cast<double>(now - *was));
+    *was = now;
+  };
+  add(metrics_.disk_files.WithLabels({"spill"}), now.num_spills, &was.num_spills);
+  add(metrics_.disk_files.WithLabels({"load"}), now.num_loads, &was.num_loads);
+  add(metrics_.disk_files.WithLabels({"spill_failed"}), now.num_spill_failures,
+      &was.num_spill_failures);
+  add(metrics_.disk_files.WithLabels({"spill_skipped"}), now.num_spills_skipped,
+      &was.num_spills_skipped);
+  add(metrics_.disk_files.WithLabels({"load_failed"}), now.num_load_failures,
+      &was.num_load_failures);
+  add(metrics_.disk_bytes.WithLabels({"written"}), now.bytes_written, &was.bytes_written);
+  add(metrics_.disk_bytes.WithLabels({"read"}), now.bytes_read, &was.bytes_read);
+  if (now.load_seconds > was.load_seconds) {
+    metrics_.disk_load_seconds.Increment(now.load_seconds - was.load_seconds);
+    was.load_seconds = now.load_seconds;
+  }
 }
 
 void WorkerService::UpdateResident(bool log) {
@@ -681,6 +777,10 @@ grpc::ServerUnaryReactor* WorkerService::AllocateKvCache(grpc::CallbackServerCon
         response->set_kv_host_blocks(host_->num_slots());
         response->set_kv_host_segment_id(host_->id());
       }
+      if (disk_ != nullptr) {
+        response->set_kv_disk_dir(disk_->dir());
+        response->set_kv_disk_blocks(disk_->num_blocks());
+      }
     } else {
       LOG(ERROR) << "AllocateKvCache(" << num_blocks << " blocks of " << block_size
                  << ") failed: " << bytes.status();
@@ -717,11 +817,15 @@ absl::Status WorkerService::RunStep(const pb::ExecuteStepRequest& request,
   last_step_end_ = absl::Now();
   if (output.ok() && !step->input.host_transfers.empty()) {
     int64_t stores = 0;
-    for (const HostTransfer& t : step->input.host_transfers) stores += t.store ? 1 : 0;
-    const int64_t loads = static_cast<int64_t>(step->input.host_transfers.size()) - stores;
+    int64_t loads = 0;
+    for (const HostTransfer& t : step->input.host_transfers) {
+      stores += t.kind == HostTransfer::Kind::kStore ? 1 : 0;
+      loads += t.kind == HostTransfer::Kind::kLoad ? 1 : 0;
+    }
     metrics_.host_transfers.WithLabels({"store"}).Increment(static_cast<double>(stores));
     metrics_.host_transfers.WithLabels({"load"}).Increment(static_cast<double>(loads));
   }
+  if (disk_ != nullptr) ReportDisk();
   const double seconds = absl::ToDoubleSeconds(last_step_end_ - start);
   if (communicator_ != nullptr) {
     const CollectiveCounts counts = communicator_->counts();

@@ -76,6 +76,12 @@ struct WorkerServiceOptions {
   // restarts of this rank for the tier to outlive them. CPU backend only.
   int64_t kv_host_bytes = 0;
   std::string kv_host_name;
+  // The KV offload tier on disk below it (kv_disk_store.h): the root directory (empty:
+  // none) and this rank's byte budget; needs the host tier. model_content_identity names
+  // the model by its content (ModelContentIdentity), for the files' namespace.
+  std::string kv_disk_dir;
+  int64_t kv_disk_bytes = 0;
+  std::string model_content_identity;
   // What names the model file beyond its contents' shape (its path, size, inode and
   // modification time): part of the segment's fingerprint, so that another file with the
   // same name and size never reads this one's blocks.
@@ -168,10 +174,19 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
     Family<Counter>& collectives;
     Gauge& host_bytes;
     Family<Counter>& host_transfers;
+    Gauge& disk_blocks;
+    Family<Counter>& disk_files;
+    Family<Counter>& disk_bytes;
+    Counter& disk_load_seconds;
   };
 
   // Reads VmRSS and VmHWM into the resident gauges; logs it against the bound when `log`.
   void UpdateResident(bool log);
+  // --kv_disk_dir: opens the disk store for blocks of this shape (or keeps the one open)
+  // and gives it to the runner.
+  absl::Status AttachDiskStore(int64_t bytes_per_block, int32_t block_size);
+  // Adds what the disk store did since the last call to the metrics (step thread).
+  void ReportDisk();
 
   // A FIFO of tasks run by one thread: the only thread that touches runner_.
   class StepThread {
@@ -216,6 +231,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   int64_t layer_weight_bytes_ ABSL_GUARDED_BY(info_mu_) = 0;
   int32_t host_blocks_ ABSL_GUARDED_BY(info_mu_) = 0;
   std::string host_segment_id_ ABSL_GUARDED_BY(info_mu_);
+  std::string disk_dir_ ABSL_GUARDED_BY(info_mu_);
+  int32_t disk_blocks_ ABSL_GUARDED_BY(info_mu_) = 0;
   folio::internal::v1::TensorParallelGroup group_ ABSL_GUARDED_BY(info_mu_);
 
   // Refuses AllocateKvCache and ExecuteStep from a scheduler older than the newest one
@@ -230,6 +247,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   CollectiveCounts reported_counts_;            // already added to the metrics
   // --kv_host_bytes, once allocated; the runner points to it, so it is declared first.
   std::unique_ptr<HostKvSegment> host_;
+  std::unique_ptr<KvDiskStore> disk_;           // --kv_disk_dir, once allocated
+  KvDiskStoreStats reported_disk_;              // step thread: already in the metrics
   std::unique_ptr<ModelRunner> runner_;         // uses communicator_: declared after it
   ResidentBound resident_bound_;                // step thread: set at KV allocation
   int32_t steps_since_resident_ = 0;            // step thread

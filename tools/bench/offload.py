@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""KV offload: multi-turn conversations whose working set is several times the KV pool, with the host-memory tier and without (issue #50).
+"""KV offload: multi-turn conversations whose working set is several times the KV pool, with the offload tiers and without (issue #50).
 
-`./folio bench offload` starts `./folio serve` twice in one sitting on the same model, flags
-and thread count, once without a host tier and once with `--kv_host_bytes`, and drives the
-same multi-turn workload through the HTTP API (/v1/completions, prompts as token ids,
+`./folio bench offload` starts `./folio serve` four times in one sitting on the same model,
+flags and thread count: without tiers; with a host tier of `--kv_host_bytes`; with a host
+tier too small for the working set (`--disk_host_bytes`) over a disk tier
+(`--kv_disk_bytes` in a fresh directory under the output folder); and once more on that
+disk directory after the whole cluster stopped (a full restart: the pool and host tier
+start empty, the files are there). Each drives the same multi-turn workload through the HTTP API (/v1/completions, prompts as token ids,
 streamed):
 
   --conversations conversations, each opened by its own --prefix_len-token system prompt;
@@ -16,7 +19,7 @@ streamed):
 
 Reported per configuration: TTFT p50 / p99 (time to the first streamed token, turns after
 the first round, the ones that can hit), the wall time of the whole run, prompt tokens
-found cached (the cache manager's prefix-hit counter) and host-tier loads. The aim is TTFT
+found cached (the cache manager's prefix-hit counter), host-tier and disk-tier loads. The aim is TTFT
 p50 with the tier <= 0.5x without. Output (--out): results.json, table.md; --write_docs puts
 the table into docs/benchmarks.md between the offload markers. --smoke: stories260K, a few
 seconds (offload_smoke_test.py runs it in ctest).
@@ -40,7 +43,8 @@ MARK_BEGIN = "<!-- offload:begin (./folio bench offload --write_docs) -->"
 MARK_END = "<!-- offload:end -->"
 COUNTERS = ["folio_cachemgr_prefix_cache_hits_total", "folio_cachemgr_prefix_cache_queries_total",
             "folio_cachemgr_host_loads_total", "folio_cachemgr_host_stores_total",
-            "folio_cachemgr_host_evictions_total"]
+            "folio_cachemgr_host_evictions_total", "folio_cachemgr_disk_loads_total",
+            "folio_cachemgr_disk_spills_total"]
 
 
 def parse_args(argv):
@@ -59,6 +63,9 @@ def parse_args(argv):
     p.add_argument("--kv_cache_bytes", default="36MiB",
                    help="the pool: about a quarter of the conversations' histories on the 1.1B shape")
     p.add_argument("--kv_host_bytes", default="1GiB")
+    p.add_argument("--disk_host_bytes", default="48MiB",
+                   help="the host tier of the disk configurations: a quarter of the histories")
+    p.add_argument("--kv_disk_bytes", default="2GiB")
     p.add_argument("--max_model_len", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--write_docs", action="store_true")
@@ -71,6 +78,7 @@ def parse_args(argv):
         a.conversations, a.turns, a.prefix_len, a.user_len, a.answer_len = 8, 2, 160, 16, 8
         # stories260K: 640 bytes a token; the pool holds about three conversations.
         a.kv_cache_bytes, a.kv_host_bytes, a.max_model_len = "400KiB", "8MiB", 512
+        a.disk_host_bytes, a.kv_disk_bytes = "400KiB", "8MiB"
     if a.out is None:
         a.out = os.path.join(ROOT, "bench-results",
                              "offload-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -129,25 +137,27 @@ def run_config(a, name, slug, model_path, extra, out):
             "wall_s": wall, "requests": len(rows),
             "cached_prompt_tokens": delta[COUNTERS[0]], "prompt_tokens": delta[COUNTERS[1]],
             "host_loads": delta[COUNTERS[2]], "host_stores": delta[COUNTERS[3]],
-            "host_evictions": delta[COUNTERS[4]], "turns": rows, "commands": commands}
+            "host_evictions": delta[COUNTERS[4]], "disk_loads": delta[COUNTERS[5]],
+            "disk_spills": delta[COUNTERS[6]], "turns": rows, "commands": commands}
 
 
 def table(a, results):
-    off, on = results
+    off, on = results[0], results[1]
     lines = [f"| configuration | TTFT p50 (turns 2+) | TTFT p99 | wall | prompt tokens cached | "
-             f"host loads |", "|---|---|---|---|---|---|"]
+             f"host loads | disk loads |", "|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['config']} | {r['ttft_p50_s'] * 1000:.0f} ms | "
                      f"{r['ttft_p99_s'] * 1000:.0f} ms | {r['wall_s']:.1f} s | "
                      f"{r['cached_prompt_tokens']:.0f} of {r['prompt_tokens']:.0f} | "
-                     f"{r['host_loads']:.0f} blocks |")
+                     f"{r['host_loads']:.0f} blocks | {r['disk_loads']:.0f} blocks |")
     ratio = on["ttft_p50_s"] / off["ttft_p50_s"]
     lines.append("")
     lines.append(f"TTFT p50 with the tier / without: **{ratio:.2f}x** (aim <= 0.5x); "
                  f"wall time {on['wall_s'] / off['wall_s']:.2f}x. {a.conversations} "
                  f"conversations x {a.turns} turns, system prompt {a.prefix_len} tokens, "
                  f"+{a.user_len} user and {a.answer_len} answer tokens a turn; pool "
-                 f"{a.kv_cache_bytes}, host tier {a.kv_host_bytes}; {a.threads} threads; "
+                 f"{a.kv_cache_bytes}, host tier {a.kv_host_bytes} (with the disk tier "
+                 f"{a.disk_host_bytes} over {a.kv_disk_bytes} on disk); {a.threads} threads; "
                  f"{peer.machine().get('cpu', '')}.")
     return "\n".join(lines) + "\n", ratio
 
@@ -159,6 +169,13 @@ def main(argv):
     results = [run_config(a, "no offload", "no-offload", model, [], a.out),
                run_config(a, f"host tier {a.kv_host_bytes}", "host-tier", model,
                           [f"--kv_host_bytes={a.kv_host_bytes}"], a.out)]
+    disk_dir = os.path.join(os.path.abspath(a.out), "kv-disk")
+    disk = [f"--kv_host_bytes={a.disk_host_bytes}", f"--kv_disk_dir={disk_dir}",
+            f"--kv_disk_bytes={a.kv_disk_bytes}"]
+    results.append(run_config(a, f"host {a.disk_host_bytes} + disk", "disk-tier", model, disk,
+                              a.out))
+    results.append(run_config(a, "the same, after a full restart", "disk-restart", model, disk,
+                              a.out))
     text, ratio = table(a, results)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"machine": peer.machine(), "folio_commit": peer.git_commit(),

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Smoke run of `./folio bench offload --smoke`: stories260K, eight two-turn conversations
-through a pool of about three, without and with the host-memory tier, so the driver cannot
-rot. Both rows must be there; without the tier no second turn finds its history, with it
-the second turns load their blocks from the tier (host loads, cached prompt tokens).
+through a pool of about three, without tiers, with the host-memory tier, with a small host
+tier over the disk tier, and on that disk after a full restart, so the driver cannot rot.
+Every row must be there; without tiers no second turn finds its history, with them the
+second turns load their blocks (host loads, disk loads, cached prompt tokens), and after
+the restart the first turns' system prompts load from disk.
 Figures of time are reported, never checked.
 Usage: offload_smoke_test.py --bin_dir BUILD/bin
 """
@@ -23,7 +25,7 @@ def main():
         out = os.path.join(tmp, "out")
         rc, _ = _smoke.run_driver("offload.py", [
             f"--bin_dir={args.bin_dir}", "--smoke", f"--model={model}", f"--out={out}"],
-            timeout_s=240)
+            timeout_s=480)
         if rc != 0:
             return 1
         with open(os.path.join(out, "results.json")) as f:
@@ -31,9 +33,9 @@ def main():
         with open(os.path.join(out, "table.md")) as f:
             table = f.read()
     check = _smoke.Checks()
-    check(len(results) == 2, f"two configurations, got {len(results)}")
-    if len(results) == 2:
-        off, on = results
+    check(len(results) == 4, f"four configurations, got {len(results)}")
+    if len(results) == 4:
+        off, on, disk, restart = results
         second = lambda r: [t for t in r["turns"] if t["turn"] > 0]
         check(all(t["cached_tokens"] == 0 for t in second(off)),
               "without the tier no second turn finds its history")
@@ -42,6 +44,16 @@ def main():
               f"{[t['cached_tokens'] for t in second(on)]}")
         check(on["host_loads"] > 0, f"host loads {on['host_loads']}")
         check(off["host_loads"] == 0, f"no host loads without the tier: {off['host_loads']}")
+        check(all(t["cached_tokens"] >= 128 for t in second(disk)),
+              f"with the disk tier every second turn loads its history: "
+              f"{[t['cached_tokens'] for t in second(disk)]}")
+        check(disk["disk_spills"] > 0 and disk["disk_loads"] > 0,
+              f"disk spills {disk['disk_spills']}, loads {disk['disk_loads']}")
+        first = [t for t in restart["turns"] if t["turn"] == 0]
+        check(sum(t["cached_tokens"] > 0 for t in first) >= len(first) // 2,
+              f"after the restart the first turns find their prompts on disk: "
+              f"{[t['cached_tokens'] for t in first]}")
+        check(restart["disk_loads"] > 0, f"disk loads after the restart {restart['disk_loads']}")
         for r in results:
             check(f"| {r['config']} |" in table, f"{r['config']} in the table")
     return check.finish("offload smoke: the tier keeps the conversations")

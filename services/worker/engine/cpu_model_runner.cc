@@ -348,6 +348,62 @@ absl::Status CpuModelRunner::SetHostSegment(const HostKvSegment* host) {
   return absl::OkStatus();
 }
 
+absl::Status CpuModelRunner::SetDiskStore(KvDiskStore* disk) {
+  if (disk != nullptr && disk->bytes_per_block() != kv_->bytes_per_block()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV disk store ", disk->dir(), " holds blocks of ", disk->bytes_per_block(),
+        " bytes, the pool's are ", kv_->bytes_per_block()));
+  }
+  disk_ = disk;
+  return absl::OkStatus();
+}
+
+absl::Status CpuModelRunner::CheckTransfers(absl::Span<const HostTransfer> transfers,
+                                            std::vector<std::vector<uint8_t>>* disk_loads) {
+  const int32_t block_size = kv_->shape().block_size;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const HostTransfer& t = transfers[i];
+    const bool disk_load = t.kind == HostTransfer::Kind::kLoadDisk;
+    if (host_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "the step carries KV offload transfers, but this worker has no host tier "
+          "(--kv_host_bytes)");
+    }
+    if (disk_load && disk_ == nullptr) {
+      // The cache manager's index holds a block this worker cannot read (it was started
+      // without --kv_disk_dir): refused as a load that failed.
+      return absl::DataLossError(
+          "the step loads a KV block from disk, but this worker has no disk tier "
+          "(--kv_disk_dir)");
+    }
+    const bool uses_block = t.kind != HostTransfer::Kind::kSpill;
+    const bool uses_slot = !disk_load;
+    if ((uses_block && (t.block < 0 || t.block >= kv_->num_blocks())) ||
+        (uses_slot && (t.host_slot < 0 || t.host_slot >= host_->num_slots()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host transfer ", i, ": block ", t.block, " (pool of ", kv_->num_blocks(),
+          ") or host slot ", t.host_slot, " (segment of ", host_->num_slots(),
+          ") out of range"));
+    }
+    if (t.kind == HostTransfer::Kind::kSpill && t.tokens.size() != static_cast<size_t>(block_size)) {
+      return absl::InvalidArgumentError(absl::StrCat("host transfer ", i, ": a spill of ",
+                                                     t.tokens.size(), " tokens, blocks hold ",
+                                                     block_size));
+    }
+  }
+  for (const HostTransfer& t : transfers) {
+    if (t.kind != HostTransfer::Kind::kLoadDisk) continue;
+    std::vector<uint8_t>& bytes = disk_loads->emplace_back(kv_->bytes_per_block());
+    if (absl::Status s = disk_->Load(t.hash_hi, t.hash_lo, bytes.data()); !s.ok()) {
+      // Missing (another replica sharing the directory removed it) or damaged: the block
+      // it was to fill would hold nothing, so the step is refused as a loss of data.
+      return absl::DataLossError(absl::StrCat("a KV block on disk could not be loaded: ",
+                                              s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   const ModelConfig& c = weights_.config;
   StepLimits limits;
@@ -357,30 +413,28 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   limits.max_seq_len = c.max_seq_len;
   limits.verifies_drafts = true;
   if (absl::Status s = ValidateStep(step, limits); !s.ok()) return s;
-  if (!step.host_transfers.empty()) {
-    if (host_ == nullptr) {
-      return absl::FailedPreconditionError(
-          "the step carries host KV transfers, but this worker has no host tier "
-          "(--kv_host_bytes)");
-    }
-    for (size_t i = 0; i < step.host_transfers.size(); ++i) {
-      const HostTransfer& t = step.host_transfers[i];
-      if (t.block < 0 || t.block >= kv_->num_blocks() || t.host_slot < 0 ||
-          t.host_slot >= host_->num_slots()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "host transfer ", i, ": block ", t.block, " (pool of ", kv_->num_blocks(),
-            ") or host slot ", t.host_slot, " (segment of ", host_->num_slots(),
-            ") out of range"));
-      }
-    }
-  }
+  // Disk loads read (and check) their files first, so a missing or damaged one refuses
+  // the step before anything is copied.
+  std::vector<std::vector<uint8_t>> disk_loads;
+  if (absl::Status s = CheckTransfers(step.host_transfers, &disk_loads); !s.ok()) return s;
 
-  // The host tier's transfers, in the cache manager's order, before anything else.
+  // The offload tiers' transfers, in the cache manager's order, before anything else.
+  size_t next_disk_load = 0;
   for (const HostTransfer& t : step.host_transfers) {
-    if (t.store) {
-      kv_->CopyBlockOut(t.block, host_->slot(t.host_slot));
-    } else {
-      kv_->CopyBlockIn(t.block, host_->slot(t.host_slot));
+    switch (t.kind) {
+      case HostTransfer::Kind::kStore:
+        kv_->CopyBlockOut(t.block, host_->slot(t.host_slot));
+        break;
+      case HostTransfer::Kind::kLoad:
+        kv_->CopyBlockIn(t.block, host_->slot(t.host_slot));
+        break;
+      case HostTransfer::Kind::kSpill:
+        // Without a disk tier a spill is dropped: the index finds no file, a miss.
+        if (disk_ != nullptr) disk_->Spill(t.hash_hi, t.hash_lo, t.tokens, host_->slot(t.host_slot));
+        break;
+      case HostTransfer::Kind::kLoadDisk:
+        kv_->CopyBlockIn(t.block, disk_loads[next_disk_load++].data());
+        break;
     }
   }
 

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "services/worker/dist/communicator.h"
 #include "services/worker/engine/cpu_weights.h"
 #include "services/worker/engine/weight_shard.h"
@@ -150,6 +151,7 @@ class CpuModelRunner final : public ModelRunner {
 
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
   absl::Status SetHostSegment(const HostKvSegment* host) override;
+  absl::Status SetDiskStore(KvDiskStore* disk) override;
 
   const ModelConfig& config() const override { return weights_.config; }
   int32_t block_size() const override { return kv_->shape().block_size; }
@@ -234,12 +236,17 @@ class CpuModelRunner final : public ModelRunner {
   void GemmOn(kernels::ThreadPool* pool, const float* x, int64_t ldx, int64_t rows,
               const Linear& w, float beta, float* y, int64_t ldy);
 
+  // Checks the step's offload transfers (ranges, the tiers they need) and reads its disk
+  // loads' files into `disk_loads`, in order: nothing is copied until all are good.
+  absl::Status CheckTransfers(absl::Span<const HostTransfer> transfers,
+                              std::vector<std::vector<uint8_t>>* disk_loads);
   // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
   void Reserve(int64_t num_tokens, int64_t num_logit_rows);
 
   WeightShard weights_;
   std::unique_ptr<KvCache> kv_;
   const HostKvSegment* host_ = nullptr;  // SetHostSegment
+  KvDiskStore* disk_ = nullptr;          // SetDiskStore
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
   const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)

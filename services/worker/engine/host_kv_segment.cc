@@ -10,7 +10,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/incarnation.h"
+#include "common/kv_block_file.h"
 #include "glog/logging.h"
 
 namespace folio::worker {
@@ -50,17 +52,6 @@ absl::Status CheckName(const std::string& name) {
 }
 
 std::string ErrnoText(int err) { return std::strerror(err); }
-
-// FNV-1a, 64 bits: the header keeps the fingerprint's hash (any length) beside a readable
-// prefix of it.
-uint64_t Fnv1a(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 }  // namespace
 
@@ -117,7 +108,9 @@ absl::StatusOr<std::unique_ptr<HostKvSegment>> HostKvSegment::Open(
   std::memcpy(want.magic, kMagic, sizeof(kMagic));
   want.bytes_per_block = bytes_per_block;
   want.num_slots = num_slots;
-  want.fingerprint_hash = Fnv1a(fingerprint);
+  // The header keeps the fingerprint's hash (any length) beside a readable prefix of it.
+  want.fingerprint_hash = KvChecksum(absl::MakeConstSpan(
+      reinterpret_cast<const uint8_t*>(fingerprint.data()), fingerprint.size()));
   std::strncpy(want.fingerprint, fingerprint.c_str(), sizeof(want.fingerprint) - 1);
 
   bool reused = false;

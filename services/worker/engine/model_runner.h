@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/worker/engine/host_kv_segment.h"
+#include "services/worker/engine/kv_disk_store.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/model/weights.h"
 
@@ -36,6 +37,11 @@ class ModelRunner {
   // backend without a host tier.
   virtual absl::Status SetHostSegment(const HostKvSegment* host) {
     return absl::UnimplementedError("this backend has no host KV tier");
+  }
+  // The KV disk tier's store (kv_disk_store.h; the same lifetime rule) that steps' spills
+  // write and disk loads read. Unimplemented for a backend without one.
+  virtual absl::Status SetDiskStore(KvDiskStore* disk) {
+    return absl::UnimplementedError("this backend has no disk KV tier");
   }
 
   virtual const ModelConfig& config() const = 0;

@@ -98,20 +98,26 @@ struct SequenceStep {
   int32_t synthetic_accepts = -1;
 };
 
-// KV moving between the pool and the host offload tier (the cache manager decides them,
-// services/cachemgr/host_tier.h): a store copies pool block `block` into host slot
-// `host_slot` (host_kv_segment.h), a load the other way.
+// KV moving between the pool and the offload tiers (the cache manager decides them,
+// services/cachemgr/host_tier.h and disk_tier.h): a store copies pool block `block` into
+// host slot `host_slot` (host_kv_segment.h), a load the other way; a spill writes host
+// slot `host_slot` to the disk file of block hash (hash_hi, hash_lo), `tokens` in its
+// header, a disk load reads that file into pool block `block` (kv_disk_store.h).
 struct HostTransfer {
-  bool store = true;
+  enum class Kind { kStore, kLoad, kSpill, kLoadDisk };
+  Kind kind = Kind::kStore;
   int32_t block = 0;
   int32_t host_slot = 0;
+  uint64_t hash_hi = 0;
+  uint64_t hash_lo = 0;
+  std::vector<int32_t> tokens;
 };
 
 struct StepInput {
   std::vector<SequenceStep> seqs;
   std::vector<BlockCopy> block_copies;  // run first, in order, in every layer
   // Run in order before the copies (ModelRunner::Execute, against the segment given by
-  // SetHostSegment).
+  // SetHostSegment and the store given by SetDiskStore).
   std::vector<HostTransfer> host_transfers;
 };
 

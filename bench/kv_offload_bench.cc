@@ -116,7 +116,8 @@ void BM_LoadBlockFromDisk(benchmark::State& state, Engine* e) {
       HostTransfer{.kind = Kind::kSpill, .host_slot = 2, .hash_hi = 1, .hash_lo = 2,
                    .tokens = tokens}};
   CHECK(e->runner->Execute(spill).ok());
-  CHECK_EQ(e->disk->stats().num_spills, 1);
+  CHECK_GT(e->disk->stats().num_spills, 0);  // once per run of this function
+  CHECK_EQ(e->disk->stats().num_spill_failures, 0);
   StepInput load;
   load.host_transfers = {
       HostTransfer{.kind = Kind::kLoadDisk, .block = 5, .hash_hi = 1, .hash_lo = 2}};

@@ -99,7 +99,7 @@ absl::Status OpenAndCheckHeader(absl::string_view dir, const KvBlockFileKey& key
     if (err == ENOENT || err == ENOTDIR) {
       return absl::NotFoundError(absl::StrCat("no KV block file ", file->path));
     }
-    return absl::DataLossError(absl::StrCat("KV block file ", file->path, ": ", ErrnoText(err)));
+    return absl::UnavailableError(absl::StrCat("KV block file ", file->path, ": ", ErrnoText(err)));
   }
   if (absl::Status s = ReadAt(file->fd, header, sizeof(*header), 0, file->path); !s.ok()) return s;
   if (std::memcmp(header->magic, kKvBlockFileMagic, sizeof(kKvBlockFileMagic)) != 0) {
@@ -165,6 +165,37 @@ bool ParseKvBlockFileName(absl::string_view name, uint64_t* hash_hi, uint64_t* h
   if (name.size() != 32 + 6 || !absl::EndsWith(name, ".r0.kv")) return false;
   return absl::SimpleHexAtoi(name.substr(0, 16), hash_hi) &&
          absl::SimpleHexAtoi(name.substr(16, 16), hash_lo);
+}
+
+namespace {
+constexpr absl::string_view kDiskBlocksMarker = "disk blocks: ";
+}  // namespace
+
+std::string FormatKvDiskBlocks(absl::Span<const std::pair<uint64_t, uint64_t>> blocks) {
+  std::string out(kDiskBlocksMarker);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ",", absl::StrFormat("%016x%016x", blocks[i].first,
+                                                             blocks[i].second));
+  }
+  return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> ParseKvDiskBlocks(absl::string_view message) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  const size_t at = message.rfind(kDiskBlocksMarker);
+  if (at == absl::string_view::npos) return out;
+  absl::string_view rest = message.substr(at + kDiskBlocksMarker.size());
+  while (rest.size() >= 32) {
+    uint64_t hi = 0, lo = 0;
+    if (!absl::SimpleHexAtoi(rest.substr(0, 16), &hi) ||
+        !absl::SimpleHexAtoi(rest.substr(16, 16), &lo)) {
+      break;
+    }
+    out.emplace_back(hi, lo);
+    rest.remove_prefix(32);
+    if (!absl::ConsumePrefix(&rest, ",")) break;
+  }
+  return out;
 }
 
 int64_t KvBlockFileBytes(int32_t block_size, int64_t payload_bytes) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,6 +62,13 @@ std::string KvBlockFileName(uint64_t hash_hi, uint64_t hash_lo, int32_t rank);
 bool ParseKvBlockFileName(absl::string_view name, uint64_t* hash_hi, uint64_t* hash_lo);
 int64_t KvBlockFileBytes(int32_t block_size, int64_t payload_bytes);
 
+// How a worker's DATA_LOSS refusal names the blocks it could not load ("disk blocks:
+// <32 hex digits>,<32 hex digits>" at the end of the message), so that the scheduler can
+// tell the cache manager which to drop; and the blocks such a message names (none when it
+// has no such list).
+std::string FormatKvDiskBlocks(absl::Span<const std::pair<uint64_t, uint64_t>> blocks);
+std::vector<std::pair<uint64_t, uint64_t>> ParseKvDiskBlocks(absl::string_view message);
+
 struct KvBlockFileKey {
   uint64_t namespace_hash = 0;
   uint64_t hash_hi = 0;
@@ -76,14 +84,15 @@ absl::Status WriteKvBlockFile(absl::string_view dir, const KvBlockFileKey& key,
                               absl::Span<const uint8_t> payload);
 
 // The tokens a file's header holds, its header checked against `key` (DataLoss when it
-// does not match or is damaged, NotFound when there is no file). Reads the header only.
+// does not match or is damaged, NotFound when there is no file, Unavailable when it could
+// not be opened for another reason: descriptors, permissions). Reads the header only.
 absl::StatusOr<std::vector<int32_t>> ReadKvBlockFileTokens(absl::string_view dir,
                                                            const KvBlockFileKey& key,
                                                            int32_t block_size);
 
 // Reads the whole file into `payload` (its size is the expected payload size), checking
 // header, tokens' checksum and payload checksum: DataLoss for any mismatch, NotFound when
-// there is no file.
+// there is no file, Unavailable as above.
 absl::Status ReadKvBlockFile(absl::string_view dir, const KvBlockFileKey& key,
                              int32_t block_size, absl::Span<uint8_t> payload);
 

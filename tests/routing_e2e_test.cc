@@ -210,8 +210,8 @@ TEST_F(RoutingTest, KvRoutingFollowsAConversationTheHostTierKeeps) {
 
 // The disk KV tier (--kv_disk_dir) under two replicas that share its directory, with
 // pools and host tiers too small to keep a conversation while unrelated requests run: the
-// conversation's blocks spill to disk, and its next turn loads them on whichever replica
-// it reaches. Then the whole cluster stops and starts again (new processes, new host
+// conversation's blocks spill to disk, its home replica's block events say so, and its next
+// turn is routed back there and loads them. Then the whole cluster stops and starts again (new processes, new host
 // segments): the same turn loads its history from the files. Then again, every file's
 // payload damaged: each load the workers find bad refuses its step (DATA_LOSS), the
 // replica resets its pool and recomputes, and the answer is the same tokens.
@@ -255,6 +255,11 @@ TEST_F(RoutingTest, TheDiskTierIsSharedByReplicasAndOutlivesTheCluster) {
   const Completion first = Generate(history, 24);
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   history.insert(history.end(), first.tokens.begin(), first.tokens.end());
+  int home = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (SchedulerStats(i).prompt_tokens() > 0) home = i;
+  }
+  ASSERT_GE(home, 0);
   const std::vector<int32_t> next = UserTurn(9, 1, 20);
   history.insert(history.end(), next.begin(), next.end());
   for (int i = 0; i < 8; ++i) {
@@ -265,8 +270,19 @@ TEST_F(RoutingTest, TheDiskTierIsSharedByReplicasAndOutlivesTheCluster) {
   for (int i = 0; i < 2; ++i) spilled += cluster_->CacheStats(i).disk_tier_spills();
   EXPECT_GT(spilled, 0);
   const int64_t loads_before = disk_loads();
+  absl::SleepFor(absl::Milliseconds(300));  // a few polls: the router sees the events
+  const int64_t home_prompt_tokens = SchedulerStats(home).prompt_tokens();
   const Completion second = Generate(history, 8);
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  // Its home's block events said its blocks are on that replica's disk (STORED_ON_DISK):
+  // cheaper there than computing them elsewhere, and predicted as what the replica found.
+  EXPECT_GT(SchedulerStats(home).prompt_tokens(), home_prompt_tokens)
+      << "the second turn went back to replica " << home;
+  const std::string route_metrics =
+      testing::HttpGet(cluster_->frontend_process().metrics_port(), "/metrics");
+  EXPECT_EQ(
+      testing::MetricValue(route_metrics, "folio_frontend_route_predicted_cached_tokens_total"),
+      testing::MetricValue(route_metrics, "folio_frontend_route_actual_cached_tokens_total"));
   // The first turn's full blocks (85 tokens: 5 blocks) were gone from both pools and
   // host tiers; they came back from the files.
   EXPECT_GE(second.usage.cached_prompt_tokens(), 64);
@@ -302,6 +318,10 @@ TEST_F(RoutingTest, TheDiskTierIsSharedByReplicasAndOutlivesTheCluster) {
   ASSERT_TRUE(damaged_run.status.ok()) << damaged_run.status.error_message();
   EXPECT_EQ(damaged_run.tokens, second.tokens);
   EXPECT_GT(worker_counter("folio_worker_kv_disk_files_total{outcome=\"load_failed\"}"), 0);
+  // The blocks the workers could not load were dropped for good: no refusal loop.
+  int64_t banned = 0;
+  for (int i = 0; i < 2; ++i) banned += cluster_->CacheStats(i).disk_tier_banned();
+  EXPECT_GT(banned, 0);
   old_ports = ports();
   cluster_.reset();
   unlink_segments(old_ports);

@@ -2,7 +2,10 @@
 // routers outside the replica can keep a copy of the index (services/frontend/routing/).
 //
 // Each hash that enters the index is one kStored event and each that leaves it (eviction
-// for reuse) one kRemoved event, numbered 1, 2, 3, ... in the order they happened. The log
+// for reuse) one kRemoved event; with a disk tier below (disk_tier.h), a hash the pool and
+// host tier let go while the disk keeps it is one kStoredOnDisk event (cheaper to load
+// than to compute, dearer than a hit in memory), and kStored again once it is back in
+// memory. Numbered 1, 2, 3, ... in the order they happened. The log
 // keeps the newest `capacity` events; a reader that asks for events it has already dropped
 // gets nothing (ReadAfter answers nullopt) and must take a snapshot of the index instead
 // (BlockPool::SnapshotHashes, which is exact as of last_seq()). A pool reset starts a new
@@ -25,7 +28,7 @@
 namespace folio::cachemgr {
 
 struct BlockEvent {
-  enum class Kind : uint8_t { kStored, kRemoved };
+  enum class Kind : uint8_t { kStored, kRemoved, kStoredOnDisk };
   uint64_t seq = 0;
   Kind kind = Kind::kStored;
   BlockHash hash;

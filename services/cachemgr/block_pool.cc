@@ -27,11 +27,19 @@ void BlockPool::Reset() {
     PushBack(i);
   }
   for (const auto& [hash, id] : cached_) {
-    if (!also_held_ || !also_held_(hash)) events_.Append(BlockEvent::Kind::kRemoved, hash);
+    LogLeaving(hash);
   }
   cached_.clear();
   num_free_ = num_blocks_;
   num_cached_free_ = 0;
+}
+
+void BlockPool::LogLeaving(const BlockHash& hash) {
+  switch (BelowOf(hash)) {
+    case Below::kMemory: break;
+    case Below::kDisk: events_.Append(BlockEvent::Kind::kStoredOnDisk, hash); break;
+    case Below::kNone: events_.Append(BlockEvent::Kind::kRemoved, hash); break;
+  }
 }
 
 void BlockPool::PushBack(int32_t id) {
@@ -53,7 +61,7 @@ void BlockPool::Unlink(int32_t id) {
 void BlockPool::EvictHash(int32_t id) {
   Block& b = blocks_[id];
   cached_.erase(b.hash);
-  if (!also_held_ || !also_held_(b.hash)) events_.Append(BlockEvent::Kind::kRemoved, b.hash);
+  LogLeaving(b.hash);
   b.hashed = false;
   b.hash = BlockHash{};
   ++num_evictions_;
@@ -118,7 +126,8 @@ bool BlockPool::Register(BlockId id, const BlockHash& hash, absl::Span<const int
   b.hashed = true;
   b.hash = hash;
   cached_.emplace(hash, id);
-  if (!also_held_ || !also_held_(hash)) events_.Append(BlockEvent::Kind::kStored, hash);
+  // Entering memory (from nowhere, or from the disk alone).
+  if (BelowOf(hash) != Below::kMemory) events_.Append(BlockEvent::Kind::kStored, hash);
   std::copy(tokens.begin(), tokens.end(),
             &block_tokens_[static_cast<size_t>(id.value) * block_size_]);
   return true;

@@ -72,13 +72,14 @@ class BlockPool {
   // Drops every hash and reference: all blocks free, in id order.
   void Reset();
 
-  // A cache below the pool (the host KV tier, host_tier.h) that routers see as one with
-  // it: the log carries the union of both. A hash `also_held` says the other holds is not
-  // logged as entering or leaving the pool; the other reports its own changes through
-  // LogBelow. Set once, before any Register.
-  void set_also_held(std::function<bool(const BlockHash&)> also_held) {
-    also_held_ = std::move(also_held);
-  }
+  // The caches below the pool (the host KV tier, host_tier.h, and the disk tier under it,
+  // disk_tier.h), as routers see them: the log carries the union of pool and host tier
+  // ("memory"), and the hashes only the disk keeps. `below` says where else a hash is
+  // held: a hash held in memory below is not logged as entering or leaving the pool; one
+  // leaving the pool for the disk alone is kStoredOnDisk. The caches below report their
+  // own changes through LogBelow. Set once, before any Register.
+  enum class Below { kNone, kMemory, kDisk };
+  void set_below(std::function<Below(const BlockHash&)> below) { below_ = std::move(below); }
   // The cache below took `hash` in (kStored) or let it go (kRemoved): logged unless the
   // pool holds it, which already counts for routers.
   void LogBelow(BlockEvent::Kind kind, const BlockHash& hash) {
@@ -87,7 +88,7 @@ class BlockPool {
   bool holds(const BlockHash& hash) const { return cached_.contains(hash); }
 
   // The index's changes (block_event_log.h): every hash Register enters and every one
-  // eviction or Reset drops (with a cache below, set_also_held: of the union).
+  // eviction or Reset drops (with caches below, set_below: of the union).
   const BlockEventLog& events() const { return events_; }
   // Every hash in the index, as of events().last_seq().
   std::vector<BlockHash> SnapshotHashes() const;
@@ -115,7 +116,10 @@ class BlockPool {
   std::vector<int32_t> block_tokens_;  // [num_blocks, block_size]: ids of hashed blocks
   absl::flat_hash_map<BlockHash, BlockId> cached_;
   BlockEventLog events_;
-  std::function<bool(const BlockHash&)> also_held_;  // set_also_held
+  std::function<Below(const BlockHash&)> below_;  // set_below
+  Below BelowOf(const BlockHash& hash) const { return below_ ? below_(hash) : Below::kNone; }
+  // What leaving the pool means for `hash` in the log (nothing while memory below holds it).
+  void LogLeaving(const BlockHash& hash);
   int32_t num_free_ = 0;
   int32_t num_cached_free_ = 0;
   int64_t num_evictions_ = 0;

@@ -118,7 +118,9 @@ bool DiskTier::MakeRoom() {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     auto entry = index_.find(*it);
     if (entry->second.hold_ticket > confirmed_) continue;  // a transfer may not have run yet
+    if (in_lookup_.contains(*it)) continue;               // a hit of the lookup under way
     RemoveFiles(*it);
+    removed_.push_back(*it);
     index_.erase(entry);
     lru_.erase(it);
     ++counters_.num_evictions;
@@ -129,6 +131,7 @@ bool DiskTier::MakeRoom() {
 
 bool DiskTier::Peek(const BlockHash& hash, absl::Span<const int32_t> tokens) const {
   if (tokens.size() != static_cast<size_t>(block_size_)) return false;
+  if (banned_.contains(hash)) return false;
   auto it = index_.find(hash);
   if (it != index_.end()) {
     const Entry& e = it->second;
@@ -142,8 +145,16 @@ bool DiskTier::Peek(const BlockHash& hash, absl::Span<const int32_t> tokens) con
          FilesPresent(hash);
 }
 
+void DiskTier::Drop(absl::flat_hash_map<BlockHash, Entry>::iterator it, bool remove_files) {
+  if (remove_files) RemoveFiles(it->first);
+  removed_.push_back(it->first);
+  lru_.erase(it->second.lru);
+  index_.erase(it);
+}
+
 bool DiskTier::Find(const BlockHash& hash, absl::Span<const int32_t> tokens) {
   if (tokens.size() != static_cast<size_t>(block_size_)) return false;
+  if (banned_.contains(hash)) return false;
   auto it = index_.find(hash);
   if (it != index_.end() && it->second.spill_ticket > confirmed_) {
     return false;  // see Peek
@@ -162,32 +173,47 @@ bool DiskTier::Find(const BlockHash& hash, absl::Span<const int32_t> tokens) {
                               << "; removed (a miss)";
       ++counters_.num_bad_files;
       RemoveFiles(hash);
-    } else if (it != index_.end()) {
-      ++counters_.num_missing;
+    } else if (absl::IsNotFound(read.status())) {
+      if (it != index_.end()) ++counters_.num_missing;
+      RemoveFiles(hash);  // the other ranks' files, if any: no block without rank 0's
+    } else {
+      // A passing error (descriptors, I/O, permissions): a miss, and the files stay for
+      // whoever can read them.
+      LOG_FIRST_N(WARNING, 5) << "disk KV tier: " << read.status().message() << " (a miss)";
+      return false;
     }
-    if (it != index_.end()) {
-      lru_.erase(it->second.lru);
-      index_.erase(it);
-    }
+    if (it != index_.end()) Drop(it, /*remove_files=*/false);
     return false;
   }
   if (!std::equal(tokens.begin(), tokens.end(), read->begin())) return false;  // a collision
-  if (!FilesPresent(hash)) {  // another rank's file is gone
-    if (it != index_.end()) {
-      ++counters_.num_missing;
-      lru_.erase(it->second.lru);
-      index_.erase(it);
-    }
+  if (!FilesPresent(hash)) {  // another rank's file is gone: the rest is no block either
+    if (it != index_.end()) ++counters_.num_missing;
+    RemoveFiles(hash);
+    if (it != index_.end()) Drop(it, /*remove_files=*/false);
     return false;
   }
-  if (it != index_.end()) {
+  if (it == index_.end()) {
+    if (static_cast<int32_t>(index_.size()) >= num_blocks_ && !MakeRoom()) return false;
+    Insert(hash, *std::move(read), 0);
+    ++counters_.num_adopted;
+  } else {
     it->second.tokens = *std::move(read);
-    return true;
+    lru_.splice(lru_.end(), lru_, it->second.lru);
   }
-  if (static_cast<int32_t>(index_.size()) >= num_blocks_ && !MakeRoom()) return false;
-  Insert(hash, *std::move(read), 0);
-  ++counters_.num_adopted;
+  // Kept until the lookup ends (EndLookup): a later block of the same chain that makes room
+  // must not evict this one before its load is noted.
+  in_lookup_.insert(hash);
   return true;
+}
+
+void DiskTier::EndLookup() { in_lookup_.clear(); }
+
+void DiskTier::Ban(const BlockHash& hash) {
+  if (banned_.size() >= kMaxBanned) banned_.clear();
+  banned_.insert(hash);
+  ++counters_.num_banned;
+  if (auto it = index_.find(hash); it != index_.end()) Drop(it, /*remove_files=*/true);
+  else RemoveFiles(hash);
 }
 
 void DiskTier::NoteLoad(const BlockHash& hash, uint64_t ticket) {
@@ -200,15 +226,27 @@ void DiskTier::NoteLoad(const BlockHash& hash, uint64_t ticket) {
 
 bool DiskTier::Spill(const BlockHash& hash, absl::Span<const int32_t> tokens, uint64_t ticket) {
   CHECK_EQ(tokens.size(), static_cast<size_t>(block_size_));
+  if (banned_.contains(hash)) return false;
   if (auto it = index_.find(hash); it != index_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
-    return false;
+    // Its files written (or about to be): nothing to do. Gone (a failed write, another
+    // replica's eviction): written again under this spill's ticket.
+    if (it->second.spill_ticket > confirmed_ || FilesPresent(hash)) return false;
+    it->second.spill_ticket = ticket;
+    it->second.hold_ticket = std::max(it->second.hold_ticket, ticket);
+    it->second.tokens.assign(tokens.begin(), tokens.end());
+    ++counters_.num_spills;
+    return true;
   }
   if (static_cast<int32_t>(index_.size()) >= num_blocks_ && !MakeRoom()) return false;
   Insert(hash, std::vector<int32_t>(tokens.begin(), tokens.end()), ticket);
   ++counters_.num_spills;
   return true;
 }
+
+std::vector<BlockHash> DiskTier::Hashes() const { return {lru_.begin(), lru_.end()}; }
+
+std::vector<BlockHash> DiskTier::TakeRemoved() { return std::exchange(removed_, {}); }
 
 void DiskTier::Confirm(uint64_t ticket) { confirmed_ = std::max(confirmed_, ticket); }
 

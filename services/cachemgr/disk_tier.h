@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -50,6 +51,7 @@ struct DiskTierStats {
   int64_t num_adopted = 0;    // blocks found on disk that the index did not hold
   int64_t num_missing = 0;    // indexed blocks whose files were gone at a lookup
   int64_t num_bad_files = 0;  // headers found damaged or foreign (the files removed)
+  int64_t num_banned = 0;     // blocks a worker could not load (Ban)
 };
 
 class DiskTier {
@@ -78,12 +80,25 @@ class DiskTier {
   // A load out of `hash` (after Find) with the host tier's `ticket`: touched, and kept
   // until the ticket is confirmed.
   void NoteLoad(const BlockHash& hash, uint64_t ticket);
+  // A prefix lookup's walk is over: the hits Find kept from eviction during it (so that a
+  // later block of the chain making room cannot evict an earlier hit) may go again.
+  void EndLookup();
+  // A worker could not load `hash` (its payload damaged, a file it cannot read, or no
+  // disk tier on that worker): its entry and files go, and it is never found or spilled
+  // again by this index (a bounded set), so a block the cache manager can read but the
+  // workers cannot never refuses step after step.
+  void Ban(const BlockHash& hash);
   // An entry for a block the host tier evicts, written by a spill carrying `ticket`.
   // False (nothing to write) when the tier holds it already (then it is touched) or no
   // entry can be evicted to make room.
   bool Spill(const BlockHash& hash, absl::Span<const int32_t> tokens, uint64_t ticket);
   // Transfers with tickets up to `ticket` were executed by the workers.
   void Confirm(uint64_t ticket);
+  // Every hash the index holds, least recently used first.
+  std::vector<BlockHash> Hashes() const;
+  // The hashes Find and Spill dropped from the index since the last call (evicted, files
+  // gone or bad), for the block event log (block_pool.h).
+  std::vector<BlockHash> TakeRemoved();
 
   DiskTierStats Stats() const;
   absl::Status CheckInvariants() const;
@@ -103,6 +118,8 @@ class DiskTier {
   // The rank-0 header's tokens: NotFound, DataLoss (damaged or foreign) or the tokens.
   absl::StatusOr<std::vector<int32_t>> ReadTokens(const BlockHash& hash) const;
   void RemoveFiles(const BlockHash& hash) const;
+  // Removes an entry (and its files when asked), noting it for TakeRemoved.
+  void Drop(absl::flat_hash_map<BlockHash, Entry>::iterator it, bool remove_files);
   // Evicts the least recently used entry no unconfirmed transfer holds; false if none.
   bool MakeRoom();
   Entry& Insert(const BlockHash& hash, std::vector<int32_t> tokens, uint64_t spill_ticket);
@@ -116,6 +133,10 @@ class DiskTier {
   std::list<BlockHash> lru_;  // least recently used first
   uint64_t confirmed_ = 0;
   DiskTierStats counters_;
+  std::vector<BlockHash> removed_;  // TakeRemoved
+  absl::flat_hash_set<BlockHash> in_lookup_;  // Find's hits until EndLookup
+  static constexpr size_t kMaxBanned = 1 << 16;
+  absl::flat_hash_set<BlockHash> banned_;     // Ban
 };
 
 }  // namespace folio::cachemgr

@@ -147,6 +147,7 @@ TEST_F(DiskTierTest, AnEntryAnUnconfirmedTransferHoldsIsNeverEvicted) {
   ASSERT_TRUE(t->Find(Hash(2), Tokens(2)));
   t->NoteLoad(Hash(1), 5);
   t->NoteLoad(Hash(2), 6);
+  t->EndLookup();
   EXPECT_FALSE(t->Spill(Hash(3), Tokens(3), 7));  // both held: the spill is skipped
   EXPECT_TRUE(FileExists(1));
   EXPECT_TRUE(FileExists(2));
@@ -155,6 +156,53 @@ TEST_F(DiskTierTest, AnEntryAnUnconfirmedTransferHoldsIsNeverEvicted) {
   EXPECT_FALSE(FileExists(1));
   EXPECT_TRUE(FileExists(2));
   ASSERT_TRUE(t->CheckInvariants().ok());
+}
+
+// A lookup walks a chain: a hit found first is not evicted to make room for a block the
+// same walk adopts later (its load is noted after the walk), whatever the budget.
+TEST_F(DiskTierTest, ALookupsOwnAdoptionsNeverEvictItsEarlierHits) {
+  std::unique_ptr<DiskTier> t = Open(2);
+  Write(1);
+  Write(2);
+  ASSERT_TRUE(t->Find(Hash(1), Tokens(1)));  // indexed by Open, the LRU's front
+  ASSERT_TRUE(t->Find(Hash(2), Tokens(2)));
+  Write(3);  // another replica's block, the chain's third
+  EXPECT_FALSE(t->Find(Hash(3), Tokens(3)));  // no room: both are this walk's hits
+  t->NoteLoad(Hash(1), 1);
+  t->NoteLoad(Hash(2), 2);
+  t->EndLookup();
+  t->Confirm(2);
+  ASSERT_TRUE(t->Find(Hash(3), Tokens(3)));  // a later walk: the oldest hit makes room
+  EXPECT_FALSE(t->Contains(Hash(1)));
+  EXPECT_EQ(t->TakeRemoved(), std::vector<BlockHash>{Hash(1)});
+  EXPECT_TRUE(t->CheckInvariants().ok());
+}
+
+// A block a worker could not load goes with its files and is never found, adopted or
+// spilled again; an entry whose files vanished is written again by the next spill.
+TEST_F(DiskTierTest, ABannedBlockIsGoneForGoodAndAVanishedOneIsSpilledAgain) {
+  std::unique_ptr<DiskTier> t = Open(4);
+  Write(1);
+  ASSERT_TRUE(t->Find(Hash(1), Tokens(1)));
+  t->EndLookup();
+  t->Ban(Hash(1));
+  EXPECT_FALSE(FileExists(1));
+  EXPECT_FALSE(t->Contains(Hash(1)));
+  Write(1);  // another replica writes it again
+  EXPECT_FALSE(t->Find(Hash(1), Tokens(1)));
+  EXPECT_FALSE(t->Peek(Hash(1), Tokens(1)));
+  EXPECT_FALSE(t->Spill(Hash(1), Tokens(1), 1));
+  EXPECT_EQ(t->Stats().num_banned, 1);
+
+  ASSERT_TRUE(t->Spill(Hash(2), Tokens(2), 2));
+  t->Confirm(2);  // the write failed: no file
+  EXPECT_TRUE(t->Spill(Hash(2), Tokens(2), 3));  // written again under the new ticket
+  EXPECT_FALSE(t->Find(Hash(2), Tokens(2)));     // not confirmed yet
+  t->Confirm(3);
+  Write(2);
+  EXPECT_TRUE(t->Find(Hash(2), Tokens(2)));
+  t->EndLookup();
+  EXPECT_TRUE(t->CheckInvariants().ok());
 }
 
 // Random spills, writes that succeed or fail, confirmations, lookups, foreign writers and
@@ -185,9 +233,11 @@ TEST_F(DiskTierTest, RandomizedOperationsKeepTheInvariantsAndTheBudget) {
           ASSERT_TRUE(FileExists(i));
           t->NoteLoad(Hash(i), ++ticket);
         }
+        t->EndLookup();
         break;
       case 3:
         EXPECT_FALSE(t->Find(Hash(i), Tokens(i + 1)));
+        t->EndLookup();
         break;
       case 4:
         if (rng() % 3 == 0) Write(i);  // another replica

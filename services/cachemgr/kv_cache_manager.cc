@@ -337,6 +337,16 @@ std::vector<BlockHash> KvCacheManager::CachedHashes() const {
   return hashes;
 }
 
+std::vector<BlockHash> KvCacheManager::DiskOnlyHashes() const {
+  const BlockPool* pool = policy_->prefix_pool();
+  std::vector<BlockHash> hashes;
+  if (pool == nullptr || host_ == nullptr || host_->disk() == nullptr) return hashes;
+  for (const BlockHash& h : host_->disk()->Hashes()) {
+    if (!pool->holds(h) && !host_->Contains(h)) hashes.push_back(h);
+  }
+  return hashes;
+}
+
 CacheStats KvCacheManager::Stats() const {
   CacheStats stats = counters_;
   stats.pool = policy_->Stats();

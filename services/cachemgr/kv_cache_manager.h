@@ -94,8 +94,10 @@ class KvCacheManager {
   const CacheConfig& config() const { return config_; }
   const std::shared_ptr<HostTier>& host_tier() const { return host_; }
   // The hashes routers count as cached: the pool's index and the host tier's, each once
-  // (the state prefix_pool()->events() describes, as of its last_seq()).
+  // (the state prefix_pool()->events() describes, as of its last_seq()), and apart, the
+  // ones only the disk tier holds (kStoredOnDisk in the log).
   std::vector<BlockHash> CachedHashes() const;
+  std::vector<BlockHash> DiskOnlyHashes() const;
 
   // The record of a live sequence, or nullptr.
   const Sequence* Find(SeqId id) const;

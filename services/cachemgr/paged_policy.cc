@@ -20,8 +20,15 @@ PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching p
       host_(host),
       fill_(num_blocks, 0) {
   CHECK(host == nullptr || prefix_caching == PrefixCaching::kEnabled);
-  // Routers see the pool and the tier as one cache: a block in either is a hit.
-  if (host != nullptr) pool_.set_also_held([host](const BlockHash& h) { return host->Contains(h); });
+  // Routers see the pool and the host tier as one cache (a block in either is a hit in
+  // memory), and the disk tier below them as a cheaper kind of miss.
+  if (host != nullptr) {
+    pool_.set_below([host](const BlockHash& h) {
+      if (host->Contains(h)) return BlockPool::Below::kMemory;
+      if (host->disk() != nullptr && host->disk()->Contains(h)) return BlockPool::Below::kDisk;
+      return BlockPool::Below::kNone;
+    });
+  }
 }
 
 void PagedPolicy::Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
@@ -59,6 +66,15 @@ int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
   return found * block_size_;
 }
 
+void PagedPolicy::LogDiskRemovals() {
+  DiskTier* const disk = host_ == nullptr ? nullptr : host_->disk();
+  if (disk == nullptr) return;
+  for (const BlockHash& h : disk->TakeRemoved()) {
+    // Gone for the routers unless memory still holds it (LogBelow: not the pool).
+    if (!host_->Contains(h)) pool_.LogBelow(BlockEvent::Kind::kRemoved, h);
+  }
+}
+
 void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
   if (prompt.empty()) return;
   const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
@@ -89,6 +105,7 @@ void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& 
     hits.push_back(hit);
     parent = hash;
   }
+  LogDiskRemovals();  // files the walk found gone or bad
   // Every pool hit is held before any load allocates: an allocation takes the head of the
   // free queue, which could otherwise be a later block of this very chain.
   for (const Hit& h : hits) {
@@ -140,6 +157,7 @@ void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& 
     seq.table.push_back(*hits[i].pool);
     seq.hashes.push_back(hits[i].hash);
   }
+  if (disk != nullptr) disk->EndLookup();
 }
 
 BlockId PagedPolicy::AllocateEmpty() {
@@ -254,11 +272,16 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
       } else if (!host_->Contains(hash)) {
         HostTier::Stored stored = host_->Store(hash, tokens);
         if (stored.evicted.has_value()) {
-          // The routers' view is the pool and the host tier: a block only the disk keeps
-          // is removed from it (any replica sharing the disk can load it).
-          pool_.LogBelow(BlockEvent::Kind::kRemoved, *stored.evicted);
+          // Leaving memory: for the routers, on disk if the disk keeps it, else gone.
           DiskTier* const disk = host_->disk();
-          if (disk != nullptr && disk->Spill(*stored.evicted, stored.evicted_tokens, stored.ticket)) {
+          const bool spill =
+              disk != nullptr && disk->Spill(*stored.evicted, stored.evicted_tokens, stored.ticket);
+          LogDiskRemovals();
+          pool_.LogBelow(disk != nullptr && disk->Contains(*stored.evicted)
+                             ? BlockEvent::Kind::kStoredOnDisk
+                             : BlockEvent::Kind::kRemoved,
+                         *stored.evicted);
+          if (spill) {
             // Before the store that reuses the slot (transfers run in order).
             transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kSpill,
                                                .host_slot = stored.slot,

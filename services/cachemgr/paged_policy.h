@@ -54,6 +54,9 @@ class PagedPolicy final : public AllocationPolicy {
   // Create's lookup with a host tier: pool hits are attached, host hits get a fresh
   // block and a load (while the pool has a free block); stops at the first miss in both.
   void LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq);
+  // Logs the hashes the disk tier dropped (DiskTier::TakeRemoved) that memory does not
+  // hold as removed, for the routers.
+  void LogDiskRemovals();
   BlockId AllocateEmpty();
   // AddRef/Release that keep num_tokens_stored_ in step with blocks entering or leaving use.
   void Acquire(BlockId id);

@@ -162,6 +162,10 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
       disk_bad_files(r->AddCounter("folio_cachemgr_disk_bad_files_total",
                                    "Disk block files found damaged or written for another "
                                    "model at a lookup: removed, misses.")),
+      disk_banned(r->AddCounter("folio_cachemgr_disk_banned_total",
+                                "Disk blocks a worker could not load (a damaged payload, an "
+                                "unreadable file): dropped with their files, never found "
+                                "again; each one cost a pool reset and a recompute.")),
       step_errors(r->AddCounterFamily("folio_cachemgr_step_errors_total",
                                       "Step RPCs rejected, by gRPC status code.", {"code"})),
       step_latency(r->AddHistogram("folio_cachemgr_step_latency_seconds",
@@ -223,6 +227,7 @@ void CacheManagerService::RefreshGauges() {
     add(metrics_.disk_adopted, d.num_adopted, &disk_seen_.num_adopted);
     add(metrics_.disk_missing, d.num_missing, &disk_seen_.num_missing);
     add(metrics_.disk_bad_files, d.num_bad_files, &disk_seen_.num_bad_files);
+    add(metrics_.disk_banned, d.num_banned, &disk_seen_.num_banned);
   } else {
     metrics_.disk_blocks_used.Set(0);
   }
@@ -439,6 +444,7 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
     response->set_disk_tier_adopted(s.disk.num_adopted);
     response->set_disk_tier_missing(s.disk.num_missing);
     response->set_disk_tier_bad_files(s.disk.num_bad_files);
+    response->set_disk_tier_banned(s.disk.num_banned);
   }
   return Finish(ctx, absl::OkStatus());
 }
@@ -460,6 +466,11 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
   CacheConfig config = manager_->config();
   std::shared_ptr<HostTier> host = manager_->host_tier();
   std::string tier;
+  if (request->bad_disk_blocks_size() > 0 && disk_ != nullptr) {
+    for (const pb::BlockHashId& b : request->bad_disk_blocks()) disk_->Ban(BlockHash{b.hi(), b.lo()});
+    LOG(WARNING) << "disk KV tier: " << request->bad_disk_blocks_size()
+                 << " block(s) the workers could not load dropped for good";
+  }
   if (request->set_host_tier()) {
     // The workers' segments changed: what the tier held is gone.
     config.host_blocks = request->host_tier_blocks();
@@ -529,13 +540,23 @@ grpc::ServerUnaryReactor* CacheManagerService::GetBlockEvents(
       e->set_hash_hi(hash.hi);
       e->set_hash_lo(hash.lo);
     }
+    for (const BlockHash& hash : manager_->DiskOnlyHashes()) {
+      pb::BlockEvent* e = response->add_events();
+      e->set_seq(log.last_seq());
+      e->set_kind(pb::BlockEvent::STORED_ON_DISK);
+      e->set_hash_hi(hash.hi);
+      e->set_hash_lo(hash.lo);
+    }
     return Finish(ctx, absl::OkStatus());
   }
   for (const BlockEvent& event : *events) {
     pb::BlockEvent* e = response->add_events();
     e->set_seq(event.seq);
-    e->set_kind(event.kind == BlockEvent::Kind::kStored ? pb::BlockEvent::STORED
-                                                        : pb::BlockEvent::REMOVED);
+    switch (event.kind) {
+      case BlockEvent::Kind::kStored: e->set_kind(pb::BlockEvent::STORED); break;
+      case BlockEvent::Kind::kRemoved: e->set_kind(pb::BlockEvent::REMOVED); break;
+      case BlockEvent::Kind::kStoredOnDisk: e->set_kind(pb::BlockEvent::STORED_ON_DISK); break;
+    }
     e->set_hash_hi(event.hash.hi);
     e->set_hash_lo(event.hash.lo);
   }

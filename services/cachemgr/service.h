@@ -79,6 +79,7 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
     Counter& disk_adopted;
     Counter& disk_missing;
     Counter& disk_bad_files;
+    Counter& disk_banned;
     Family<Counter>& step_errors;
     Histogram& step_latency;
   };

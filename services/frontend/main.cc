@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, routing, "kv",
 ABSL_FLAG(double, kv_prefill_weight, 1.0,
           "--routing=kv: weight of a prompt block to compute against a block of queued work "
           "(> 1 favours cache hits, < 1 balance).");
+ABSL_FLAG(double, kv_disk_hit_cost, 0.1,
+          "--routing=kv: what loading a prompt block from a replica's disk KV tier costs, as a "
+          "share of computing it (a hit in the pool or host tier costs nothing), in [0, 1].");
 ABSL_FLAG(int, replica_poll_ms, 50,
           "How often the router asks every replica for its load and prefix-cache events.");
 ABSL_FLAG(int, replica_resolve_ms, 5000, "How often a dns:/// --replicas name is resolved again.");
@@ -232,6 +235,11 @@ int main(int argc, char** argv) {
                   "positive";
     return kExitBadFlags;
   }
+  if (!(absl::GetFlag(FLAGS_kv_disk_hit_cost) >= 0 && absl::GetFlag(FLAGS_kv_disk_hit_cost) <= 1)) {
+    LOG(ERROR) << "--kv_disk_hit_cost must lie in [0, 1], got "
+               << absl::GetFlag(FLAGS_kv_disk_hit_cost);
+    return kExitBadFlags;
+  }
   if (absl::GetFlag(FLAGS_startup_timeout_s) <= 0 || absl::GetFlag(FLAGS_max_stop_strings) < 0 ||
       absl::GetFlag(FLAGS_recovery_timeout_ms) < 0 ||
       absl::GetFlag(FLAGS_max_stop_string_bytes) <= 0 || absl::GetFlag(FLAGS_max_logprobs) < 0) {
@@ -333,6 +341,7 @@ int main(int argc, char** argv) {
     set_options.targets = *replica_targets;
     set_options.policy = *routing;
     set_options.kv_prefill_weight = absl::GetFlag(FLAGS_kv_prefill_weight);
+    set_options.kv_disk_hit_cost = absl::GetFlag(FLAGS_kv_disk_hit_cost);
     set_options.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_replica_poll_ms));
     set_options.resolve_interval = absl::Milliseconds(absl::GetFlag(FLAGS_replica_resolve_ms));
     set_options.make_channel = [tls](const std::string& address) {

@@ -6,6 +6,7 @@
 #define FOLIO_SERVICES_SCHEDULER_CLIENTS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,6 +39,10 @@ class CacheClient {
   virtual absl::Status SetHostTier(const std::string& id, int32_t blocks) {
     return absl::OkStatus();
   }
+  // The workers could not load these disk-tier blocks (chained hashes as (hi, lo)): the
+  // next Reset or Restore tells the cache manager to drop them for good. Called on the
+  // scheduler's loop thread before the recovery that restores the pool.
+  virtual void NoteBadDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>> blocks) {}
 };
 
 // All worker ranks of this replica, seen as one: a step goes to every rank and rank 0's

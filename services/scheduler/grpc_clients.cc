@@ -140,13 +140,30 @@ void GrpcCacheClient::SetConfiguration(const pb::ConfigureRequest& configure,
                        !configure.disable_prefix_caching();
 }
 
+void GrpcCacheClient::NoteBadDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>> blocks) {
+  absl::MutexLock lock(&bad_mu_);
+  bad_disk_blocks_.insert(bad_disk_blocks_.end(), blocks.begin(), blocks.end());
+}
+
 absl::Status GrpcCacheClient::ResetPool(pb::ResetRequest request) {
   request.set_scheduler_epoch(epoch_);
+  std::vector<std::pair<uint64_t, uint64_t>> bad;
+  {
+    absl::MutexLock lock(&bad_mu_);
+    bad.swap(bad_disk_blocks_);
+  }
+  for (const auto& [hi, lo] : bad) {
+    pb::BlockHashId* b = request.add_bad_disk_blocks();
+    b->set_hi(hi);
+    b->set_lo(lo);
+  }
   pb::ResetResponse reset;
   grpc::Status s = Cancellable(timeout_, [&](grpc::ClientContext* ctx) {
     return stub_->Reset(ctx, request, &reset);
   });
   if (!s.ok()) {
+    absl::MutexLock lock(&bad_mu_);  // kept for the next try
+    bad_disk_blocks_.insert(bad_disk_blocks_.end(), bad.begin(), bad.end());
     if (absl::Status st = FromGrpcStatus(s); IsFenced(st)) return st;
     return absl::UnavailableError(absl::StrCat("cache manager Reset: ", s.error_message()));
   }
@@ -223,6 +240,14 @@ absl::Status GrpcCacheClient::Restore() {
             << incarnation_id_ << "); pool configured again: " << configure_.num_blocks()
             << " blocks of " << configure_.block_size() << " tokens";
   incarnation_id_ = stats.incarnation_id();
+  bool bad_blocks = false;
+  {
+    absl::MutexLock lock(&bad_mu_);
+    bad_blocks = !bad_disk_blocks_.empty();
+  }
+  if (bad_blocks) {  // its disk index was rebuilt from the files: the bad ones go now
+    if (absl::Status s = ResetPool(pb::ResetRequest()); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 

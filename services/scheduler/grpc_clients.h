@@ -37,6 +37,7 @@ class GrpcCacheClient final : public CacheClient {
   void SetConfiguration(const folio::internal::v1::ConfigureRequest& configure,
                         const std::string& incarnation_id);
   absl::Status SetHostTier(const std::string& id, int32_t blocks) override;
+  void NoteBadDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>> blocks) override;
 
   folio::internal::v1::CacheManager::Stub& stub() { return *stub_; }
 
@@ -53,6 +54,9 @@ class GrpcCacheClient final : public CacheClient {
   std::string incarnation_id_;
   // The pool's policy takes a host tier (paged, prefix caching on): SetConfiguration.
   bool host_tier_allowed_ = false;
+  // NoteBadDiskBlocks' blocks, sent with the next Reset (ResetRequest.bad_disk_blocks).
+  absl::Mutex bad_mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> bad_disk_blocks_ ABSL_GUARDED_BY(bad_mu_);
   absl::Mutex cancel_mu_;
   bool cancelled_ ABSL_GUARDED_BY(cancel_mu_) = false;
   grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(cancel_mu_) = nullptr;

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <utility>
 
 #include "services/scheduler/stories_fixture.h"
 
@@ -45,6 +48,31 @@ class KvDiskTierTest : public StoriesSchedulerTest {
     return files;
   }
 
+  // The cache manager's block events, replayed from the pool's first, describe its tiers
+  // as routers must see them: every hash in the pool or host tier as stored, every hash
+  // only the disk keeps as stored on disk, nothing else.
+  void ExpectEventsDescribeTheTiers() {
+    const cachemgr::BlockPool* pool = manager_->prefix_pool();
+    ASSERT_NE(pool, nullptr);
+    std::optional<std::vector<cachemgr::BlockEvent>> events = pool->events().ReadAfter(0, 1 << 20);
+    ASSERT_TRUE(events.has_value());
+    std::map<std::pair<uint64_t, uint64_t>, bool> replayed, expected;
+    for (const cachemgr::BlockEvent& e : *events) {
+      const auto key = std::make_pair(e.hash.hi, e.hash.lo);
+      if (e.kind == cachemgr::BlockEvent::Kind::kRemoved) {
+        replayed.erase(key);
+      } else {
+        replayed[key] = e.kind == cachemgr::BlockEvent::Kind::kStoredOnDisk;
+      }
+    }
+    for (const cachemgr::BlockHash& h : manager_->CachedHashes()) expected[{h.hi, h.lo}] = false;
+    for (const cachemgr::BlockHash& h : manager_->DiskOnlyHashes()) expected[{h.hi, h.lo}] = true;
+    EXPECT_EQ(replayed, expected);
+    int on_disk = 0;
+    for (const auto& [key, disk] : expected) on_disk += disk ? 1 : 0;
+    EXPECT_GT(on_disk, 0);
+  }
+
   static void FlipByte(const fs::path& file, int64_t offset) {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << file;
@@ -81,6 +109,7 @@ TEST_F(KvDiskTierTest, BlocksSpilledToDiskComeBackExact) {
     EXPECT_EQ(disk_->stats().num_loads, stats.disk.num_loads);
     EXPECT_EQ(disk_->stats().num_spill_failures, 0);
     EXPECT_EQ(static_cast<int64_t>(BlockFiles().size()), stats.disk.num_used);
+    ExpectEventsDescribeTheTiers();
     ExpectPoolFull(kPool);
     RestartEverything();
     fs::remove_all(disk_root_);  // the next temperature starts with an empty disk
@@ -207,6 +236,39 @@ TEST_F(KvDiskTierTest, AnUnwritableDirectoryStopsSpillsAndRequestsGoOn) {
   EXPECT_GT(manager_->Stats().disk.num_missing, 0);  // the index's entries were misses
   ExpectPoolFull(kPool);
   fs::remove(dir);
+}
+
+// A disk load that fails does not stop the step (every tensor-parallel rank must reach the
+// same collectives): its block is zeroed, the rest runs, and the step is refused at its
+// end, DATA_LOSS naming the blocks for the cache manager to drop.
+TEST_F(KvDiskTierTest, AFailedLoadRunsTheStepAndRefusesItNamingTheBlock) {
+  Make(kPool, 1, {}, kHost, kDisk);
+  auto& runner = static_cast<worker::CpuModelRunner&>(*runner_);
+  const int64_t bytes = disk_->bytes_per_block();
+  std::vector<uint8_t> payload(static_cast<size_t>(bytes));
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + 1);
+  const std::vector<int32_t> tokens(16, 9);
+  disk_->Spill(1, 2, tokens, payload.data());
+  ASSERT_EQ(disk_->stats().num_spills, 1);
+  using Kind = worker::HostTransfer::Kind;
+  worker::StepInput step;
+  step.host_transfers = {
+      worker::HostTransfer{.kind = Kind::kLoadDisk, .block = 3, .hash_hi = 1, .hash_lo = 2},
+      worker::HostTransfer{.kind = Kind::kLoadDisk, .block = 4, .hash_hi = 5, .hash_lo = 6}};
+  worker::SequenceStep seq;
+  seq.token_ids = Prompt(20);
+  seq.block_table = {0, 1};
+  step.seqs.push_back(seq);
+  const absl::StatusOr<worker::StepOutput> out = runner.Execute(step);
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << out.status();
+  EXPECT_EQ(ParseKvDiskBlocks(out.status().message()),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{5, 6}}));
+  std::vector<uint8_t> got(static_cast<size_t>(bytes));
+  runner.kv_cache().CopyBlockOut(3, got.data());
+  EXPECT_EQ(got, payload);  // the good load ran
+  runner.kv_cache().CopyBlockOut(4, got.data());
+  EXPECT_EQ(got, std::vector<uint8_t>(got.size(), 0));  // the failed one holds zeros
+  EXPECT_EQ(disk_->stats().num_load_failures, 1);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/kv_block_file.h"
 #include "common/scheduler_epoch.h"
 #include "common/stream_resume.h"
 #include "glog/logging.h"
@@ -406,11 +407,16 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
       return;
     }
     if (output.status().code() == absl::StatusCode::kDataLoss) {
-      // A block file the step was to load is gone or damaged (the worker removed it and
-      // ran nothing of the step): the cache manager's index counted on it, so its pool is
-      // reset and every running request recomputes, token for token; the lookup that
-      // follows misses the file.
+      // A block file the step was to load is gone, damaged or unreadable (the workers ran
+      // the step with the block zeroed, every rank in step, and refused its answer): the
+      // cache manager's index counted on it, so it drops the blocks named, its pool is reset
+      // and every running request recomputes, token for token.
       ++state_.stats.num_disk_load_refusals;
+      std::vector<std::pair<uint64_t, uint64_t>> bad = ParseKvDiskBlocks(output.status().message());
+      LOG(WARNING) << "the workers could not load " << bad.size()
+                   << " KV block(s) from disk; the cache manager drops them, the pool is "
+                      "reset and the running requests recompute";
+      cache_->NoteBadDiskBlocks(std::move(bad));
       state_.Lose(LostService::kCache, absl::UnavailableError(absl::StrCat(
                                            "worker step refused: ", output.status().message())));
       return;

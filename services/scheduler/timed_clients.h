@@ -44,6 +44,9 @@ class TimedCacheClient final : public CacheClient {
   absl::Status SetHostTier(const std::string& id, int32_t blocks) override {
     return inner_->SetHostTier(id, blocks);
   }
+  void NoteBadDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>> blocks) override {
+    inner_->NoteBadDiskBlocks(std::move(blocks));
+  }
 
  private:
   CacheClient* const inner_;

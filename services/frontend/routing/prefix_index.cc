@@ -8,7 +8,7 @@ PrefixIndex::ApplyResult PrefixIndex::Apply(const BlockEventBatch& batch) {
     hashes_.clear();
     for (const BlockEventBatch::Event& e : batch.events) {
       if (!e.stored) return Resync();  // a snapshot lists only what is held
-      hashes_.insert(e.hash);
+      hashes_[e.hash] = e.on_disk;
     }
     pool_id_ = batch.pool_id;
     last_seq_ = batch.last_seq;
@@ -21,8 +21,10 @@ PrefixIndex::ApplyResult PrefixIndex::Apply(const BlockEventBatch& batch) {
     if (e.seq != seq + 1) return Resync();
     seq = e.seq;
     if (e.stored) {
-      if (static_cast<int64_t>(hashes_.size()) >= max_blocks_) return Resync();
-      hashes_.insert(e.hash);
+      if (static_cast<int64_t>(hashes_.size()) >= max_blocks_ && !hashes_.contains(e.hash)) {
+        return Resync();
+      }
+      hashes_[e.hash] = e.on_disk;
     } else {
       hashes_.erase(e.hash);
     }
@@ -44,9 +46,15 @@ PrefixIndex::ApplyResult PrefixIndex::Resync() {
   return ApplyResult::kResync;
 }
 
-int32_t PrefixIndex::Match(absl::Span<const BlockHash> hashes) const {
+int32_t PrefixIndex::Match(absl::Span<const BlockHash> hashes, int32_t* on_disk) const {
   int32_t n = 0;
-  while (n < static_cast<int32_t>(hashes.size()) && hashes_.contains(hashes[n])) ++n;
+  int32_t disk = 0;
+  for (; n < static_cast<int32_t>(hashes.size()); ++n) {
+    auto it = hashes_.find(hashes[n]);
+    if (it == hashes_.end()) break;
+    disk += it->second ? 1 : 0;
+  }
+  if (on_disk != nullptr) *on_disk = disk;
   return n;
 }
 

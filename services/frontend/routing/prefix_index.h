@@ -1,5 +1,5 @@
 // PrefixIndex: the router's copy of one replica's prefix cache, as the set of chained
-// block hashes its cache manager holds, kept by the cache manager's block events
+// block hashes its cache manager holds (each marked when only its disk tier holds it), kept by the cache manager's block events
 // (services/cachemgr/block_event_log.h, relayed by the scheduler's GetReplicaState).
 //
 // The cache manager is the one source of truth; this is a cache of it that knows when it
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "services/cachemgr/block_hash.h"
 
@@ -34,8 +34,9 @@ using cachemgr::BlockHash;
 struct BlockEventBatch {
   struct Event {
     uint64_t seq = 0;
-    bool stored = true;  // false: removed
+    bool stored = true;    // false: removed
     BlockHash hash;
+    bool on_disk = false;  // stored, but only on the replica's disk tier (a dearer hit)
   };
   std::string pool_id;
   bool snapshot = false;  // `events` are the whole index (all stored) as of last_seq
@@ -65,8 +66,9 @@ class PrefixIndex {
   void Clear();
 
   // How many of `hashes` (a request's full blocks, first to last) the replica holds as a
-  // prefix: the first index i with hashes[i] not held.
-  int32_t Match(absl::Span<const BlockHash> hashes) const;
+  // prefix: the first index i with hashes[i] not held. `on_disk` (optional): how many of
+  // those only its disk tier holds.
+  int32_t Match(absl::Span<const BlockHash> hashes, int32_t* on_disk = nullptr) const;
 
   EventCursor cursor() const { return EventCursor{pool_id_, last_seq_}; }
   int64_t size() const { return static_cast<int64_t>(hashes_.size()); }
@@ -78,7 +80,7 @@ class PrefixIndex {
   ApplyResult Resync();
 
   const int64_t max_blocks_;
-  absl::flat_hash_set<BlockHash> hashes_;
+  absl::flat_hash_map<BlockHash, bool> hashes_;  // hash -> only on disk
   std::string pool_id_;
   uint64_t last_seq_ = 0;
   int32_t block_size_ = 0;

@@ -91,5 +91,33 @@ TEST(PrefixIndexTest, TheSizeBoundIsAResyncNotGrowth) {
   EXPECT_LE(index.size(), 4);
 }
 
+// A block only the replica's disk tier keeps is still a hit, counted apart; it moves
+// between memory and disk with STORED and STORED_ON_DISK events, and leaves with REMOVED.
+TEST(PrefixIndexTest, BlocksOnDiskAreHitsCountedApart) {
+  const std::vector<BlockHash> chain = Chain(4);
+  PrefixIndex index;
+  BlockEventBatch snap = Snapshot("p1", 5, {chain[0]});
+  snap.events.push_back(Event{5, true, chain[1], /*on_disk=*/true});
+  ASSERT_EQ(index.Apply(snap), PrefixIndex::ApplyResult::kApplied);
+  int32_t on_disk = -1;
+  EXPECT_EQ(index.Match(chain, &on_disk), 2);
+  EXPECT_EQ(on_disk, 1);
+
+  BlockEventBatch more{.pool_id = "p1", .last_seq = 8};
+  more.events = {Event{6, true, chain[2], /*on_disk=*/true},  // spilled
+                 Event{7, true, chain[1]},                     // loaded back into memory
+                 Event{8, true, chain[0], /*on_disk=*/true}};  // left memory for disk
+  ASSERT_EQ(index.Apply(more), PrefixIndex::ApplyResult::kApplied);
+  EXPECT_EQ(index.size(), 3);
+  EXPECT_EQ(index.Match(chain, &on_disk), 3);
+  EXPECT_EQ(on_disk, 2);
+
+  BlockEventBatch gone{.pool_id = "p1", .last_seq = 9};
+  gone.events = {Event{9, false, chain[0]}};
+  ASSERT_EQ(index.Apply(gone), PrefixIndex::ApplyResult::kApplied);
+  EXPECT_EQ(index.Match(chain, &on_disk), 0);
+  EXPECT_EQ(on_disk, 0);
+}
+
 }  // namespace
 }  // namespace folio::frontend::routing

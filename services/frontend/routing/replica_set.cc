@@ -228,7 +228,8 @@ ReplicaSet::ReplicaSet(ReplicaSetOptions options)
     : options_(std::move(options)),
       metrics_(options_.registry != nullptr ? std::make_unique<Metrics>(options_.registry)
                                             : nullptr),
-      chooser_(options_.policy, options_.kv_prefill_weight),
+      chooser_(options_.policy, options_.kv_prefill_weight, /*seed=*/0x5eed,
+               options_.kv_disk_hit_cost),
       block_size_(options_.block_size) {}
 
 ReplicaSet::~ReplicaSet() {
@@ -339,8 +340,11 @@ void ReplicaSet::PollAll() {
         batch.events.reserve(e.events_size());
         for (const ipb::BlockEvent& ev : e.events()) {
           batch.events.push_back(BlockEventBatch::Event{
-              .seq = ev.seq(), .stored = ev.kind() == ipb::BlockEvent::STORED,
-              .hash = BlockHash{ev.hash_hi(), ev.hash_lo()}});
+              .seq = ev.seq(),
+              .stored = ev.kind() == ipb::BlockEvent::STORED ||
+                        ev.kind() == ipb::BlockEvent::STORED_ON_DISK,
+              .hash = BlockHash{ev.hash_hi(), ev.hash_lo()},
+              .on_disk = ev.kind() == ipb::BlockEvent::STORED_ON_DISK});
         }
         // All replicas of one model share a block size; the hashes follow what they report.
         if (batch.block_size > 0) block_size_.store(batch.block_size, std::memory_order_relaxed);
@@ -429,7 +433,7 @@ absl::StatusOr<StreamRouter::Target> ReplicaSet::Route(const ipb::ScheduleReques
   for (const auto& r : replicas_) {
     ReplicaLoad l;
     l.eligible = r->health == best && (num_best == 0 || r->address != avoid);
-    l.matched_blocks = hashes.empty() ? 0 : r->index.Match(hashes);
+    l.matched_blocks = hashes.empty() ? 0 : r->index.Match(hashes, &l.matched_disk_blocks);
     l.pending_tokens = r->pending_tokens();
     loads.push_back(l);
   }

@@ -87,6 +87,7 @@ struct ReplicaSetOptions {
   ReplicaTargets targets;
   RoutingPolicy policy = RoutingPolicy::kKv;
   double kv_prefill_weight = 1.0;     // route_policy.h
+  double kv_disk_hit_cost = RouteChooser::kDefaultDiskHitCost;  // route_policy.h
   int32_t block_size = 16;            // the replicas' (ClusterInfo); the index's own wins
   absl::Duration poll_interval = absl::Milliseconds(50);
   absl::Duration poll_timeout = absl::Milliseconds(500);

@@ -71,8 +71,11 @@ absl::StatusOr<RouteChoice> RouteChooser::Choose(absl::Span<const ReplicaLoad> r
     double cost = load;
     if (policy_ == RoutingPolicy::kKv) {
       const int64_t prompt_blocks = (prompt_tokens + bs - 1) / bs;
-      const int64_t new_blocks = prompt_blocks - cached_tokens(i) / bs;
-      cost += prefill_weight_ * static_cast<double>(new_blocks);
+      const int64_t cached_blocks = cached_tokens(i) / bs;
+      const int64_t new_blocks = prompt_blocks - cached_blocks;
+      const int64_t disk_blocks = std::min<int64_t>(replicas[i].matched_disk_blocks, cached_blocks);
+      cost += prefill_weight_ * (static_cast<double>(new_blocks) +
+                                 disk_hit_cost_ * static_cast<double>(disk_blocks));
     }
     if (cost < best_cost || (cost == best_cost && load < best_load)) {
       best = i;

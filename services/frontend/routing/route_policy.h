@@ -5,10 +5,14 @@
 // The kv policy's cost of sending a request to replica r, in KV blocks (as NVIDIA Dynamo's
 // KV router weighs them):
 //
-//   cost(r) = prefill_weight * new_prefill_blocks(r) + load_blocks(r)
+//   cost(r) = prefill_weight * (new_prefill_blocks(r) + disk_hit_cost * disk_blocks(r))
+//             + load_blocks(r)
 //
 //   new_prefill_blocks(r) = blocks of the prompt that r must compute: the prompt's blocks
 //                           less those r's prefix index holds (its predicted cache hit)
+//   disk_blocks(r)        = of the blocks it holds, those only its disk KV tier keeps: a
+//                           load from disk costs disk_hit_cost (--kv_disk_hit_cost, default
+//                           0.1) of computing the block, a hit in memory nothing
 //   load_blocks(r)        = the tokens r's scheduler still has to compute (its last report)
 //                           plus those of requests this router sent it since that report,
 //                           in blocks
@@ -43,6 +47,7 @@ const char* RoutingPolicyName(RoutingPolicy policy);
 struct ReplicaLoad {
   bool eligible = true;            // healthy enough to take new work
   int32_t matched_blocks = 0;      // the request's leading blocks this replica holds
+  int32_t matched_disk_blocks = 0; // of those, the ones only its disk tier holds
   int64_t pending_tokens = 0;      // its scheduler's last report plus what was sent since
 };
 
@@ -54,8 +59,11 @@ struct RouteChoice {
 
 class RouteChooser {
  public:
-  RouteChooser(RoutingPolicy policy, double prefill_weight, uint64_t seed = 0x5eed)
-      : policy_(policy), prefill_weight_(prefill_weight), rng_(seed) {}
+  static constexpr double kDefaultDiskHitCost = 0.1;
+  RouteChooser(RoutingPolicy policy, double prefill_weight, uint64_t seed = 0x5eed,
+               double disk_hit_cost = kDefaultDiskHitCost)
+      : policy_(policy), prefill_weight_(prefill_weight), disk_hit_cost_(disk_hit_cost),
+        rng_(seed) {}
 
   // Picks among the eligible replicas for a prompt of `prompt_tokens` tokens cut into
   // blocks of `block_size`. The cache manager never serves a prompt's last token from the
@@ -69,6 +77,7 @@ class RouteChooser {
  private:
   const RoutingPolicy policy_;
   const double prefill_weight_;
+  const double disk_hit_cost_;
   uint64_t next_ = 0;  // round-robin position, also the tie-breaker's rotation
   std::mt19937_64 rng_;
 };

@@ -85,5 +85,29 @@ TEST(RoutePolicyTest, OnlyEligibleReplicasAndRoundRobinCycles) {
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("none of the 3 replicas"));
 }
 
+// A hit on a replica's disk tier is cheaper than computing the block, dearer than a hit
+// in memory: with equal loads, memory beats disk beats nothing; and it is still counted as
+// cached tokens (the replica's scheduler reports loaded blocks as cached).
+TEST(RoutePolicyTest, KvWeighsADiskHitBetweenAMemoryHitAndAMiss) {
+  RouteChooser kv(RoutingPolicy::kKv, 1.0, /*seed=*/1, /*disk_hit_cost=*/0.1);
+  // 100 tokens: 7 blocks, 6 servable.
+  std::vector<ReplicaLoad> r = {{.matched_blocks = 0},
+                                {.matched_blocks = 6, .matched_disk_blocks = 6},
+                                {.matched_blocks = 6, .matched_disk_blocks = 2}};
+  absl::StatusOr<RouteChoice> c = kv.Choose(r, 100, 16);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->replica, 2);
+  EXPECT_EQ(c->predicted_cached_tokens, 96);
+  EXPECT_DOUBLE_EQ(c->cost, 1.0 + 0.1 * 2);
+  r[2].matched_blocks = 0;
+  c = kv.Choose(r, 100, 16);
+  EXPECT_EQ(c->replica, 1);
+  EXPECT_DOUBLE_EQ(c->cost, 1.0 + 0.1 * 6);
+  // A disk hit is not worth a queue: 6 blocks of load outweigh the 5.4 blocks it saves.
+  r[1].pending_tokens = 6 * 16;
+  r[2].pending_tokens = 16;
+  EXPECT_EQ(kv.Choose(r, 100, 16)->replica, 0);
+}
+
 }  // namespace
 }  // namespace folio::frontend::routing

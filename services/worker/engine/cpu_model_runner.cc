@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/kv_block_file.h"
 #include "glog/logging.h"
 #include "services/worker/engine/step_validation.h"
 #include "services/worker/kernels/cache_ops.h"
@@ -358,8 +359,7 @@ absl::Status CpuModelRunner::SetDiskStore(KvDiskStore* disk) {
   return absl::OkStatus();
 }
 
-absl::Status CpuModelRunner::CheckTransfers(absl::Span<const HostTransfer> transfers,
-                                            std::vector<std::vector<uint8_t>>* disk_loads) {
+absl::Status CpuModelRunner::CheckTransfers(absl::Span<const HostTransfer> transfers) const {
   const int32_t block_size = kv_->shape().block_size;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const HostTransfer& t = transfers[i];
@@ -368,13 +368,6 @@ absl::Status CpuModelRunner::CheckTransfers(absl::Span<const HostTransfer> trans
       return absl::FailedPreconditionError(
           "the step carries KV offload transfers, but this worker has no host tier "
           "(--kv_host_bytes)");
-    }
-    if (disk_load && disk_ == nullptr) {
-      // The cache manager's index holds a block this worker cannot read (it was started
-      // without --kv_disk_dir): refused as a load that failed.
-      return absl::DataLossError(
-          "the step loads a KV block from disk, but this worker has no disk tier "
-          "(--kv_disk_dir)");
     }
     const bool uses_block = t.kind != HostTransfer::Kind::kSpill;
     const bool uses_slot = !disk_load;
@@ -385,23 +378,58 @@ absl::Status CpuModelRunner::CheckTransfers(absl::Span<const HostTransfer> trans
           ") or host slot ", t.host_slot, " (segment of ", host_->num_slots(),
           ") out of range"));
     }
-    if (t.kind == HostTransfer::Kind::kSpill && t.tokens.size() != static_cast<size_t>(block_size)) {
+    if (t.kind == HostTransfer::Kind::kSpill &&
+        t.tokens.size() != static_cast<size_t>(block_size)) {
       return absl::InvalidArgumentError(absl::StrCat("host transfer ", i, ": a spill of ",
                                                      t.tokens.size(), " tokens, blocks hold ",
                                                      block_size));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModelRunner::RunTransfers(absl::Span<const HostTransfer> transfers) {
+  std::vector<std::pair<uint64_t, uint64_t>> failed;
+  absl::Status first_failure;
   for (const HostTransfer& t : transfers) {
-    if (t.kind != HostTransfer::Kind::kLoadDisk) continue;
-    std::vector<uint8_t>& bytes = disk_loads->emplace_back(kv_->bytes_per_block());
-    if (absl::Status s = disk_->Load(t.hash_hi, t.hash_lo, bytes.data()); !s.ok()) {
-      // Missing (another replica sharing the directory removed it) or damaged: the block
-      // it was to fill would hold nothing, so the step is refused as a loss of data.
-      return absl::DataLossError(absl::StrCat("a KV block on disk could not be loaded: ",
-                                              s.message()));
+    switch (t.kind) {
+      case HostTransfer::Kind::kStore:
+        kv_->CopyBlockOut(t.block, host_->slot(t.host_slot));
+        break;
+      case HostTransfer::Kind::kLoad:
+        kv_->CopyBlockIn(t.block, host_->slot(t.host_slot));
+        break;
+      case HostTransfer::Kind::kSpill:
+        // Without a disk tier a spill is dropped: the index finds no file, a miss.
+        if (disk_ != nullptr) {
+          disk_->Spill(t.hash_hi, t.hash_lo, t.tokens, host_->slot(t.host_slot));
+        }
+        break;
+      case HostTransfer::Kind::kLoadDisk: {
+        // One block at a time through one buffer: a long prompt loaded from disk needs no
+        // more memory than a block.
+        disk_staging_.resize(static_cast<size_t>(kv_->bytes_per_block()));
+        absl::Status s =
+            disk_ == nullptr
+                ? absl::FailedPreconditionError("this worker has no disk tier (--kv_disk_dir)")
+                : disk_->Load(t.hash_hi, t.hash_lo, disk_staging_.data());
+        if (!s.ok()) {
+          // Missing (another replica sharing the directory removed it), damaged or
+          // unreadable: the block holds zeros and the step runs on, so every rank stays in
+          // step with the others' collectives; the step is refused at its end.
+          std::fill(disk_staging_.begin(), disk_staging_.end(), 0);
+          failed.emplace_back(t.hash_hi, t.hash_lo);
+          if (first_failure.ok()) first_failure = s;
+        }
+        kv_->CopyBlockIn(t.block, disk_staging_.data());
+        break;
+      }
     }
   }
-  return absl::OkStatus();
+  if (failed.empty()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(failed.size(), " KV block(s) on disk could not be "
+                                          "loaded (", first_failure.message(), "); ",
+                                          FormatKvDiskBlocks(failed)));
 }
 
 absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
@@ -413,31 +441,19 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   limits.max_seq_len = c.max_seq_len;
   limits.verifies_drafts = true;
   if (absl::Status s = ValidateStep(step, limits); !s.ok()) return s;
-  // Disk loads read (and check) their files first, so a missing or damaged one refuses
-  // the step before anything is copied.
-  std::vector<std::vector<uint8_t>> disk_loads;
-  if (absl::Status s = CheckTransfers(step.host_transfers, &disk_loads); !s.ok()) return s;
+  if (absl::Status s = CheckTransfers(step.host_transfers); !s.ok()) return s;
 
-  // The offload tiers' transfers, in the cache manager's order, before anything else.
-  size_t next_disk_load = 0;
-  for (const HostTransfer& t : step.host_transfers) {
-    switch (t.kind) {
-      case HostTransfer::Kind::kStore:
-        kv_->CopyBlockOut(t.block, host_->slot(t.host_slot));
-        break;
-      case HostTransfer::Kind::kLoad:
-        kv_->CopyBlockIn(t.block, host_->slot(t.host_slot));
-        break;
-      case HostTransfer::Kind::kSpill:
-        // Without a disk tier a spill is dropped: the index finds no file, a miss.
-        if (disk_ != nullptr) disk_->Spill(t.hash_hi, t.hash_lo, t.tokens, host_->slot(t.host_slot));
-        break;
-      case HostTransfer::Kind::kLoadDisk:
-        kv_->CopyBlockIn(t.block, disk_loads[next_disk_load++].data());
-        break;
-    }
-  }
+  // The offload tiers' transfers, in the cache manager's order, before anything else. A
+  // disk load that failed leaves its block zeroed and the step is refused after it ran
+  // (DATA_LOSS naming the blocks): the scheduler resets the pool and recomputes.
+  const absl::Status transfers = RunTransfers(step.host_transfers);
+  absl::StatusOr<StepOutput> out = RunStep(step);
+  if (out.ok() && !transfers.ok()) return transfers;
+  return out;
+}
 
+absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
+  const ModelConfig& c = weights_.config;
   // Copy-on-write first: later writes in this step may land in the copied blocks.
   if (!step.block_copies.empty()) {
     std::vector<k::BlockCopy> copies;

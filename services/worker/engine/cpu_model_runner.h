@@ -236,10 +236,13 @@ class CpuModelRunner final : public ModelRunner {
   void GemmOn(kernels::ThreadPool* pool, const float* x, int64_t ldx, int64_t rows,
               const Linear& w, float beta, float* y, int64_t ldy);
 
-  // Checks the step's offload transfers (ranges, the tiers they need) and reads its disk
-  // loads' files into `disk_loads`, in order: nothing is copied until all are good.
-  absl::Status CheckTransfers(absl::Span<const HostTransfer> transfers,
-                              std::vector<std::vector<uint8_t>>* disk_loads);
+  // Checks the step's offload transfers (ranges, the tier they need) before anything runs.
+  absl::Status CheckTransfers(absl::Span<const HostTransfer> transfers) const;
+  // Runs them in order; DataLoss naming the disk blocks that could not be loaded (their
+  // pool blocks zeroed), after running the rest.
+  absl::Status RunTransfers(absl::Span<const HostTransfer> transfers);
+  // The step after its transfers: copies, then the forward pass.
+  absl::StatusOr<StepOutput> RunStep(const StepInput& step);
   // Grows the activation buffers for a step of num_tokens tokens, num_logit_rows rows.
   void Reserve(int64_t num_tokens, int64_t num_logit_rows);
 
@@ -247,6 +250,7 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<KvCache> kv_;
   const HostKvSegment* host_ = nullptr;  // SetHostSegment
   KvDiskStore* disk_ = nullptr;          // SetDiskStore
+  std::vector<uint8_t> disk_staging_;    // one block read from disk
   kernels::ThreadPool pool_;
   const kernels::CpuIsa isa_;
   const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)

@@ -12,10 +12,15 @@
 #include "absl/memory/memory.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/kv_block_file.h"
 #include "glog/logging.h"
 
 namespace folio::cachemgr {
+namespace {
+constexpr absl::Duration kStaleTemp = absl::Minutes(10);
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(std::string dir, int32_t num_ranks,
                                                          int32_t block_size,
@@ -35,9 +40,21 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(std::string dir, int32_
   }
   // What an earlier run (or another replica) left, oldest first.
   std::vector<std::pair<int64_t, BlockHash>> found;
+  const int64_t now = absl::ToUnixNanos(absl::Now());
   while (dirent* e = readdir(d)) {
     BlockHash hash;
-    if (!ParseKvBlockFileName(e->d_name, &hash.hi, &hash.lo)) continue;
+    if (!ParseKvBlockFileName(e->d_name, &hash.hi, &hash.lo)) {
+      // A writer's temporary file (".<name>.tmp.<pid>.<n>") left by a worker that died
+      // mid-write; one younger than kStaleTemp may still be renamed into place.
+      struct stat st;
+      if (e->d_name[0] == '.' && std::strstr(e->d_name, ".kv.tmp.") != nullptr &&
+          fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+          now - (int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec) >
+              absl::ToInt64Nanoseconds(kStaleTemp)) {
+        unlinkat(dirfd(d), e->d_name, 0);
+      }
+      continue;
+    }
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) continue;
     found.emplace_back(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, hash);

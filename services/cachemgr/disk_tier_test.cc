@@ -1,10 +1,12 @@
 #include "services/cachemgr/disk_tier.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -156,6 +158,21 @@ TEST_F(DiskTierTest, AnEntryAnUnconfirmedTransferHoldsIsNeverEvicted) {
   EXPECT_FALSE(FileExists(1));
   EXPECT_TRUE(FileExists(2));
   ASSERT_TRUE(t->CheckInvariants().ok());
+}
+
+// A writer's temporary file left by a worker that died mid-write is removed by the next
+// Open once it is old; a young one may still be renamed into place and stays.
+TEST_F(DiskTierTest, OpenRemovesStaleTemporaryFilesOnly) {
+  const std::string old_tmp = dir_ + "/." + KvBlockFileName(1, 2, 0) + ".tmp.99.1";
+  const std::string new_tmp = dir_ + "/." + KvBlockFileName(3, 4, 0) + ".tmp.99.2";
+  std::ofstream(old_tmp) << "partial";
+  std::ofstream(new_tmp) << "partial";
+  const timespec hour_ago[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, old_tmp.c_str(), hour_ago, 0), 0);
+  std::unique_ptr<DiskTier> t = Open(4);
+  EXPECT_NE(access(old_tmp.c_str(), F_OK), 0);
+  EXPECT_EQ(access(new_tmp.c_str(), F_OK), 0);
+  EXPECT_EQ(t->Stats().num_used, 0);
 }
 
 // A lookup walks a chain: a hit found first is not evicted to make room for a block the

@@ -26,14 +26,18 @@ constexpr int64_t kDigestSpan = int64_t{1} << 20;
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
-// "<size>:<checksum of the first MiB>:<checksum of the last MiB>" of one file.
+// "<size>:<checksum of the first MiB>:<checksum of the last MiB>:<checksum of samples>"
+// of one file: the samples are kSamples spans of 4 KiB spread evenly between the two, so a
+// file that differs anywhere in a whole tensor (a fine-tune, a merged adapter) differs here.
+constexpr int kSamples = 4096;
+constexpr int64_t kSampleSpan = 4096;
+
 absl::StatusOr<std::string> FileDigest(const std::string& path, int64_t size) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": ", ErrnoText(errno)));
   std::vector<uint8_t> buf;
-  auto checksum_at = [&](int64_t offset) -> absl::StatusOr<uint64_t> {
-    const int64_t n = std::min(kDigestSpan, size - offset);
-    buf.resize(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  auto read_at = [&](int64_t offset, int64_t n) -> absl::Status {
+    buf.resize(static_cast<size_t>(std::max<int64_t>(std::min(n, size - offset), 0)));
     size_t done = 0;
     while (done < buf.size()) {
       const ssize_t got = pread(fd, buf.data() + done, buf.size() - done,
@@ -42,14 +46,26 @@ absl::StatusOr<std::string> FileDigest(const std::string& path, int64_t size) {
       if (got <= 0) return absl::DataLossError(absl::StrCat(path, ": short read"));
       done += static_cast<size_t>(got);
     }
-    return KvChecksum(buf);
+    return absl::OkStatus();
   };
-  absl::StatusOr<uint64_t> head = checksum_at(0);
-  absl::StatusOr<uint64_t> tail = head.ok() ? checksum_at(std::max<int64_t>(0, size - kDigestSpan))
-                                            : head;
+  uint64_t head = 0, tail = 0, samples = 0;
+  absl::Status s = read_at(0, kDigestSpan);
+  if (s.ok()) head = KvChecksum(buf);
+  const int64_t tail_at = std::max<int64_t>(0, size - kDigestSpan);
+  if (s.ok()) s = read_at(tail_at, kDigestSpan);
+  if (s.ok()) tail = KvChecksum(buf);
+  const int64_t middle = tail_at - kDigestSpan;  // bytes between the head and the tail
+  if (s.ok() && middle > 0) {
+    std::vector<uint8_t> all;
+    for (int k = 0; k < kSamples && s.ok(); ++k) {
+      s = read_at(kDigestSpan + middle * k / kSamples, kSampleSpan);
+      all.insert(all.end(), buf.begin(), buf.end());
+    }
+    samples = KvChecksum(all);
+  }
   close(fd);
-  if (!tail.ok()) return tail.status();
-  return absl::StrFormat("%d:%016x:%016x", size, *head, *tail);
+  if (!s.ok()) return s;
+  return absl::StrFormat("%d:%016x:%016x:%016x", size, head, tail, samples);
 }
 
 }  // namespace

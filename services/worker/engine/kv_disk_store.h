@@ -53,8 +53,11 @@ struct KvDiskStoreOptions {
 };
 
 // A fingerprint of a model file's (or a directory of files') content that does not
-// depend on where it lies: its size and a checksum of its first and last MiB (a
-// directory: those of every regular file in it, by name). NotFound when there is
+// depend on where it lies: its size, checksums of its first and last MiB and of 4,096
+// spans of 4 KiB spread evenly between them (16 MiB read at most; a directory: those of
+// every regular file in it, by name). Two files that differ in any whole tensor differ
+// here; two that differ only between the samples would share blocks (give them
+// different --kv_disk_dir roots). NotFound when there is
 // nothing at `path`.
 absl::StatusOr<std::string> ModelContentIdentity(const std::string& path);
 

@@ -150,6 +150,11 @@ TEST_F(KvDiskStoreTest, AModelsContentIdentityDoesNotDependOnItsPath) {
   absl::StatusOr<std::string> b = ModelContentIdentity((root_ / "b.gguf").string());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
+  // A tensor in the middle changed (a fine-tune): another model.
+  std::vector<char> tuned = bytes;
+  for (size_t i = (3 << 19); i < (3 << 19) + (64 << 10); ++i) tuned[i] ^= 0x11;
+  std::ofstream(root_ / "b.gguf", std::ios::binary).write(tuned.data(), tuned.size());
+  EXPECT_NE(*ModelContentIdentity((root_ / "b.gguf").string()), *a);
   // A changed last byte is another model.
   bytes.back() ^= 1;
   std::ofstream(root_ / "b.gguf", std::ios::binary).write(bytes.data(), bytes.size());

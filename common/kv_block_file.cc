@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -181,19 +182,23 @@ std::string FormatKvDiskBlocks(absl::Span<const std::pair<uint64_t, uint64_t>> b
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> ParseKvDiskBlocks(absl::string_view message) {
+  // Every list: a refusal of several ranks joins their messages.
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  const size_t at = message.rfind(kDiskBlocksMarker);
-  if (at == absl::string_view::npos) return out;
-  absl::string_view rest = message.substr(at + kDiskBlocksMarker.size());
-  while (rest.size() >= 32) {
-    uint64_t hi = 0, lo = 0;
-    if (!absl::SimpleHexAtoi(rest.substr(0, 16), &hi) ||
-        !absl::SimpleHexAtoi(rest.substr(16, 16), &lo)) {
-      break;
+  for (size_t at = message.find(kDiskBlocksMarker); at != absl::string_view::npos;
+       at = message.find(kDiskBlocksMarker, at + 1)) {
+    absl::string_view rest = message.substr(at + kDiskBlocksMarker.size());
+    while (rest.size() >= 32) {
+      uint64_t hi = 0, lo = 0;
+      if (!absl::SimpleHexAtoi(rest.substr(0, 16), &hi) ||
+          !absl::SimpleHexAtoi(rest.substr(16, 16), &lo)) {
+        break;
+      }
+      if (std::find(out.begin(), out.end(), std::make_pair(hi, lo)) == out.end()) {
+        out.emplace_back(hi, lo);
+      }
+      rest.remove_prefix(32);
+      if (!absl::ConsumePrefix(&rest, ",")) break;
     }
-    out.emplace_back(hi, lo);
-    rest.remove_prefix(32);
-    if (!absl::ConsumePrefix(&rest, ",")) break;
   }
   return out;
 }

@@ -145,5 +145,19 @@ TEST(KvBlockFileNamesTest, NamesAndNamespacesRoundTrip) {
   EXPECT_FALSE(ParseKvNamespaceDir("/var/kv").ok());
 }
 
+// A refusal names the blocks it could not load; one of several ranks joins their messages,
+// and every list is read back, each block once.
+TEST(KvDiskBlocksTest, FormatAndParseRoundTripOverSeveralRanks) {
+  const std::vector<std::pair<uint64_t, uint64_t>> a = {{1, 2}, {0xffffffffffffffffULL, 0}};
+  const std::string one = "3 KV block(s) could not be loaded (no file); " + FormatKvDiskBlocks(a);
+  EXPECT_EQ(ParseKvDiskBlocks(one), a);
+  const std::string two = "worker rank 1 of 2: " + one + "; rank 0: x; " +
+                          FormatKvDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>>{{5, 6}, {1, 2}});
+  EXPECT_EQ(ParseKvDiskBlocks(two),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{1, 2}, {0xffffffffffffffffULL, 0}, {5, 6}}));
+  EXPECT_TRUE(ParseKvDiskBlocks("worker rank 0: Socket closed").empty());
+  EXPECT_TRUE(ParseKvDiskBlocks("disk blocks: 12zz").empty());
+}
+
 }  // namespace
 }  // namespace folio

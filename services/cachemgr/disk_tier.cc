@@ -229,8 +229,13 @@ void DiskTier::Ban(const BlockHash& hash) {
   if (banned_.size() >= kMaxBanned) banned_.clear();
   banned_.insert(hash);
   ++counters_.num_banned;
-  if (auto it = index_.find(hash); it != index_.end()) Drop(it, /*remove_files=*/true);
-  else RemoveFiles(hash);
+  // The files stay: the worker removed a damaged one itself, and one it could not read
+  // (no tier there, a passing error) may serve other replicas sharing the directory. The
+  // pool the entry was in is being reset, so no event is owed for it.
+  if (auto it = index_.find(hash); it != index_.end()) {
+    lru_.erase(it->second.lru);
+    index_.erase(it);
+  }
 }
 
 void DiskTier::NoteLoad(const BlockHash& hash, uint64_t ticket) {

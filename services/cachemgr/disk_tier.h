@@ -84,7 +84,8 @@ class DiskTier {
   // later block of the chain making room cannot evict an earlier hit) may go again.
   void EndLookup();
   // A worker could not load `hash` (its payload damaged, a file it cannot read, or no
-  // disk tier on that worker): its entry and files go, and it is never found or spilled
+  // disk tier on that worker): its entry goes (its files stay, for other replicas that
+  // can read them; the worker removed a damaged one), and it is never found or spilled
   // again by this index (a bounded set), so a block the cache manager can read but the
   // workers cannot never refuses step after step.
   void Ban(const BlockHash& hash);

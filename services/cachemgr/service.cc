@@ -540,7 +540,9 @@ grpc::ServerUnaryReactor* CacheManagerService::GetBlockEvents(
       e->set_hash_hi(hash.hi);
       e->set_hash_lo(hash.lo);
     }
-    for (const BlockHash& hash : manager_->DiskOnlyHashes()) {
+    const std::vector<BlockHash> disk_only =
+        request->disk_events() ? manager_->DiskOnlyHashes() : std::vector<BlockHash>{};
+    for (const BlockHash& hash : disk_only) {
       pb::BlockEvent* e = response->add_events();
       e->set_seq(log.last_seq());
       e->set_kind(pb::BlockEvent::STORED_ON_DISK);
@@ -555,7 +557,10 @@ grpc::ServerUnaryReactor* CacheManagerService::GetBlockEvents(
     switch (event.kind) {
       case BlockEvent::Kind::kStored: e->set_kind(pb::BlockEvent::STORED); break;
       case BlockEvent::Kind::kRemoved: e->set_kind(pb::BlockEvent::REMOVED); break;
-      case BlockEvent::Kind::kStoredOnDisk: e->set_kind(pb::BlockEvent::STORED_ON_DISK); break;
+      case BlockEvent::Kind::kStoredOnDisk:
+        e->set_kind(request->disk_events() ? pb::BlockEvent::STORED_ON_DISK
+                                           : pb::BlockEvent::REMOVED);
+        break;
     }
     e->set_hash_hi(event.hash.hi);
     e->set_hash_lo(event.hash.lo);

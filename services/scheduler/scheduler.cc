@@ -198,6 +198,21 @@ bool Scheduler::HasWork() const {
          !state_.pending_transfers.empty() || recovery_.active() || inflight_.has_value();
 }
 
+void Scheduler::LoseToDiskLoads(const absl::Status& status) {
+  // A block file the step was to load is gone, damaged or unreadable (the workers ran the
+  // step with the block zeroed, every rank in step, and refused its answer): the cache
+  // manager's index counted on it, so it drops the blocks named, its pool is reset and
+  // every running request recomputes, token for token.
+  ++state_.stats.num_disk_load_refusals;
+  std::vector<std::pair<uint64_t, uint64_t>> bad = ParseKvDiskBlocks(status.message());
+  LOG(WARNING) << "the workers could not load " << bad.size()
+               << " KV block(s) from disk; the cache manager drops them, the pool is reset "
+                  "and the running requests recompute";
+  cache_->NoteBadDiskBlocks(std::move(bad));
+  state_.Lose(LostService::kCache,
+              absl::UnavailableError(absl::StrCat("worker step refused: ", status.message())));
+}
+
 void Scheduler::SendTransfers() {
   if (state_.pending_transfers.empty() || state_.loss.has_value() || inflight_.has_value()) {
     return;
@@ -206,6 +221,10 @@ void Scheduler::SendTransfers() {
   planner_.TakeTransfers(&plan);
   absl::StatusOr<worker::StepOutput> output = workers_->Execute(plan.input, {});
   if (!output.ok()) {
+    if (output.status().code() == absl::StatusCode::kDataLoss) {  // as in Complete
+      LoseToDiskLoads(output.status());
+      return;
+    }
     if (IsFenced(output.status())) {
       state_.Lose(LostService::kWorker, output.status());
       return;
@@ -407,18 +426,7 @@ void Scheduler::Complete(const InflightStep& step, absl::StatusOr<worker::StepOu
       return;
     }
     if (output.status().code() == absl::StatusCode::kDataLoss) {
-      // A block file the step was to load is gone, damaged or unreadable (the workers ran
-      // the step with the block zeroed, every rank in step, and refused its answer): the
-      // cache manager's index counted on it, so it drops the blocks named, its pool is reset
-      // and every running request recomputes, token for token.
-      ++state_.stats.num_disk_load_refusals;
-      std::vector<std::pair<uint64_t, uint64_t>> bad = ParseKvDiskBlocks(output.status().message());
-      LOG(WARNING) << "the workers could not load " << bad.size()
-                   << " KV block(s) from disk; the cache manager drops them, the pool is "
-                      "reset and the running requests recompute";
-      cache_->NoteBadDiskBlocks(std::move(bad));
-      state_.Lose(LostService::kCache, absl::UnavailableError(absl::StrCat(
-                                           "worker step refused: ", output.status().message())));
+      LoseToDiskLoads(output.status());
       return;
     }
     if (IsFenced(output.status())) {  // a newer scheduler holds the replica

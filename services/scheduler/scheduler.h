@@ -144,6 +144,9 @@ class Scheduler {
   // a step of transfers alone runs them now, so the tier holds the blocks even if the
   // worker is lost before the next request.
   void SendTransfers();
+  // A step the workers refused with DATA_LOSS (disk loads that failed): the blocks it
+  // names go to the cache manager with the Reset, and the pool is lost (recomputed).
+  void LoseToDiskLoads(const absl::Status& status);
   // Sends `plan` to the workers; `previous` (with its `output`), when given, is the step
   // whose samples the plan's pending tokens are.
   void Launch(PlannedStep plan, const InflightStep* previous,

@@ -224,25 +224,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.kv_disk_dir = absl::GetFlag(FLAGS_kv_disk_dir);
-  options.kv_disk_bytes = options.kv_disk_dir.empty() ? 0 : *disk_bytes;
-  if (!options.kv_disk_dir.empty() || *disk_bytes > 0) {
-    if (options.kv_disk_dir.empty() || *disk_bytes <= 0) {
-      LOG(ERROR) << "the disk KV tier needs both --kv_disk_dir and a positive --kv_disk_bytes";
-      return 2;
-    }
+  options.kv_disk_bytes = *disk_bytes;
+  if (options.kv_disk_bytes > 0 && options.kv_disk_dir.empty()) {
+    LOG(ERROR) << "--kv_disk_bytes: the disk KV tier needs a directory, --kv_disk_dir";
+    return 2;
+  }
+  if (options.kv_disk_bytes == 0 && !options.kv_disk_dir.empty()) {
+    LOG(INFO) << "--kv_disk_dir without --kv_disk_bytes: no disk KV tier";
+    options.kv_disk_dir.clear();
+  }
+  if (options.kv_disk_bytes > 0) {
     if (options.kv_host_bytes <= 0) {
       LOG(ERROR) << "--kv_disk_dir: the disk KV tier lies below the host tier; give "
                     "--kv_host_bytes too";
       return 2;
     }
-    // Blocks are named by what the model computes, not by where its file lies, so
-    // replicas on other machines (or after a redeploy) share them.
-    absl::StatusOr<std::string> content = folio::worker::ModelContentIdentity(model_path);
-    if (!content.ok()) {
-      LOG(ERROR) << "--kv_disk_dir: cannot read the model's content: " << content.status();
-      return 2;
-    }
-    options.model_content_identity = *content;
   }
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   if (options.num_threads < 0) {
@@ -326,6 +322,16 @@ int main(int argc, char** argv) {
   }
   options.make_runner = *std::move(factory);
   folio::ExitIfCheckingFlags();
+  if (options.kv_disk_bytes > 0) {
+    // Blocks are named by what the model computes, not by where its file lies, so
+    // replicas on other machines (or after a redeploy) share them.
+    absl::StatusOr<std::string> content = folio::worker::ModelContentIdentity(model_path);
+    if (!content.ok()) {
+      LOG(ERROR) << "--kv_disk_dir: cannot read the model's content: " << content.status();
+      return 2;
+    }
+    options.model_content_identity = *content;
+  }
 
   // From here a signal exits at once until the worker serves (a large model loads for
   // minutes), and a taken port is said before the load rather than after it.

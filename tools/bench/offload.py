@@ -68,7 +68,12 @@ def parse_args(argv):
     p.add_argument("--kv_disk_bytes", default="2GiB")
     p.add_argument("--max_model_len", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--write_docs", action="store_true")
+    p.add_argument("--write_docs", action="store_true",
+                   help="put the table into docs/benchmarks.md and the plot into "
+                        "docs/img/offload.png")
+    p.add_argument("--plot", default=None,
+                   help="draw TTFT and prompt tokens cached per configuration into this PNG "
+                        "(needs python3-matplotlib; default with --write_docs: docs/img/offload.png)")
     p.add_argument("--startup_timeout_s", type=int, default=600)
     a = p.parse_args(argv)
     build = os.path.dirname(os.path.abspath(a.bin_dir))
@@ -152,6 +157,15 @@ def table(a, results):
                      f"{r['host_loads']:.0f} blocks | {r['disk_loads']:.0f} blocks |")
     ratio = on["ttft_p50_s"] / off["ttft_p50_s"]
     lines.append("")
+    if len(results) >= 4:
+        disk, restart = results[2], results[3]
+        first = [t for t in restart["turns"] if t["turn"] == 0]
+        lines.append(f"With the small host tier over the disk tier: TTFT p50 "
+                     f"**{disk['ttft_p50_s'] / off['ttft_p50_s']:.2f}x** of no offload; after a "
+                     f"full restart **{restart['ttft_p50_s'] / off['ttft_p50_s']:.2f}x**, and "
+                     f"{sum(t['cached_tokens'] > 0 for t in first)} of {len(first)} first turns "
+                     f"found their system prompt on disk.")
+        lines.append("")
     lines.append(f"TTFT p50 with the tier / without: **{ratio:.2f}x** (aim <= 0.5x); "
                  f"wall time {on['wall_s'] / off['wall_s']:.2f}x. {a.conversations} "
                  f"conversations x {a.turns} turns, system prompt {a.prefix_len} tokens, "
@@ -160,6 +174,37 @@ def table(a, results):
                  f"{a.disk_host_bytes} over {a.kv_disk_bytes} on disk); {a.threads} threads; "
                  f"{peer.machine().get('cpu', '')}.")
     return "\n".join(lines) + "\n", ratio
+
+
+def draw(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed (python3-matplotlib): no plot")
+        return
+    names = [r["config"] for r in results]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    xs = range(len(names))
+    width = 0.38
+    axes[0].bar([x - width / 2 for x in xs], [r["ttft_p50_s"] * 1000 for r in results], width,
+                label="p50", color="tab:blue")
+    axes[0].bar([x + width / 2 for x in xs], [r["ttft_p99_s"] * 1000 for r in results], width,
+                label="p99", color="tab:gray")
+    axes[0].set_title("TTFT of turns 2+ (ms)")
+    axes[0].legend()
+    cached = [100.0 * r["cached_prompt_tokens"] / max(r["prompt_tokens"], 1) for r in results]
+    axes[1].bar(xs, cached, 0.6, color="tab:green")
+    axes[1].set_title("prompt tokens found cached (%)")
+    for ax in axes:
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=12, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    log(f"plot: {path}")
 
 
 def main(argv):
@@ -184,6 +229,9 @@ def main(argv):
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(text)
     print(text)
+    plot = a.plot or (os.path.join(ROOT, "docs", "img", "offload.png") if a.write_docs else None)
+    if plot:
+        draw(results, plot)
     if a.write_docs:
         path = os.path.join(ROOT, "docs", "benchmarks.md")
         doc = open(path).read()

@@ -289,6 +289,7 @@ void ReplicaSet::PollAll() {
       const EventCursor cursor = r->index.cursor();
       p->request.mutable_block_events()->set_pool_id(cursor.pool_id);
       p->request.mutable_block_events()->set_after_seq(cursor.after_seq);
+      p->request.mutable_block_events()->set_disk_events(true);
       p->ctx.set_deadline(absl::ToChronoTime(started + options_.poll_timeout));
       polls.push_back(std::move(p));
     }

@@ -448,8 +448,10 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   // (DATA_LOSS naming the blocks): the scheduler resets the pool and recomputes.
   const absl::Status transfers = RunTransfers(step.host_transfers);
   absl::StatusOr<StepOutput> out = RunStep(step);
-  if (out.ok() && !transfers.ok()) return transfers;
-  return out;
+  if (transfers.ok()) return out;
+  if (out.ok()) return transfers;
+  // Both: the step's own failure first, the blocks to drop still named at the end.
+  return absl::DataLossError(absl::StrCat(out.status().message(), "; ", transfers.message()));
 }
 
 absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {

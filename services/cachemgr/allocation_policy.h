@@ -69,6 +69,9 @@ class AllocationPolicy {
 
   // The host-tier transfers decided since the last call, in order (host_tier.h).
   virtual std::vector<BlockTransfer> TakeTransfers() { return {}; }
+  // The workers ran the transfers up to the host tier's confirmed ticket (the disk tier's
+  // spills among them): whatever that changes for routers is logged.
+  virtual void OnTransfersConfirmed() {}
 
   // The pool whose prefix-cache index and event log routers follow; null for a policy
   // without a prefix cache.

@@ -213,6 +213,7 @@ bool DiskTier::Find(const BlockHash& hash, absl::Span<const int32_t> tokens) {
     if (static_cast<int32_t>(index_.size()) >= num_blocks_ && !MakeRoom()) return false;
     Insert(hash, *std::move(read), 0);
     ++counters_.num_adopted;
+    announced_.push_back(hash);
   } else {
     it->second.tokens = *std::move(read);
     lru_.splice(lru_.end(), lru_, it->second.lru);
@@ -255,6 +256,7 @@ bool DiskTier::Spill(const BlockHash& hash, absl::Span<const int32_t> tokens, ui
     // replica's eviction): written again under this spill's ticket.
     if (it->second.spill_ticket > confirmed_ || FilesPresent(hash)) return false;
     it->second.spill_ticket = ticket;
+    pending_spills_.emplace_back(ticket, hash);
     it->second.hold_ticket = std::max(it->second.hold_ticket, ticket);
     it->second.tokens.assign(tokens.begin(), tokens.end());
     ++counters_.num_spills;
@@ -262,15 +264,39 @@ bool DiskTier::Spill(const BlockHash& hash, absl::Span<const int32_t> tokens, ui
   }
   if (static_cast<int32_t>(index_.size()) >= num_blocks_ && !MakeRoom()) return false;
   Insert(hash, std::vector<int32_t>(tokens.begin(), tokens.end()), ticket);
+  pending_spills_.emplace_back(ticket, hash);
   ++counters_.num_spills;
   return true;
 }
 
-std::vector<BlockHash> DiskTier::Hashes() const { return {lru_.begin(), lru_.end()}; }
+std::vector<BlockHash> DiskTier::Hashes() const {
+  std::vector<BlockHash> out;
+  for (const BlockHash& h : lru_) {
+    if (Announced(h)) out.push_back(h);
+  }
+  return out;
+}
+
+bool DiskTier::Announced(const BlockHash& hash) const {
+  auto it = index_.find(hash);
+  return it != index_.end() && it->second.spill_ticket <= confirmed_;
+}
+
+std::vector<BlockHash> DiskTier::TakeAnnounced() { return std::exchange(announced_, {}); }
 
 std::vector<BlockHash> DiskTier::TakeRemoved() { return std::exchange(removed_, {}); }
 
-void DiskTier::Confirm(uint64_t ticket) { confirmed_ = std::max(confirmed_, ticket); }
+void DiskTier::Confirm(uint64_t ticket) {
+  confirmed_ = std::max(confirmed_, ticket);
+  // Spills now written: announced to the routers (an entry evicted or spilled again since
+  // under a newer ticket is not).
+  while (!pending_spills_.empty() && pending_spills_.front().first <= confirmed_) {
+    const auto [spill_ticket, hash] = pending_spills_.front();
+    pending_spills_.pop_front();
+    auto it = index_.find(hash);
+    if (it != index_.end() && it->second.spill_ticket == spill_ticket) announced_.push_back(hash);
+  }
+}
 
 DiskTierStats DiskTier::Stats() const {
   DiskTierStats stats = counters_;

@@ -28,9 +28,11 @@
 #define FOLIO_SERVICES_CACHEMGR_DISK_TIER_H_
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -95,10 +97,14 @@ class DiskTier {
   bool Spill(const BlockHash& hash, absl::Span<const int32_t> tokens, uint64_t ticket);
   // Transfers with tickets up to `ticket` were executed by the workers.
   void Confirm(uint64_t ticket);
-  // Every hash the index holds, least recently used first.
+  // For the block event log (block_pool.h), which tells routers of a block only once its
+  // file is written: whether `hash` is held with its spill confirmed (or adopted); every
+  // such hash, least recently used first; the hashes that became so since the last call
+  // (spills confirmed, blocks adopted); and the hashes Find and Spill dropped from the
+  // index since the last call (evicted, files gone or bad).
+  bool Announced(const BlockHash& hash) const;
   std::vector<BlockHash> Hashes() const;
-  // The hashes Find and Spill dropped from the index since the last call (evicted, files
-  // gone or bad), for the block event log (block_pool.h).
+  std::vector<BlockHash> TakeAnnounced();
   std::vector<BlockHash> TakeRemoved();
 
   DiskTierStats Stats() const;
@@ -135,6 +141,8 @@ class DiskTier {
   uint64_t confirmed_ = 0;
   DiskTierStats counters_;
   std::vector<BlockHash> removed_;  // TakeRemoved
+  std::vector<BlockHash> announced_;  // TakeAnnounced
+  std::deque<std::pair<uint64_t, BlockHash>> pending_spills_;  // (ticket, hash), unconfirmed
   absl::flat_hash_set<BlockHash> in_lookup_;  // Find's hits until EndLookup
   static constexpr size_t kMaxBanned = 1 << 16;
   absl::flat_hash_set<BlockHash> banned_;     // Ban

@@ -175,6 +175,31 @@ TEST_F(DiskTierTest, OpenRemovesStaleTemporaryFilesOnly) {
   EXPECT_EQ(t->Stats().num_used, 0);
 }
 
+// Routers hear of a block on disk once its file is written: a spill is announced when its
+// ticket is confirmed (not when it is decided), an adopted file at once, and a block
+// spilled again under a newer ticket only for that one.
+TEST_F(DiskTierTest, BlocksAreAnnouncedOnceTheirFilesAreWritten) {
+  std::unique_ptr<DiskTier> t = Open(4);
+  ASSERT_TRUE(t->Spill(Hash(1), Tokens(1), 10));
+  EXPECT_FALSE(t->Announced(Hash(1)));
+  EXPECT_TRUE(t->Hashes().empty());
+  EXPECT_TRUE(t->TakeAnnounced().empty());
+  t->Confirm(10);
+  EXPECT_TRUE(t->Announced(Hash(1)));
+  EXPECT_EQ(t->TakeAnnounced(), std::vector<BlockHash>{Hash(1)});
+  EXPECT_EQ(t->Hashes(), std::vector<BlockHash>{Hash(1)});
+  Write(2);
+  ASSERT_TRUE(t->Find(Hash(2), Tokens(2)));  // adopted: its file is there
+  t->EndLookup();
+  EXPECT_EQ(t->TakeAnnounced(), std::vector<BlockHash>{Hash(2)});
+  // Block 1's file vanished; the next spill writes it again under ticket 11.
+  ASSERT_TRUE(t->Spill(Hash(1), Tokens(1), 11));
+  EXPECT_FALSE(t->Announced(Hash(1)));
+  t->Confirm(11);
+  EXPECT_EQ(t->TakeAnnounced(), std::vector<BlockHash>{Hash(1)});
+  EXPECT_TRUE(t->CheckInvariants().ok());
+}
+
 // A lookup walks a chain: a hit found first is not evicted to make room for a block the
 // same walk adopts later (its load is noted after the walk), whatever the budget.
 TEST_F(DiskTierTest, ALookupsOwnAdoptionsNeverEvictItsEarlierHits) {

@@ -248,7 +248,10 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
   if (absl::Status s = Validate(request); !s.ok()) return s;
 
   StepResponse response;
-  if (host_ != nullptr) host_->Confirm(request.transfers_done);
+  if (host_ != nullptr) {
+    host_->Confirm(request.transfers_done);
+    policy_->OnTransfersConfirmed();
+  }
   auto record = [&](const SeqResult& r) {
     if (r.status == SeqStatus::kNoRoom) ++counters_.num_grant_failures;
     counters_.num_cow_copies += static_cast<int64_t>(r.copies.size());

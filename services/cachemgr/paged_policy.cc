@@ -25,7 +25,7 @@ PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching p
   if (host != nullptr) {
     pool_.set_below([host](const BlockHash& h) {
       if (host->Contains(h)) return BlockPool::Below::kMemory;
-      if (host->disk() != nullptr && host->disk()->Contains(h)) return BlockPool::Below::kDisk;
+      if (host->disk() != nullptr && host->disk()->Announced(h)) return BlockPool::Below::kDisk;
       return BlockPool::Below::kNone;
     });
   }
@@ -73,7 +73,15 @@ void PagedPolicy::LogDiskRemovals() {
     // Gone for the routers unless memory still holds it (LogBelow: not the pool).
     if (!host_->Contains(h)) pool_.LogBelow(BlockEvent::Kind::kRemoved, h);
   }
+  for (const BlockHash& h : disk->TakeAnnounced()) {
+    // On disk for the routers unless memory holds it (then it already counts).
+    if (!host_->Contains(h) && disk->Announced(h)) {
+      pool_.LogBelow(BlockEvent::Kind::kStoredOnDisk, h);
+    }
+  }
 }
+
+void PagedPolicy::OnTransfersConfirmed() { LogDiskRemovals(); }
 
 void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
   if (prompt.empty()) return;
@@ -277,7 +285,9 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
           const bool spill =
               disk != nullptr && disk->Spill(*stored.evicted, stored.evicted_tokens, stored.ticket);
           LogDiskRemovals();
-          pool_.LogBelow(disk != nullptr && disk->Contains(*stored.evicted)
+          // Leaving memory: on disk for the routers once a file holds it (a spill decided
+          // now is announced when its step is confirmed: OnTransfersConfirmed).
+          pool_.LogBelow(disk != nullptr && disk->Announced(*stored.evicted)
                              ? BlockEvent::Kind::kStoredOnDisk
                              : BlockEvent::Kind::kRemoved,
                          *stored.evicted);

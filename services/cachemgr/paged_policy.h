@@ -44,6 +44,7 @@ class PagedPolicy final : public AllocationPolicy {
   void Free(Sequence& seq) override;
   PoolStats Stats() const override;
   std::vector<BlockTransfer> TakeTransfers() override { return std::move(transfers_); }
+  void OnTransfersConfirmed() override;
   const BlockPool* prefix_pool() const override { return &pool_; }
   absl::Status CheckInvariants(const SequenceMap& seqs) const override;
 
@@ -54,8 +55,9 @@ class PagedPolicy final : public AllocationPolicy {
   // Create's lookup with a host tier: pool hits are attached, host hits get a fresh
   // block and a load (while the pool has a free block); stops at the first miss in both.
   void LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq);
-  // Logs the hashes the disk tier dropped (DiskTier::TakeRemoved) that memory does not
-  // hold as removed, for the routers.
+  // Logs the disk tier's changes for the routers: the hashes it dropped
+  // (DiskTier::TakeRemoved) as removed and those it now announces (TakeAnnounced) as on
+  // disk, each unless memory holds it.
   void LogDiskRemovals();
   BlockId AllocateEmpty();
   // AddRef/Release that keep num_tokens_stored_ in step with blocks entering or leaving use.

@@ -107,6 +107,10 @@ class RoutingTest : public ::testing::Test {
     return c;
   }
 
+  // A conversation's first turn (BOS, 60 user tokens, 24 generated) becomes `history`;
+  // the replica whose scheduler served it, or -1.
+  int FirstTurn(int conversation, std::vector<int32_t>* history);
+
   std::optional<std::string> dir_;
   std::unique_ptr<Cluster> cluster_;
 };
@@ -116,6 +120,20 @@ std::vector<int32_t> UserTurn(int conversation, int turn, int n) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = 3 + (conversation * 97 + turn * 31 + i * 7) % 500;
   return t;
+}
+
+int RoutingTest::FirstTurn(int conversation, std::vector<int32_t>* history) {
+  *history = {1};
+  const std::vector<int32_t> user = UserTurn(conversation, 0, 60);
+  history->insert(history->end(), user.begin(), user.end());
+  const Completion first = Generate(*history, 24);
+  EXPECT_TRUE(first.status.ok()) << first.status.error_message();
+  history->insert(history->end(), first.tokens.begin(), first.tokens.end());
+  int home = -1;
+  for (int i = 0; i < cluster_->num_replicas(); ++i) {
+    if (SchedulerStats(i).prompt_tokens() > 0) home = i;
+  }
+  return home;
 }
 
 TEST_F(RoutingTest, KvRoutingKeepsEachConversationWhereItsBlocksAre) {
@@ -166,16 +184,8 @@ TEST_F(RoutingTest, KvRoutingFollowsAConversationTheHostTierKeeps) {
   // Each worker's segment is named after its port (folio-kv-PORT-rank0): one per replica.
   StartCluster("kv", 2, {"--kv_cache_bytes=240KiB", "--kv_host_bytes=4MiB"},
                {"--max_model_len=256"});
-  std::vector<int32_t> history = {1};
-  const std::vector<int32_t> user = UserTurn(7, 0, 60);
-  history.insert(history.end(), user.begin(), user.end());
-  const Completion first = Generate(history, 24);
-  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
-  history.insert(history.end(), first.tokens.begin(), first.tokens.end());
-  int home = -1;
-  for (int i = 0; i < 2; ++i) {
-    if (SchedulerStats(i).prompt_tokens() > 0) home = i;
-  }
+  std::vector<int32_t> history;
+  const int home = FirstTurn(7, &history);
   ASSERT_GE(home, 0);
   for (int i = 0; i < 8; ++i) {
     const Completion noise = Generate(UserTurn(100 + i, 0, 150), 8);
@@ -249,16 +259,8 @@ TEST_F(RoutingTest, TheDiskTierIsSharedByReplicasAndOutlivesTheCluster) {
 
   StartCluster("kv", 2, worker_args, {"--max_model_len=256"});
   EXPECT_GT(cluster_->CacheStats(0).disk_tier_blocks_total(), 0);
-  std::vector<int32_t> history = {1};
-  const std::vector<int32_t> user = UserTurn(9, 0, 60);
-  history.insert(history.end(), user.begin(), user.end());
-  const Completion first = Generate(history, 24);
-  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
-  history.insert(history.end(), first.tokens.begin(), first.tokens.end());
-  int home = -1;
-  for (int i = 0; i < 2; ++i) {
-    if (SchedulerStats(i).prompt_tokens() > 0) home = i;
-  }
+  std::vector<int32_t> history;
+  const int home = FirstTurn(9, &history);
   ASSERT_GE(home, 0);
   const std::vector<int32_t> next = UserTurn(9, 1, 20);
   history.insert(history.end(), next.begin(), next.end());

@@ -136,10 +136,7 @@ bool DiskTier::MakeRoom() {
     auto entry = index_.find(*it);
     if (entry->second.hold_ticket > confirmed_) continue;  // a transfer may not have run yet
     if (in_lookup_.contains(*it)) continue;               // a hit of the lookup under way
-    RemoveFiles(*it);
-    removed_.push_back(*it);
-    index_.erase(entry);
-    lru_.erase(it);
+    Drop(entry, /*remove_files=*/true);
     ++counters_.num_evictions;
     return true;
   }

@@ -94,7 +94,6 @@ class HostTier {
   // segment loses the host tier's blocks, not the disk's.
   void set_disk(std::shared_ptr<DiskTier> disk) { disk_ = std::move(disk); }
   DiskTier* disk() const { return disk_.get(); }
-  const std::shared_ptr<DiskTier>& shared_disk() const { return disk_; }
   // A worker or step was lost: entries whose store was never confirmed are dropped.
   void DropUnconfirmed();
 

@@ -72,13 +72,7 @@ class StoriesSchedulerTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    scheduler_.reset();
-    if (host_ != nullptr) {
-      const std::string name = host_->name();
-      host_.reset();
-      ASSERT_TRUE(worker::HostKvSegment::Unlink(name).ok());
-    }
-    disk_.reset();
+    RestartEverything();
     if (!disk_root_.empty()) std::filesystem::remove_all(disk_root_);
   }
 

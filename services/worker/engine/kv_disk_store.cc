@@ -56,12 +56,15 @@ absl::StatusOr<std::string> FileDigest(const std::string& path, int64_t size) {
   if (s.ok()) tail = KvChecksum(buf);
   const int64_t middle = tail_at - kDigestSpan;  // bytes between the head and the tail
   if (s.ok() && middle > 0) {
-    std::vector<uint8_t> all;
+    // Each span's checksum, then one over them all (no 16 MiB buffer).
+    std::vector<uint64_t> sums;
+    sums.reserve(kSamples);
     for (int k = 0; k < kSamples && s.ok(); ++k) {
       s = read_at(kDigestSpan + middle * k / kSamples, kSampleSpan);
-      all.insert(all.end(), buf.begin(), buf.end());
+      sums.push_back(KvChecksum(buf));
     }
-    samples = KvChecksum(all);
+    samples = KvChecksum(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(sums.data()),
+                                             sums.size() * sizeof(uint64_t)));
   }
   close(fd);
   if (!s.ok()) return s;

@@ -106,6 +106,9 @@ absl::Status OpenAndCheckHeader(absl::string_view dir, const KvBlockFileKey& key
   if (std::memcmp(header->magic, kKvBlockFileMagic, sizeof(kKvBlockFileMagic)) != 0) {
     return absl::DataLossError(absl::StrCat(file->path, " is not a Folio KV block file"));
   }
+  if (header->reserved != 0) {  // the writer writes 0: anything else is not its file
+    return absl::DataLossError(absl::StrCat(file->path, ": its header's reserved word is set"));
+  }
   if (header->block_size != static_cast<uint32_t>(block_size) || block_size <= 0) {
     return absl::DataLossError(absl::StrCat(file->path, " holds blocks of ", header->block_size,
                                             " tokens, not ", block_size));

@@ -65,6 +65,11 @@ class AllocationPolicy {
   // Returns every block the sequence holds.
   virtual void Free(Sequence& seq) = 0;
 
+  // Swap preemption (a free that keeps the sequence's KV): before Free, the sequence's
+  // computed blocks go to the offload tier below the pool, so that a later Create of the
+  // same tokens loads them rather than recomputing. A policy without a tier does nothing.
+  virtual void SwapOut(Sequence& seq) { (void)seq; }
+
   virtual PoolStats Stats() const = 0;
 
   // The host-tier transfers decided since the last call, in order (host_tier.h).

@@ -46,7 +46,7 @@ std::optional<int32_t> HostTier::Find(const BlockHash& hash,
   auto it = index_.find(hash);
   if (it == index_.end()) return std::nullopt;
   const int32_t slot = it->second;
-  if (tokens.size() != static_cast<size_t>(block_size_) ||
+  if (tokens.size() != static_cast<size_t>(slots_[slot].length) ||
       !std::equal(tokens.begin(), tokens.end(),
                   tokens_.begin() + static_cast<ptrdiff_t>(slot) * block_size_)) {
     return std::nullopt;
@@ -62,6 +62,7 @@ void HostTier::Touch(int32_t slot) {
 
 void HostTier::NoteLoad(int32_t slot) {
   ++counters_.num_loads;
+  if (slots_[slot].length < block_size_) ++counters_.num_partial_loads;
   Touch(slot);
 }
 
@@ -69,6 +70,7 @@ void HostTier::Evict(int32_t slot) {
   Slot& s = slots_[slot];
   index_.erase(s.hash);
   lru_.erase(s.lru);
+  if (s.length < block_size_) --num_partial_;
   s.used = false;
   free_.push_back(slot);
 }
@@ -76,13 +78,16 @@ void HostTier::Evict(int32_t slot) {
 HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t> tokens) {
   CHECK_GT(num_slots_, 0);
   CHECK(!index_.contains(hash));
-  CHECK_EQ(tokens.size(), static_cast<size_t>(block_size_));
+  CHECK(!tokens.empty() && tokens.size() <= static_cast<size_t>(block_size_));
   std::optional<BlockHash> evicted;
   std::vector<int32_t> evicted_tokens;
+  bool evicted_partial = false;
   if (free_.empty()) {
-    evicted = slots_[lru_.front()].hash;
+    const Slot& victim = slots_[lru_.front()];
+    evicted = victim.hash;
+    evicted_partial = victim.length < block_size_;
     const auto first = tokens_.begin() + static_cast<ptrdiff_t>(lru_.front()) * block_size_;
-    evicted_tokens.assign(first, first + block_size_);
+    evicted_tokens.assign(first, first + victim.length);
     Evict(lru_.front());
     ++counters_.num_evictions;
   }
@@ -92,13 +97,18 @@ HostTier::Stored HostTier::Store(const BlockHash& hash, absl::Span<const int32_t
   s.used = true;
   s.ticket = ++last_ticket_;
   s.hash = hash;
+  s.length = static_cast<int32_t>(tokens.size());
+  if (s.length < block_size_) {
+    ++num_partial_;
+    ++counters_.num_partial_stores;
+  }
   s.lru = lru_.insert(lru_.end(), slot);
   std::copy(tokens.begin(), tokens.end(),
             tokens_.begin() + static_cast<ptrdiff_t>(slot) * block_size_);
   index_.emplace(hash, slot);
   unconfirmed_.push_back(Stored{slot, s.ticket});
   ++counters_.num_stores;
-  return Stored{slot, s.ticket, evicted, std::move(evicted_tokens)};
+  return Stored{slot, s.ticket, evicted, std::move(evicted_tokens), evicted_partial};
 }
 
 void HostTier::Confirm(uint64_t ticket) {
@@ -128,7 +138,9 @@ void HostTier::DropUnconfirmed() {
 std::vector<BlockHash> HostTier::Hashes() const {
   std::vector<BlockHash> hashes;
   hashes.reserve(index_.size());
-  for (const auto& [hash, slot] : index_) hashes.push_back(hash);
+  for (const auto& [hash, slot] : index_) {
+    if (slots_[slot].length == block_size_) hashes.push_back(hash);
+  }
   return hashes;
 }
 
@@ -140,10 +152,15 @@ HostTierStats HostTier::Stats() const {
 
 absl::Status HostTier::CheckInvariants() const {
   int32_t used = 0;
+  int32_t partial = 0;
   for (int32_t i = 0; i < num_slots_; ++i) {
     const Slot& s = slots_[i];
     if (!s.used) continue;
     ++used;
+    if (s.length < 1 || s.length > block_size_) {
+      return absl::InternalError(absl::StrCat("host slot ", i, " holds ", s.length, " tokens"));
+    }
+    if (s.length < block_size_) ++partial;
     auto it = index_.find(s.hash);
     if (it == index_.end() || it->second != i) {
       return absl::InternalError(absl::StrCat("host slot ", i, " holds a hash the index does "
@@ -158,6 +175,10 @@ absl::Status HostTier::CheckInvariants() const {
     return absl::InternalError(absl::StrCat("host tier: ", used, " slots used, index ",
                                             index_.size(), ", LRU ", lru_.size(), ", free ",
                                             free_.size(), ", of ", num_slots_));
+  }
+  if (partial != num_partial_) {
+    return absl::InternalError(absl::StrCat("host tier: ", partial, " partial entries, counted ",
+                                            num_partial_));
   }
   for (int32_t f : free_) {
     if (slots_[f].used) return absl::InternalError(absl::StrCat("host slot ", f, " is free and used"));

@@ -17,6 +17,12 @@
 // (the wall clock in microseconds, times 2^12), so a scheduler's mark from a tier that was
 // replaced (a cache manager restart, a new segment) never confirms this one's stores.
 //
+// Swap preemption (the scheduler's --preemption=swap) also stores a sequence's last,
+// partly computed block: a partial entry of 1 .. block_size - 1 tokens, keyed by the
+// chained hash of those tokens under the previous full block's hash. Partial entries are
+// the replica's own (never announced to routers, never spilled to disk); a create whose
+// prompt goes on through one loads it and computes from its end.
+//
 // Invariants (CheckInvariants): a slot is either free or holds one hash; the index maps
 // each held hash to its slot and nothing else; the LRU list holds exactly the held slots;
 // unconfirmed tickets are above the confirmed mark.
@@ -48,6 +54,8 @@ struct HostTierStats {
   int64_t num_loads = 0;      // blocks read back into the pool
   int64_t num_evictions = 0;  // entries dropped to make room (LRU)
   int64_t num_dropped_unconfirmed = 0;  // stores Reset dropped unconfirmed
+  int64_t num_partial_stores = 0;  // of the stores, swap preemption's partial last blocks
+  int64_t num_partial_loads = 0;   // of the loads, partial entries (a swapped sequence back)
 };
 
 class HostTier {
@@ -66,12 +74,16 @@ class HostTier {
   // Distinct for every tier this process builds (for metrics that count per tier).
   uint64_t generation() const { return generation_; }
 
-  // The slot holding exactly `tokens` under `hash` (ids compared: a collision is a miss).
+  // The slot holding exactly `tokens` under `hash` (ids compared: a collision is a miss;
+  // so is an entry of another length).
   std::optional<int32_t> Find(const BlockHash& hash, absl::Span<const int32_t> tokens) const;
+  // Whether any partial entry (fewer than block_size tokens) is held.
+  bool has_partial() const { return num_partial_ > 0; }
   bool Contains(const BlockHash& hash) const { return index_.contains(hash); }
   // Marks a slot most recently used (a lookup hit or a block committed again).
   void Touch(int32_t slot);
   // Counts a load out of `slot` (after Find) and touches it.
+  // (A partial entry's load is counted as one of num_partial_loads too.)
   void NoteLoad(int32_t slot);
 
   struct Stored {
@@ -79,9 +91,12 @@ class HostTier {
     uint64_t ticket = 0;
     std::optional<BlockHash> evicted;  // the entry the store pushed out, if any
     std::vector<int32_t> evicted_tokens;  // its tokens (the slot held them until now)
+    // The evicted entry was partial: the routers and the disk tier never knew it.
+    bool evicted_partial = false;
   };
-  // Takes a slot for a new entry: a free one, or the least recently used (whose entry is
-  // evicted). Requires !Contains(hash) and num_slots() > 0.
+  // Takes a slot for a new entry of 1 .. block_size tokens (fewer: a partial entry): a
+  // free one, or the least recently used (whose entry is evicted). Requires
+  // !Contains(hash) and num_slots() > 0.
   Stored Store(const BlockHash& hash, absl::Span<const int32_t> tokens);
 
   // Stores with tickets up to `ticket` were executed by the workers (and the disk tier's
@@ -98,7 +113,7 @@ class HostTier {
   void DropUnconfirmed();
 
   HostTierStats Stats() const;
-  // Every hash the tier holds (for the routers' snapshot, with the pool's).
+  // Every full block's hash the tier holds (for the routers' snapshot, with the pool's).
   std::vector<BlockHash> Hashes() const;
   absl::Status CheckInvariants() const;
 
@@ -106,6 +121,7 @@ class HostTier {
   struct Slot {
     bool used = false;
     uint64_t ticket = 0;
+    int32_t length = 0;  // tokens held: block_size, or fewer for a partial entry
     BlockHash hash;
     std::list<int32_t>::iterator lru;  // valid while used
   };
@@ -116,7 +132,8 @@ class HostTier {
   const int32_t block_size_;
   const std::string id_;
   std::vector<Slot> slots_;
-  std::vector<int32_t> tokens_;   // [num_slots, block_size]
+  std::vector<int32_t> tokens_;   // [num_slots, block_size]: each slot's first `length`
+  int32_t num_partial_ = 0;       // used slots with length < block_size
   std::vector<int32_t> free_;     // free slots, taken from the back
   std::list<int32_t> lru_;        // used slots, least recently used first
   absl::flat_hash_map<BlockHash, int32_t> index_;

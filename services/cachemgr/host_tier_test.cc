@@ -58,5 +58,42 @@ TEST(HostTierTest, AStoreEvictedAndReusedBeforeTheResetLeavesTheNewEntryAlone) {
   EXPECT_TRUE(tier.CheckInvariants().ok()) << tier.CheckInvariants();
 }
 
+TEST(HostTierTest, PartialEntriesAreFoundByTheirOwnTokensAndKeptFromTheRouters) {
+  HostTier tier(2, 4, "seg");
+  const std::vector<int32_t> full = {1, 2, 3, 4};
+  const std::vector<int32_t> part = {5, 6};
+  const BlockHash full_hash = HashBlock(kRootBlockHash, full);
+  const BlockHash part_hash = HashBlock(full_hash, part);
+  EXPECT_FALSE(tier.has_partial());
+  tier.Store(full_hash, full);
+  const HostTier::Stored p = tier.Store(part_hash, part);
+  EXPECT_TRUE(tier.has_partial());
+  EXPECT_EQ(tier.Find(part_hash, part), p.slot);
+  // Another length under the same hash is a miss, either way round.
+  EXPECT_FALSE(tier.Find(part_hash, std::vector<int32_t>{5}).has_value());
+  EXPECT_FALSE(tier.Find(part_hash, std::vector<int32_t>{5, 6, 0, 0}).has_value());
+  // Routers hear of full blocks only.
+  EXPECT_EQ(tier.Hashes(), std::vector<BlockHash>{full_hash});
+  tier.NoteLoad(p.slot);
+  EXPECT_EQ(tier.Stats().num_partial_stores, 1);
+  EXPECT_EQ(tier.Stats().num_partial_loads, 1);
+  EXPECT_EQ(tier.Stats().num_loads, 1);
+  // full_hash is now the least recently used; then the partial entry goes, and says so.
+  const HostTier::Stored a = tier.Store(HashOf(10), std::vector<int32_t>{10, 11, 12, 13});
+  EXPECT_FALSE(a.evicted_partial);
+  EXPECT_EQ(a.evicted, full_hash);
+  const HostTier::Stored b = tier.Store(HashOf(20), std::vector<int32_t>{20, 21, 22, 23});
+  EXPECT_TRUE(b.evicted_partial);
+  EXPECT_EQ(b.evicted_tokens, part);
+  EXPECT_FALSE(tier.has_partial());
+  EXPECT_TRUE(tier.CheckInvariants().ok()) << tier.CheckInvariants();
+  // A reset drops an unconfirmed partial entry like any other.
+  tier.Store(part_hash, part);
+  EXPECT_TRUE(tier.has_partial());
+  tier.DropUnconfirmed();
+  EXPECT_FALSE(tier.has_partial());
+  EXPECT_TRUE(tier.CheckInvariants().ok()) << tier.CheckInvariants();
+}
+
 }  // namespace
 }  // namespace folio::cachemgr

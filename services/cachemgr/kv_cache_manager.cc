@@ -175,12 +175,15 @@ absl::Status KvCacheManager::Validate(const StepRequest& request) const {
     if (absl::Status s = policy_->CheckTruncate(*seq, op.num_tokens); !s.ok()) return s;
     planned[op.seq] = Planned{true, op.num_tokens, seq->max_len};
   }
-  for (SeqId id : request.frees) {
-    if (!state(id).live) {
-      return absl::NotFoundError(absl::StrCat(
-          "free: sequence ", id.value, " is unknown (never created, or already freed)"));
+  for (const auto& [ids, what] : {std::pair{&request.frees, "free"},
+                                  std::pair{&request.swap_outs, "swap-out"}}) {
+    for (SeqId id : *ids) {
+      if (!state(id).live) {
+        return absl::NotFoundError(absl::StrCat(what, ": sequence ", id.value,
+                                                " is unknown (never created, or already freed)"));
+      }
+      planned[id] = Planned{};
     }
-    planned[id] = Planned{};
   }
   for (const ForkOp& op : request.forks) {
     const Planned parent = state(op.parent);
@@ -274,6 +277,13 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
     auto it = seqs_.find(id);
     policy_->Free(it->second);
     seqs_.erase(it);
+  }
+  for (SeqId id : request.swap_outs) {
+    auto it = seqs_.find(id);
+    policy_->SwapOut(it->second);
+    policy_->Free(it->second);
+    seqs_.erase(it);
+    ++counters_.num_swap_outs;
   }
   for (const ForkOp& op : request.forks) {
     Sequence child{.id = op.child, .max_len = seqs_.at(op.parent).max_len};

@@ -64,6 +64,7 @@ struct CacheStats {
   int64_t num_grant_failures = 0;   // creates, forks and grants answered kNoRoom
   int64_t num_cow_copies = 0;       // blocks copied on write (and by baseline forks)
   int64_t num_forks = 0;            // forks applied
+  int64_t num_swap_outs = 0;        // sequences freed by swap-outs (StepRequest::swap_outs)
   int32_t num_blocks_used_peak = 0; // the most blocks in use at the end of any step
   HostTierStats host;               // all zero without a host tier
   DiskTierStats disk;               // all zero without a disk tier

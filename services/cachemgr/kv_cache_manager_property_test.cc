@@ -7,8 +7,11 @@
 // up as a mismatch. With a host tier (offload tier 1) the shadow worker also runs every
 // store and load in order, some steps' transfers are lost before a reset (a worker that
 // died mid-step), and sequences read back through loaded blocks as through any other.
+// Swap-outs (swap preemption) free a sequence after storing its partly filled last block
+// as a partial host entry; creates of the same stems load such entries back, and the
+// shadow worker's read-back checks their tokens like any other's.
 // A shadow router replays the block event log after every step: it must hold exactly the
-// hashes the pool and the host tier hold.
+// hashes the pool and the host tier hold (partial entries never among them).
 #include <random>
 #include <vector>
 
@@ -75,6 +78,8 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   int no_room = 0;
   int truncations = 0;
   int shared_cuts = 0;
+  int swap_outs = 0;
+  std::vector<std::vector<int32_t>> resumes;  // prompts of swapped-out sequences' returns
 
   // The shadow router: the hashes the event log says are cached, up to router_seq.
   absl::flat_hash_set<BlockHash> router;
@@ -107,6 +112,10 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
       const auto& stem = stems[rng() % stems.size()];
       const int32_t len = 1 + static_cast<int32_t>(rng() % 30);
       std::vector<int32_t> prompt(stem.begin(), stem.begin() + len);
+      if (!resumes.empty() && rng() % 2 == 0) {  // a swapped-out sequence comes back
+        prompt = std::move(resumes.back());
+        resumes.pop_back();
+      }
       req.creates.push_back(CreateOp{.seq = SeqId{target}, .max_len = 64, .prompt = prompt});
       auto resp = step(req);
       ASSERT_TRUE(resp.ok()) << resp.status();
@@ -185,7 +194,8 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         const int32_t len_before = seq->num_tokens();
         auto resp = step(req);
         if (!resp.ok()) {
-          // Only a cut into a block other sequences share is refused, changing nothing.
+          // Only a cut into a block other sequences share (or shared when a fork of this
+          // one committed it into the prefix cache) is refused, changing nothing.
           ASSERT_EQ(resp.status().code(), absl::StatusCode::kFailedPrecondition) << resp.status();
           ASSERT_EQ(mgr->Stats().pool.num_blocks_used, blocks_before);
           ++shared_cuts;
@@ -214,8 +224,18 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         pending_ids.clear();
         std::fill(slots.begin(), slots.end(), -1);  // a new worker's pool
         ++resets;
-      } else {  // free
-        req.frees.push_back(SeqId{target});
+      } else {  // free, or swap out (swap preemption: stores what a free would lose)
+        if (rng() % 2 == 0) {
+          req.swap_outs.push_back(SeqId{target});
+          ++swap_outs;
+          // What the scheduler would look up when it resumes: the computed tokens and the
+          // next one (resolved, or any).
+          std::vector<int32_t> resume(seq->tokens.begin(), seq->tokens.begin() + seq->num_computed);
+          resume.push_back(static_cast<int32_t>(rng() % 7));
+          if (resume.size() <= 64) resumes.push_back(std::move(resume));
+        } else {
+          req.frees.push_back(SeqId{target});
+        }
         ASSERT_TRUE(step(req).ok());
         live.erase(std::find(live.begin(), live.end(), target));
       }
@@ -283,7 +303,12 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
     EXPECT_GT(resets, 0) << "the test should exercise a lost step";
     EXPECT_GT(mgr->Stats().host.num_evictions, 0) << "the test should fill the host tier";
     EXPECT_GT(mgr->Stats().host.num_dropped_unconfirmed, 0);
+    if (p.block_size > 1) {
+      EXPECT_GT(mgr->Stats().host.num_partial_loads, 0)
+          << "the test should load swapped-out partial blocks back";
+    }
   }
+  EXPECT_GT(swap_outs, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

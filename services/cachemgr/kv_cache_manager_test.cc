@@ -435,6 +435,75 @@ TEST_F(PagedTest, BadInputIsRejectedAndChangesNothing) {
   }
 }
 
+// Swap preemption (StepRequest::swap_outs): a sequence of 10 computed tokens in blocks of
+// 4 is swapped out; a create of its tokens plus the next one gets all 10 back, the last
+// two from a partial host entry, and computes on from there.
+TEST(SwapOutTest, ACreateOfTheSameTokensLoadsEverythingTheSequenceHadComputed) {
+  auto host = std::make_shared<HostTier>(8, 4, "seg");
+  auto mgr = *KvCacheManager::Create(
+      CacheConfig{.policy = PolicyKind::kPaged, .num_blocks = 6, .block_size = 4}, host);
+  auto step = [&](const StepRequest& req) {
+    absl::StatusOr<StepResponse> resp = mgr->Step(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    EXPECT_TRUE(mgr->CheckInvariants().ok()) << mgr->CheckInvariants();
+    return resp.ok() ? *resp : StepResponse{};
+  };
+  const std::vector<int32_t> tokens = Iota(11);
+  const std::vector<int32_t> computed(tokens.begin(), tokens.begin() + 10);
+  StepRequest create;
+  create.creates.push_back(CreateOp{.seq = SeqId{1}, .max_len = 20});
+  create.grants.push_back(GrantOp{.seq = SeqId{1}, .start_pos = 0, .token_ids = computed});
+  const BlockId tail = step(create).grants.at(0).entries.at(2);
+  StepRequest commit;
+  commit.commits.push_back(CommitOp{SeqId{1}, 10});
+  EXPECT_EQ(step(commit).transfers.size(), 2u);  // the two full blocks, written through
+
+  StepRequest swap;
+  swap.swap_outs.push_back(SeqId{1});
+  const StepResponse swapped = step(swap);
+  // The partial block is stored (the full ones are in the tier already: touched only).
+  ASSERT_EQ(swapped.transfers.size(), 1u);
+  EXPECT_EQ(swapped.transfers[0].kind, BlockTransfer::Kind::kStore);
+  EXPECT_EQ(swapped.transfers[0].block, tail);
+  EXPECT_EQ(mgr->Stats().num_swap_outs, 1);
+  EXPECT_EQ(mgr->Stats().host.num_partial_stores, 1);
+  EXPECT_EQ(mgr->Stats().pool.num_blocks_used, 0);
+  // The routers never hear of the partial entry.
+  EXPECT_EQ(mgr->CachedHashes().size(), 2u);
+
+  // Back: the full blocks from the pool's cache, the partial one loaded into a fresh block.
+  StepRequest again;
+  again.creates.push_back(CreateOp{.seq = SeqId{2}, .max_len = 20, .prompt = tokens});
+  const StepResponse back = step(again);
+  EXPECT_EQ(back.creates.at(0).num_cached_tokens, 10);
+  ASSERT_EQ(back.transfers.size(), 1u);
+  EXPECT_EQ(back.transfers[0].kind, BlockTransfer::Kind::kLoad);
+  EXPECT_EQ(back.transfers[0].host_slot, swapped.transfers[0].host_slot);
+  EXPECT_EQ(back.transfers[0].block, back.creates[0].entries.at(2));
+  EXPECT_EQ(mgr->Stats().host.num_partial_loads, 1);
+  // It goes on in the loaded block: one more token fills it, then commits hash it.
+  StepRequest grant;
+  grant.grants.push_back(GrantOp{.seq = SeqId{2}, .start_pos = 10, .token_ids = {tokens[10]}});
+  EXPECT_EQ(step(grant).grants.at(0).entries.size(), 0u);  // room in the loaded block
+  StepRequest done;
+  done.frees.push_back(SeqId{2});
+  step(done);
+  EXPECT_EQ(mgr->Stats().pool.num_blocks_free, 6);
+
+  // A prompt that differs inside the tail finds the full blocks only.
+  std::vector<int32_t> other = tokens;
+  other[9] = 7;
+  StepRequest differs;
+  differs.creates.push_back(CreateOp{.seq = SeqId{3}, .max_len = 20, .prompt = other});
+  EXPECT_EQ(step(differs).creates.at(0).num_cached_tokens, 8);
+  // A swap-out of a sequence that is not there is refused, naming it.
+  StepRequest unknown;
+  unknown.swap_outs.push_back(SeqId{9});
+  const absl::StatusOr<StepResponse> refused = mgr->Step(unknown);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("swap-out: sequence 9"));
+}
+
 TEST(KvCacheManagerCreateTest, RejectsBadConfigurations) {
   auto zero = KvCacheManager::Create(CacheConfig{.num_blocks = 4, .block_size = 0});
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);

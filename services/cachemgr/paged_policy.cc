@@ -63,7 +63,11 @@ int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
     }
     parent = hash;
   }
-  return found * block_size_;
+  int32_t cached = found * block_size_;
+  if (std::optional<PartialHit> partial = FindPartial(prompt, cached, parent)) {
+    cached += partial->num_tokens;
+  }
+  return cached;
 }
 
 void PagedPolicy::LogDiskRemovals() {
@@ -83,8 +87,22 @@ void PagedPolicy::LogDiskRemovals() {
 
 void PagedPolicy::OnTransfersConfirmed() { LogDiskRemovals(); }
 
-void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
-  if (prompt.empty()) return;
+std::optional<PagedPolicy::PartialHit> PagedPolicy::FindPartial(
+    absl::Span<const int32_t> prompt, int32_t start, const BlockHash& parent) const {
+  if (host_ == nullptr || !host_->has_partial()) return std::nullopt;
+  const int32_t longest =
+      std::min(block_size_ - 1, static_cast<int32_t>(prompt.size()) - 1 - start);
+  for (int32_t n = longest; n > 0; --n) {
+    auto tokens = prompt.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
+    if (std::optional<int32_t> slot = host_->Find(HashBlock(parent, tokens), tokens)) {
+      return PartialHit{.slot = *slot, .num_tokens = n};
+    }
+  }
+  return std::nullopt;
+}
+
+int32_t PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq) {
+  if (prompt.empty()) return 0;
   const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
   // First the chain as it stands: each block a pool hit, a host slot or a block on disk,
   // up to the first block none holds.
@@ -166,6 +184,25 @@ void PagedPolicy::LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& 
     seq.hashes.push_back(hits[i].hash);
   }
   if (disk != nullptr) disk->EndLookup();
+  int32_t cached = static_cast<int32_t>(kept) * block_size_;
+  // A chain that ended at a miss (not cut short for want of blocks) may go on through a
+  // swapped-out sequence's partial last block: a fresh block, loaded, never hashed (its
+  // sequence writes on into it).
+  if (kept == hits.size() && pool_.num_free() > 0) {
+    const BlockHash parent = kept == 0 ? kRootBlockHash : hits[kept - 1].hash;
+    if (std::optional<PartialHit> partial = FindPartial(prompt, cached, parent)) {
+      const BlockId id = AllocateEmpty();
+      fill_[id.value] = partial->num_tokens;
+      num_tokens_stored_ += partial->num_tokens;
+      host_->NoteLoad(partial->slot);
+      transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kLoad,
+                                         .block = id,
+                                         .host_slot = partial->slot});
+      seq.table.push_back(id);
+      cached += partial->num_tokens;
+    }
+  }
+  return cached;
 }
 
 BlockId PagedPolicy::AllocateEmpty() {
@@ -193,13 +230,14 @@ void PagedPolicy::Drop(BlockId id) {
 }
 
 SeqResult PagedPolicy::Create(Sequence& seq, absl::Span<const int32_t> prompt) {
+  int32_t cached = 0;
   if (host_ == nullptr) {
     Lookup(prompt, &seq.table, &seq.hashes);
     for (BlockId id : seq.table) Acquire(id);
+    cached = static_cast<int32_t>(seq.table.size()) * block_size_;
   } else {
-    LookupThroughHost(prompt, seq);
+    cached = LookupThroughHost(prompt, seq);
   }
-  const int32_t cached = static_cast<int32_t>(seq.table.size()) * block_size_;
   seq.tokens.assign(prompt.begin(), prompt.begin() + cached);
   seq.num_computed = cached;
   SeqResult result{.seq = seq.id};
@@ -275,52 +313,87 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
     seq.hashes.push_back(hash);
     if (host_ != nullptr && host_->num_slots() > 0) {
       // Write-through: the tier gets every computed block once (host_tier.h).
-      if (std::optional<int32_t> slot = host_->Find(hash, tokens); slot.has_value()) {
-        host_->Touch(*slot);
-      } else if (!host_->Contains(hash)) {
-        HostTier::Stored stored = host_->Store(hash, tokens);
-        if (stored.evicted.has_value()) {
-          // Leaving memory: for the routers, on disk if the disk keeps it, else gone.
-          DiskTier* const disk = host_->disk();
-          const bool spill =
-              disk != nullptr && disk->Spill(*stored.evicted, stored.evicted_tokens, stored.ticket);
-          LogDiskRemovals();
-          // Leaving memory: on disk for the routers once a file holds it (a spill decided
-          // now is announced when its step is confirmed: OnTransfersConfirmed).
-          pool_.LogBelow(disk != nullptr && disk->Announced(*stored.evicted)
-                             ? BlockEvent::Kind::kStoredOnDisk
-                             : BlockEvent::Kind::kRemoved,
-                         *stored.evicted);
-          if (spill) {
-            // Before the store that reuses the slot (transfers run in order).
-            transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kSpill,
-                                               .host_slot = stored.slot,
-                                               .ticket = stored.ticket,
-                                               .hash_hi = stored.evicted->hi,
-                                               .hash_lo = stored.evicted->lo,
-                                               .tokens = std::move(stored.evicted_tokens)});
-          }
-        }
-        pool_.LogBelow(BlockEvent::Kind::kStored, hash);  // a no-op while the pool holds it
-        transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kStore,
-                                           .block = seq.table[i],
-                                           .host_slot = stored.slot,
-                                           .ticket = stored.ticket});
-      }
+      StoreInHost(seq.table[i], hash, tokens);
     }
+  }
+}
+
+void PagedPolicy::StoreInHost(BlockId block, const BlockHash& hash,
+                              absl::Span<const int32_t> tokens) {
+  const bool partial = static_cast<int32_t>(tokens.size()) < block_size_;
+  if (std::optional<int32_t> slot = host_->Find(hash, tokens); slot.has_value()) {
+    host_->Touch(*slot);
+    return;
+  }
+  if (host_->Contains(hash)) return;  // another entry's tokens under this hash: kept
+  HostTier::Stored stored = host_->Store(hash, tokens);
+  if (stored.evicted.has_value() && !stored.evicted_partial) {
+    // Leaving memory: for the routers, on disk if the disk keeps it, else gone.
+    DiskTier* const disk = host_->disk();
+    const bool spill =
+        disk != nullptr && disk->Spill(*stored.evicted, stored.evicted_tokens, stored.ticket);
+    LogDiskRemovals();
+    // Leaving memory: on disk for the routers once a file holds it (a spill decided
+    // now is announced when its step is confirmed: OnTransfersConfirmed).
+    pool_.LogBelow(disk != nullptr && disk->Announced(*stored.evicted)
+                       ? BlockEvent::Kind::kStoredOnDisk
+                       : BlockEvent::Kind::kRemoved,
+                   *stored.evicted);
+    if (spill) {
+      // Before the store that reuses the slot (transfers run in order).
+      transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kSpill,
+                                         .host_slot = stored.slot,
+                                         .ticket = stored.ticket,
+                                         .hash_hi = stored.evicted->hi,
+                                         .hash_lo = stored.evicted->lo,
+                                         .tokens = std::move(stored.evicted_tokens)});
+    }
+  }
+  // A no-op while the pool holds it; partial entries are this replica's own.
+  if (!partial) pool_.LogBelow(BlockEvent::Kind::kStored, hash);
+  transfers_.push_back(BlockTransfer{.kind = BlockTransfer::Kind::kStore,
+                                     .block = block,
+                                     .host_slot = stored.slot,
+                                     .ticket = stored.ticket});
+}
+
+void PagedPolicy::SwapOut(Sequence& seq) {
+  if (host_ == nullptr || host_->num_slots() == 0) return;
+  const int32_t full = seq.num_computed / block_size_;
+  const int32_t rest = seq.num_computed % block_size_;
+  CHECK_GE(static_cast<int32_t>(seq.hashes.size()), full);
+  auto tokens_of = [&](int32_t i, int32_t n) {
+    return absl::MakeConstSpan(seq.tokens).subspan(static_cast<size_t>(i) * block_size_, n);
+  };
+  // The least valuable first, so that under LRU it also goes first: the partial tail,
+  // then the full blocks from the last to the first (a chain is cut from its end).
+  if (rest > 0) {
+    const BlockHash& parent = full == 0 ? kRootBlockHash : seq.hashes[full - 1];
+    auto tokens = tokens_of(full, rest);
+    StoreInHost(seq.table[full], HashBlock(parent, tokens), tokens);
+  }
+  for (int32_t i = full; i-- > 0;) {
+    StoreInHost(seq.table[i], seq.hashes[i], tokens_of(i, block_size_));
   }
 }
 
 absl::Status PagedPolicy::CheckTruncate(const Sequence& seq, int32_t num_tokens) const {
   // The kept last block loses tokens only if it was partly cut: its fill is every
   // holder's, so it must be this sequence's alone (a grant after a fork copies it first,
-  // so tokens granted since the fork are always in blocks of its own).
+  // so tokens granted since the fork are always in blocks of its own), and not cached.
   if (num_tokens % block_size_ == 0 || num_tokens == seq.num_tokens()) return absl::OkStatus();
   const BlockId last = seq.table[num_tokens / block_size_];
   if (pool_.ref_count(last) > 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "truncate: sequence ", seq.id.value, " would cut tokens out of block ", last.value,
         ", which other sequences share"));
+  }
+  // A block that was shared when a fork of this sequence computed and committed it is in
+  // the prefix cache now: its tokens are that fork's, cached for others to find.
+  if (pool_.is_cached(last)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "truncate: sequence ", seq.id.value, " would cut tokens out of block ", last.value,
+        ", which the prefix cache holds"));
   }
   return absl::OkStatus();
 }
@@ -389,6 +462,11 @@ absl::Status PagedPolicy::CheckInvariants(const SequenceMap& seqs) const {
   int64_t stored = 0;
   int64_t shared = 0;
   for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    // A block in the prefix cache holds a whole block of computed tokens.
+    if (pool_.is_cached(BlockId{b}) && fill_[b] != block_size_) {
+      return absl::InternalError(absl::StrCat("cached block ", b, " has ", fill_[b],
+                                              " tokens of ", block_size_));
+    }
     if (holders[b] > 1) shared += holders[b] - 1;
     if (holders[b] != pool_.ref_count(BlockId{b})) {
       return absl::InternalError(absl::StrCat("block ", b, " has ref count ",

@@ -15,6 +15,7 @@
 #define FOLIO_SERVICES_CACHEMGR_PAGED_POLICY_H_
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,10 @@ class PagedPolicy final : public AllocationPolicy {
   absl::Status CheckTruncate(const Sequence& seq, int32_t num_tokens) const override;
   void Truncate(Sequence& seq, int32_t num_tokens) override;
   void Free(Sequence& seq) override;
+  // With a host tier: the full computed blocks (already written through) are stored
+  // again if the tier dropped them and made most recent, first block last; the computed
+  // part of the last block is stored as a partial entry (host_tier.h).
+  void SwapOut(Sequence& seq) override;
   PoolStats Stats() const override;
   std::vector<BlockTransfer> TakeTransfers() override { return std::move(transfers_); }
   void OnTransfersConfirmed() override;
@@ -53,8 +58,23 @@ class PagedPolicy final : public AllocationPolicy {
   void Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>* blocks,
               std::vector<BlockHash>* hashes) const;
   // Create's lookup with a host tier: pool hits are attached, host hits get a fresh
-  // block and a load (while the pool has a free block); stops at the first miss in both.
-  void LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq);
+  // block and a load (while the pool has a free block); stops at the first miss in both,
+  // where a partial entry (a swapped-out sequence's last block) may still go on.
+  // Returns the tokens attached.
+  int32_t LookupThroughHost(absl::Span<const int32_t> prompt, Sequence& seq);
+  // The longest partial entry in the host tier holding prompt[start, start + n) under
+  // `parent`, with n < block_size and start + n < prompt.size() (the last prompt token
+  // is always computed).
+  struct PartialHit {
+    int32_t slot = -1;
+    int32_t num_tokens = 0;
+  };
+  std::optional<PartialHit> FindPartial(absl::Span<const int32_t> prompt, int32_t start,
+                                        const BlockHash& parent) const;
+  // Puts `tokens` (a full block, or a partial entry) of pool block `block` into the host
+  // tier under `hash`, or marks it most recent if the tier holds it already. The entry it
+  // pushes out spills to disk or leaves the routers' view (full blocks only).
+  void StoreInHost(BlockId block, const BlockHash& hash, absl::Span<const int32_t> tokens);
   // Logs the disk tier's changes for the routers: the hashes it dropped
   // (DiskTier::TakeRemoved) as removed and those it now announces (TakeAnnounced) as on
   // disk, each unless memory holds it.

@@ -23,6 +23,7 @@ StepRequest FromProto(const pb::CacheStepRequest& in) {
     out.truncates.push_back(TruncateOp{SeqId{t.seq_id()}, t.num_tokens()});
   }
   for (uint64_t id : in.frees()) out.frees.push_back(SeqId{id});
+  for (uint64_t id : in.swap_outs()) out.swap_outs.push_back(SeqId{id});
   for (const pb::Fork& f : in.forks()) {
     out.forks.push_back(ForkOp{SeqId{f.parent_seq_id()}, SeqId{f.child_seq_id()}});
   }
@@ -143,6 +144,13 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
       host_dropped(r->AddCounter("folio_cachemgr_host_dropped_unconfirmed_total",
                                  "Host-tier stores dropped at a reset because no answered "
                                  "step confirmed them.")),
+      host_partial_loads(r->AddCounter(
+          "folio_cachemgr_host_partial_loads_total",
+          "Partly filled last blocks of swapped-out sequences loaded back from the "
+          "host-memory tier (--preemption=swap).")),
+      swap_outs(r->AddCounter("folio_cachemgr_swap_outs_total",
+                              "Preempted sequences freed with their KV kept in the host-memory "
+                              "tier (--preemption=swap).")),
       disk_blocks_total(r->AddGauge("folio_cachemgr_disk_blocks_capacity",
                                     "Blocks the disk KV tier may hold (0: no tier).")),
       disk_blocks_used(r->AddGauge("folio_cachemgr_disk_blocks_used",
@@ -217,6 +225,7 @@ void CacheManagerService::RefreshGauges() {
   add(metrics_.host_loads, s.host.num_loads, &host_seen_.num_loads);
   add(metrics_.host_evictions, s.host.num_evictions, &host_seen_.num_evictions);
   add(metrics_.host_dropped, s.host.num_dropped_unconfirmed, &host_seen_.num_dropped_unconfirmed);
+  add(metrics_.host_partial_loads, s.host.num_partial_loads, &host_seen_.num_partial_loads);
   metrics_.disk_blocks_total.Set(disk_ == nullptr ? 0 : disk_->num_blocks());
   if (disk_ != nullptr) {
     const DiskTierStats d = disk_->Stats();
@@ -350,6 +359,7 @@ absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
     result = manager_->Step(native);
   }
   if (!result.ok()) return result.status();
+  metrics_.swap_outs.Increment(static_cast<double>(native.swap_outs.size()));
   pb::CacheStepResponse response;
   auto count = [&](const SeqResult& r) {
     if (r.status == SeqStatus::kNoRoom) metrics_.grant_failures.Increment();
@@ -426,7 +436,10 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
   response->set_num_forks(s.num_forks);
   response->set_num_shared_block_refs(s.pool.num_shared_refs);
   response->set_num_blocks_used_peak(s.num_blocks_used_peak);
+  response->set_num_swap_outs(s.num_swap_outs);
   if (manager_->host_tier() != nullptr) {
+    response->set_host_tier_partial_stores(s.host.num_partial_stores);
+    response->set_host_tier_partial_loads(s.host.num_partial_loads);
     response->set_host_tier_blocks_total(s.host.num_slots);
     response->set_host_tier_blocks_used(s.host.num_used);
     response->set_host_tier_stores(s.host.num_stores);

@@ -71,6 +71,8 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
     Counter& host_loads;
     Counter& host_evictions;
     Counter& host_dropped;
+    Counter& host_partial_loads;
+    Counter& swap_outs;
     Gauge& disk_blocks_total;
     Gauge& disk_blocks_used;
     Counter& disk_spills;

@@ -1,7 +1,8 @@
 // The cache manager's batched step, as native types (service.cc maps the protobuf
 // messages onto these). DESIGN.md, "The cachemgr step RPC", is the contract; in short,
-// one request is applied in this order: resolves, commits, frees, forks, creates (with
-// prefix lookups), grants; truncates apply right after the commits. Plain values;
+// one request is applied in this order: resolves, commits, frees (swap-outs among them,
+// after the plain frees), forks, creates (with prefix lookups), grants; truncates apply
+// right after the commits. Plain values;
 // thread-compatible.
 #ifndef FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
 #define FOLIO_SERVICES_CACHEMGR_STEP_TYPES_H_
@@ -70,6 +71,10 @@ struct StepRequest {
   std::vector<CommitOp> commits;
   std::vector<TruncateOp> truncates;
   std::vector<SeqId> frees;
+  // Frees of preempted sequences whose KV the host tier keeps (the scheduler's
+  // --preemption=swap; AllocationPolicy::SwapOut): a later create of the same tokens
+  // loads it back. Without a host tier, plain frees.
+  std::vector<SeqId> swap_outs;
   std::vector<ForkOp> forks;
   std::vector<CreateOp> creates;
   std::vector<GrantOp> grants;

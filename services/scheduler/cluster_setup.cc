@@ -171,6 +171,12 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
       }
     }
   }
+  if (options.swap_preemption && configure.host_tier_blocks() == 0) {
+    return absl::FailedPreconditionError(
+        "--preemption=swap keeps a preempted request's KV in the host KV tier, but this "
+        "replica has none: start the workers with --kv_host_bytes (the tier also needs "
+        "--policy=paged and prefix caching), or use --preemption=recompute");
+  }
   pb::ConfigureResponse configured;
   LOG(INFO) << "waiting for the cache manager";
   s = CallWithStartupDeadline(deadline, "cache manager Configure", [&](auto* ctx) {

@@ -68,6 +68,7 @@ absl::StatusOr<cachemgr::StepResponse> GrpcCacheClient::Step(const cachemgr::Ste
     out->set_num_tokens(t.num_tokens);
   }
   for (cachemgr::SeqId id : request.frees) req.add_frees(id.value);
+  for (cachemgr::SeqId id : request.swap_outs) req.add_swap_outs(id.value);
   for (const cachemgr::ForkOp& f : request.forks) {
     pb::Fork* out = req.add_forks();
     out->set_parent_seq_id(f.parent.value);

@@ -96,5 +96,36 @@ TEST_F(KvOffloadTest, ConcurrentRequestsWithPreemptionStayExact) {
   ExpectPoolFull(16);
 }
 
+TEST_F(KvOffloadTest, SwapPreemptionGivesTheStreamsOfAPoolThatNeverPreempts) {
+  // Six requests that grow to 100 tokens (7 blocks) each in a 24-block pool: preempted
+  // again and again. Swapped out, a request comes back with the very KV it had computed
+  // (the partly filled last block included), so its streams are those of a pool roomy
+  // enough never to preempt, bit for bit, even where recomputing by prefill rather than
+  // decode could move a near tie.
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = Prompt(40);
+    prompt[1] = 3 + i;
+    specs.push_back(Spec(prompt, 60, 1.0f));
+    specs.back().ignore_eos = true;
+  }
+  Make(256);
+  const std::vector<Choices> roomy = RunAll(specs);
+  EXPECT_EQ(scheduler_->Stats().num_preemptions, 0);
+
+  SchedulerOptions swap;
+  swap.preemption = Preemption::kSwap;
+  Make(24, 1, swap, /*host_blocks=*/128);
+  const std::vector<Choices> swapped = RunAll(specs);
+  ExpectSame(roomy, swapped);
+  const int64_t preemptions = scheduler_->Stats().num_preemptions;
+  EXPECT_GT(preemptions, 0);
+  const cachemgr::CacheStats stats = manager_->Stats();
+  EXPECT_EQ(stats.num_swap_outs, preemptions);
+  EXPECT_GT(stats.host.num_partial_loads, 0);
+  EXPECT_TRUE(host_tier_->CheckInvariants().ok()) << host_tier_->CheckInvariants();
+  ExpectPoolFull(24);
+}
+
 }  // namespace
 }  // namespace folio::scheduler::stories

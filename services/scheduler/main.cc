@@ -48,6 +48,13 @@ ABSL_FLAG(std::string, async_steps, "on",
           "the workers' threads use every core this process runs on, the planning competes "
           "with them instead (0.96x the throughput on 2 cores, docs/benchmarks.md), and off "
           "is better (./folio serve's auto).");
+ABSL_FLAG(std::string, preemption, "recompute",
+          "What a request preempted for want of KV blocks keeps, recompute|swap. recompute: "
+          "its blocks are freed (full ones stay findable in the prefix cache and the offload "
+          "tiers until evicted) and what is missing is computed again when it resumes. swap: "
+          "its KV goes to the host KV tier (the full blocks made most recent, the partly "
+          "filled last block stored too) and the resumed request loads it back; needs the "
+          "workers' --kv_host_bytes. Requests with several choices or beams recompute.");
 ABSL_FLAG(std::string, speculative, "off",
           "Speculative decoding, off|ngram: a decoding sequence's next token goes to the "
           "workers with up to --num_speculative_tokens proposed continuations, found in its "
@@ -154,6 +161,12 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--async_steps must be on or off, got '" << async << "'";
     return 2;
   }
+  if (const std::string p = absl::GetFlag(FLAGS_preemption); p == "recompute" || p == "swap") {
+    options.preemption = p == "swap" ? sched::Preemption::kSwap : sched::Preemption::kRecompute;
+  } else {
+    LOG(ERROR) << "--preemption must be recompute or swap, got '" << p << "'";
+    return 2;
+  }
   {
     absl::StatusOr<sched::SpeculativeMode> mode =
         sched::ParseSpeculativeMode(absl::GetFlag(FLAGS_speculative));
@@ -209,6 +222,7 @@ int main(int argc, char** argv) {
   setup.policy = policy == "paged" ? pb::ALLOCATION_POLICY_PAGED : pb::ALLOCATION_POLICY_CONTIGUOUS;
   setup.disable_prefix_caching = !absl::GetFlag(FLAGS_enable_prefix_caching);
   setup.speculative = options.speculative.enabled();
+  setup.swap_preemption = options.preemption == sched::Preemption::kSwap;
   workers.set_requires_verification(options.speculative.enabled());
   setup.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   absl::StatusOr<pb::ClusterInfo> info = sched::SetUpCluster(setup, workers, cache);

@@ -145,7 +145,9 @@ absl::StatusOr<cachemgr::StepResponse> RequestState::CacheStep(cachemgr::StepReq
   request.commits = std::move(pending_commits);
   request.truncates = std::move(pending_truncates);
   request.frees = std::move(pending_frees);
+  request.swap_outs = std::move(pending_swap_outs);
   pending_resolves.clear();
+  pending_swap_outs.clear();
   pending_commits.clear();
   pending_truncates.clear();
   pending_frees.clear();
@@ -274,6 +276,7 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
   running.clear();
   // The pool is rebuilt from scratch: what we meant to tell it no longer applies.
   pending_frees.clear();
+  pending_swap_outs.clear();
   pending_resolves.clear();
   pending_commits.clear();
   pending_truncates.clear();
@@ -287,9 +290,22 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
 }
 
 void RequestState::Preempt(Request* victim) {
+  // A group is recomputed from its root's prompt (its choices fork again at its end), so
+  // only a request of one sequence has KV worth keeping.
+  const uint64_t root = victim->branches[0].seq_id;
+  const bool swap =
+      options_.preemption == Preemption::kSwap && victim->branches.size() == 1 && root != 0 &&
+      std::none_of(pending_forks.begin(), pending_forks.end(), [root](const PendingFork& f) {
+        return f.parent == root || f.child == root;
+      });
   LOG(INFO) << "request " << victim->spec.request_id << " preempted ("
             << victim->branches.size() << " sequences) after " << victim->num_generated
-            << " tokens; it will be recomputed";
+            << " tokens; "
+            << (swap ? "swapped out to the host tier" : "it will be recomputed");
+  if (swap) {
+    pending_swap_outs.push_back(SeqId{root});
+    victim->branches[0].seq_id = 0;
+  }
   for (Branch& b : victim->branches) {
     ReleaseSeq(b.seq_id);
     b.seq_id = 0;
@@ -336,9 +352,12 @@ absl::Status RequestState::CheckInvariants() const {
     return absl::InternalError(absl::StrCat(requests_.size(), " requests, ", seen.size(),
                                             " of them waiting or running"));
   }
-  for (SeqId s : pending_frees) {
-    if (seqs.contains(s.value)) {
-      return absl::InternalError(absl::StrCat("sequence ", s.value, " is freed but still held"));
+  for (const auto* freed : {&pending_frees, &pending_swap_outs}) {
+    for (SeqId s : *freed) {
+      if (seqs.contains(s.value)) {
+        return absl::InternalError(
+            absl::StrCat("sequence ", s.value, " is freed but still held"));
+      }
     }
   }
   return absl::OkStatus();

@@ -80,7 +80,7 @@ class RequestState {
   void Flush();
   bool HasPendingCacheOps() const {
     return !pending_commits.empty() || !pending_frees.empty() || !pending_resolves.empty() ||
-           !pending_truncates.empty();
+           !pending_truncates.empty() || !pending_swap_outs.empty();
   }
   // Queues the commit of a sequence's first `num_computed` tokens; a later commit of the
   // same sequence before the next cache RPC replaces it (pipelined steps can apply two
@@ -95,7 +95,9 @@ class RequestState {
   // Moves `r` from `waiting` into `running`, in arrival order.
   void MarkRunning(Request* r);
   // Frees every sequence of `victim` and puts it at the head of `waiting` to be
-  // recomputed from its prompt and the tokens it has produced.
+  // recomputed from its prompt and the tokens it has produced. With --preemption=swap a
+  // request of one sequence is swapped out instead (its KV kept in the host tier, loaded
+  // back by the prefix lookup when it is admitted again).
   void Preempt(Request* victim);
 
   // Ends a request: frees its sequences (with the next cache RPC), sends `event` (which
@@ -129,6 +131,7 @@ class RequestState {
   std::vector<cachemgr::CommitOp> pending_commits;
   std::vector<cachemgr::TruncateOp> pending_truncates;  // rejected proposals, cut back
   std::vector<cachemgr::SeqId> pending_frees;
+  std::vector<cachemgr::SeqId> pending_swap_outs;  // preempted with --preemption=swap
   std::vector<PendingFork> pending_forks;         // applied at the end of the step
   std::vector<worker::BlockCopy> pending_copies;  // from forks, run with the next step
   // The host KV tier (services/cachemgr/host_tier.h): stores and loads the cache manager

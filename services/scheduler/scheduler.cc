@@ -275,6 +275,7 @@ bool Scheduler::Fence() {
   // Nothing goes to the replica any more: it is not ours.
   state_.loss.reset();
   state_.pending_frees.clear();
+  state_.pending_swap_outs.clear();
   state_.pending_resolves.clear();
   state_.pending_commits.clear();
   state_.pending_truncates.clear();

@@ -26,6 +26,12 @@ struct RecoveryOptions {
   absl::Duration deadline_margin = absl::Milliseconds(250);
 };
 
+// What a preemption does with the victim's KV (--preemption). Recompute frees it (full
+// blocks stay findable in the prefix cache and the offload tiers until evicted); swap
+// also stores the partly computed last block in the host tier and makes the victim's
+// blocks the tier's most recent, so the resumed request loads all it had computed.
+enum class Preemption { kRecompute, kSwap };
+
 struct SchedulerOptions {
   int32_t block_size = 16;
   int32_t max_num_batched_tokens = 512;  // tokens computed per step, all sequences
@@ -47,6 +53,8 @@ struct SchedulerOptions {
   // Pipelined steps (scheduler.h): plan step N+1 and get its slots while the workers run
   // step N. --async_steps.
   bool async_steps = true;
+  // --preemption; swap needs the workers' host KV tier (--kv_host_bytes).
+  Preemption preemption = Preemption::kRecompute;
   // Speculative decoding (speculation.h): --speculative, --num_speculative_tokens, ...
   SpeculativeOptions speculative;
   RecoveryOptions recovery;

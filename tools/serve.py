@@ -235,6 +235,10 @@ def main():
                         "run this one. auto = off here, where the workers' threads take every "
                         "core the scheduler would plan on (measured 0.96x the throughput on 2 "
                         "cores, docs/benchmarks.md); on where they do not share cores")
+    p.add_argument("--preemption", default="recompute", choices=["recompute", "swap"],
+                   help="a request preempted for want of KV blocks: recompute what it loses "
+                        "when it resumes, or swap its KV out to the host KV tier and load it "
+                        "back (needs --kv_host_bytes; default: %(default)s)")
     p.add_argument("--speculative", default="off", choices=["off", "ngram"],
                    help="speculative decoding: ngram proposes each sequence's next tokens from "
                         "its own prompt and output and the model verifies several in one step; "
@@ -310,6 +314,10 @@ def main():
             "llama2.c checkpoint), or set "
             "FOLIO_MODEL, or FOLIO_MODELS_DIR to a folder holding stories260K/stories260K.gguf "
             "(the embedded models/stories260K/ is missing from this tree)")
+        return 2
+    if args.preemption == "swap" and args.kv_host_bytes in ("", "0"):
+        log("--preemption=swap keeps preempted requests' KV in the host KV tier; give "
+            "--kv_host_bytes too")
         return 2
     if args.kv_disk_dir and args.kv_host_bytes in ("", "0"):
         log("--kv_disk_dir: the disk KV tier lies below the host tier; give --kv_host_bytes too")
@@ -406,6 +414,7 @@ def main():
                 f"--max_num_seqs={args.max_num_seqs}",
                 f"--async_steps={'off' if args.async_steps == 'auto' else args.async_steps}",
                 f"--max_num_batched_tokens={args.max_num_batched_tokens}",
+                f"--preemption={args.preemption}",
                 f"--speculative={args.speculative}",
                 f"--num_speculative_tokens={args.num_speculative_tokens}",
                 f"--spec_synth_len={args.spec_synth_len}",

@@ -17,6 +17,17 @@ streamed):
   others: with a pool of --kv_cache_bytes the history is evicted between its turns, and
   only the tier can keep it.
 
+`--parts=preemption` (in the default `turns,preemption`) weighs swap against recompute
+preemption under a KV-starved load: --preempt_clients requests at once, each a
+--preempt_prompt_len-token prompt of its own and --preempt_answer_len tokens (ignore_eos),
+through a pool of --preempt_kv_cache_bytes that holds a fraction of them, so the scheduler
+preempts again and again: with --preemption=recompute and no tier (what a preempted
+request loses is computed again), recompute over a host tier (its full blocks, written
+through, are found there), and --preemption=swap over the same tier (its partly filled last
+block too, and its blocks the tier's most recent). Reported: output tokens/s, TTFT p50 /
+p99 over all requests, preemptions, swap-outs, host loads (partial ones apart) and prompt
+tokens found cached.
+
 Reported per configuration: TTFT p50 / p99 (time to the first streamed token, turns after
 the first round, the ones that can hit), the wall time of the whole run, prompt tokens
 found cached (the cache manager's prefix-hit counter), host-tier and disk-tier loads. The aim is TTFT
@@ -32,6 +43,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 
 import _cluster
@@ -41,6 +53,11 @@ from _cluster import ROOT, log
 
 MARK_BEGIN = "<!-- offload:begin (./folio bench offload --write_docs) -->"
 MARK_END = "<!-- offload:end -->"
+PREEMPT_BEGIN = "<!-- offload-preemption:begin (./folio bench offload --write_docs) -->"
+PREEMPT_END = "<!-- offload-preemption:end -->"
+PREEMPT_COUNTERS = ["folio_cachemgr_prefix_cache_hits_total",
+                    "folio_cachemgr_host_loads_total", "folio_cachemgr_host_partial_loads_total",
+                    "folio_cachemgr_swap_outs_total"]
 COUNTERS = ["folio_cachemgr_prefix_cache_hits_total", "folio_cachemgr_prefix_cache_queries_total",
             "folio_cachemgr_host_loads_total", "folio_cachemgr_host_stores_total",
             "folio_cachemgr_host_evictions_total", "folio_cachemgr_disk_loads_total",
@@ -67,6 +84,15 @@ def parse_args(argv):
                    help="the host tier of the disk configurations: a quarter of the histories")
     p.add_argument("--kv_disk_bytes", default="2GiB")
     p.add_argument("--max_model_len", type=int, default=1024)
+    p.add_argument("--parts", default="turns,preemption",
+                   help="turns (the multi-turn workload over the tiers), preemption (swap "
+                        "against recompute under a KV-starved load), or both")
+    p.add_argument("--preempt_clients", type=int, default=16)
+    p.add_argument("--preempt_prompt_len", type=int, default=200)
+    p.add_argument("--preempt_answer_len", type=int, default=120)
+    p.add_argument("--preempt_kv_cache_bytes", default="24MiB",
+                   help="the pool of the preemption part: about a fifth of what the clients' "
+                        "requests grow to on the 1.1B shape")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--write_docs", action="store_true",
                    help="put the table into docs/benchmarks.md and the plot into "
@@ -84,6 +110,8 @@ def parse_args(argv):
         # stories260K: 640 bytes a token; the pool holds about three conversations.
         a.kv_cache_bytes, a.kv_host_bytes, a.max_model_len = "400KiB", "8MiB", 512
         a.disk_host_bytes, a.kv_disk_bytes = "400KiB", "8MiB"
+        a.preempt_clients, a.preempt_prompt_len, a.preempt_answer_len = 8, 40, 60
+        a.preempt_kv_cache_bytes = "160KiB"  # 16 blocks of 16 tokens; each request grows to 7
     if a.out is None:
         a.out = os.path.join(ROOT, "bench-results",
                              "offload-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -144,6 +172,91 @@ def run_config(a, name, slug, model_path, extra, out):
             "host_loads": delta[COUNTERS[2]], "host_stores": delta[COUNTERS[3]],
             "host_evictions": delta[COUNTERS[4]], "disk_loads": delta[COUNTERS[5]],
             "disk_spills": delta[COUNTERS[6]], "turns": rows, "commands": commands}
+
+
+def run_preemption(a, name, slug, model_path, extra, out):
+    """The KV-starved load: every client's request at once."""
+    port = _cluster.free_port()
+    serve = ["--model=" + model_path, f"--threads={a.threads}",
+             f"--kv_cache_bytes={a.preempt_kv_cache_bytes}",
+             f"--max_model_len={a.preempt_prompt_len + a.preempt_answer_len}",
+             f"--http_port={port}", f"--max_num_seqs={a.preempt_clients}"] + extra
+    rng = random.Random(4321)
+    low, high = 10, (256 if a.smoke else 30000) - 1
+    prompts = [[rng.randint(low, high) for _ in range(a.preempt_prompt_len)]
+               for _ in range(a.preempt_clients)]
+    with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=slug,
+                          startup_timeout_s=a.startup_timeout_s) as cluster:
+        url = f"http://127.0.0.1:{port}"
+        scheduler_metrics = cluster.info["scheduler"]["metrics"]
+        before = _cluster.counters(cluster.cachemgr_metrics, PREEMPT_COUNTERS)
+        preempted = _cluster.counters(scheduler_metrics, ["folio_scheduler_preemptions_total"])
+        results = [None] * len(prompts)
+
+        def client(i):
+            results[i] = routing.complete(url, prompts[i], a.preempt_answer_len)
+
+        started = time.monotonic()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.monotonic() - started
+        if any(r is None for r in results):
+            raise RuntimeError(f"{slug}: a client failed (see {cluster.log_path})")
+        after = _cluster.counters(cluster.cachemgr_metrics, PREEMPT_COUNTERS)
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in PREEMPT_COUNTERS}
+        preemptions = (_cluster.counters(scheduler_metrics, ["folio_scheduler_preemptions_total"])
+                       .get("folio_scheduler_preemptions_total", 0) -
+                       preempted.get("folio_scheduler_preemptions_total", 0))
+        commands = list(cluster.commands)
+    ttfts = [r[0] for r in results]
+    q = statistics.quantiles(ttfts, n=100) if len(ttfts) >= 2 else ttfts * 99
+    tokens = sum(r[2] for r in results)
+    return {"config": name, "wall_s": wall, "output_tokens": tokens,
+            "output_tokens_per_s": tokens / wall, "ttft_p50_s": statistics.median(ttfts),
+            "ttft_p99_s": q[98], "preemptions": preemptions,
+            "swap_outs": delta["folio_cachemgr_swap_outs_total"],
+            "host_loads": delta["folio_cachemgr_host_loads_total"],
+            "partial_loads": delta["folio_cachemgr_host_partial_loads_total"],
+            "cached_prompt_tokens": delta["folio_cachemgr_prefix_cache_hits_total"],
+            "commands": commands}
+
+
+def preemption_table(a, rows):
+    lines = ["| preemption | output tokens/s | TTFT p50 | TTFT p99 | preemptions | swap-outs | "
+             "host loads (partial) | tokens found cached |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['output_tokens_per_s']:.1f} | "
+                     f"{r['ttft_p50_s'] * 1000:.0f} ms | {r['ttft_p99_s'] * 1000:.0f} ms | "
+                     f"{r['preemptions']:.0f} | {r['swap_outs']:.0f} | "
+                     f"{r['host_loads']:.0f} ({r['partial_loads']:.0f}) | "
+                     f"{r['cached_prompt_tokens']:.0f} |")
+    base, swap = rows[0], rows[-1]
+    lines.append("")
+    lines.append(f"Swap against recompute without a tier: output tokens/s "
+                 f"**{swap['output_tokens_per_s'] / base['output_tokens_per_s']:.2f}x**, TTFT "
+                 f"p50 {swap['ttft_p50_s'] / base['ttft_p50_s']:.2f}x; against recompute over "
+                 f"the same tier: {swap['output_tokens_per_s'] / rows[1]['output_tokens_per_s']:.2f}x. "
+                 f"{a.preempt_clients} requests at once of {a.preempt_prompt_len} prompt + "
+                 f"{a.preempt_answer_len} output tokens; pool {a.preempt_kv_cache_bytes}, host "
+                 f"tier {a.kv_host_bytes}; {a.threads} threads; {peer.machine().get('cpu', '')}.")
+    return "\n".join(lines) + "\n"
+
+
+def put_in_docs(begin, end, text, heading):
+    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    doc = open(path).read()
+    block = f"{begin}\n{text}{end}"
+    if begin in doc:
+        start, stop = doc.index(begin), doc.index(end) + len(end)
+        doc = doc[:start] + block + doc[stop:]
+    else:
+        doc += f"\n{heading}\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(doc)
 
 
 def table(a, results):
@@ -209,40 +322,53 @@ def draw(results, path):
 
 def main(argv):
     a = parse_args(argv)
+    parts = set(a.parts.split(","))
+    if not parts or parts - {"turns", "preemption"}:
+        log(f"--parts: turns and/or preemption, got {a.parts!r}")
+        return 2
     os.makedirs(os.path.join(a.out, "logs"), exist_ok=True)
     model = a.model or model_1b(a, a.out)
-    results = [run_config(a, "no offload", "no-offload", model, [], a.out),
-               run_config(a, f"host tier {a.kv_host_bytes}", "host-tier", model,
-                          [f"--kv_host_bytes={a.kv_host_bytes}"], a.out)]
-    disk_dir = os.path.join(os.path.abspath(a.out), "kv-disk")
-    disk = [f"--kv_host_bytes={a.disk_host_bytes}", f"--kv_disk_dir={disk_dir}",
-            f"--kv_disk_bytes={a.kv_disk_bytes}"]
-    results.append(run_config(a, f"host {a.disk_host_bytes} + disk", "disk-tier", model, disk,
-                              a.out))
-    results.append(run_config(a, "the same, after a full restart", "disk-restart", model, disk,
-                              a.out))
-    text, ratio = table(a, results)
+    record = {"machine": peer.machine(), "folio_commit": peer.git_commit(), "model": model,
+              "args": vars(a)}
+    if "turns" in parts:
+        results = [run_config(a, "no offload", "no-offload", model, [], a.out),
+                   run_config(a, f"host tier {a.kv_host_bytes}", "host-tier", model,
+                              [f"--kv_host_bytes={a.kv_host_bytes}"], a.out)]
+        disk_dir = os.path.join(os.path.abspath(a.out), "kv-disk")
+        disk = [f"--kv_host_bytes={a.disk_host_bytes}", f"--kv_disk_dir={disk_dir}",
+                f"--kv_disk_bytes={a.kv_disk_bytes}"]
+        results.append(run_config(a, f"host {a.disk_host_bytes} + disk", "disk-tier", model,
+                                  disk, a.out))
+        results.append(run_config(a, "the same, after a full restart", "disk-restart", model,
+                                  disk, a.out))
+        text, ratio = table(a, results)
+        record.update(results=results, ratio=ratio)
+        with open(os.path.join(a.out, "table.md"), "w") as f:
+            f.write(text)
+        print(text)
+        plot = a.plot or (os.path.join(ROOT, "docs", "img", "offload.png") if a.write_docs else None)
+        if plot:
+            draw(results, plot)
+        if a.write_docs:
+            put_in_docs(MARK_BEGIN, MARK_END, text,
+                        "## KV offload: the host-memory tier (issue #50)")
+    if "preemption" in parts:
+        host = f"--kv_host_bytes={a.kv_host_bytes}"
+        rows = [run_preemption(a, "recompute, no tier", "preempt-recompute", model, [], a.out),
+                run_preemption(a, f"recompute, host tier {a.kv_host_bytes}",
+                               "preempt-recompute-host", model, [host], a.out),
+                run_preemption(a, f"swap, host tier {a.kv_host_bytes}", "preempt-swap", model,
+                               [host, "--preemption=swap"], a.out)]
+        text = preemption_table(a, rows)
+        record["preemption"] = rows
+        with open(os.path.join(a.out, "preemption.md"), "w") as f:
+            f.write(text)
+        print(text)
+        if a.write_docs:
+            put_in_docs(PREEMPT_BEGIN, PREEMPT_END, text,
+                        "### Swap against recompute preemption")
     with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump({"machine": peer.machine(), "folio_commit": peer.git_commit(),
-                   "model": model, "args": vars(a), "results": results, "ratio": ratio},
-                  f, indent=2)
-    with open(os.path.join(a.out, "table.md"), "w") as f:
-        f.write(text)
-    print(text)
-    plot = a.plot or (os.path.join(ROOT, "docs", "img", "offload.png") if a.write_docs else None)
-    if plot:
-        draw(results, plot)
-    if a.write_docs:
-        path = os.path.join(ROOT, "docs", "benchmarks.md")
-        doc = open(path).read()
-        block = f"{MARK_BEGIN}\n{text}{MARK_END}"
-        if MARK_BEGIN in doc:
-            start, end = doc.index(MARK_BEGIN), doc.index(MARK_END) + len(MARK_END)
-            doc = doc[:start] + block + doc[end:]
-        else:
-            doc += "\n## KV offload: the host-memory tier (issue #50)\n\n" + block + "\n"
-        with open(path, "w") as f:
-            f.write(doc)
+        json.dump(record, f, indent=2)
     return 0
 
 

@@ -29,7 +29,11 @@ def main():
         if rc != 0:
             return 1
         with open(os.path.join(out, "results.json")) as f:
-            results = json.load(f)["results"]
+            record = json.load(f)
+        results = record["results"]
+        preemption = record.get("preemption", [])
+        with open(os.path.join(out, "preemption.md")) as f:
+            preemption_table = f.read()
         with open(os.path.join(out, "table.md")) as f:
             table = f.read()
     check = _smoke.Checks()
@@ -56,6 +60,18 @@ def main():
         check(restart["disk_loads"] > 0, f"disk loads after the restart {restart['disk_loads']}")
         for r in results:
             check(f"| {r['config']} |" in table, f"{r['config']} in the table")
+    check(len(preemption) == 3, f"three preemption configurations, got {len(preemption)}")
+    if len(preemption) == 3:
+        for r in preemption:
+            check(r["preemptions"] > 0, f"{r['config']}: preemptions {r['preemptions']}")
+            check(f"| {r['config']} |" in preemption_table, f"{r['config']} in the table")
+        recompute, recompute_host, swap = preemption
+        check(recompute["swap_outs"] == 0 and recompute_host["swap_outs"] == 0,
+              "no swap-outs with --preemption=recompute")
+        check(swap["swap_outs"] == swap["preemptions"],
+              f"one swap-out a preemption: {swap['swap_outs']} of {swap['preemptions']}")
+        check(swap["partial_loads"] > 0, f"partial loads {swap['partial_loads']}")
+        check(recompute_host["partial_loads"] == 0, "no partial loads without swap-outs")
     return check.finish("offload smoke: the tier keeps the conversations")
 
 

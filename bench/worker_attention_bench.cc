@@ -36,6 +36,15 @@
 // 64, 2 threads. Each iteration runs both, alternating which goes first, timed apart by
 // process CPU time: f16_us, q8_us, speedup = f16_us / q8_us.
 //
+// BM_WindowAttention/<seqs>/<chunk>/<context>/<window>/<softcap>: sliding-window layers
+// (Gemma 2/3's local layers; softcap > 0: Gemma 2's score softcap) on the default path of
+// this CPU: `seqs` sequences at `context` tokens, each step `chunk` queries per sequence
+// (1: decode), GQA 2, 4 kv heads x head_dim 64, f16 KV in scattered 16-token blocks, 2
+// threads. Each iteration runs the per-query kernel's generic body (tiled_prefill off:
+// the only path windows and softcaps had before) and the tiled kernel, alternating which
+// goes first: per_query_us, tiled_us, speedup. Prefill chunks only: decode rows take the
+// generic body either way (one-query tiles measured 0.87x at 32 x 1024 tokens).
+//
 //   build/bin/worker_attention_bench
 //   build/bin/worker_attention_bench --benchmark_filter=Prefill
 //   build/bin/worker_attention_bench --benchmark_filter=DecodeKernels
@@ -322,6 +331,44 @@ void BM_KvDtypes(benchmark::State& state) {
   state.SetLabel(PathLabel(args));
 }
 
+void BM_WindowAttention(benchmark::State& state) {
+  const int num_seqs = static_cast<int>(state.range(0));
+  const int chunk = static_cast<int>(state.range(1));
+  const int context = static_cast<int>(state.range(2));
+  const int num_heads = kNumKvHeads * 2;
+  const int blocks_per_seq = (context + 15) / 16;
+  std::mt19937 rng(5);
+  KvPool pool_kv(num_seqs * blocks_per_seq, 16, /*scatter=*/true, rng);
+  std::vector<AttentionSeq> seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    seqs.push_back({s * chunk, chunk, context, pool_kv.ids.data() + s * blocks_per_seq});
+  }
+  std::vector<float> q(static_cast<size_t>(num_seqs) * chunk * num_heads * kHeadDim),
+      out(q.size());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : q) x = normal(rng);
+  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
+  args.window = static_cast<int32_t>(state.range(3));
+  args.softcap = static_cast<float>(state.range(4));
+  ThreadPool pool(kThreads);
+  double s[2] = {0, 0};  // per-query, tiled
+  for (auto _ : state) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool tiled = (pass == 0) == (state.iterations() % 2 == 0);
+      args.tiled_prefill = tiled;
+      const double t0 = ProcessCpuSeconds();
+      PagedAttention(args, seqs, pool_kv.kv, &pool);
+      benchmark::DoNotOptimize(out.data());
+      s[tiled ? 1 : 0] += ProcessCpuSeconds() - t0;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["per_query_us"] = s[0] / n * 1e6;
+  state.counters["tiled_us"] = s[1] / n * 1e6;
+  state.counters["speedup"] = s[0] / s[1];
+  state.SetLabel(PathLabel(args));
+}
+
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
 void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(state, false); }
 
@@ -356,6 +403,18 @@ BENCHMARK(BM_KvDtypes)
     ->Args({32, 1024, 8, 1})
     ->Args({1, 1152, 2, 128})
     ->Args({1, 1152, 8, 128})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// {seqs, chunk, context, window, softcap}: a prefill chunk after a prefix with Gemma 3's
+// window alone and with Gemma 2's softcap too, two at once, and a window wider than the
+// context.
+BENCHMARK(BM_WindowAttention)
+    ->ArgNames({"seqs", "chunk", "context", "window", "softcap"})
+    ->Args({1, 512, 2048, 512, 0})
+    ->Args({2, 256, 1024, 512, 0})
+    ->Args({1, 512, 2048, 512, 50})
+    ->Args({1, 512, 512, 4096, 0})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -283,7 +283,7 @@ absl::StatusOr<StepResponse> KvCacheManager::Step(const StepRequest& request) {
     policy_->SwapOut(it->second);
     policy_->Free(it->second);
     seqs_.erase(it);
-    ++counters_.num_swap_outs;
+    if (host_ != nullptr && host_->num_slots() > 0) ++counters_.num_swap_outs;  // else a free
   }
   for (const ForkOp& op : request.forks) {
     Sequence child{.id = op.child, .max_len = seqs_.at(op.parent).max_len};

@@ -64,7 +64,7 @@ struct CacheStats {
   int64_t num_grant_failures = 0;   // creates, forks and grants answered kNoRoom
   int64_t num_cow_copies = 0;       // blocks copied on write (and by baseline forks)
   int64_t num_forks = 0;            // forks applied
-  int64_t num_swap_outs = 0;        // sequences freed by swap-outs (StepRequest::swap_outs)
+  int64_t num_swap_outs = 0;        // swap-outs applied with a host tier (else plain frees)
   int32_t num_blocks_used_peak = 0; // the most blocks in use at the end of any step
   HostTierStats host;               // all zero without a host tier
   DiskTierStats disk;               // all zero without a disk tier
@@ -98,6 +98,8 @@ class KvCacheManager {
   // (the state prefix_pool()->events() describes, as of its last_seq()), and apart, the
   // ones only the disk tier holds (kStoredOnDisk in the log).
   std::vector<BlockHash> CachedHashes() const;
+  // CacheStats::num_swap_outs, without the rest of Stats.
+  int64_t num_swap_outs() const { return counters_.num_swap_outs; }
   std::vector<BlockHash> DiskOnlyHashes() const;
 
   // The record of a live sequence, or nullptr.

@@ -351,15 +351,18 @@ absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
   }
   const StepRequest native = FromProto(request);
   absl::StatusOr<StepResponse> result;
+  int64_t swap_outs = 0;
   {
     absl::MutexLock lock(&mu_);
     if (manager_ == nullptr) {
       return absl::FailedPreconditionError("the block pool is not configured yet");
     }
+    const int64_t swapped = manager_->num_swap_outs();
     result = manager_->Step(native);
+    swap_outs = manager_->num_swap_outs() - swapped;
   }
   if (!result.ok()) return result.status();
-  metrics_.swap_outs.Increment(static_cast<double>(native.swap_outs.size()));
+  metrics_.swap_outs.Increment(static_cast<double>(swap_outs));
   pb::CacheStepResponse response;
   auto count = [&](const SeqResult& r) {
     if (r.status == SeqStatus::kNoRoom) metrics_.grant_failures.Increment();

@@ -54,7 +54,7 @@ ABSL_FLAG(std::string, preemption, "recompute",
           "tiers until evicted) and what is missing is computed again when it resumes. swap: "
           "its KV goes to the host KV tier (the full blocks made most recent, the partly "
           "filled last block stored too) and the resumed request loads it back; needs the "
-          "workers' --kv_host_bytes. Requests with several choices or beams recompute.");
+          "workers' --kv_host_bytes. Requests whose choices or beams have forked recompute.");
 ABSL_FLAG(std::string, speculative, "off",
           "Speculative decoding, off|ngram: a decoding sequence's next token goes to the "
           "workers with up to --num_speculative_tokens proposed continuations, found in its "

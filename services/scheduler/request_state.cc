@@ -289,12 +289,14 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
   transfers_done = 0;
 }
 
-void RequestState::Preempt(Request* victim) {
+void RequestState::Preempt(Request* victim, bool may_swap) {
   // A group is recomputed from its root's prompt (its choices fork again at its end), so
-  // only a request of one sequence has KV worth keeping.
+  // only a request of one live sequence (a single choice, a group before its fan-out or
+  // with one choice left, a beam search down to one beam) has KV worth keeping.
   const uint64_t root = victim->branches[0].seq_id;
   const bool swap =
-      options_.preemption == Preemption::kSwap && victim->branches.size() == 1 && root != 0 &&
+      may_swap && options_.preemption == Preemption::kSwap && victim->branches.size() == 1 &&
+      root != 0 &&
       std::none_of(pending_forks.begin(), pending_forks.end(), [root](const PendingFork& f) {
         return f.parent == root || f.child == root;
       });

@@ -96,9 +96,10 @@ class RequestState {
   void MarkRunning(Request* r);
   // Frees every sequence of `victim` and puts it at the head of `waiting` to be
   // recomputed from its prompt and the tokens it has produced. With --preemption=swap a
-  // request of one sequence is swapped out instead (its KV kept in the host tier, loaded
-  // back by the prefix lookup when it is admitted again).
-  void Preempt(Request* victim);
+  // request of one live sequence is swapped out instead (its KV kept in the host tier, loaded
+  // back by the prefix lookup when it is admitted again). `may_swap` false: freed in any
+  // case (a grant of this plan copied its last block, and that copy is dropped with it).
+  void Preempt(Request* victim, bool may_swap = true);
 
   // Ends a request: frees its sequences (with the next cache RPC), sends `event` (which
   // carries the finish reason and possibly the last tokens) with request_done set and

@@ -184,15 +184,19 @@ std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
     granted.erase(std::remove_if(granted.begin(), granted.end(), drop), granted.end());
     std::vector<uint64_t> victim_seqs;
     for (const Branch& b : victim->branches) victim_seqs.push_back(b.seq_id);
-    copies->grants.erase(
-        std::remove_if(copies->grants.begin(), copies->grants.end(),
-                       [&victim_seqs](const cachemgr::SeqResult& r) {
-                         return std::find(victim_seqs.begin(), victim_seqs.end(),
-                                          r.seq.value) != victim_seqs.end();
-                       }),
-        copies->grants.end());
+    auto victims = [&victim_seqs](const cachemgr::SeqResult& r) {
+      return std::find(victim_seqs.begin(), victim_seqs.end(), r.seq.value) != victim_seqs.end();
+    };
+    // A copy-on-write copy of this plan dropped with the victim leaves its last block
+    // unwritten: nothing there to swap out.
+    const bool copied = std::any_of(copies->grants.begin(), copies->grants.end(),
+                                    [&](const cachemgr::SeqResult& r) {
+                                      return victims(r) && !r.copies.empty();
+                                    });
+    copies->grants.erase(std::remove_if(copies->grants.begin(), copies->grants.end(), victims),
+                         copies->grants.end());
     retry.erase(std::remove_if(retry.begin(), retry.end(), drop), retry.end());
-    state_->Preempt(victim);
+    state_->Preempt(victim, /*may_swap=*/!copied);
     want = std::move(retry);
   }
   return granted;

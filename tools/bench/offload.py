@@ -55,8 +55,7 @@ MARK_BEGIN = "<!-- offload:begin (./folio bench offload --write_docs) -->"
 MARK_END = "<!-- offload:end -->"
 PREEMPT_BEGIN = "<!-- offload-preemption:begin (./folio bench offload --write_docs) -->"
 PREEMPT_END = "<!-- offload-preemption:end -->"
-PREEMPT_COUNTERS = ["folio_cachemgr_prefix_cache_hits_total",
-                    "folio_cachemgr_host_loads_total", "folio_cachemgr_host_partial_loads_total",
+PREEMPT_COUNTERS = ["folio_cachemgr_host_loads_total", "folio_cachemgr_host_partial_loads_total",
                     "folio_cachemgr_swap_outs_total"]
 COUNTERS = ["folio_cachemgr_prefix_cache_hits_total", "folio_cachemgr_prefix_cache_queries_total",
             "folio_cachemgr_host_loads_total", "folio_cachemgr_host_stores_total",
@@ -188,9 +187,14 @@ def run_preemption(a, name, slug, model_path, extra, out):
     with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=slug,
                           startup_timeout_s=a.startup_timeout_s) as cluster:
         url = f"http://127.0.0.1:{port}"
-        scheduler_metrics = cluster.info["scheduler"]["metrics"]
+        # The scheduler's preemptions and cache hits at admission, the worker's tokens
+        # computed (the prompts and outputs, plus whatever was computed again).
+        others = [(cluster.info["scheduler"]["metrics"],
+                   ["folio_scheduler_preemptions_total",
+                    "folio_scheduler_prefix_cache_hit_tokens_total"]),
+                  (cluster.info["worker"]["metrics"], ["folio_worker_tokens_total"])]
         before = _cluster.counters(cluster.cachemgr_metrics, PREEMPT_COUNTERS)
-        preempted = _cluster.counters(scheduler_metrics, ["folio_scheduler_preemptions_total"])
+        before_others = [_cluster.counters(url, names) for url, names in others]
         results = [None] * len(prompts)
 
         def client(i):
@@ -207,33 +211,35 @@ def run_preemption(a, name, slug, model_path, extra, out):
             raise RuntimeError(f"{slug}: a client failed (see {cluster.log_path})")
         after = _cluster.counters(cluster.cachemgr_metrics, PREEMPT_COUNTERS)
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in PREEMPT_COUNTERS}
-        preemptions = (_cluster.counters(scheduler_metrics, ["folio_scheduler_preemptions_total"])
-                       .get("folio_scheduler_preemptions_total", 0) -
-                       preempted.get("folio_scheduler_preemptions_total", 0))
+        for (url, names), was in zip(others, before_others):
+            now = _cluster.counters(url, names)
+            delta.update({k: now.get(k, 0) - was.get(k, 0) for k in names})
         commands = list(cluster.commands)
     ttfts = [r[0] for r in results]
     q = statistics.quantiles(ttfts, n=100) if len(ttfts) >= 2 else ttfts * 99
     tokens = sum(r[2] for r in results)
     return {"config": name, "wall_s": wall, "output_tokens": tokens,
             "output_tokens_per_s": tokens / wall, "ttft_p50_s": statistics.median(ttfts),
-            "ttft_p99_s": q[98], "preemptions": preemptions,
+            "ttft_p99_s": q[98], "preemptions": delta["folio_scheduler_preemptions_total"],
             "swap_outs": delta["folio_cachemgr_swap_outs_total"],
             "host_loads": delta["folio_cachemgr_host_loads_total"],
             "partial_loads": delta["folio_cachemgr_host_partial_loads_total"],
-            "cached_prompt_tokens": delta["folio_cachemgr_prefix_cache_hits_total"],
+            "cached_tokens": delta["folio_scheduler_prefix_cache_hit_tokens_total"],
+            "tokens_computed": delta["folio_worker_tokens_total"],
+            "tokens_needed": sum(len(p) + a.preempt_answer_len - 1 for p in prompts),
             "commands": commands}
 
 
 def preemption_table(a, rows):
     lines = ["| preemption | output tokens/s | TTFT p50 | TTFT p99 | preemptions | swap-outs | "
-             "host loads (partial) | tokens found cached |",
-             "|---|---|---|---|---|---|---|---|"]
+             "host loads (partial) | tokens found cached at admission | tokens computed |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['config']} | {r['output_tokens_per_s']:.1f} | "
                      f"{r['ttft_p50_s'] * 1000:.0f} ms | {r['ttft_p99_s'] * 1000:.0f} ms | "
                      f"{r['preemptions']:.0f} | {r['swap_outs']:.0f} | "
                      f"{r['host_loads']:.0f} ({r['partial_loads']:.0f}) | "
-                     f"{r['cached_prompt_tokens']:.0f} |")
+                     f"{r['cached_tokens']:.0f} | {r['tokens_computed']:.0f} |")
     base, swap = rows[0], rows[-1]
     lines.append("")
     lines.append(f"Swap against recompute without a tier: output tokens/s "
@@ -241,7 +247,8 @@ def preemption_table(a, rows):
                  f"p50 {swap['ttft_p50_s'] / base['ttft_p50_s']:.2f}x; against recompute over "
                  f"the same tier: {swap['output_tokens_per_s'] / rows[1]['output_tokens_per_s']:.2f}x. "
                  f"{a.preempt_clients} requests at once of {a.preempt_prompt_len} prompt + "
-                 f"{a.preempt_answer_len} output tokens; pool {a.preempt_kv_cache_bytes}, host "
+                 f"{a.preempt_answer_len} output tokens (at least "
+                 f"{base['tokens_needed']} tokens to compute); pool {a.preempt_kv_cache_bytes}, host "
                  f"tier {a.kv_host_bytes}; {a.threads} threads; {peer.machine().get('cpu', '')}.")
     return "\n".join(lines) + "\n"
 

@@ -72,6 +72,10 @@ def main():
               f"one swap-out a preemption: {swap['swap_outs']} of {swap['preemptions']}")
         check(swap["partial_loads"] > 0, f"partial loads {swap['partial_loads']}")
         check(recompute_host["partial_loads"] == 0, "no partial loads without swap-outs")
+        for r in preemption:
+            check(r["tokens_computed"] >= r["tokens_needed"],
+                  f"{r['config']}: {r['tokens_computed']} tokens computed, at least "
+                  f"{r['tokens_needed']} needed")
     return check.finish("offload smoke: the tier keeps the conversations")
 
 

@@ -35,9 +35,13 @@
 // widened) once per tile rather than once per query. Both kernels have portable, AVX2
 // and (for head_dim % 16 == 0) AVX-512 versions, picked at run time.
 //
-// A window or a softcap (PagedAttentionArgs) runs every query on the per-query kernel's
-// generic body (portable or AVX2 primitives): the tiled, blocked and AVX-512 kernels do
-// not have them yet.
+// A window or a softcap (PagedAttentionArgs): prefill chunks run on the tiled kernel as
+// any other (every ISA's tile has both: a window starts the tile's key walk at its first
+// query's window and hides older keys row by row; a softcap bends each score before the
+// online softmax), decode rows (and every row with tiled_prefill off) on the per-query
+// kernel's generic body (portable or AVX2 primitives); the per-query AVX-512 kernel has
+// neither. A one-query tile would serve decode too, but is slower at a serving batch
+// (bench/worker_attention_bench's BM_WindowAttention).
 //
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
 // items on the given pool, costliest first: prefill tiles (sequence, query tile, kv head),

@@ -508,11 +508,11 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   CHECK_EQ(args.num_heads % kv.num_kv_heads, 0)
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
   const int group = args.num_heads / kv.num_kv_heads;
-  // A window or softcap: the generic per-query body only (see the header).
+  // A window or softcap: prefill chunks on the tiled kernel (it has both), decode rows
+  // on the per-query kernel's generic body (BM_WindowAttention: a one-query tile is
+  // slower at a serving batch).
   const bool plain = args.window <= 0 && args.softcap <= 0.0f;
-  auto tiled = [&](const AttentionSeq& s) {
-    return plain && args.tiled_prefill && s.num_queries > 1;
-  };
+  auto tiled = [&](const AttentionSeq& s) { return args.tiled_prefill && s.num_queries > 1; };
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   // Tiles as tall as kTileRows allows, halved while the chunks give fewer than four
   // tiles per thread (a short chunk on a wide pool still spreads).

@@ -373,23 +373,27 @@ TEST(PagedAttentionDecodeTest, MatchesPortableOnRandomShapes) {
 
 // Sliding windows (Gemma's local layers) and score softcaps (Gemma 2), decode and
 // prefill chunks, windows inside a block, across blocks and wider than the context.
+// Both kernels: the tiled one (decode rows as one-query tiles; the default) and the
+// per-query generic body (tiled_prefill off).
 TEST(PagedAttentionWindowTest, WindowsAndSoftcapsMatchTheReference) {
   for (Path path : SupportedPaths()) {
-    for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
-      for (int window : {1, 5, 16, 23, 500}) {
-        for (float softcap : {0.0f, 2.0f}) {
-          SCOPED_TRACE(::testing::Message() << PathName(path) << " window " << window
-                                            << " softcap " << softcap);
-          CheckOptions opt;
-          opt.window = window;
-          opt.softcap = softcap;
-          CheckAgainstReference(16, 64, 2, dtype, path, 2, {{70, 1}, {40, 40}, {90, 17}, {3, 1}},
-                                true, 31, opt);
+    for (bool tiled : {true, false}) {
+      for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
+        for (int window : {1, 5, 16, 23, 40, 500}) {
+          for (float softcap : {0.0f, 2.0f}) {
+            SCOPED_TRACE(::testing::Message() << PathName(path) << (tiled ? " tiled" : " per-query")
+                                              << " window " << window << " softcap " << softcap);
+            CheckOptions opt;
+            opt.window = window;
+            opt.softcap = softcap;
+            CheckAgainstReference(16, 64, 2, dtype, path, 2,
+                                  {{70, 1}, {40, 40}, {90, 17}, {3, 1}, {300, 64}}, tiled, 31, opt);
+          }
         }
+        CheckOptions cap_only;
+        cap_only.softcap = 0.5f;
+        CheckAgainstReference(8, 32, 4, dtype, path, 1, {{33, 1}, {20, 20}}, tiled, 32, cap_only);
       }
-      CheckOptions cap_only;
-      cap_only.softcap = 0.5f;
-      CheckAgainstReference(8, 32, 4, dtype, path, 1, {{33, 1}, {20, 20}}, true, 32, cap_only);
     }
   }
 }

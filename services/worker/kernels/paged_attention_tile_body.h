@@ -8,6 +8,7 @@
 #define FOLIO_SERVICES_WORKER_KERNELS_PAGED_ATTENTION_TILE_BODY_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -51,9 +52,13 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
   const int64_t block_size = kv.block_size;
   const int64_t slot_stride = kv.slot_stride();
   const int64_t block_stride = kv.block_stride();
-  // Position of the tile's first query; the tile's keys are 0 .. pos0 + query_count - 1.
+  // Position of the tile's first query; the tile's keys are 0 .. pos0 + query_count - 1,
+  // or with a window (PagedAttentionArgs::window) from the first query's window on.
   const int64_t pos0 = static_cast<int64_t>(seq.context_len) - seq.num_queries + query_begin;
   const int64_t num_keys = pos0 + query_count;
+  const int64_t window = args.window;
+  const int64_t first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+  const float softcap = args.softcap;
 
   std::vector<float>& scratch = TileScratch();
   // kQ8 keys are dequantized (scale applied) into kq before Scores, which then reads f32.
@@ -90,8 +95,8 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
 
   // Pieces of kKeyTile consecutive keys (a piece may span table blocks: rows are read
   // through per-key pointers).
-  int64_t b = 0, r_in_block = 0;  // table block and row of key0
-  for (int64_t key0 = 0; key0 < num_keys; key0 += kKeyTile) {
+  int64_t b = first_key / block_size, r_in_block = first_key % block_size;  // of key0
+  for (int64_t key0 = first_key; key0 < num_keys; key0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, num_keys - key0));
     PrefetchKeys(k_base, v_base, seq.block_table, block_size, block_stride, slot_stride, hd,
                  key0 + nk, std::min<int64_t>(num_keys, key0 + nk + kKeyTile));
@@ -114,8 +119,22 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
     }
     for (int r = r0; r < R; ++r) {
       const int64_t pos = pos0 + r / group;
-      const int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));
-      alpha[r] = Prims::Softmax(p + r * kKeyTile, nv, nk, m[r], l[r]);
+      int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));
+      float* pr = p + r * kKeyTile;
+      if (softcap > 0.0f) {
+        for (int j = 0; j < nv; ++j) pr[j] = softcap * std::tanh(pr[j] / softcap);
+      }
+      if (window > 0) {
+        // Keys before pos - window + 1 are hidden from this row: -inf, or none visible
+        // in this piece at all (a later row whose window starts past it).
+        const int hidden = static_cast<int>(std::clamp<int64_t>(pos - window + 1 - key0, 0, nk));
+        if (hidden >= nv) {
+          nv = 0;
+        } else {
+          std::fill(pr, pr + hidden, -std::numeric_limits<float>::infinity());
+        }
+      }
+      alpha[r] = Prims::Softmax(pr, nv, nk, m[r], l[r]);
     }
     Prims::Accumulate(acc + static_cast<int64_t>(r0) * hd, R - r0, hd, alpha + r0,
                       p + r0 * kKeyTile, vrow, nk);

@@ -137,6 +137,21 @@ struct Avx512TilePrims {
       }
     }
   }
+  // As Avx2TilePrims::Softcap, 16 lanes at a time (p holds kKeyTile slots).
+  FOLIO_T_AVX512 static void Softcap(float* p, int n, float cap) {
+    const __m512 vcap = _mm512_set1_ps(cap);
+    const __m512 minus_two_over_cap = _mm512_set1_ps(-2.0f / cap);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int j = 0; j < n; j += 16) {
+      const __m512 x = _mm512_loadu_ps(p + j);
+      const __m512 e = avx512::Exp16(_mm512_mul_ps(_mm512_abs_ps(x), minus_two_over_cap));
+      const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+      // |cap * t| with x's sign.
+      const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+      _mm512_storeu_ps(p + j, _mm512_castsi512_ps(_mm512_or_si512(
+                                  _mm512_castps_si512(_mm512_mul_ps(vcap, t)), sign)));
+    }
+  }
   // As PortableTilePrims::Softmax over the piece's two registers: hidden keys are
   // masked to -inf for the max and to 0 after the exponential.
   FOLIO_T_AVX512 static float Softmax(float* p, int nv, int nk, float& m, float& l) {

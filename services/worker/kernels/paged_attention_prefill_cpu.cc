@@ -62,6 +62,10 @@ struct PortableTilePrims {
       }
     }
   }
+  // p[j] = cap * tanh(p[j] / cap) for j < n (a score softcap, Gemma 2).
+  static void Softcap(float* p, int n, float cap) {
+    for (int j = 0; j < n; ++j) p[j] = cap * std::tanh(p[j] / cap);
+  }
   // p[j] = exp(p[j] - max) for j < n; returns their sum.
   static float ExpSum(float* p, int n, float max) {
     float sum = 0.0f;
@@ -200,6 +204,21 @@ struct Avx2TilePrims {
     float sum = avx2::HorizontalSum(acc);
     for (; j < n; ++j) sum += (p[j] = std::exp(p[j] - max));
     return sum;
+  }
+  // As PortableTilePrims::Softcap, 8 lanes at a time: tanh(y) = sign(y) (1 - e) / (1 + e)
+  // with e = exp(-2|y|) (avx2::Exp; absolute error below 1e-6 of cap). p holds kKeyTile
+  // slots, so the last vector may run past n.
+  FOLIO_T_AVX2 static void Softcap(float* p, int n, float cap) {
+    const __m256 vcap = _mm256_set1_ps(cap);
+    const __m256 minus_two_over_cap = _mm256_set1_ps(-2.0f / cap);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int j = 0; j < n; j += 8) {
+      const __m256 x = _mm256_loadu_ps(p + j);
+      const __m256 e = avx2::Exp(_mm256_mul_ps(_mm256_andnot_ps(sign, x), minus_two_over_cap));
+      const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+      _mm256_storeu_ps(p + j, _mm256_or_ps(_mm256_mul_ps(vcap, t), _mm256_and_ps(sign, x)));
+    }
   }
   // As PortableTilePrims::Softmax, in vectors of 8 keys: hidden keys are masked to -inf
   // for the max and to 0 after the exponential.

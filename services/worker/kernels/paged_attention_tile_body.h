@@ -121,9 +121,7 @@ __attribute__((always_inline)) inline void TileBody(const PagedAttentionArgs& ar
       const int64_t pos = pos0 + r / group;
       int nv = static_cast<int>(std::clamp<int64_t>(pos - key0 + 1, 0, nk));
       float* pr = p + r * kKeyTile;
-      if (softcap > 0.0f) {
-        for (int j = 0; j < nv; ++j) pr[j] = softcap * std::tanh(pr[j] / softcap);
-      }
+      if (softcap > 0.0f && nv > 0) Prims::Softcap(pr, nv, softcap);
       if (window > 0) {
         // Keys before pos - window + 1 are hidden from this row: -inf, or none visible
         // in this piece at all (a later row whose window starts past it).

@@ -36,6 +36,10 @@
 // 64, 2 threads. Each iteration runs both, alternating which goes first, timed apart by
 // process CPU time: f16_us, q8_us, speedup = f16_us / q8_us.
 //
+// BM_WindowDecode/<seqs>/<context>/<window>/<softcap>: decode rows of such layers, GQA 2,
+// the AVX2 generic body against the AVX-512 per-query kernel (skipped without AVX-512):
+// avx2_us, avx512_us, speedup.
+//
 // BM_WindowAttention/<seqs>/<chunk>/<context>/<window>/<softcap>: sliding-window layers
 // (Gemma 2/3's local layers; softcap > 0: Gemma 2's score softcap) on the default path of
 // this CPU: `seqs` sequences at `context` tokens, each step `chunk` queries per sequence
@@ -43,7 +47,7 @@
 // threads. Each iteration runs the per-query kernel's generic body (tiled_prefill off:
 // the only path windows and softcaps had before) and the tiled kernel, alternating which
 // goes first: per_query_us, tiled_us, speedup. Prefill chunks only: decode rows take the
-// generic body either way (one-query tiles measured 0.87x at 32 x 1024 tokens).
+// per-query kernel either way (one-query tiles measured 0.87x at 32 x 1024 tokens).
 //
 //   build/bin/worker_attention_bench
 //   build/bin/worker_attention_bench --benchmark_filter=Prefill
@@ -369,6 +373,48 @@ void BM_WindowAttention(benchmark::State& state) {
   state.SetLabel(PathLabel(args));
 }
 
+// Decode rows of windowed (and softcapped) layers: the AVX2 generic body against the
+// AVX-512 per-query kernel.
+void BM_WindowDecode(benchmark::State& state) {
+  if (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
+  const int num_seqs = static_cast<int>(state.range(0));
+  const int context = static_cast<int>(state.range(1));
+  const int num_heads = kNumKvHeads * 2;
+  const int blocks_per_seq = (context + 15) / 16;
+  std::mt19937 rng(6);
+  KvPool pool_kv(num_seqs * blocks_per_seq, 16, /*scatter=*/true, rng);
+  std::vector<AttentionSeq> seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    seqs.push_back({s, 1, context, pool_kv.ids.data() + s * blocks_per_seq});
+  }
+  std::vector<float> q(static_cast<size_t>(num_seqs) * num_heads * kHeadDim), out(q.size());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : q) x = normal(rng);
+  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
+  args.isa = CpuIsa::kAvx2;
+  args.window = static_cast<int32_t>(state.range(2));
+  args.softcap = static_cast<float>(state.range(3));
+  ThreadPool pool(kThreads);
+  double s[2] = {0, 0};  // AVX2 generic, AVX-512
+  for (auto _ : state) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool wide = (pass == 0) == (state.iterations() % 2 == 0);
+      args.avx512 = wide;
+      const double t0 = ProcessCpuSeconds();
+      PagedAttention(args, seqs, pool_kv.kv, &pool);
+      benchmark::DoNotOptimize(out.data());
+      s[wide ? 1 : 0] += ProcessCpuSeconds() - t0;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["avx2_us"] = s[0] / n * 1e6;
+  state.counters["avx512_us"] = s[1] / n * 1e6;
+  state.counters["speedup"] = s[0] / s[1];
+}
+
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }
 void BM_DecodeAttentionContiguous(benchmark::State& state) { RunDecodeAttention(state, false); }
 
@@ -415,6 +461,16 @@ BENCHMARK(BM_WindowAttention)
     ->Args({2, 256, 1024, 512, 0})
     ->Args({1, 512, 2048, 512, 50})
     ->Args({1, 512, 512, 4096, 0})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// {seqs, context, window, softcap}: a serving batch and a long context, Gemma 3's window
+// alone and with Gemma 2's softcap.
+BENCHMARK(BM_WindowDecode)
+    ->ArgNames({"seqs", "context", "window", "softcap"})
+    ->Args({32, 1024, 512, 0})
+    ->Args({32, 1024, 512, 50})
+    ->Args({4, 4096, 1024, 0})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
 

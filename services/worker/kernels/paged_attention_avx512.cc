@@ -1,7 +1,8 @@
 // The AVX-512 (F/BW/VL) per-query kernel of paged attention: decode rows (and, with
 // tiled_prefill off, every row). Same contract as the AVX2 body of paged_attention_cpu.cc
 // (one query row, a run of kv heads, scores then softmax then values, two walks over the
-// block table); what differs is how each walk is done:
+// block table; a window starts both walks at its first key, a softcap bends the scores
+// before the softmax); what differs is how each walk is done:
 //
 //   - Scores: G query heads x KB = 16 / G keys at a time, one 16-lane accumulator per
 //     (head, key), reduced by one 4-level shuffle/add tree to a single register of 16
@@ -67,6 +68,13 @@ struct RowWalker {
       : base(base_), table(table_), block_size(kv.block_size), block_stride(kv.block_stride()),
         slot_stride(kv.slot_stride()), r(kv.block_size) {}
 
+  // The next Next() returns position `pos`'s row (a fresh walker: before any Next()).
+  void Skip(int64_t pos) {
+    b = pos / block_size - 1;
+    r = block_size;
+    for (int64_t i = 0; i < pos % block_size; ++i) Next();
+  }
+
   // The row of the next position.
   __attribute__((always_inline)) const KvT* Next() {
     if (r == block_size) {
@@ -124,6 +132,25 @@ FOLIO_T_AVX512 inline float ExpSum16(float* s, int64_t n, float max) {
     acc = _mm512_mask_add_ps(acc, m, acc, e);
   }
   return _mm512_reduce_add_ps(acc);
+}
+
+// s[j] = cap * tanh(s[j] / cap) for j < n: tanh(y) = sign(y) (1 - e) / (1 + e) with
+// e = exp(-2|y|) (a score softcap, Gemma 2).
+FOLIO_T_AVX512 inline void Softcap16(float* s, int64_t n, float cap) {
+  const __m512 vcap = _mm512_set1_ps(cap);
+  const __m512 minus_two_over_cap = _mm512_set1_ps(-2.0f / cap);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512i sign_bit = _mm512_set1_epi32(INT32_MIN);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m =
+        n - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(m, s + j);
+    const __m512 e = Exp16(_mm512_mul_ps(_mm512_abs_ps(x), minus_two_over_cap));
+    const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), sign_bit);
+    _mm512_mask_storeu_ps(s + j, m, _mm512_castsi512_ps(_mm512_or_si512(
+                                        _mm512_castps_si512(_mm512_mul_ps(vcap, t)), sign)));
+  }
 }
 
 // What the score walk prefetches kAhead positions ahead: `bytes` from each position's
@@ -271,7 +298,13 @@ FOLIO_T_AVX512 void AttendDecodeAvx512(const PagedAttentionArgs& args, const Att
                                             const KvCacheView& kv) {
   const int hd = kv.head_dim;
   const int group = args.num_heads / kv.num_kv_heads;  // G, or a multiple of G = 16
-  const int64_t num_keys = static_cast<int64_t>(seq.context_len) - seq.num_queries + query + 1;
+  // The query's position is pos = context_len - num_queries + query; it sees keys
+  // first_key .. pos (all of them, or a window's: PagedAttentionArgs::window), walked
+  // from first_key on, so every index below is relative to first_key.
+  const int64_t pos = static_cast<int64_t>(seq.context_len) - seq.num_queries + query;
+  const int64_t first_key = args.window > 0 ? std::max<int64_t>(0, pos - args.window + 1) : 0;
+  const int64_t num_keys = pos + 1 - first_key;
+  const float softcap = args.softcap;
   const int64_t row = static_cast<int64_t>(seq.query_offset) + query;
   std::vector<float>& scratch = Scratch();
   const size_t need = static_cast<size_t>(G) * num_keys;
@@ -291,10 +324,12 @@ FOLIO_T_AVX512 void AttendDecodeAvx512(const PagedAttentionArgs& args, const Att
     plan.bytes = first ? span_bytes : row_bytes;
     plan.with_v = first && v_early;
     const int64_t v_pf = first ? (v_early ? 0 : span_bytes) : row_bytes;
-    const RowWalker<KvT> kw(static_cast<const KvT*>(kv.k) + h * kv.row_stride(), seq.block_table,
-                            kv);
-    const RowWalker<KvT> vw(static_cast<const KvT*>(kv.v) + h * kv.row_stride(), seq.block_table,
-                            kv);
+    RowWalker<KvT> kw(static_cast<const KvT*>(kv.k) + h * kv.row_stride(), seq.block_table, kv);
+    RowWalker<KvT> vw(static_cast<const KvT*>(kv.v) + h * kv.row_stride(), seq.block_table, kv);
+    if (first_key > 0) {
+      kw.Skip(first_key);
+      vw.Skip(first_key);
+    }
     for (int sub = 0; sub < group; sub += G) {
       const int64_t head0 = static_cast<int64_t>(h) * group + sub;
       const float* q = args.q + row * args.q_row_stride + head0 * hd;
@@ -302,6 +337,13 @@ FOLIO_T_AVX512 void AttendDecodeAvx512(const PagedAttentionArgs& args, const Att
       const bool once = sub == 0;  // prefetch in the first sub-group's walks only
       Scores<G, KvT>(q, kw, kw, vw, once ? plan : PrefetchPlan{}, num_keys, hd, args.scale,
                      scores, max);
+      if (softcap > 0.0f) {
+        // softcap * tanh(s / softcap) is increasing: the maximum stays the maximum's.
+        for (int g = 0; g < G; ++g) {
+          Softcap16(scores + g * num_keys, num_keys, softcap);
+          max[g] = softcap * std::tanh(max[g] / softcap);
+        }
+      }
       for (int g = 0; g < G; ++g) inv[g] = 1.0f / ExpSum16(scores + g * num_keys, num_keys, max[g]);
       Values<G, PieceWidth(G), KvT>(scores, vw, once ? v_pf : 0, num_keys, hd, 0, inv, out);
     }

@@ -509,8 +509,8 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
   const int group = args.num_heads / kv.num_kv_heads;
   // A window or softcap: prefill chunks on the tiled kernel (it has both), decode rows
-  // on the per-query kernel's generic body (BM_WindowAttention: a one-query tile is
-  // slower at a serving batch).
+  // on the AVX-512 per-query kernel or else the generic body (BM_WindowAttention: a
+  // one-query tile is slower at a serving batch).
   const bool plain = args.window <= 0 && args.softcap <= 0.0f;
   auto tiled = [&](const AttentionSeq& s) { return args.tiled_prefill && s.num_queries > 1; };
   const int threads = pool == nullptr ? 1 : pool->num_threads();
@@ -565,12 +565,13 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   // end do not arrive last.
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  // The AVX-512 per-query kernel has windows and softcaps; the AVX2 and portable ones
+  // specialised by group do not, so those take the generic body.
   AttendFn attend = nullptr;
-  if (!plain) {
-    attend = PickGenericAttendFn(args.isa, kv.dtype);
-  } else if (args.isa == CpuIsa::kAvx2 && args.avx512) {
+  if (args.isa == CpuIsa::kAvx2 && args.avx512) {
     attend = internal::PickAttendAvx512Fn(kv.dtype, group, kv.head_dim);
   }
+  if (attend == nullptr && !plain) attend = PickGenericAttendFn(args.isa, kv.dtype);
   if (attend == nullptr) attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
   internal::AttendTileFn attend_tile = nullptr;
   if (args.isa == CpuIsa::kAvx2 && args.avx512) {

@@ -335,13 +335,18 @@ void BM_KvDtypes(benchmark::State& state) {
   state.SetLabel(PathLabel(args));
 }
 
-void BM_WindowAttention(benchmark::State& state) {
-  const int num_seqs = static_cast<int>(state.range(0));
-  const int chunk = static_cast<int>(state.range(1));
-  const int context = static_cast<int>(state.range(2));
+// Windowed (and softcapped) layers, `num_seqs` sequences at `context` tokens with `chunk`
+// queries each, GQA 2: `decode` compares the AVX2 generic body with the AVX-512 per-query
+// kernel, else the per-query kernel with the tiled one (the default ISA path).
+void RunWindow(benchmark::State& state, int num_seqs, int chunk, int context, int window,
+               int softcap, bool decode) {
+  if (decode && (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2)) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
   const int num_heads = kNumKvHeads * 2;
   const int blocks_per_seq = (context + 15) / 16;
-  std::mt19937 rng(5);
+  std::mt19937 rng(decode ? 6 : 5);
   KvPool pool_kv(num_seqs * blocks_per_seq, 16, /*scatter=*/true, rng);
   std::vector<AttentionSeq> seqs;
   for (int s = 0; s < num_seqs; ++s) {
@@ -352,67 +357,40 @@ void BM_WindowAttention(benchmark::State& state) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& x : q) x = normal(rng);
   PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
-  args.window = static_cast<int32_t>(state.range(3));
-  args.softcap = static_cast<float>(state.range(4));
+  if (decode) args.isa = CpuIsa::kAvx2;
+  args.window = window;
+  args.softcap = static_cast<float>(softcap);
   ThreadPool pool(kThreads);
-  double s[2] = {0, 0};  // per-query, tiled
+  double s[2] = {0, 0};  // per-query (AVX2 generic with decode), tiled (AVX-512 with decode)
   for (auto _ : state) {
     for (int pass = 0; pass < 2; ++pass) {
-      const bool tiled = (pass == 0) == (state.iterations() % 2 == 0);
-      args.tiled_prefill = tiled;
+      const bool second = (pass == 0) == (state.iterations() % 2 == 0);
+      (decode ? args.avx512 : args.tiled_prefill) = second;
       const double t0 = ProcessCpuSeconds();
       PagedAttention(args, seqs, pool_kv.kv, &pool);
       benchmark::DoNotOptimize(out.data());
-      s[tiled ? 1 : 0] += ProcessCpuSeconds() - t0;
+      s[second ? 1 : 0] += ProcessCpuSeconds() - t0;
     }
   }
   const double n = static_cast<double>(state.iterations());
-  state.counters["per_query_us"] = s[0] / n * 1e6;
-  state.counters["tiled_us"] = s[1] / n * 1e6;
+  state.counters[decode ? "avx2_us" : "per_query_us"] = s[0] / n * 1e6;
+  state.counters[decode ? "avx512_us" : "tiled_us"] = s[1] / n * 1e6;
   state.counters["speedup"] = s[0] / s[1];
-  state.SetLabel(PathLabel(args));
+  if (!decode) state.SetLabel(PathLabel(args));
+}
+
+void BM_WindowAttention(benchmark::State& state) {
+  RunWindow(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+            static_cast<int>(state.range(2)), static_cast<int>(state.range(3)),
+            static_cast<int>(state.range(4)), /*decode=*/false);
 }
 
 // Decode rows of windowed (and softcapped) layers: the AVX2 generic body against the
 // AVX-512 per-query kernel.
 void BM_WindowDecode(benchmark::State& state) {
-  if (!EnabledCpuFeatures().avx512 || BestCpuIsa() != CpuIsa::kAvx2) {
-    state.SkipWithError("no AVX-512 here");
-    return;
-  }
-  const int num_seqs = static_cast<int>(state.range(0));
-  const int context = static_cast<int>(state.range(1));
-  const int num_heads = kNumKvHeads * 2;
-  const int blocks_per_seq = (context + 15) / 16;
-  std::mt19937 rng(6);
-  KvPool pool_kv(num_seqs * blocks_per_seq, 16, /*scatter=*/true, rng);
-  std::vector<AttentionSeq> seqs;
-  for (int s = 0; s < num_seqs; ++s) {
-    seqs.push_back({s, 1, context, pool_kv.ids.data() + s * blocks_per_seq});
-  }
-  std::vector<float> q(static_cast<size_t>(num_seqs) * num_heads * kHeadDim), out(q.size());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : q) x = normal(rng);
-  PagedAttentionArgs args = AttentionArgs(q, out, num_heads);
-  args.isa = CpuIsa::kAvx2;
-  args.window = static_cast<int32_t>(state.range(2));
-  args.softcap = static_cast<float>(state.range(3));
-  ThreadPool pool(kThreads);
-  double s[2] = {0, 0};  // AVX2 generic, AVX-512
-  for (auto _ : state) {
-    for (int pass = 0; pass < 2; ++pass) {
-      const bool wide = (pass == 0) == (state.iterations() % 2 == 0);
-      args.avx512 = wide;
-      const double t0 = ProcessCpuSeconds();
-      PagedAttention(args, seqs, pool_kv.kv, &pool);
-      benchmark::DoNotOptimize(out.data());
-      s[wide ? 1 : 0] += ProcessCpuSeconds() - t0;
-    }
-  }
-  const double n = static_cast<double>(state.iterations());
-  state.counters["avx2_us"] = s[0] / n * 1e6;
-  state.counters["avx512_us"] = s[1] / n * 1e6;
-  state.counters["speedup"] = s[0] / s[1];
+  RunWindow(state, static_cast<int>(state.range(0)), 1, static_cast<int>(state.range(1)),
+            static_cast<int>(state.range(2)), static_cast<int>(state.range(3)),
+            /*decode=*/true);
 }
 
 void BM_DecodeAttentionPaged(benchmark::State& state) { RunDecodeAttention(state, true); }

@@ -239,11 +239,14 @@ def main():
                    help="a request preempted for want of KV blocks: recompute what it loses "
                         "when it resumes, or swap its KV out to the host KV tier and load it "
                         "back (needs --kv_host_bytes; default: %(default)s)")
-    p.add_argument("--speculative", default="off", choices=["off", "ngram"],
+    p.add_argument("--speculative", default="off", choices=["off", "ngram", "draft"],
                    help="speculative decoding: ngram proposes each sequence's next tokens from "
-                        "its own prompt and output and the model verifies several in one step; "
-                        "the text is the same as with off (CPU workers only; default: "
-                        "%(default)s)")
+                        "its own prompt and output, draft has --draft_model propose them, and "
+                        "the model verifies several in one step; the text is the same as with "
+                        "off (CPU workers only; default: %(default)s)")
+    p.add_argument("--draft_model", default="",
+                   help="--speculative=draft: a small model with the same tokenizer (a GGUF "
+                        "file or Hugging Face folder), run in every worker; one rank only")
     p.add_argument("--num_speculative_tokens", type=int, default=4,
                    help="proposals verified per sequence and step, at most (default: "
                         "%(default)s)")
@@ -319,6 +322,13 @@ def main():
         log("--preemption=swap keeps preempted requests' KV in the host KV tier; give "
             "--kv_host_bytes too")
         return 2
+    if (args.speculative == "draft") != bool(args.draft_model):
+        log("--speculative=draft and --draft_model=FILE go together: the draft model proposes "
+            "the tokens the model verifies")
+        return 2
+    if args.draft_model and args.tp > 1:
+        log("--draft_model runs on one worker rank; it is not built for --tp > 1 yet")
+        return 2
     if args.kv_disk_dir and args.kv_host_bytes in ("", "0"):
         log("--kv_disk_dir: the disk KV tier lies below the host tier; give --kv_host_bytes too")
         return 2
@@ -389,6 +399,8 @@ def main():
             for rank in range(args.tp):
                 argv = [b("folio-worker"), f"--model={model}", f"--kv_cache_bytes={args.kv_cache_bytes}",
                         f"--kv_dtype={args.kv_dtype}", f"--num_threads={threads}"] + tls
+                if args.draft_model:
+                    argv.append(f"--draft_model={args.draft_model}")
                 if args.kv_host_bytes not in ("", "0"):
                     # Named by this run, replica and rank: a restarted worker finds it again.
                     segment = f"folio-kv-{os.getpid()}-r{ri}-rank{rank}"

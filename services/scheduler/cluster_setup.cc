@@ -63,6 +63,11 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
           "(speculative decoding runs on CPU workers; the CUDA backend does not have it yet): "
           "start the scheduler with --speculative=off"));
     }
+    if (options.draft_model && info.draft_model().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--speculative=draft, but worker rank ", rank, " has no draft model: start the "
+          "workers with --draft_model=FILE, or the scheduler with --speculative=ngram"));
+    }
     if (info.kv_bytes_per_token() <= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker rank ", rank, " reports no KV bytes per token"));

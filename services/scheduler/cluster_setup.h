@@ -19,6 +19,7 @@ struct ClusterSetupOptions {
   folio::internal::v1::AllocationPolicy policy = folio::internal::v1::ALLOCATION_POLICY_PAGED;
   bool disable_prefix_caching = false;
   bool speculative = false;  // every rank must verify proposed tokens
+  bool draft_model = false;  // --speculative=draft: every rank must have a draft model
   bool swap_preemption = false;  // --preemption=swap: the workers must have a host KV tier
   absl::Duration startup_timeout = absl::Minutes(5);  // waiting for services to answer
 };

@@ -313,6 +313,8 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     out->set_sample_index(s.first_sample_index);
     if (s.num_draft_tokens > 0) out->set_num_draft_tokens(s.num_draft_tokens);
     if (s.synthetic_accepts >= 0) out->set_synthetic_accepts(s.synthetic_accepts);
+    if (s.draft_by_model) out->set_draft_by_model(true);
+    if (s.decode_from_pos >= 0) out->set_decode_from_pos(s.decode_from_pos);
   }
   return req;
 }
@@ -489,6 +491,11 @@ absl::Status GrpcWorkerClient::Restore() {
       return absl::FailedPreconditionError(absl::StrCat(
           "worker rank ", rank, " came back without speculative verification (another "
           "backend or an older binary), and --speculative is on"));
+    }
+    if (requires_draft_model_ && infos[rank].draft_model().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker rank ", rank, " came back without a draft model (--draft_model), and "
+          "--speculative=draft is on"));
     }
   }
   bool regroup = false;

@@ -120,6 +120,8 @@ class GrpcWorkerClient final : public WorkerClient {
   // Speculative decoding is on: Restore refuses a rank that does not verify proposed
   // tokens (a replacement on another backend, or an older binary).
   void set_requires_verification(bool required) { requires_verification_ = required; }
+  // --speculative=draft: Restore refuses a rank that came back without a draft model.
+  void set_requires_draft_model(bool required) { requires_draft_model_ = required; }
 
  private:
   struct StepCalls;  // a step sent to every rank (grpc_clients.cc)
@@ -139,6 +141,7 @@ class GrpcWorkerClient final : public WorkerClient {
   int32_t disk_blocks_ = 0;
   int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
   bool requires_verification_ = false;
+  bool requires_draft_model_ = false;
 
   // The calls of a Restore, so that CancelRestore can cancel them from another thread.
   absl::Mutex cancel_mu_;

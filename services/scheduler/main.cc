@@ -56,9 +56,10 @@ ABSL_FLAG(std::string, preemption, "recompute",
           "filled last block stored too) and the resumed request loads it back; needs the "
           "workers' --kv_host_bytes. Requests whose choices or beams have forked recompute.");
 ABSL_FLAG(std::string, speculative, "off",
-          "Speculative decoding, off|ngram: a decoding sequence's next token goes to the "
-          "workers with up to --num_speculative_tokens proposed continuations, found in its "
-          "own prompt and output (n-gram lookup), and every proposal the model agrees with "
+          "Speculative decoding, off|ngram|draft: a decoding sequence's next token goes to "
+          "the workers with up to --num_speculative_tokens proposed continuations, found in "
+          "its own prompt and output (ngram: n-gram lookup) or drafted by the workers' draft "
+          "model (draft: their --draft_model), and every proposal the model agrees with "
           "is a token gained in the same step. The text is the same as without (greedy and "
           "seeded sampling alike); it pays where outputs repeat their input (code edits, "
           "extraction, long quotes) and at small batches. CPU workers only.");
@@ -224,6 +225,8 @@ int main(int argc, char** argv) {
   setup.speculative = options.speculative.enabled();
   setup.swap_preemption = options.preemption == sched::Preemption::kSwap;
   workers.set_requires_verification(options.speculative.enabled());
+  setup.draft_model = options.speculative.mode == sched::SpeculativeMode::kDraft;
+  workers.set_requires_draft_model(setup.draft_model);
   setup.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   absl::StatusOr<pb::ClusterInfo> info = sched::SetUpCluster(setup, workers, cache);
   if (!info.ok()) {

@@ -11,12 +11,9 @@ namespace folio::scheduler {
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(const std::string& name) {
   if (name == "off") return SpeculativeMode::kOff;
   if (name == "ngram") return SpeculativeMode::kNgram;
-  if (name == "draft") {
-    return absl::InvalidArgumentError(
-        "--speculative=draft: draft-model speculation is not built yet; use ngram or off");
-  }
+  if (name == "draft") return SpeculativeMode::kDraft;
   return absl::InvalidArgumentError(
-      absl::StrCat("--speculative must be off or ngram, got '", name, "'"));
+      absl::StrCat("--speculative must be off, ngram or draft, got '", name, "'"));
 }
 
 absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& o) {

@@ -13,7 +13,10 @@
 // only accepted tokens ever enter the prefix cache.
 //
 // Proposers: n-gram lookup (prompt lookup) over the branch's own prompt and output, no
-// extra model. A draft model is not built yet.
+// extra model; or the workers' draft model (their --draft_model): the step then carries k
+// placeholders with worker::SequenceStep::draft_by_model, and the worker drafts the
+// proposals itself, in the same step that verifies them (drafting_runner.h), so the
+// scheduler never sees a proposal, only what was accepted.
 //
 // Adaptive: each branch keeps its own k, starting at the most allowed, halved after a
 // step that accepted nothing and raised by one after a step that accepted everything;
@@ -44,10 +47,9 @@
 
 namespace folio::scheduler {
 
-enum class SpeculativeMode { kOff, kNgram };
+enum class SpeculativeMode { kOff, kNgram, kDraft };
 
-// "off" or "ngram"; InvalidArgument naming the value otherwise ("draft" is refused as
-// not built yet).
+// "off", "ngram" or "draft"; InvalidArgument naming the value otherwise.
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(const std::string& name);
 
 inline constexpr int32_t kMaxSpeculativeTokens = 16;

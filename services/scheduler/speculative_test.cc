@@ -6,7 +6,10 @@
 // across
 // block boundaries, with prefix-cache hits, when a starved pool preempts, and at TP = 2;
 // proposals are really accepted, rejected ones leak no block, and synthetic acceptance
-// gives the asked mean length.
+// gives the asked mean length. The same with the workers' draft model proposing.
+#include <unistd.h>
+
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "common/structured/json_schema.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/stories_fixture.h"
+#include "services/worker/model/random_model.h"
 
 namespace folio::scheduler {
 namespace {
@@ -223,6 +227,94 @@ TEST_F(SpeculativeTest, SyntheticAcceptanceGivesTheAskedMeanLength) {
                                 static_cast<double>(stats.num_spec_verifications);
   // k is 5 but the length limit shortens the last proposals of each request a little.
   EXPECT_NEAR(mean, 3.0, 0.3);
+  ExpectPoolFull(256);
+}
+
+// The workers' draft model proposes (--speculative=draft, worker::DraftingRunner):
+// stories260K drafting for itself, whose greedy picks are the model's, and a random model
+// of its vocabulary, whose picks mostly are not. Either way the streams are plain
+// decoding's; the draft decides only how many tokens a verification gains.
+class DraftModelTest : public SpeculativeTest {
+ protected:
+  void SetUp() override {
+    SpeculativeTest::SetUp();
+    if (IsSkipped()) return;
+    const std::string path = *dir_ + "/stories260K/stories260K.gguf";
+    self_ = worker::testing::LoadOrDie(path);
+    worker::RandomModelOptions o;
+    o.vocab_from = path;
+    o.context_length = weights_->config.max_seq_len;
+    o.seed = 7;
+    random_path_ = ::testing::TempDir() + "/folio-draft-" + std::to_string(getpid()) + ".gguf";
+    ASSERT_TRUE(worker::WriteRandomModel(o, random_path_).ok());
+    random_ = worker::testing::LoadOrDie(random_path_);
+    ASSERT_TRUE(worker::CheckDraftVocabulary(*weights_, *random_).ok())
+        << worker::CheckDraftVocabulary(*weights_, *random_);
+  }
+  void TearDown() override {
+    SpeculativeTest::TearDown();
+    if (!random_path_.empty()) std::remove(random_path_.c_str());
+  }
+  std::unique_ptr<worker::ModelWeights> self_, random_;
+  std::string random_path_;
+};
+
+TEST_F(DraftModelTest, SameStreamsAsPlainDecoding) {
+  const std::vector<RequestSpec> specs = Mixed();
+  MakeWith(SpeculativeMode::kOff, 256);
+  const std::vector<Choices> plain = RunAll(specs);
+  int64_t self_accepted = 0;
+  for (const worker::ModelWeights* draft : {self_.get(), random_.get()}) {
+    const bool self = draft == self_.get();
+    SCOPED_TRACE(self ? "the model drafting for itself" : "a random model drafting");
+    draft_weights_ = draft;
+    MakeWith(SpeculativeMode::kDraft, 256);
+    ExpectSame(plain, RunAll(specs));
+    const SchedulerStats stats = scheduler_->Stats();
+    EXPECT_GT(stats.num_spec_verifications, 20);
+    // The steps said the worker was to draft (the placeholders never reach the model).
+    int drafted = 0;
+    for (const worker::SequenceStep& s : worker_->sampled) drafted += s.draft_by_model ? 1 : 0;
+    EXPECT_GT(drafted, 20);
+    if (self) {
+      // Its own greedy pick is the greedy requests' next token: most proposals stand.
+      self_accepted = stats.num_spec_accepted;
+      EXPECT_GT(stats.num_spec_accepted, stats.num_spec_proposed / 3)
+          << stats.num_spec_accepted << " of " << stats.num_spec_proposed;
+    } else {
+      EXPECT_LT(stats.num_spec_accepted, self_accepted);
+    }
+    ExpectPoolFull(256);
+  }
+}
+
+TEST_F(DraftModelTest, SameStreamsWhenAStarvedPoolPreempts) {
+  const std::vector<RequestSpec> specs = Mixed();
+  MakeWith(SpeculativeMode::kOff, 24);
+  const std::vector<Choices> reference = RunAll(specs);
+  draft_weights_ = self_.get();
+  MakeWith(SpeculativeMode::kDraft, 24);
+  ExpectSame(reference, RunAll(specs));
+  EXPECT_GT(scheduler_->Stats().num_preemptions, 0);
+  EXPECT_GT(scheduler_->Stats().num_spec_accepted, 0);
+  ExpectPoolFull(24);
+}
+
+TEST_F(DraftModelTest, SyntheticAcceptanceGivesTheAskedMeanLength) {
+  draft_weights_ = random_.get();
+  MakeWith(SpeculativeMode::kDraft, 256, 1, /*synth_len=*/3.0);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    RequestSpec s = Spec(Prompt(6 + i), 200, 0.0f);
+    s.ignore_eos = true;
+    specs.push_back(s);
+  }
+  for (const Choices& c : RunAll(specs)) EXPECT_EQ(c.tokens.at(0).size(), 200u);
+  const SchedulerStats stats = scheduler_->Stats();
+  ASSERT_GT(stats.num_spec_verifications, 80);
+  EXPECT_NEAR(1.0 + static_cast<double>(stats.num_spec_accepted) /
+                        static_cast<double>(stats.num_spec_verifications),
+              3.0, 0.3);
   ExpectPoolFull(256);
 }
 

@@ -90,10 +90,14 @@ void StepPlanner::Propose(const Request& r, Branch* b, int32_t room) const {
   const int32_t by_len = r.max_len - b->num_tokens(r.spec.prompt) - 1;
   const int32_t k = std::min({b->spec_k, by_tokens, by_len, room});
   if (k <= 0) return;
+  const int32_t last = b->output.empty() ? r.spec.prompt.back() : b->output.back();
+  if (o.mode == SpeculativeMode::kDraft) {
+    b->draft.assign(k, last);  // placeholders: the workers' draft model writes its own
+    return;
+  }
   b->draft = ProposeNgram(r.spec.prompt, b->output, k, o.ngram_min, o.ngram_max);
   if (o.synth_len > 0.0) {
     // Benchmarks: always k proposals, so the machinery's cost is measured at k.
-    const int32_t last = b->output.empty() ? r.spec.prompt.back() : b->output.back();
     b->draft.resize(k, last);
   }
 }
@@ -324,6 +328,7 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
     s.token_ids.push_back(b.TokenAt(r.spec.prompt, b.num_computed + i));
   }
   s.block_table = b.block_table;
+  s.decode_from_pos = r.prompt_len();  // the sampled tokens attend as they were decoded
   s.sampling = r.spec.sampling;
   s.num_logprobs = r.spec.num_logprobs;
   const int32_t k = static_cast<int32_t>(b.draft.size());
@@ -344,6 +349,7 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
   if (k > 0) {
     s.num_draft_tokens = k;
     const SpeculativeOptions& o = state_->options().speculative;
+    s.draft_by_model = o.mode == SpeculativeMode::kDraft;
     if (o.synth_len > 0.0) {
       s.synthetic_accepts = SyntheticAccepts(SyntheticRate(o.synth_len, k), k,
                                              (b.seq_id << 24) ^ static_cast<uint64_t>(s.start_pos));

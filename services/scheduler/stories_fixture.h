@@ -26,6 +26,7 @@
 #include "services/scheduler/scheduler.h"
 #include "services/worker/dist/in_process_tp_runner.h"
 #include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/drafting_runner.h"
 #include "services/worker/engine/test_models.h"
 
 namespace folio::scheduler::stories {
@@ -112,9 +113,18 @@ class StoriesSchedulerTest : public ::testing::Test {
     } else {
       runner_ = *worker::CpuModelRunner::Create(*weights_, ro);
     }
+    if (draft_weights_ != nullptr) {  // the worker's --draft_model, in a pool of its own
+      ASSERT_EQ(tp_size, 1) << "a draft model runs on one rank";
+      absl::StatusOr<std::unique_ptr<worker::DraftingRunner>> drafting =
+          worker::DraftingRunner::Create(std::move(runner_),
+                                         *worker::CpuModelRunner::Create(*draft_weights_, ro));
+      ASSERT_TRUE(drafting.ok()) << drafting.status();
+      runner_ = *std::move(drafting);
+    }
     ASSERT_EQ(runner_->num_blocks(), num_blocks);
     if (host_blocks > 0) {
       ASSERT_EQ(tp_size, 1) << "the host tier fixture runs one rank";
+      ASSERT_EQ(draft_weights_, nullptr) << "the host tier fixture runs no draft model";
       const int64_t per_block =
           static_cast<worker::CpuModelRunner&>(*runner_).kv_cache().bytes_per_block();
       host_.reset();
@@ -244,6 +254,8 @@ class StoriesSchedulerTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;                   // LoadGrammars
   std::shared_ptr<structured::GrammarCache> grammars_;     // LoadGrammars
   std::unique_ptr<worker::ModelWeights> weights_;
+  // Non-null: Make gives the runner this draft model (worker::DraftingRunner).
+  const worker::ModelWeights* draft_weights_ = nullptr;
   std::unique_ptr<worker::ModelRunner> runner_;
   std::unique_ptr<cachemgr::KvCacheManager> manager_;
   std::unique_ptr<LocalCacheClient> cache_client_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/model_lookup.h"
@@ -25,6 +26,7 @@
 #include "services/worker/dist/kv_store.h"
 #include "services/worker/dist/rendezvous_service.h"
 #include "services/worker/engine/cpu_weights.h"
+#include "services/worker/engine/drafting_runner.h"
 #include "services/worker/kernels/onednn_gemm.h"
 #include "services/worker/model/load_model.h"
 #include "services/worker/backend.h"
@@ -65,6 +67,11 @@ ABSL_FLAG(std::string, kv_disk_dir, "",
 ABSL_FLAG(std::string, kv_disk_bytes, "0",
           "--kv_disk_dir: the most bytes this rank's block files may take (same units as "
           "--kv_cache_bytes; 0: no disk tier).");
+ABSL_FLAG(std::string, draft_model, "",
+          "Speculative decoding's draft model (a GGUF file or Hugging Face folder with the "
+          "model's tokenizer): it proposes tokens for the scheduler's --speculative=draft, "
+          "in this worker, its KV in a pool of the model's blocks (counted in "
+          "--kv_cache_bytes). CPU backend, --tp_size=1. Empty: none.");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");
@@ -143,6 +150,38 @@ void EnsurePassiveOpenMp(char** argv) {
   if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
   execv("/proc/self/exe", argv);
   // execv failed: carry on (the threads then spin); main logs the policy.
+}
+
+// Where a draft model can run (checked before the model loads).
+absl::Status CheckDraftPlacement(int tp_size, const std::string& device) {
+  if (device != "cpu") {
+    return absl::InvalidArgumentError("a draft model runs on the CPU backend only (--device=cpu)");
+  }
+  if (tp_size > 1) {
+    return absl::InvalidArgumentError(
+        "a draft model is not built for tensor parallelism yet (--tp_size=1)");
+  }
+  return absl::OkStatus();
+}
+
+// The draft model of --draft_model, checked against the model it drafts for.
+absl::StatusOr<std::shared_ptr<const folio::worker::ModelWeights>> LoadDraftModel(
+    const std::string& flag, const folio::worker::ModelWeights& target) {
+  absl::StatusOr<std::string> path = folio::ResolveModelPath(flag);
+  if (!path.ok()) return path.status();
+  absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> draft =
+      folio::worker::LoadModel(*path);
+  if (!draft.ok()) {
+    return absl::Status(draft.status().code(),
+                        absl::StrCat("cannot load ", *path, ": ", draft.status().message()));
+  }
+  if (absl::Status s = folio::worker::CheckDraftVocabulary(target, **draft); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(*path, ": ", s.message()));
+  }
+  const folio::worker::ModelConfig& c = (*draft)->config;
+  LOG(INFO) << "draft model " << (c.name.empty() ? *path : c.name) << ": " << c.num_layers
+            << " layers, dim " << c.dim << ", vocab " << c.vocab_size;
+  return std::shared_ptr<const folio::worker::ModelWeights>(*std::move(draft));
 }
 
 }  // namespace
@@ -343,6 +382,13 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (!absl::GetFlag(FLAGS_draft_model).empty()) {
+    if (absl::Status s = CheckDraftPlacement(options.tp_size, absl::GetFlag(FLAGS_device));
+        !s.ok()) {
+      LOG(ERROR) << "--draft_model: " << s.message();
+      return 2;
+    }
+  }
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> weights =
       folio::worker::LoadModel(model_path);
@@ -357,6 +403,16 @@ int main(int argc, char** argv) {
       !s.ok()) {
     LOG(ERROR) << "--tp_size=" << options.tp_size << ": " << s.message();
     return 2;
+  }
+
+  if (!absl::GetFlag(FLAGS_draft_model).empty()) {
+    absl::StatusOr<std::shared_ptr<const folio::worker::ModelWeights>> draft =
+        LoadDraftModel(absl::GetFlag(FLAGS_draft_model), **weights);
+    if (!draft.ok()) {
+      LOG(ERROR) << "--draft_model: " << draft.status().message();
+      return 2;
+    }
+    options.draft_weights = *std::move(draft);
   }
 
   if (measure_budget) {

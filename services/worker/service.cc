@@ -16,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 #include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/drafting_runner.h"
 #include "services/worker/engine/kv_cache.h"
 
 namespace folio::worker {
@@ -39,6 +40,19 @@ KvCacheShape ShapeFor(const ModelConfig& config, int32_t tp_size, kernels::KvDTy
   shape.block_size = block_size;
   shape.dtype = dtype;
   return shape;
+}
+
+// KV bytes a block of `block_size` tokens takes on this rank: the model's and, with a
+// draft model, the draft's (its pool has the same blocks).
+int64_t PoolBytesPerBlock(const ModelConfig& config, const WorkerServiceOptions& options,
+                          int32_t block_size) {
+  int64_t bytes =
+      KvBytesPerBlock(ShapeFor(config, options.tp_size, options.kv_dtype, block_size));
+  if (options.draft_weights != nullptr) {
+    bytes += KvBytesPerBlock(ShapeFor(options.draft_weights->config, 1, options.kv_dtype,
+                                      block_size));
+  }
+  return bytes;
 }
 
 absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
@@ -90,6 +104,10 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   info.set_tp_rank(options.tp_rank);
   info.set_tp_size(options.tp_size);
   info.set_verifies_drafts(!options.make_runner);  // the CPU backend's CpuModelRunner
+  if (options.draft_weights != nullptr) {
+    const std::string& name = options.draft_weights->config.name;
+    info.set_draft_model(name.empty() ? "unnamed draft model" : name);
+  }
   info.set_kv_host_bytes(options.kv_host_bytes);
   info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));
   return info;
@@ -267,6 +285,15 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
       }
       seq.synthetic_accepts = in.synthetic_accepts();
     }
+    seq.draft_by_model = in.draft_by_model();
+    if (in.has_decode_from_pos()) {
+      if (in.decode_from_pos() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step sequence #", i, " (seq_id ", in.seq_id(), "): negative decode_from_pos ",
+            in.decode_from_pos()));
+      }
+      seq.decode_from_pos = in.decode_from_pos();
+    }
     if (in.sample_index() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("step sequence #", i, " (seq_id ", in.seq_id(), "): negative sample_index ",
@@ -425,8 +452,7 @@ WorkerService::WorkerService(std::unique_ptr<ModelWeights> weights,
                              const WorkerServiceOptions& options, MetricsRegistry* registry)
     : weights_(std::move(weights)),
       options_(options),
-      kv_bytes_per_token_(
-          KvBytesPerBlock(ShapeFor(weights_->config, options.tp_size, options.kv_dtype, 1))),
+      kv_bytes_per_token_(PoolBytesPerBlock(weights_->config, options, 1)),
       static_info_(MakeStaticInfo(*weights_, options_, kv_bytes_per_token_)),
       metrics_(registry),
       fence_(absl::StrCat("worker rank ", options.tp_rank)),
@@ -571,8 +597,7 @@ absl::Status WorkerService::CheckAllocation(int32_t num_blocks, int32_t block_si
     return absl::InvalidArgumentError(
         absl::StrCat("num_blocks must be positive, got ", num_blocks));
   }
-  const int64_t bytes_per_block =
-      KvBytesPerBlock(ShapeFor(weights_->config, options_.tp_size, options_.kv_dtype, block_size));
+  const int64_t bytes_per_block = PoolBytesPerBlock(weights_->config, options_, block_size);
   const int64_t bytes = int64_t{num_blocks} * bytes_per_block;
   if (bytes > options_.kv_cache_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -607,6 +632,9 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
                                                : MakeCpuRunner(*weights_, request, options_);
   if (!runner.ok()) return runner.status();
   CHECK_EQ(runner->runner->num_blocks(), num_blocks) << "the pool is sized to the request";
+  if (options_.draft_weights != nullptr) {
+    if (absl::Status s = AddDraftModel(&*runner, request); !s.ok()) return s;
+  }
   const int64_t bytes = runner->kv_cache_bytes;
   const int64_t weight_bytes = runner->weight_bytes;
   const int64_t layer_weight_bytes = runner->layer_weight_bytes;
@@ -633,12 +661,39 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   LOG(INFO) << "KV cache allocated: " << num_blocks << " blocks of " << block_size
             << " tokens, " << bytes << " bytes (" << kernels::KvDTypeName(options_.kv_dtype)
             << ")";
-  resident_bound_ = ResidentBound{weights_->file_bytes(), bytes};
+  resident_bound_ = ResidentBound{
+      weights_->file_bytes() +
+          (options_.draft_weights == nullptr ? 0 : options_.draft_weights->file_bytes()),
+      bytes};
   metrics_.model_file_bytes.Set(static_cast<double>(resident_bound_.file_bytes));
   metrics_.resident_limit_bytes.Set(static_cast<double>(resident_bound_.limit_bytes()));
   UpdateResident(/*log=*/true);
   if (serving_callback_) serving_callback_(ServingState::kServing);
   return bytes;
+}
+
+absl::Status WorkerService::AddDraftModel(RunnerResources* target, const RunnerRequest& request) {
+  const ModelWeights& draft = *options_.draft_weights;
+  RunnerRequest d = request;
+  d.communicator = nullptr;
+  d.kv_cache_bytes = int64_t{request.num_blocks} *
+                     KvBytesPerBlock(ShapeFor(draft.config, 1, request.kv_dtype, request.block_size));
+  absl::StatusOr<RunnerResources> runner = MakeCpuRunner(draft, d, options_);
+  if (!runner.ok()) {
+    return absl::Status(runner.status().code(),
+                        absl::StrCat("draft model: ", runner.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<DraftingRunner>> drafting =
+      DraftingRunner::Create(std::move(target->runner), std::move(runner->runner));
+  if (!drafting.ok()) return drafting.status();
+  target->runner = *std::move(drafting);
+  target->kv_cache_bytes += runner->kv_cache_bytes;
+  target->weight_bytes += runner->weight_bytes;
+  target->layer_weight_bytes += runner->layer_weight_bytes;
+  LOG(INFO) << "draft model " << draft.config.name << ": " << draft.config.num_layers
+            << " layers, dim " << draft.config.dim << ", KV " << runner->kv_cache_bytes
+            << " bytes beside the model's";
+  return absl::OkStatus();
 }
 
 void WorkerService::UpdateResident(bool log) {

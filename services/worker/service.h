@@ -86,6 +86,10 @@ struct WorkerServiceOptions {
   // modification time): part of the segment's fingerprint, so that another file with the
   // same name and size never reads this one's blocks.
   std::string model_identity;
+  // Speculative decoding's draft model (--draft_model, drafting_runner.h): its weights, or
+  // null for none. CPU backend, one rank. Its KV pool has the model's block ids, and its
+  // bytes per token count in kv_bytes_per_token and the budget.
+  std::shared_ptr<const ModelWeights> draft_weights;
 };
 
 // Parses a byte count: a non-negative integer ("268435456") or a number with a unit,
@@ -125,7 +129,8 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
   // options.kv_host_name is empty. Call once the server listens (before any allocation).
   void SetListenPort(int port) { listen_port_.store(port); }
 
-  // K and V bytes one token takes in every layer on this rank, for options.kv_dtype.
+  // K and V bytes one token takes in every layer on this rank, for options.kv_dtype (the
+  // draft model's included).
   int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
 
   // tp_size > 1 only: how this rank joins the group of `generation` (rendezvous keys of
@@ -209,6 +214,9 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
 
   // Step thread only.
   absl::StatusOr<int64_t> Allocate(int32_t num_blocks, int32_t block_size);
+  // Wraps the runner just built for `request` with the draft model's (options_.
+  // draft_weights), counting its KV and weight bytes in.
+  absl::Status AddDraftModel(RunnerResources* target, const RunnerRequest& request);
   absl::Status RunStep(const folio::internal::v1::ExecuteStepRequest& request,
                        folio::internal::v1::ExecuteStepResponse* response);
   absl::Status Join(int64_t generation, absl::Time deadline);

@@ -481,6 +481,13 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
     a.num_queries = static_cast<int32_t>(seq.token_ids.size());
     a.context_len = seq.start_pos + a.num_queries;
     a.block_table = seq.block_table.data();
+    // Rows first computed one at a time (sampled tokens, verified proposals) attend as
+    // decode rows do whenever they are computed (step.h's decode_from_pos).
+    if (seq.num_draft_tokens > 0) {
+      a.tiled_queries = 0;
+    } else if (seq.decode_from_pos >= 0) {
+      a.tiled_queries = std::clamp(seq.decode_from_pos - seq.start_pos, 0, a.num_queries);
+    }
     attn_seqs.push_back(a);
     for (int32_t i = 0; i < a.num_queries; ++i) {
       const int32_t pos = seq.start_pos + i;

@@ -96,6 +96,20 @@ struct SequenceStep {
   // whatever the model says, then draw the next token; -1 verifies. The text is then not
   // the model's.
   int32_t synthetic_accepts = -1;
+  // Speculative decoding with a draft model (the worker's --draft_model,
+  // drafting_runner.h): the num_draft_tokens proposals standing in token_ids are
+  // placeholders, and the worker's draft model writes its own there before the target
+  // verifies them. Needs num_draft_tokens > 0 and a backend with a draft model.
+  bool draft_by_model = false;
+  // Rows at this position and past it were (or will be) computed one at a time when first
+  // sampled, and are computed that way whenever a chunk computes them again (a recompute
+  // after preemption or a lost process): their attention runs on the per-query kernel,
+  // the rows before it on the tiled prefill kernel (kernels/paged_attention.h, whose
+  // online softmax sums in another order), so a recomputed sequence has the very KV bits
+  // step-by-step decoding wrote and draws the same tokens after it. The scheduler sends
+  // the prompt's length; -1: chunks of two or more rows tiled, lone rows per query.
+  // Verified proposals (num_draft_tokens > 0) always run per query.
+  int32_t decode_from_pos = -1;
 };
 
 // KV moving between the pool and the offload tiers (the cache manager decides them,

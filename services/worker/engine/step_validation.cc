@@ -92,6 +92,16 @@ absl::Status ValidateStep(const StepInput& step, const StepLimits& limits) {
       return SeqError(i, seq, absl::StrCat("num_candidates ", seq.num_candidates, " not in [0, ",
                                            limits.vocab_size, "]"));
     }
+    if (seq.draft_by_model) {
+      if (!limits.drafts_with_model) {
+        return SeqError(i, seq, "proposals to draft with a model, but this worker has no draft "
+                                "model (start it with --draft_model, or the scheduler with "
+                                "--speculative=ngram or off)");
+      }
+      if (seq.num_draft_tokens <= 0) {
+        return SeqError(i, seq, "draft_by_model without proposals (num_draft_tokens is 0)");
+      }
+    }
     if (seq.num_draft_tokens != 0 || seq.synthetic_accepts != -1) {
       if (!limits.verifies_drafts) {
         return SeqError(i, seq, "this backend does not verify proposed tokens (speculative "

@@ -20,6 +20,9 @@ struct StepLimits {
   int32_t max_num_samples = 64;
   // Whether the backend verifies proposed tokens (SequenceStep::num_draft_tokens).
   bool verifies_drafts = false;
+  // Whether the backend drafts proposals with a model of its own
+  // (SequenceStep::draft_by_model).
+  bool drafts_with_model = false;
 };
 
 // OK, or InvalidArgument with a message naming the sequence (by id and index) and what
@@ -28,8 +31,8 @@ struct StepLimits {
 // slot; a token id outside the vocabulary; bad sampling or logits-transform parameters,
 // a bad token history (logits_processor.h), or bad counts; proposed tokens to verify on
 // a backend that does not, or with anything but one sample free of suppressed tokens and
-// grammar masks; a
-// repeated sequence id; a block copy with a block outside the pool, onto itself, or
+// grammar masks; proposals to draft with a model (draft_by_model) on a backend without
+// one, or without proposals; a repeated sequence id; a block copy with a block outside the pool, onto itself, or
 // onto a block an earlier copy already wrote.
 absl::Status ValidateStep(const StepInput& step, const StepLimits& limits);
 

@@ -103,5 +103,21 @@ TEST(StepValidationTest, RejectsOverlappingWritesAndBadFields) {
   ExpectInvalid(step, "history.suppressed_token_ids[0]");
 }
 
+TEST(StepValidationTest, DraftsWithAModelOnlyWhereThereIsOne) {
+  StepInput step;
+  step.seqs = {Seq(1, 0, 4, {3})};
+  step.seqs[0].num_draft_tokens = 3;
+  step.seqs[0].draft_by_model = true;
+  ExpectInvalid(step, "this worker has no draft model");
+  StepLimits limits = Limits();
+  limits.verifies_drafts = true;
+  limits.drafts_with_model = true;
+  EXPECT_TRUE(ValidateStep(step, limits).ok());
+  step.seqs[0].num_draft_tokens = 0;
+  const absl::Status s = ValidateStep(step, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("draft_by_model without proposals"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace folio::worker

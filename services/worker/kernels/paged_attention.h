@@ -69,6 +69,14 @@ struct AttentionSeq {
   int32_t num_queries = 0;   // 1 for decode, the chunk length for prefill
   int32_t context_len = 0;   // tokens in the cache after this step, for this sequence
   const int32_t* block_table = nullptr;  // >= ceil(context_len / block_size) entries
+  // Queries [0, tiled_queries) on the tiled kernel, the rest on the per-query kernel, each
+  // as a decode row at its position runs; -1: the tiled kernel for a chunk of two or more
+  // queries, the per-query kernel for one. The two kernels' sums differ in their last bits
+  // (the tiled one's online softmax), so rows the scheduler first computed one at a time
+  // (sampled tokens, verified proposals) keep the per-query kernel when a chunk computes
+  // them again (a recompute after preemption or recovery): the bits, hence every later
+  // draw, are the ones step-by-step decoding gave.
+  int32_t tiled_queries = -1;
 };
 
 struct PagedAttentionArgs {

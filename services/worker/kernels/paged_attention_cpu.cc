@@ -512,16 +512,19 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   // on the AVX-512 per-query kernel or else the generic body (BM_WindowAttention: a
   // one-query tile is slower at a serving batch).
   const bool plain = args.window <= 0 && args.softcap <= 0.0f;
-  auto tiled = [&](const AttentionSeq& s) { return args.tiled_prefill && s.num_queries > 1; };
+  // How many of a sequence's queries (its first ones) go to the tiled kernel.
+  auto tiled = [&](const AttentionSeq& s) -> int32_t {
+    if (!args.tiled_prefill) return 0;
+    if (s.tiled_queries >= 0) return std::min(s.tiled_queries, s.num_queries);
+    return s.num_queries > 1 ? s.num_queries : 0;
+  };
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   // Tiles as tall as kTileRows allows, halved while the chunks give fewer than four
   // tiles per thread (a short chunk on a wide pool still spreads).
   int32_t tile_queries = internal::TileQueries(group);
   auto count_tiles = [&](int32_t tq) {
     int64_t n = 0;
-    for (const AttentionSeq& s : seqs) {
-      if (tiled(s)) n += (s.num_queries + tq - 1) / tq * kv.num_kv_heads;
-    }
+    for (const AttentionSeq& s : seqs) n += (tiled(s) + tq - 1) / tq * kv.num_kv_heads;
     return n;
   };
   while (tile_queries > 1 && count_tiles(tile_queries) > 0 &&
@@ -533,7 +536,8 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   // once), fewer when there are few (batch-1 decode still spreads over the pool).
   int64_t num_rows = 0;
   for (const AttentionSeq& s : seqs) {
-    num_rows += tiled(s) ? (s.num_queries + tile_queries - 1) / tile_queries : s.num_queries;
+    const int32_t t = tiled(s);
+    num_rows += (t + tile_queries - 1) / tile_queries + (s.num_queries - t);
   }
   int32_t heads_per_item = kv.num_kv_heads;
   while (heads_per_item > 1 && heads_per_item % 2 == 0 &&
@@ -545,16 +549,14 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
     const AttentionSeq& seq = seqs[s];
     DCHECK_GE(seq.context_len, seq.num_queries);
     const int64_t start = static_cast<int64_t>(seq.context_len) - seq.num_queries;
-    if (tiled(seq)) {
-      for (int32_t i = 0; i < seq.num_queries; i += tile_queries) {
-        const int32_t n = std::min(tile_queries, seq.num_queries - i);
-        for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
-          items.push_back({static_cast<int32_t>(s), i, h, n, (start + i + n) * n * group});
-        }
+    const int32_t num_tiled = tiled(seq);
+    for (int32_t i = 0; i < num_tiled; i += tile_queries) {
+      const int32_t n = std::min(tile_queries, num_tiled - i);
+      for (int32_t h = 0; h < kv.num_kv_heads; ++h) {
+        items.push_back({static_cast<int32_t>(s), i, h, n, (start + i + n) * n * group});
       }
-      continue;
     }
-    for (int32_t i = 0; i < seq.num_queries; ++i) {
+    for (int32_t i = num_tiled; i < seq.num_queries; ++i) {
       for (int32_t h = 0; h < kv.num_kv_heads; h += heads_per_item) {
         items.push_back(
             {static_cast<int32_t>(s), i, h, 0, (start + i + 1) * heads_per_item * group});

@@ -40,6 +40,7 @@ struct CheckOptions {
   double* max_error = nullptr;  // the largest |out - ref| seen, when set
   int window = 0;               // PagedAttentionArgs::window (the reference honours it too)
   float softcap = 0.0f;         // PagedAttentionArgs::softcap
+  int tiled_queries = -1;       // AttentionSeq::tiled_queries of every sequence
 };
 
 // Contiguous reference. k, v: [context_len, num_kv_heads, head_dim]; q: [num_queries,
@@ -214,7 +215,8 @@ std::vector<float> CheckAgainstReference(int block_size, int head_dim, int gqa, 
     }
     ks.push_back(std::move(k));
     vs.push_back(std::move(v));
-    seqs.push_back({row, c.num_queries, c.context_len, tables.back().data()});
+    seqs.push_back(
+        {row, c.num_queries, c.context_len, tables.back().data(), opt.tiled_queries});
     row += c.num_queries;
   }
 
@@ -323,6 +325,45 @@ TEST(PagedAttentionTiledTest, MatchesPerQueryKernelOnRandomShapes) {
       ASSERT_EQ(tiled.size(), per_query.size());
       for (size_t i = 0; i < tiled.size(); ++i) {
         ASSERT_NEAR(tiled[i], per_query[i], 2e-5) << "element " << i;
+      }
+    }
+  }
+}
+
+// AttentionSeq::tiled_queries splits a chunk: its first rows on the tiled kernel, bit for
+// bit as the whole chunk tiled gives them, the rest on the per-query kernel, bit for bit
+// the rows of tiled_prefill off, i.e. what decode rows at those positions compute (the
+// tiled kernel's online softmax differs in the last bits).
+TEST(PagedAttentionTiledTest, TiledQueriesSplitAChunkBitForBit) {
+  const std::vector<SeqCase> cases = {{37, 5}, {16, 3}, {90, 6}, {12, 1}};
+  const int kRowFloats = 8 * 64 + 5;  // out_stride: 2 kv heads x group 4 x head_dim 64, + 5
+  for (Path path : SupportedPaths()) {
+    SCOPED_TRACE(PathName(path));
+    const std::vector<float> decode =
+        CheckAgainstReference(16, 64, 4, KvDType::kF16, path, 2, cases, false, 5);
+    const std::vector<float> tiled =
+        CheckAgainstReference(16, 64, 4, KvDType::kF16, path, 2, cases, true, 5);
+    // The comparison can tell: the kernels' sums differ somewhere.
+    EXPECT_NE(std::memcmp(tiled.data(), decode.data(), tiled.size() * sizeof(float)), 0);
+    for (int split : {0, 2}) {
+      SCOPED_TRACE("tiled_queries " + std::to_string(split));
+      CheckOptions opt;
+      opt.tiled_queries = split;
+      const std::vector<float> mixed =
+          CheckAgainstReference(16, 64, 4, KvDType::kF16, path, 2, cases, true, 5, opt);
+      ASSERT_EQ(mixed.size(), decode.size());
+      int row = 0;
+      for (const SeqCase& c : cases) {
+        for (int i = 0; i < c.num_queries; ++i, ++row) {
+          // A lone query asked to be tiled is a tile of one (checked against the reference
+          // only): neither run above has it.
+          if (i < split && c.num_queries == 1) continue;
+          const std::vector<float>& want = i < split ? tiled : decode;
+          EXPECT_EQ(std::memcmp(mixed.data() + row * kRowFloats, want.data() + row * kRowFloats,
+                                kRowFloats * sizeof(float)),
+                    0)
+              << "row " << i << " of the chunk of " << c.num_queries;
+        }
       }
     }
   }

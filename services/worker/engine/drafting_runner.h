@@ -1,0 +1,88 @@
+// DraftingRunner: speculative decoding's draft model (the worker's --draft_model), run in
+// the worker beside the model it drafts for (the target), behind the same ModelRunner
+// interface.
+//
+// Placement: the draft model keeps its KV in a pool of its own with the target's block
+// size and block ids, so the target's block tables address it unchanged. The cache
+// manager, the scheduler and the step protocol know nothing of it beyond one flag per
+// sequence (SequenceStep::draft_by_model): no second sequence to create, fork, truncate,
+// preempt or recover, and no extra round trip, since the proposals are drafted inside
+// the step that verifies them. The price is the draft's KV for every block of the pool
+// (its bytes per token are small beside the target's; the worker counts them in its
+// budget).
+//
+// A step, in order:
+//   1. the draft computes every row the target computes (prefill chunks and decode rows
+//      alike, with the step's block copies), so its KV holds the same tokens at the same
+//      positions as the target's; only the drafting sequences get logits, and the draft
+//      draws its first proposal for each greedily;
+//   2. one batched draft step per further proposal position, all drafting sequences
+//      together, each input the proposal before it; then one more that writes the last
+//      proposal's KV (no logits);
+//   3. the proposals replace the placeholders, and the target runs the step: its
+//      verification (step.h's exact-match rule) decides what is accepted, so the output is
+//      the target's whatever the draft proposes, greedy or seeded. The draft only decides
+//      how many tokens each verification yields.
+// After a verification the draft's KV is right up to the last accepted token (its inputs
+// there were the accepted proposals); rows past it are written again when the sequence
+// gets there, as the target's are.
+//
+// What the draft's KV does not follow: blocks loaded from the offload tiers (the host and
+// disk transfers copy the target's KV only) keep whatever the draft last wrote there, and
+// a sequence past the draft's own context is not drafted (its placeholders are verified as
+// they are). Both only lower acceptance. Tensor parallelism: not built (the worker refuses
+// --draft_model with --tp_size > 1); each rank would need the same proposals.
+//
+// Thread-compatible: one step thread calls Execute, as for any ModelRunner.
+#ifndef FOLIO_SERVICES_WORKER_ENGINE_DRAFTING_RUNNER_H_
+#define FOLIO_SERVICES_WORKER_ENGINE_DRAFTING_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/worker/engine/model_runner.h"
+#include "services/worker/engine/step.h"
+#include "services/worker/model/weights.h"
+
+namespace folio::worker {
+
+// Whether `draft` may draft for `target`: InvalidArgument naming the first difference in
+// vocabulary size, tokenizer kind, BOS / EOS ids or a token's piece (the proposals are
+// token ids, so the two must mean the same text by each).
+absl::Status CheckDraftVocabulary(const ModelWeights& target, const ModelWeights& draft);
+
+class DraftingRunner final : public ModelRunner {
+ public:
+  // InvalidArgument unless both pools have the same block size and number of blocks and
+  // both models the same vocabulary size.
+  static absl::StatusOr<std::unique_ptr<DraftingRunner>> Create(
+      std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft);
+
+  // Drafts the proposals of the sequences with draft_by_model, then runs the target (see
+  // the file comment). A malformed step is refused before either model writes anything.
+  absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
+  absl::Status SetHostSegment(const HostKvSegment* host) override {
+    return target_->SetHostSegment(host);
+  }
+  absl::Status SetDiskStore(KvDiskStore* disk) override { return target_->SetDiskStore(disk); }
+
+  const ModelConfig& config() const override { return target_->config(); }
+  int32_t block_size() const override { return target_->block_size(); }
+  int64_t num_blocks() const override { return target_->num_blocks(); }
+
+  ModelRunner& target() { return *target_; }
+  ModelRunner& draft() { return *draft_; }
+
+ private:
+  DraftingRunner(std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft)
+      : target_(std::move(target)), draft_(std::move(draft)) {}
+
+  std::unique_ptr<ModelRunner> target_;
+  std::unique_ptr<ModelRunner> draft_;
+};
+
+}  // namespace folio::worker
+
+#endif  // FOLIO_SERVICES_WORKER_ENGINE_DRAFTING_RUNNER_H_

@@ -1,0 +1,175 @@
+// The draft model in the worker (drafting_runner.h) on two random models of one
+// vocabulary: verifications with drafted proposals give plain greedy decoding's tokens,
+// a draft that is the model itself has (nearly) everything accepted, so its KV followed
+// the target's through prefill, decode and rejected rows; malformed steps and mismatched
+// models are refused.
+#include "services/worker/engine/drafting_runner.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/test_models.h"
+
+namespace folio::worker {
+namespace {
+
+constexpr int32_t kBlocks = 64;
+
+std::unique_ptr<ModelRunner> Runner(const ModelWeights& w) {
+  CpuModelRunnerOptions o;
+  o.block_size = 16;
+  o.kv_cache_bytes = int64_t{16} << 20;
+  o.max_num_blocks = kBlocks;
+  o.num_threads = 2;
+  absl::StatusOr<std::unique_ptr<CpuModelRunner>> r = CpuModelRunner::Create(w, o);
+  CHECK(r.ok()) << r.status();
+  return *std::move(r);
+}
+
+std::vector<int32_t> Prompt() { return {1, 17, 45, 200, 33, 9, 120, 77, 5, 61, 240, 12}; }
+
+// Plain greedy decoding of `steps` tokens after the prompt, one token a step.
+std::vector<int32_t> Plain(ModelRunner& runner, int steps) {
+  SequenceStep s;
+  s.seq_id = 1;
+  s.sampling.temperature = 0.0f;
+  s.block_table = testing::ScatteredBlocks(8, 3);
+  s.token_ids = Prompt();
+  std::vector<int32_t> out;
+  for (int i = 0; i < steps; ++i) {
+    StepInput step;
+    step.seqs = {s};
+    absl::StatusOr<StepOutput> o = runner.Execute(step);
+    CHECK(o.ok()) << o.status();
+    out.push_back(o->seqs[0].samples[0].token_id);
+    s.start_pos += static_cast<int32_t>(s.token_ids.size());
+    s.token_ids = {out.back()};
+  }
+  return out;
+}
+
+// The same with k placeholders the draft model fills each step: at least `steps` tokens
+// (the last verification may overshoot), and how many proposals were accepted.
+struct Drafted {
+  std::vector<int32_t> tokens;
+  int64_t proposed = 0;
+  int64_t accepted = 0;
+};
+Drafted WithDraft(DraftingRunner& runner, int steps, int32_t k) {
+  SequenceStep s;
+  s.seq_id = 1;
+  s.sampling.temperature = 0.0f;
+  s.block_table = testing::ScatteredBlocks(8, 3);
+  s.token_ids = Prompt();
+  Drafted d;
+  {  // the prompt, as plain decoding's first step
+    StepInput step;
+    step.seqs = {s};
+    absl::StatusOr<StepOutput> o = runner.Execute(step);
+    CHECK(o.ok()) << o.status();
+    d.tokens.push_back(o->seqs[0].samples[0].token_id);
+    s.start_pos = static_cast<int32_t>(s.token_ids.size());
+  }
+  while (static_cast<int>(d.tokens.size()) < steps) {
+    s.token_ids.assign(1 + k, 0);  // placeholders after the known token
+    s.token_ids[0] = d.tokens.back();
+    s.num_draft_tokens = k;
+    s.draft_by_model = true;
+    StepInput step;
+    step.seqs = {s};
+    absl::StatusOr<StepOutput> o = runner.Execute(step);
+    CHECK(o.ok()) << o.status();
+    const std::vector<SampledToken>& got = o->seqs[0].samples;
+    CHECK(!got.empty() && static_cast<int32_t>(got.size()) <= k + 1);
+    d.proposed += k;
+    d.accepted += static_cast<int64_t>(got.size()) - 1;
+    s.start_pos += static_cast<int32_t>(got.size());  // the known token and the accepted ones
+    for (const SampledToken& t : got) d.tokens.push_back(t.token_id);
+  }
+  return d;
+}
+
+class DraftingRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    target_weights_ = testing::RandomModelOrDie(1);
+    self_weights_ = testing::RandomModelOrDie(1);
+    other_weights_ = testing::RandomModelOrDie(2);
+  }
+  std::unique_ptr<DraftingRunner> Make(const ModelWeights& draft) {
+    absl::StatusOr<std::unique_ptr<DraftingRunner>> r =
+        DraftingRunner::Create(Runner(*target_weights_), Runner(draft));
+    CHECK(r.ok()) << r.status();
+    return *std::move(r);
+  }
+  std::unique_ptr<ModelWeights> target_weights_, self_weights_, other_weights_;
+};
+
+TEST_F(DraftingRunnerTest, DraftedVerificationsGivePlainGreedyTokens) {
+  std::unique_ptr<ModelRunner> plain = Runner(*target_weights_);
+  const std::vector<int32_t> reference = Plain(*plain, 90);
+  for (const ModelWeights* draft : {self_weights_.get(), other_weights_.get()}) {
+    const bool self = draft == self_weights_.get();
+    SCOPED_TRACE(self ? "the model drafting for itself" : "another model drafting");
+    std::unique_ptr<DraftingRunner> runner = Make(*draft);
+    const Drafted d = WithDraft(*runner, 90, 4);
+    ASSERT_GE(d.tokens.size(), reference.size());
+    EXPECT_EQ(std::vector<int32_t>(d.tokens.begin(), d.tokens.begin() + reference.size()),
+              reference);
+    if (self) {
+      // Its KV followed the target's through the prompt, the decode rows and the rows of
+      // rejected proposals: its greedy pick is the target's (ties between kernels aside).
+      EXPECT_GE(d.accepted, d.proposed * 9 / 10) << d.accepted << " of " << d.proposed;
+    } else {
+      EXPECT_LT(d.accepted, d.proposed) << "another model's proposals are not all right";
+    }
+  }
+}
+
+TEST_F(DraftingRunnerTest, RefusesMalformedStepsAndMismatchedModels) {
+  std::unique_ptr<DraftingRunner> runner = Make(*self_weights_);
+  StepInput step;
+  SequenceStep s;
+  s.seq_id = 1;
+  s.token_ids = {1, 0, 0};
+  s.num_draft_tokens = 2;
+  s.draft_by_model = true;
+  s.block_table = {kBlocks};  // outside the pool
+  step.seqs = {s};
+  EXPECT_EQ(runner->Execute(step).status().code(), absl::StatusCode::kInvalidArgument);
+  step.seqs[0].block_table = {0};
+  step.seqs[0].num_draft_tokens = 0;
+  EXPECT_EQ(runner->Execute(step).status().code(), absl::StatusCode::kInvalidArgument);
+  // A runner without a draft model refuses proposals to draft.
+  step.seqs[0].num_draft_tokens = 2;
+  std::unique_ptr<ModelRunner> plain = Runner(*target_weights_);
+  const absl::Status no_draft = plain->Execute(step).status();
+  EXPECT_EQ(no_draft.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_draft.message().find("no draft model"), std::string::npos) << no_draft;
+  EXPECT_TRUE(runner->Execute(step).ok());
+
+  // Pools of another shape.
+  CpuModelRunnerOptions o;
+  o.max_num_blocks = kBlocks / 2;
+  EXPECT_EQ(DraftingRunner::Create(Runner(*target_weights_),
+                                   *CpuModelRunner::Create(*self_weights_, o))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Vocabularies.
+  EXPECT_TRUE(CheckDraftVocabulary(*target_weights_, *other_weights_).ok());
+  other_weights_->vocab.pieces[40] = "elsewhere";
+  absl::Status piece = CheckDraftVocabulary(*target_weights_, *other_weights_);
+  EXPECT_EQ(piece.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(piece.message().find("token 40"), std::string::npos) << piece;
+  other_weights_->config.vocab_size += 1;
+  absl::Status size = CheckDraftVocabulary(*target_weights_, *other_weights_);
+  EXPECT_NE(size.message().find("tokens, the model's"), std::string::npos) << size;
+}
+
+}  // namespace
+}  // namespace folio::worker

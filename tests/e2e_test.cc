@@ -262,10 +262,16 @@ TEST_F(E2eTest, SpeculativeDecodingGivesTheSameStreams) {
     requests.push_back(std::move(req));
   }
   std::vector<testing::Stream> want;
-  for (const char* mode : {"off", "ngram"}) {
-    auto cluster = StartCluster(ClusterOptions{
+  for (const char* mode : {"off", "ngram", "draft"}) {
+    SCOPED_TRACE(mode);
+    ClusterOptions options{
         .scheduler_args = {std::string("--speculative=") + mode, "--spec_ngram_min=1",
-                           "--spec_max_batch=64"}});
+                           "--spec_max_batch=64"}};
+    // The draft model: stories260K drafting for itself (its greedy picks are the model's).
+    if (std::string(mode) == "draft") {
+      options.worker_args = {"--draft_model=" + *dir_ + "/stories260K/stories260K.gguf"};
+    }
+    auto cluster = StartCluster(options);
     ASSERT_NE(cluster, nullptr);
     std::vector<testing::Stream> got = testing::RunStreams(cluster->frontend(), requests);
     const std::string metrics =

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/test_models_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service_process.h"
@@ -152,6 +153,26 @@ TEST(LifecycleTest, AWorkerOnATakenMetricsPortSaysSoBeforeLoadingItsModel) {
   const ServiceRun run = RunService("folio-worker", {"--model=" + model.path(), "--port=0",
                                               absl::StrCat("--metrics_port=", taken.port())});
   ExpectRefusedNamingThePort(run, taken.port());
+}
+
+// Speculative decoding's draft model must share the model's tokenizer, and runs on one
+// CPU rank: a worker says which and exits, the placement before loading anything.
+TEST(LifecycleTest, AWorkerRefusesADraftModelItCannotDraftWith) {
+  const std::optional<std::string> dir = TestModelsDir();
+  if (!dir) GTEST_SKIP() << "no test models (FOLIO_MODELS_DIR or FOLIO_BUILD_DIR)";
+  const std::string stories = *dir + "/stories260K/stories260K.gguf";
+  ServiceRun run = RunService("folio-worker", {"--model=" + stories, "--port=0",
+                                               "--metrics_port=-1",
+                                               "--draft_model=" + *dir + "/bench-28m-f16.gguf"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("--draft_model"));
+  EXPECT_THAT(run.output, HasSubstr("the draft model's vocabulary has"));
+  EXPECT_THAT(run.output, HasSubstr("tokens, the model's 512"));
+  EndlessModel model;  // refused before the load, which would never end
+  run = RunService("folio-worker", {"--model=" + model.path(), "--port=0", "--metrics_port=-1",
+                                    "--tp_size=2", "--draft_model=" + stories});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("not built for tensor parallelism"));
 }
 
 TEST(LifecycleTest, ACacheManagerOnATakenPortFailsAtOnce) {

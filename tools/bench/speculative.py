@@ -11,14 +11,18 @@
      --spec-synth-len L --spec-draft-n-max k`, plain without; with --llama_draft, as the
      issue's baseline, `-md DRAFT --spec-type draft-simple` instead, DRAFT a 2-layer dim-256
      model of the same vocabulary: llama.cpp's n-gram lookup drafts nothing when it finds no
-     match, so its machinery is measured only when a draft model proposes every step).
-     Folio: folio-bench, one
+     match, so its machinery is measured only when a draft model proposes every step;
+     with --draft both engines propose with that draft model: Folio's workers run it
+     beside the model, `--speculative=draft --draft_model DRAFT`). Folio: folio-bench, one
      request at a time (1000 / TPOT); llama-server: POST /completion, its own
      timings.predicted_per_second. The text is not the model's at L > 1: this measures the
      machinery (verification, rollback, the step protocol) at equal acceptance.
   2. real text: stories260K (a trained model), greedy, n-gram speculation off and on, a set
      of story openings and a prompt whose answer repeats its input (a story told twice,
-     then its opening a third time): tokens/s and the acceptance the scheduler counted.
+     then its opening a third time): tokens/s and the acceptance the scheduler counted;
+     and draft-model speculation with stories260K drafting for itself (the draft's greedy
+     picks are the model's: the acceptance shows the draft's KV follows the model's; no
+     speed-up is possible, the draft costs what the model does).
   3. batched: the 1.1B shape, 32 clients and 4 clients x (128 + 64) with n-gram speculation
      on and off (real acceptance on the random model's own output): output tokens/s.
 
@@ -72,6 +76,9 @@ def parse_args(argv):
     p.add_argument("--llama_draft", action="store_true",
                    help="llama-server proposes with a small draft model (draft-simple) "
                         "rather than n-gram lookup")
+    p.add_argument("--draft", action="store_true",
+                   help="the synthetic part proposes with the draft model on both engines "
+                        "(Folio: --speculative=draft; llama-server: -md, as --llama_draft)")
     p.add_argument("--engines", default="folio,llama.cpp",
                    help="which engines the synthetic part runs, comma-separated")
     p.add_argument("--write_docs", action="store_true")
@@ -80,6 +87,7 @@ def parse_args(argv):
     a.lens = [float(x) for x in a.lens.split(",") if x]
     a.ks = [int(x) for x in a.ks.split(",") if x]
     a.parts = [x for x in a.parts.split(",") if x]
+    a.llama_draft = a.llama_draft or a.draft
     build = os.path.dirname(os.path.abspath(a.bin_dir))
     a.models_dir = os.path.join(build, "bench-models", "peer")
     a.reference_dir = _llama_tools.reference_dir(build)
@@ -197,12 +205,14 @@ def serve_args(s, model, extra):
 def synthetic(s, llama):
     a = s.a
     model = model_1b(s)
+    draft = draft_model(s) if a.draft or (llama and a.llama_draft) else None
+    proposer = (["--speculative=draft", "--draft_model=" + draft] if a.draft else
+                ["--speculative=ngram"])
     configs = [("off", None, [])] + [(f"L={l} k={k}", (l, k),
-                                      ["--speculative=ngram", f"--spec_synth_len={l}",
-                                       f"--num_speculative_tokens={k}"])
+                                      proposer + [f"--spec_synth_len={l}",
+                                                  f"--num_speculative_tokens={k}"])
                                      for l in a.lens for k in a.ks if l <= k + 1]
     prompt = ["--input_len=16"]
-    draft = draft_model(s) if llama and a.llama_draft else None
     for label, lk, extra in configs:
         name = label.replace(" ", "-")
         row = {"part": "synthetic", "config": label, "L": lk[0] if lk else 1.0,
@@ -213,7 +223,9 @@ def synthetic(s, llama):
                                   startup_timeout_s=a.startup_timeout_s) as c:
                 s.commands.append(c.commands[0])
                 rate, length = folio_single(s, c, "synth-" + name, prompt)
-            s.add(dict(row, engine="folio", tokens_per_s=rate, measured_len=length))
+            s.add(dict(row, engine="folio", tokens_per_s=rate, measured_len=length,
+                       proposer="draft model" if a.draft and lk else
+                       ("n-gram" if lk else None)))
         if llama and "llama.cpp" in a.engines:
             if lk is None:
                 lextra = []
@@ -251,8 +263,10 @@ def real(s):
     model = os.path.join(ROOT, "models", "stories260K", "stories260K.gguf")
     prompts = {"stories": STORY_PROMPTS,
                "repeat": [f"{REPEAT_STORY}\n\n{REPEAT_STORY}\n\n{REPEAT_STORY[:40]}"]}
-    for mode in ["off", "ngram"]:
+    for mode in ["off", "ngram", "draft"]:
         extra = ["--speculative=" + mode, "--spec_ngram_min=1"]
+        if mode == "draft":
+            extra.append("--draft_model=" + model)  # the model drafting for itself
         with _cluster.Cluster(a.bin_dir, serve_args(s, model, extra), s.path("logs"),
                               name="folio-real-" + mode,
                               startup_timeout_s=a.startup_timeout_s) as c:

@@ -109,7 +109,7 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   }
 
   StepInput verified = step;
-  if (!rows.seqs.empty()) {
+  if (!rows.seqs.empty() || !rows.block_copies.empty()) {  // the copies keep its pool in step
     absl::StatusOr<StepOutput> out = draft_->Execute(rows);
     if (!out.ok()) return absl::InternalError(absl::StrCat("draft model: ", out.status().message()));
     // Rows without logits answer with no samples; the drafting ones with one each, in order.

@@ -55,10 +55,13 @@ int64_t PoolBytesPerBlock(const ModelConfig& config, const WorkerServiceOptions&
   return bytes;
 }
 
-absl::StatusOr<RunnerResources> MakeCpuRunner(const ModelWeights& weights,
-                                              const RunnerRequest& request,
-                                              const WorkerServiceOptions& service) {
+// `pool`: the thread pool to share (a draft model runs on its target's); null: its own.
+absl::StatusOr<RunnerResources> MakeCpuRunner(
+    const ModelWeights& weights, const RunnerRequest& request,
+    const WorkerServiceOptions& service,
+    std::shared_ptr<kernels::ThreadPool> pool = nullptr) {
   CpuModelRunnerOptions options;
+  options.pool = std::move(pool);
   options.bf16_gemm = service.bf16_gemm;
   options.onednn_min_rows = service.onednn_min_rows;
   options.dequant_min_rows = service.dequant_min_rows;
@@ -678,7 +681,10 @@ absl::Status WorkerService::AddDraftModel(RunnerResources* target, const RunnerR
   d.communicator = nullptr;
   d.kv_cache_bytes = int64_t{request.num_blocks} *
                      KvBytesPerBlock(ShapeFor(draft.config, 1, request.kv_dtype, request.block_size));
-  absl::StatusOr<RunnerResources> runner = MakeCpuRunner(draft, d, options_);
+  // The CPU backend (the worker refuses a draft model on another): one pool for both.
+  auto* cpu = dynamic_cast<CpuModelRunner*>(target->runner.get());
+  absl::StatusOr<RunnerResources> runner =
+      MakeCpuRunner(draft, d, options_, cpu == nullptr ? nullptr : cpu->thread_pool());
   if (!runner.ok()) {
     return absl::Status(runner.status().code(),
                         absl::StrCat("draft model: ", runner.status().message()));

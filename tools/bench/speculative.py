@@ -47,6 +47,9 @@ from _cluster import ROOT, log
 
 MARK_BEGIN = "<!-- speculative:begin (./folio bench speculative --write_docs) -->"
 MARK_END = "<!-- speculative:end -->"
+# --draft runs write their table between these instead (both proposers' tables stay).
+DRAFT_MARK_BEGIN = "<!-- speculative-draft:begin (./folio bench speculative --draft --write_docs) -->"
+DRAFT_MARK_END = "<!-- speculative-draft:end -->"
 SPEC_COUNTERS = ["folio_scheduler_speculative_proposed_tokens_total",
                  "folio_scheduler_speculative_accepted_tokens_total",
                  "folio_scheduler_speculative_accepted_length_count"]
@@ -371,13 +374,14 @@ def main(argv):
         doc = os.path.join(ROOT, "docs", "benchmarks.md")
         with open(doc) as f:
             content = f.read()
-        if MARK_BEGIN in content and MARK_END in content:
-            head, rest = content.split(MARK_BEGIN, 1)
-            _, tail = rest.split(MARK_END, 1)
+        begin, end = (DRAFT_MARK_BEGIN, DRAFT_MARK_END) if a.draft else (MARK_BEGIN, MARK_END)
+        if begin in content and end in content:
+            head, rest = content.split(begin, 1)
+            _, tail = rest.split(end, 1)
             with open(doc, "w") as f:
-                f.write(head + MARK_BEGIN + "\n" + text + MARK_END + tail)
+                f.write(head + begin + "\n" + text + end + tail)
         else:
-            log("docs/benchmarks.md has no speculative markers; table not written")
+            log(f"docs/benchmarks.md has no {begin} markers; table not written")
     return 0
 
 

@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   if (!kv.ok()) return kv.status();
   int32_t threads = options.num_threads;
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (options.pool != nullptr) threads = options.pool->num_threads();
   std::unique_ptr<k::OnednnGemm> onednn;
   if (options.onednn_min_rows < 1) {
     return absl::InvalidArgumentError(
@@ -168,7 +169,8 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
                                std::unique_ptr<k::OnednnGemm> onednn)
     : weights_(std::move(weights)),
       kv_(std::move(kv)),
-      pool_(num_threads),
+      pool_(options.pool != nullptr ? options.pool
+                                     : std::make_shared<k::ThreadPool>(num_threads)),
       isa_(options.isa),
       features_(options.isa == k::CpuIsa::kPortable ? k::NoCpuFeatures()
                                                     : k::EnabledCpuFeatures()),
@@ -556,7 +558,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
   attn_args.softcap = c.attn_softcap;
   attn_args.isa = isa_;
   // Elementwise kernels split over rows; small steps stay on the caller.
-  const int64_t threads = pool_.num_threads();
+  const int64_t threads = pool_->num_threads();
   const int64_t row_grain = std::max<int64_t>(1, (T + threads - 1) / threads);
 
   // A sublayer's output y [T, dim] (the row-parallel projection's partial sums under
@@ -580,11 +582,11 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
     // Attention block.
     k::RmsNorm(x, dim, T, dim, w.attn_norm.data(), c.rms_norm_eps, xb, dim);
     Gemm(xb, dim, T, lin.qkv, 0.0f, qkv, qkv_dim);
-    k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
+    k::ParallelFor(T > 16 ? pool_.get() : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
       PrepareQk(w, rope, qkv, qkv_dim, b, e, positions.data());
     });
     k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
-    k::PagedAttention(attn_args, attn_seqs, kv, &pool_);
+    k::PagedAttention(attn_args, attn_seqs, kv, pool_.get());
     if (c.post_norms) {
       Gemm(attn, q_dim, T, lin.wo, 0.0f, xb, dim);
       if (absl::Status s = post_norm_add(w.post_attn_norm); !s.ok()) return s;
@@ -598,7 +600,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
       MixtureOfExperts(lin, T, residual_beta);
     } else {
       Gemm(xb, dim, T, lin.gate_up, 0.0f, gate_up_.data(), 2 * hidden);
-      k::ParallelFor(T > 16 ? &pool_ : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
+      k::ParallelFor(T > 16 ? pool_.get() : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
         if (c.gelu_mlp) {
           k::GeGlu(gate_up_.data() + b * 2 * hidden, e - b, hidden, hidden_.data() + b * hidden);
         } else {
@@ -660,7 +662,8 @@ void CpuModelRunner::MixtureOfExperts(const LayerLinears& lin, int64_t T, float 
   if (onednn_ != nullptr && dequant_min_rows_ > 0) {
     onednn_rows = std::min<int64_t>(onednn_rows, dequant_min_rows_);
   }
-  const bool side_by_side = gemm_threading_ == GemmThreading::kPacked && pool_.num_threads() > 1 &&
+  const bool side_by_side = gemm_threading_ == GemmThreading::kPacked &&
+                            pool_->num_threads() > 1 &&
                             active_experts_.size() > 1 &&
                             most_rows <= std::min<int64_t>(kMaxSideBySideRows, onednn_rows - 1);
   if (side_by_side) {
@@ -706,13 +709,13 @@ void CpuModelRunner::MixtureOfExperts(const LayerLinears& lin, int64_t T, float 
   };
   if (side_by_side) {
     const int64_t n = static_cast<int64_t>(active_experts_.size());
-    k::ParallelFor(&pool_, n, 1, [&](int64_t b, int64_t e) {
+    k::ParallelFor(pool_.get(), n, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) run_expert(active_experts_[i], nullptr);
     });
     for (int32_t e : active_experts_) add_expert(e);
   } else {
     for (int32_t e : active_experts_) {
-      run_expert(e, &pool_);
+      run_expert(e, pool_.get());
       add_expert(e);
     }
   }

@@ -139,6 +139,11 @@ struct CpuModelRunnerOptions {
   // The tensor-parallel group this runner is one rank of (not owned; must outlive the
   // runner). Null: the whole model on this runner.
   Communicator* communicator = nullptr;
+  // The thread pool to run on, shared with another runner whose steps never overlap this
+  // one's (a draft model's and its target's, drafting_runner.h: one set of threads, so
+  // neither pool's idle spin takes a core from the other's loops); null: a pool of its own
+  // with num_threads threads. num_threads is then the pool's.
+  std::shared_ptr<kernels::ThreadPool> pool;
 };
 
 class CpuModelRunner final : public ModelRunner {
@@ -168,7 +173,9 @@ class CpuModelRunner final : public ModelRunner {
   // Of weight_bytes(), those held in oneDNN's blocked bf16 layout (CpuModelRunnerOptions::
   // bf16_blocked).
   int64_t blocked_bf16_bytes() const;
-  int32_t num_threads() const { return pool_.num_threads(); }
+  int32_t num_threads() const { return pool_->num_threads(); }
+  // The pool it runs on (CpuModelRunnerOptions::pool), for a runner to share.
+  const std::shared_ptr<kernels::ThreadPool>& thread_pool() const { return pool_; }
   // The oneDNN engine BF16 projections use at >= onednn_min_rows rows (and quantized
   // ones at >= dequant_min_rows); null when every projection takes Folio's kernels.
   const kernels::OnednnGemm* onednn() const { return onednn_.get(); }
@@ -229,7 +236,7 @@ class CpuModelRunner final : public ModelRunner {
   // y = x . w^T (+ beta * y) the way gemm_threading_ says, on the runner's pool.
   void Gemm(const float* x, int64_t ldx, int64_t rows, const Linear& w, float beta, float* y,
             int64_t ldy) {
-    GemmOn(&pool_, x, ldx, rows, w, beta, y, ldy);
+    GemmOn(pool_.get(), x, ldx, rows, w, beta, y, ldy);
   }
   // The same on `pool` (null: the calling thread alone; then never oneDNN, which has its
   // own threads: callers pass null only for fewer rows than oneDNN takes).
@@ -251,7 +258,7 @@ class CpuModelRunner final : public ModelRunner {
   const HostKvSegment* host_ = nullptr;  // SetHostSegment
   KvDiskStore* disk_ = nullptr;          // SetDiskStore
   std::vector<uint8_t> disk_staging_;    // one block read from disk
-  kernels::ThreadPool pool_;
+  std::shared_ptr<kernels::ThreadPool> pool_;  // options.pool, or its own
   const kernels::CpuIsa isa_;
   const kernels::CpuFeatures features_;  // the typed kernels' (none when isa_ is portable)
   const bool f16_panels_;

@@ -492,6 +492,14 @@ int32_t Scheduler::AcceptProposals(const InflightStep::Seq& seq, const worker::S
                                    Branch* b) {
   const int32_t accepted = static_cast<int32_t>(out.samples.size()) - 1;
   const int32_t computed = seq.num_computed - (seq.num_draft - accepted);
+  if (options_.speculative.mode == SpeculativeMode::kDraft) {
+    // The cache manager holds the drafted proposals as pending tokens: the accepted ones
+    // are resolved before the commit hashes their blocks; the truncate drops the rest.
+    const int32_t first = seq.num_computed - seq.num_draft;
+    for (int32_t i = 0; i < accepted; ++i) {
+      state_.pending_resolves.push_back({SeqId{seq.seq_id}, first + i, out.samples[i].token_id});
+    }
+  }
   b->num_computed = computed;
   if (accepted < seq.num_draft) {
     state_.pending_truncates.push_back({SeqId{seq.seq_id}, computed});

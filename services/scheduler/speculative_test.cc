@@ -300,6 +300,28 @@ TEST_F(DraftModelTest, SameStreamsWhenAStarvedPoolPreempts) {
   ExpectPoolFull(24);
 }
 
+// The drafted proposals reach the cache manager as pending tokens, resolved when accepted:
+// the blocks of a generated answer enter the prefix cache under its real tokens, so the
+// next turn of the conversation (the prompt and the answer as its prompt) finds them.
+TEST_F(DraftModelTest, GeneratedBlocksEnterThePrefixCacheUnderTheirRealTokens) {
+  for (SpeculativeMode mode : {SpeculativeMode::kOff, SpeculativeMode::kDraft}) {
+    SCOPED_TRACE(mode == SpeculativeMode::kOff ? "off" : "draft");
+    draft_weights_ = self_.get();
+    MakeWith(mode, 256);
+    RequestSpec first = Spec(Prompt(20), 60, 0.0f);
+    first.ignore_eos = true;
+    const Choices answer = Run(first);
+    ASSERT_EQ(answer.tokens.at(0).size(), 60u);
+    std::vector<int32_t> history = first.prompt;
+    history.insert(history.end(), answer.tokens.at(0).begin(), answer.tokens.at(0).end());
+    const Choices next = Run(Spec(history, 4, 0.0f));
+    // 80 tokens of history: the full blocks of its first 79 (the last token is computed).
+    EXPECT_EQ(next.cached_prompt_tokens, 64);
+    if (mode == SpeculativeMode::kDraft) EXPECT_GT(scheduler_->Stats().num_spec_accepted, 20);
+    ExpectPoolFull(256);
+  }
+}
+
 TEST_F(DraftModelTest, SyntheticAcceptanceGivesTheAskedMeanLength) {
   draft_weights_ = random_.get();
   MakeWith(SpeculativeMode::kDraft, 256, 1, /*synth_len=*/3.0);

@@ -90,15 +90,17 @@ void StepPlanner::Propose(const Request& r, Branch* b, int32_t room) const {
   const int32_t by_len = r.max_len - b->num_tokens(r.spec.prompt) - 1;
   const int32_t k = std::min({b->spec_k, by_tokens, by_len, room});
   if (k <= 0) return;
-  const int32_t last = b->output.empty() ? r.spec.prompt.back() : b->output.back();
   if (o.mode == SpeculativeMode::kDraft) {
-    b->draft.assign(k, last);  // placeholders: the workers' draft model writes its own
+    // Placeholders: the workers' draft model writes its own. The cache manager holds them
+    // as pending tokens until the accepted ones are resolved (Scheduler::AcceptProposals),
+    // so a prefix-cache block never hashes a placeholder.
+    b->draft.assign(k, cachemgr::kPendingToken);
     return;
   }
   b->draft = ProposeNgram(r.spec.prompt, b->output, k, o.ngram_min, o.ngram_max);
   if (o.synth_len > 0.0) {
     // Benchmarks: always k proposals, so the machinery's cost is measured at k.
-    b->draft.resize(k, last);
+    b->draft.resize(k, b->output.empty() ? r.spec.prompt.back() : b->output.back());
   }
 }
 
@@ -350,6 +352,9 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
     s.num_draft_tokens = k;
     const SpeculativeOptions& o = state_->options().speculative;
     s.draft_by_model = o.mode == SpeculativeMode::kDraft;
+    if (s.draft_by_model) {  // the workers see the known token where the placeholders stand
+      std::fill(s.token_ids.end() - k, s.token_ids.end(), *(s.token_ids.end() - k - 1));
+    }
     if (o.synth_len > 0.0) {
       s.synthetic_accepts = SyntheticAccepts(SyntheticRate(o.synth_len, k), k,
                                              (b.seq_id << 24) ^ static_cast<uint64_t>(s.start_pos));

@@ -71,7 +71,9 @@ ABSL_FLAG(std::string, draft_model, "",
           "Speculative decoding's draft model (a GGUF file or Hugging Face folder with the "
           "model's tokenizer): it proposes tokens for the scheduler's --speculative=draft, "
           "in this worker, its KV in a pool of the model's blocks (counted in "
-          "--kv_cache_bytes). CPU backend, --tp_size=1. Empty: none.");
+          "--kv_cache_bytes). It computes every step's rows whatever the scheduler's "
+          "--speculative: give it only with --speculative=draft. CPU backend, "
+          "--tp_size=1. Empty: none.");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");

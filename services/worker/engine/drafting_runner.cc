@@ -111,7 +111,10 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   StepInput verified = step;
   if (!rows.seqs.empty() || !rows.block_copies.empty()) {  // the copies keep its pool in step
     absl::StatusOr<StepOutput> out = draft_->Execute(rows);
-    if (!out.ok()) return absl::InternalError(absl::StrCat("draft model: ", out.status().message()));
+    if (!out.ok()) {
+      return absl::Status(out.status().code(),
+                          absl::StrCat("draft model: ", out.status().message()));
+    }
     // Rows without logits answer with no samples; the drafting ones with one each, in order.
     size_t next = 0;
     for (const SequenceOutput& o : out->seqs) {
@@ -140,7 +143,8 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
       }
       absl::StatusOr<StepOutput> drafted = draft_->Execute(pos);
       if (!drafted.ok()) {
-        return absl::InternalError(absl::StrCat("draft model: ", drafted.status().message()));
+        return absl::Status(drafted.status().code(),
+                            absl::StrCat("draft model: ", drafted.status().message()));
       }
       size_t j = 0;
       for (const SequenceOutput& o : drafted->seqs) {

@@ -31,7 +31,9 @@
 // disk transfers copy the target's KV only) keep whatever the draft last wrote there, and
 // a sequence past the draft's own context is not drafted (its placeholders are verified as
 // they are). Both only lower acceptance. Tensor parallelism: not built (the worker refuses
-// --draft_model with --tp_size > 1); each rank would need the same proposals.
+// --draft_model with --tp_size > 1); each rank would need the same proposals. The draft
+// computes every step's rows whether or not the scheduler drafts (--speculative=draft):
+// a worker with a draft model and a scheduler that never drafts pays for it.
 //
 // Thread-compatible: one step thread calls Execute, as for any ModelRunner.
 #ifndef FOLIO_SERVICES_WORKER_ENGINE_DRAFTING_RUNNER_H_
@@ -61,7 +63,9 @@ class DraftingRunner final : public ModelRunner {
       std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft);
 
   // Drafts the proposals of the sequences with draft_by_model, then runs the target (see
-  // the file comment). A malformed step is refused before either model writes anything.
+  // the file comment). A step ValidateStep refuses is refused before either model writes
+  // anything; a bad host transfer is refused by the target after the draft wrote its rows
+  // (the draft's KV is only a hint: nothing served depends on it).
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
   absl::Status SetHostSegment(const HostKvSegment* host) override {
     return target_->SetHostSegment(host);

@@ -24,7 +24,9 @@
      picks are the model's: the acceptance shows the draft's KV follows the model's; no
      speed-up is possible, the draft costs what the model does).
   3. batched: the 1.1B shape, 32 clients and 4 clients x (128 + 64) with n-gram speculation
-     on and off (real acceptance on the random model's own output): output tokens/s.
+     on and off (real acceptance on the random model's own output): output tokens/s; with
+     --draft also with the draft model proposing (its real acceptance on a random model is
+     near nothing: what the draft costs a batch).
 
 Output (--out): results.json (machine, commands, figures), table.md; --write_docs puts the
 table into docs/benchmarks.md between the speculative markers. --smoke: stories260K only,
@@ -82,6 +84,9 @@ def parse_args(argv):
     p.add_argument("--draft", action="store_true",
                    help="the synthetic part proposes with the draft model on both engines "
                         "(Folio: --speculative=draft; llama-server: -md, as --llama_draft)")
+    p.add_argument("--spec_max_batch", type=int, default=32,
+                   help="the batched part's --spec_max_batch (32: every client may speculate; "
+                        "./folio serve's default is 8)")
     p.add_argument("--engines", default="folio,llama.cpp",
                    help="which engines the synthetic part runs, comma-separated")
     p.add_argument("--write_docs", action="store_true")
@@ -290,11 +295,13 @@ def real(s):
 def batched(s):
     a = s.a
     model = model_1b(s)
+    modes = ["off", "ngram"] + (["draft"] if a.draft else [])
     for clients in [32, 4]:
-        for mode in ["off", "ngram"]:
-            with _cluster.Cluster(a.bin_dir,
-                                  serve_args(s, model, ["--speculative=" + mode,
-                                                        "--spec_max_batch=32"]),
+        for mode in modes:
+            extra = ["--speculative=" + mode, f"--spec_max_batch={a.spec_max_batch}"]
+            if mode == "draft":
+                extra.append("--draft_model=" + draft_model(s))
+            with _cluster.Cluster(a.bin_dir, serve_args(s, model, extra),
                                   s.path("logs"), name=f"folio-batched-{clients}-{mode}",
                                   startup_timeout_s=a.startup_timeout_s) as c:
                 s.commands.append(c.commands[0])

@@ -34,11 +34,6 @@ def expect(ok, message):
     return ok
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def read_info(path):
     try:
@@ -48,9 +43,9 @@ def read_info(path):
         return None
 
 
-def generate(cli, port, timeout_s):
+def generate(cli, server, timeout_s):
     r = subprocess.run([cli, "generate", "Once upon a time", "--max_tokens=8",
-                        f"--server=127.0.0.1:{port}"], capture_output=True, text=True,
+                        f"--server={server}"], capture_output=True, text=True,
                        timeout=timeout_s)
     return r.returncode == 0, r.stdout + r.stderr
 
@@ -87,7 +82,7 @@ def main():
         started = time.time()
         r = subprocess.run(
             [sys.executable, os.path.join(ROOT, "tools", "serve.py"), f"--bin_dir={args.bin_dir}",
-             f"--model={model}", f"--port={free_port()}", f"--http_port={busy}"],
+             f"--model={model}", "--port=0", f"--http_port={busy}"],
             capture_output=True, text=True, timeout=60)
         took = time.time() - started
     expect(r.returncode == 1, f"a taken --http_port: exit {r.returncode}, not 1: {r.stderr}")
@@ -99,12 +94,11 @@ def main():
     cli = os.path.join(args.bin_dir, "folio-cli")
     run = tempfile.mkdtemp(prefix="folio-supervisor-test-")
     info_file = os.path.join(run, "info.json")
-    port = free_port()
     stderr_path = os.path.join(run, "serve.stderr")
     with open(stderr_path, "w") as err:
         proc = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "tools", "serve.py"), f"--bin_dir={args.bin_dir}",
-             f"--model={model}", f"--port={port}", "--http_port=-1", "--kv_cache_bytes=16MiB",
+             f"--model={model}", "--port=0", "--http_port=-1", "--kv_cache_bytes=16MiB",
              "--threads=1", f"--info_file={info_file}"],
             stdout=subprocess.DEVNULL, stderr=err)
     try:
@@ -114,7 +108,8 @@ def main():
         info = read_info(info_file)
         if not expect(info is not None, "the cluster did not start"):
             return 1
-        ok, out = generate(cli, port, 60)
+        server = info["frontend"]["grpc"]  # --port=0: the port it bound
+        ok, out = generate(cli, server, 60)
         expect(ok, f"the cluster serves before any kill: {out}")
 
         for name in ["worker", "cachemgr"]:
@@ -131,7 +126,7 @@ def main():
             expect(info[name]["grpc"] == old_grpc, f"{name} came back on another port")
             served = False
             while time.time() < killed + 30 and not served:
-                served, out = generate(cli, port, 30)
+                served, out = generate(cli, server, 30)
             expect(served, f"the cluster serves again after {name} was killed: {out}")
             expect(proc.poll() is None, f"./folio serve exited after {name} was killed")
         with open(stderr_path) as f:
@@ -154,10 +149,9 @@ def main():
     # serve.py SIGKILLed (no chance to stop anything): its services die with it, so the
     # ports are free again; bounded loosely.
     info_file2 = os.path.join(run, "info2.json")
-    port2 = free_port()
     proc2 = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "tools", "serve.py"), f"--bin_dir={args.bin_dir}",
-         f"--model={model}", f"--port={port2}", "--http_port=-1", "--kv_cache_bytes=16MiB",
+         f"--model={model}", "--port=0", "--http_port=-1", "--kv_cache_bytes=16MiB",
          "--threads=1", f"--info_file={info_file2}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120

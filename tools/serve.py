@@ -188,9 +188,11 @@ def main():
     p.add_argument("--host", default="127.0.0.1",
                    help="address the frontend's gRPC and HTTP ports bind (0.0.0.0: every "
                         "interface); the internal services stay on loopback")
-    p.add_argument("--port", type=int, default=50051, help="frontend gRPC port")
+    p.add_argument("--port", type=int, default=50051,
+                   help="frontend gRPC port (0: a free port, said on start and in --info_file)")
     p.add_argument("--http_port", type=int, default=8000,
-                   help="port of the frontend's OpenAI-compatible HTTP API (-1: off)")
+                   help="port of the frontend's OpenAI-compatible HTTP API (-1: off, "
+                        "0: a free port, said on start and in --info_file)")
     p.add_argument("--chat_template",
                    help="a Jinja chat template file for /v1/chat/completions, in place of the "
                         "model's own")
@@ -483,7 +485,7 @@ def main():
 
     def write_info():
         info = {"run_dir": run_dir, "model": model, "policy": args.policy,
-                "frontend": {"grpc": f"127.0.0.1:{args.port}",
+                "frontend": {"grpc": frontend.address,
                              "metrics": f"http://127.0.0.1:{frontend.ports['metrics_port']}/metrics",
                              "pid": frontend.proc.pid}}
         if frontend.ports.get("http_port", -1) > 0:
@@ -510,7 +512,7 @@ def main():
     if args.info_file:
         write_info()
     print("Folio is serving.", flush=True)
-    print(f"  frontend  grpc 127.0.0.1:{args.port}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
+    print(f"  frontend  grpc {frontend.address}   metrics http://127.0.0.1:{frontend.ports['metrics_port']}/metrics")
     for r in replicas:
         for s in [r["scheduler"], r["cachemgr"]] + r["workers"]:
             print(f"  {s.name:<12} grpc {s.address}   metrics http://127.0.0.1:{s.ports['metrics_port']}/metrics")
@@ -521,7 +523,7 @@ def main():
         http_url = f"{'https' if tls else 'http'}://{args.host if args.host not in ('0.0.0.0', '::') else '127.0.0.1'}:{frontend.ports['http_port']}"
         print(f"  frontend  http {http_url}/v1 (OpenAI-compatible)")
         print(f"  chat page {http_url}/ (open it in a browser)")
-    print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server=127.0.0.1:{args.port}", flush=True)
+    print(f"Try: {b('folio-cli')} generate \"Once upon a time\" --server={frontend.address}", flush=True)
     print("Ctrl-C stops the cluster.", flush=True)
 
     done = []

@@ -98,9 +98,11 @@ class Cluster:
         self.run_dir = run_dir or tempfile.mkdtemp(prefix="folio-bench-")
         self.info_file = os.path.join(self.run_dir, f"{name}.info.json")
         self.log_path = os.path.join(self.run_dir, f"{name}.serve.log")
-        self.port = free_port()
+        # Port 0: the frontend binds a free port itself and the info file says which. (A
+        # port probed free here could be taken by a service's own ephemeral port before the
+        # frontend binds it.)
         self.argv = [sys.executable, os.path.join(ROOT, "tools", "serve.py"),
-                     f"--bin_dir={bin_dir}", f"--port={self.port}", "--http_port=-1",
+                     f"--bin_dir={bin_dir}", "--port=0", "--http_port=-1",
                      f"--info_file={self.info_file}"] + list(serve_args)
         self.timeout_s = startup_timeout_s
         self.commands = [quote(self.argv)]
@@ -160,6 +162,11 @@ class Cluster:
     @property
     def server(self):
         return self.info["frontend"]["grpc"]
+
+    @property
+    def http(self):
+        """The frontend's OpenAI-style HTTP base URL (serve_args with --http_port=0)."""
+        return self.info["frontend"]["http"]
 
     @property
     def cachemgr_metrics(self):

@@ -143,13 +143,12 @@ def conversation_turns(a, vocab_size):
 
 
 def run_config(a, name, slug, model_path, extra, out):
-    port = _cluster.free_port()
     serve = ["--model=" + model_path, f"--threads={a.threads}",
              f"--kv_cache_bytes={a.kv_cache_bytes}", f"--max_model_len={a.max_model_len}",
-             f"--http_port={port}", "--max_num_seqs=8"] + extra
+             "--http_port=0", "--max_num_seqs=8"] + extra
     with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=slug,
                           startup_timeout_s=a.startup_timeout_s) as cluster:
-        url = f"http://127.0.0.1:{port}"
+        url = cluster.http
         # Token ids any vocabulary has (the smoke model's is small).
         turns = conversation_turns(a, 256 if a.smoke else 32000)
         before = _cluster.counters(cluster.cachemgr_metrics, COUNTERS)
@@ -175,18 +174,17 @@ def run_config(a, name, slug, model_path, extra, out):
 
 def run_preemption(a, name, slug, model_path, extra, out):
     """The KV-starved load: every client's request at once."""
-    port = _cluster.free_port()
     serve = ["--model=" + model_path, f"--threads={a.threads}",
              f"--kv_cache_bytes={a.preempt_kv_cache_bytes}",
              f"--max_model_len={a.preempt_prompt_len + a.preempt_answer_len}",
-             f"--http_port={port}", f"--max_num_seqs={a.preempt_clients}"] + extra
+             "--http_port=0", f"--max_num_seqs={a.preempt_clients}"] + extra
     rng = random.Random(4321)
     low, high = 10, (256 if a.smoke else 30000) - 1
     prompts = [[rng.randint(low, high) for _ in range(a.preempt_prompt_len)]
                for _ in range(a.preempt_clients)]
     with _cluster.Cluster(a.bin_dir, serve, run_dir=os.path.join(out, "logs"), name=slug,
                           startup_timeout_s=a.startup_timeout_s) as cluster:
-        url = f"http://127.0.0.1:{port}"
+        url = cluster.http
         # The scheduler's preemptions and cache hits at admission, the worker's tokens
         # computed (the prompts and outputs, plus whatever was computed again).
         others = [(cluster.info["scheduler"]["metrics"],

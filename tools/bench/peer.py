@@ -569,7 +569,7 @@ def serving_args(run, base_url, model):
 def folio_serving(run, cluster, t, model):
     load = load_average()
     res, command = _cluster.run_bench(
-        run.args.bin_dir, serving_args(run, cluster.info["frontend"]["http"], model),
+        run.args.bin_dir, serving_args(run, cluster.http, model),
         run.path("runs", f"folio-serving-{t}.json"), echo=False)
     run.add({"kind": "serving", "type": t, "engine": "folio", "config": "Folio",
              **pa.serving_figures(res), "load_before": load}, command)
@@ -645,7 +645,7 @@ def measure(run, models):
                                                            or t != a.serving_type):
             continue  # nothing to measure on this file
         serve = ["--model=" + models[t], f"--threads={a.threads}", f"--kv_cache_bytes={kv}",
-                 "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"] + a.serve_arg
+                 "--max_num_seqs=32", "--http_port=0"] + a.serve_arg
         with _cluster.Cluster(a.bin_dir, serve, run.path("logs"), name=f"folio-{t}",
                               startup_timeout_s=a.startup_timeout_s) as cluster:
             run.commands.append(cluster.commands[0])
@@ -674,7 +674,7 @@ def measure(run, models):
                                              shape["context"])
         t, model = a.serving_type, os.path.abspath(a.serving_model)
         serve = ["--model=" + model, f"--threads={a.threads}", f"--kv_cache_bytes={kv}",
-                 "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"]
+                 "--max_num_seqs=32", "--http_port=0"]
         run.note(f"serving on {t}: Folio KV {kv / 2**20:.1f} MiB "
                  f"({kv // kv_bytes_per_token(shape)} tokens of {kv_bytes_per_token(shape)} B)")
         with _cluster.Cluster(a.bin_dir, serve, run.path("logs"), name="folio-serving",

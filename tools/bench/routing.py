@@ -184,13 +184,12 @@ def main():
     chat = make_conversations(args, reuse=True)
     results = {}
     for name, replicas, kv in configs:
-        http_port = _cluster.free_port()
         serve = [f"--model={model}", f"--replicas={replicas}", f"--kv_cache_bytes={kv}",
-                 f"--max_model_len={args.max_model_len}", f"--http_port={http_port}"]
+                 f"--max_model_len={args.max_model_len}", "--http_port=0"]
         if replicas > 1:
             serve.append(f"--frontend_flag=--routing={name}")
-        with _cluster.Cluster(args.bin_dir, serve, name=name.split(",")[0].replace(" ", "-")):
-            url = f"http://127.0.0.1:{http_port}"
+        with _cluster.Cluster(args.bin_dir, serve, name=name.split(",")[0].replace(" ", "-")) as cluster:
+            url = cluster.http
             complete(url, [1, 20, 30], 4)  # warm-up
             r_chat = run_chat(url, args, chat, multi_turn=True)
             r_none = run_chat(url, args, make_conversations(args, reuse=False, seed=2),

@@ -207,7 +207,7 @@ def draft_model(s):
 
 def serve_args(s, model, extra):
     return ["--model=" + model, f"--threads={s.a.threads}", "--kv_cache_bytes=512MiB",
-            "--max_num_seqs=32", f"--http_port={_cluster.free_port()}"] + extra
+            "--max_num_seqs=32", "--http_port=0"] + extra
 
 
 def synthetic(s, llama):
@@ -279,7 +279,7 @@ def real(s):
                               name="folio-real-" + mode,
                               startup_timeout_s=a.startup_timeout_s) as c:
             s.commands.append(c.commands[0])
-            url = c.info["frontend"]["http"]
+            url = c.http
             http_rate(url, "Warm up.", 8)
             for kind, texts in prompts.items():
                 before = spec_counters(c)

@@ -303,6 +303,45 @@ TEST_F(E2eTest, SpeculativeDecodingGivesTheSameStreams) {
   }
 }
 
+// With two tensor-parallel ranks, both proposers stream what plain decoding streams on
+// the same ranks (every rank runs the whole draft; rank 0's proposals are the step's).
+TEST_F(E2eTest, SpeculativeDecodingWithTwoTensorParallelRanks) {
+  std::vector<v1::GenerateRequest> requests = {Greedy("", 200)};
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateRequest req;
+    req.set_prompt(i == 0 ? "Lily and Tom" : "The little dog");
+    v1::SamplingOptions* s = req.mutable_sampling();
+    s->set_max_tokens(120);
+    s->set_temperature(i == 0 ? 0.0f : 0.9f);
+    s->set_seed(7 + i);
+    requests.push_back(std::move(req));
+  }
+  std::vector<testing::Stream> want;
+  for (const char* mode : {"off", "ngram", "draft"}) {
+    SCOPED_TRACE(mode);
+    ClusterOptions options{
+        .tp_size = 2,
+        .scheduler_args = {std::string("--speculative=") + mode, "--spec_ngram_min=1"}};
+    if (std::string(mode) == "draft") {
+      options.worker_args = {"--draft_model=" + *dir_ + "/stories260K/stories260K.gguf"};
+    }
+    auto cluster = StartCluster(options);
+    ASSERT_NE(cluster, nullptr);
+    std::vector<testing::Stream> got = testing::RunStreams(cluster->frontend(), requests);
+    if (std::string(mode) == "off") {
+      ASSERT_FALSE(got.empty());
+      want = std::move(got);
+      continue;
+    }
+    testing::ExpectSameStreams(want, got);
+    const double accepted = testing::MetricValue(
+        testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics"),
+        "folio_scheduler_speculative_accepted_tokens_total");
+    EXPECT_GT(accepted, 50);
+    EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
+  }
+}
+
 TEST_F(E2eTest, FullWaitingQueueAnswersResourceExhausted) {
   auto cluster = StartCluster(ClusterOptions{
       .scheduler_args = {"--max_num_seqs=1", "--max_waiting_requests=1"}});

@@ -155,8 +155,8 @@ TEST(LifecycleTest, AWorkerOnATakenMetricsPortSaysSoBeforeLoadingItsModel) {
   ExpectRefusedNamingThePort(run, taken.port());
 }
 
-// Speculative decoding's draft model must share the model's tokenizer, and runs on one
-// CPU rank: a worker says which and exits, the placement before loading anything.
+// Speculative decoding's draft model must share the model's tokenizer, and runs on the
+// CPU backend: a worker says which and exits, the placement before loading anything.
 TEST(LifecycleTest, AWorkerRefusesADraftModelItCannotDraftWith) {
   const std::optional<std::string> dir = TestModelsDir();
   if (!dir) GTEST_SKIP() << "no test models (FOLIO_MODELS_DIR or FOLIO_BUILD_DIR)";
@@ -170,9 +170,9 @@ TEST(LifecycleTest, AWorkerRefusesADraftModelItCannotDraftWith) {
   EXPECT_THAT(run.output, HasSubstr("tokens, the model's 512"));
   EndlessModel model;  // refused before the load, which would never end
   run = RunService("folio-worker", {"--model=" + model.path(), "--port=0", "--metrics_port=-1",
-                                    "--tp_size=2", "--draft_model=" + stories});
+                                    "--device=cuda", "--draft_model=" + stories});
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("not built for tensor parallelism"));
+  EXPECT_THAT(run.output, HasSubstr("runs on the CPU backend only"));
 }
 
 TEST(LifecycleTest, ACacheManagerOnATakenPortFailsAtOnce) {

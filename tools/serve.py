@@ -328,9 +328,6 @@ def main():
         log("--speculative=draft and --draft_model=FILE go together: the draft model proposes "
             "the tokens the model verifies")
         return 2
-    if args.draft_model and args.tp > 1:
-        log("--draft_model runs on one worker rank; it is not built for --tp > 1 yet")
-        return 2
     if args.kv_disk_dir and args.kv_host_bytes in ("", "0"):
         log("--kv_disk_dir: the disk KV tier lies below the host tier; give --kv_host_bytes too")
         return 2

@@ -72,8 +72,8 @@ ABSL_FLAG(std::string, draft_model, "",
           "model's tokenizer): it proposes tokens for the scheduler's --speculative=draft, "
           "in this worker, its KV in a pool of the model's blocks (counted in "
           "--kv_cache_bytes). It computes every step's rows whatever the scheduler's "
-          "--speculative: give it only with --speculative=draft. CPU backend, "
-          "--tp_size=1. Empty: none.");
+          "--speculative: give it only with --speculative=draft. CPU backend; with "
+          "--tp_size > 1 every rank runs the whole draft. Empty: none.");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");
@@ -154,14 +154,12 @@ void EnsurePassiveOpenMp(char** argv) {
   // execv failed: carry on (the threads then spin); main logs the policy.
 }
 
-// Where a draft model can run (checked before the model loads).
-absl::Status CheckDraftPlacement(int tp_size, const std::string& device) {
+// Where a draft model can run (checked before the backend starts and the model loads).
+// Under tensor parallelism every rank runs the whole draft (it is small); rank 0's
+// proposals are the step's.
+absl::Status CheckDraftPlacement(const std::string& device) {
   if (device != "cpu") {
     return absl::InvalidArgumentError("a draft model runs on the CPU backend only (--device=cpu)");
-  }
-  if (tp_size > 1) {
-    return absl::InvalidArgumentError(
-        "a draft model is not built for tensor parallelism yet (--tp_size=1)");
   }
   return absl::OkStatus();
 }
@@ -346,6 +344,12 @@ int main(int argc, char** argv) {
     LOG(INFO) << "oneDNN's OpenMP threads: OMP_WAIT_POLICY "
               << folio::worker::kernels::OpenMpWaitPolicy();
   }
+  if (!absl::GetFlag(FLAGS_draft_model).empty()) {
+    if (absl::Status s = CheckDraftPlacement(absl::GetFlag(FLAGS_device)); !s.ok()) {
+      LOG(ERROR) << "--draft_model: " << s.message();
+      return 2;
+    }
+  }
   folio::worker::BackendOptions backend;
   backend.device = absl::GetFlag(FLAGS_device);
   backend.cuda_device = absl::GetFlag(FLAGS_cuda_device);
@@ -384,13 +388,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (!absl::GetFlag(FLAGS_draft_model).empty()) {
-    if (absl::Status s = CheckDraftPlacement(options.tp_size, absl::GetFlag(FLAGS_device));
-        !s.ok()) {
-      LOG(ERROR) << "--draft_model: " << s.message();
-      return 2;
-    }
-  }
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<folio::worker::ModelWeights>> weights =
       folio::worker::LoadModel(model_path);

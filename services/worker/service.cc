@@ -690,7 +690,8 @@ absl::Status WorkerService::AddDraftModel(RunnerResources* target, const RunnerR
                         absl::StrCat("draft model: ", runner.status().message()));
   }
   absl::StatusOr<std::unique_ptr<DraftingRunner>> drafting =
-      DraftingRunner::Create(std::move(target->runner), std::move(runner->runner));
+      DraftingRunner::Create(std::move(target->runner), std::move(runner->runner),
+                             request.communicator);
   if (!drafting.ok()) return drafting.status();
   target->runner = *std::move(drafting);
   target->kv_cache_bytes += runner->kv_cache_bytes;

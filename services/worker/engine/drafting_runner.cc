@@ -46,7 +46,8 @@ absl::Status CheckDraftVocabulary(const ModelWeights& target, const ModelWeights
 }
 
 absl::StatusOr<std::unique_ptr<DraftingRunner>> DraftingRunner::Create(
-    std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft) {
+    std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft,
+    Communicator* group) {
   if (target == nullptr || draft == nullptr) {
     return absl::InvalidArgumentError("a drafting runner needs a model and a draft model");
   }
@@ -62,7 +63,14 @@ absl::StatusOr<std::unique_ptr<DraftingRunner>> DraftingRunner::Create(
         "the draft model's vocabulary has ", draft->config().vocab_size, " tokens, the model's ",
         target->config().vocab_size));
   }
-  return std::unique_ptr<DraftingRunner>(new DraftingRunner(std::move(target), std::move(draft)));
+  if (group != nullptr && group->world_size() <= 1) group = nullptr;
+  if (group != nullptr && target->config().vocab_size > (1 << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a vocabulary of ", target->config().vocab_size,
+        " tokens is past what the ranks' proposal exchange carries (2^24)"));
+  }
+  return std::unique_ptr<DraftingRunner>(
+      new DraftingRunner(std::move(target), std::move(draft), group));
 }
 
 absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
@@ -152,6 +160,28 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
         const Drafting& d = *sampled[j++];
         verified.seqs[d.index].token_ids[d.known + r] = o.samples[0].token_id;
       }
+    }
+  }
+  // Every rank drafted the same rows; rank 0's proposals are the step's (the others add
+  // zeros: a token id is exact in f32 below 2^24).
+  if (group_ != nullptr && !drafting.empty()) {
+    std::vector<float> proposals;
+    for (const Drafting& d : drafting) {
+      const std::vector<int32_t>& t = verified.seqs[d.index].token_ids;
+      for (int32_t j = 0; j < d.k; ++j) {
+        proposals.push_back(group_->rank() == 0 ? static_cast<float>(t[d.known + j]) : 0.0f);
+      }
+    }
+    if (absl::Status s = group_->AllReduceSum(proposals.data(),
+                                              static_cast<int64_t>(proposals.size()),
+                                              CommDType::kF32);
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("draft model's proposals: ", s.message()));
+    }
+    size_t next = 0;
+    for (const Drafting& d : drafting) {
+      std::vector<int32_t>& t = verified.seqs[d.index].token_ids;
+      for (int32_t j = 0; j < d.k; ++j) t[d.known + j] = static_cast<int32_t>(proposals[next++]);
     }
   }
   // 3. The target verifies (placeholders of undrafted sequences stand as proposals).

@@ -30,8 +30,11 @@
 // What the draft's KV does not follow: blocks loaded from the offload tiers (the host and
 // disk transfers copy the target's KV only) keep whatever the draft last wrote there, and
 // a sequence past the draft's own context is not drafted (its placeholders are verified as
-// they are). Both only lower acceptance. Tensor parallelism: not built (the worker refuses
-// --draft_model with --tp_size > 1); each rank would need the same proposals. The draft
+// they are). Both only lower acceptance. Tensor parallelism: every rank runs the whole
+// draft (unsharded: it is small) on the same rows, and rank 0's proposals are summed into
+// the others' by one all-reduce before the target runs (the ranks' draws agree when their
+// arithmetic does; the all-reduce makes the step's tokens the same on every rank even where
+// it does not, e.g. other thread counts). The draft
 // computes every step's rows whether or not the scheduler drafts (--speculative=draft):
 // a worker with a draft model and a scheduler that never drafts pays for it.
 //
@@ -44,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/worker/dist/communicator.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/model/weights.h"
@@ -58,9 +62,11 @@ absl::Status CheckDraftVocabulary(const ModelWeights& target, const ModelWeights
 class DraftingRunner final : public ModelRunner {
  public:
   // InvalidArgument unless both pools have the same block size and number of blocks and
-  // both models the same vocabulary size.
+  // both models the same vocabulary size. `group`: the target's tensor-parallel group
+  // (null, or one rank: none); it must outlive the runner.
   static absl::StatusOr<std::unique_ptr<DraftingRunner>> Create(
-      std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft);
+      std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft,
+      Communicator* group = nullptr);
 
   // Drafts the proposals of the sequences with draft_by_model, then runs the target (see
   // the file comment). A step ValidateStep refuses is refused before either model writes
@@ -80,11 +86,13 @@ class DraftingRunner final : public ModelRunner {
   ModelRunner& draft() { return *draft_; }
 
  private:
-  DraftingRunner(std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft)
-      : target_(std::move(target)), draft_(std::move(draft)) {}
+  DraftingRunner(std::unique_ptr<ModelRunner> target, std::unique_ptr<ModelRunner> draft,
+                 Communicator* group)
+      : target_(std::move(target)), draft_(std::move(draft)), group_(group) {}
 
   std::unique_ptr<ModelRunner> target_;
   std::unique_ptr<ModelRunner> draft_;
+  Communicator* group_;  // null: one rank
 };
 
 }  // namespace folio::worker

@@ -2,14 +2,17 @@
 // vocabulary: verifications with drafted proposals give plain greedy decoding's tokens,
 // a draft that is the model itself has (nearly) everything accepted, so its KV followed
 // the target's through prefill, decode and rejected rows; malformed steps and mismatched
-// models are refused.
+// models are refused; under tensor parallelism every rank verifies rank 0's proposals.
 #include "services/worker/engine/drafting_runner.h"
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/worker/dist/gloo_communicator.h"
+#include "services/worker/dist/kv_store.h"
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/test_models.h"
 
@@ -127,6 +130,50 @@ TEST_F(DraftingRunnerTest, DraftedVerificationsGivePlainGreedyTokens) {
       EXPECT_LT(d.accepted, d.proposed) << "another model's proposals are not all right";
     }
   }
+}
+
+// Two ranks whose drafts disagree (rank 0 drafts with the model itself, rank 1 with
+// another model): the step's proposals are rank 0's on both, so both verify the same
+// tokens and accept as many (without the exchange rank 1 would accept few and its KV and
+// tokens would part from rank 0's).
+TEST_F(DraftingRunnerTest, EveryRankOfAGroupVerifiesRankZerosProposals) {
+  std::unique_ptr<ModelRunner> plain = Runner(*target_weights_);
+  const std::vector<int32_t> reference = Plain(*plain, 60);
+  KvStore store;
+  std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
+  std::vector<Drafted> drafted(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      LocalGlooStore gloo_store(&store, absl::Seconds(30));
+      GlooCommunicatorOptions o;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout = absl::Seconds(30);
+      absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+          GlooCommunicator::Create(o, gloo_store);
+      CHECK(comm.ok()) << comm.status();
+      comms[r] = *std::move(comm);
+      absl::StatusOr<std::unique_ptr<DraftingRunner>> runner = DraftingRunner::Create(
+          Runner(*target_weights_), Runner(r == 0 ? *self_weights_ : *other_weights_),
+          comms[r].get());
+      CHECK(runner.ok()) << runner.status();
+      drafted[r] = WithDraft(**runner, 60, 4);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    ASSERT_GE(drafted[r].tokens.size(), reference.size());
+    EXPECT_EQ(std::vector<int32_t>(drafted[r].tokens.begin(),
+                                   drafted[r].tokens.begin() + reference.size()),
+              reference);
+    EXPECT_GE(drafted[r].accepted, drafted[r].proposed * 9 / 10)
+        << drafted[r].accepted << " of " << drafted[r].proposed;
+  }
+  EXPECT_EQ(drafted[0].tokens, drafted[1].tokens);
+  EXPECT_EQ(drafted[0].accepted, drafted[1].accepted);
+  EXPECT_GT(comms[1]->counts().all_reduces, 10);
 }
 
 TEST_F(DraftingRunnerTest, RefusesMalformedStepsAndMismatchedModels) {

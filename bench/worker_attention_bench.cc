@@ -37,8 +37,8 @@
 // process CPU time: f16_us, q8_us, speedup = f16_us / q8_us.
 //
 // BM_WindowDecode/<seqs>/<context>/<window>/<softcap>: decode rows of such layers, GQA 2,
-// the AVX2 generic body against the AVX-512 per-query kernel (skipped without AVX-512):
-// avx2_us, avx512_us, speedup.
+// the AVX2 per-query kernel (specialised by group) against the AVX-512 one (skipped
+// without AVX-512): avx2_us, avx512_us, speedup.
 //
 // BM_WindowAttention/<seqs>/<chunk>/<context>/<window>/<softcap>: sliding-window layers
 // (Gemma 2/3's local layers; softcap > 0: Gemma 2's score softcap) on the default path of
@@ -361,7 +361,7 @@ void RunWindow(benchmark::State& state, int num_seqs, int chunk, int context, in
   args.window = window;
   args.softcap = static_cast<float>(softcap);
   ThreadPool pool(kThreads);
-  double s[2] = {0, 0};  // per-query (AVX2 generic with decode), tiled (AVX-512 with decode)
+  double s[2] = {0, 0};  // per-query (AVX2 with decode), tiled (AVX-512 with decode)
   for (auto _ : state) {
     for (int pass = 0; pass < 2; ++pass) {
       const bool second = (pass == 0) == (state.iterations() % 2 == 0);
@@ -385,8 +385,8 @@ void BM_WindowAttention(benchmark::State& state) {
             static_cast<int>(state.range(4)), /*decode=*/false);
 }
 
-// Decode rows of windowed (and softcapped) layers: the AVX2 generic body against the
-// AVX-512 per-query kernel.
+// Decode rows of windowed (and softcapped) layers: the AVX2 per-query kernel against the
+// AVX-512 one.
 void BM_WindowDecode(benchmark::State& state) {
   RunWindow(state, static_cast<int>(state.range(0)), 1, static_cast<int>(state.range(1)),
             static_cast<int>(state.range(2)), static_cast<int>(state.range(3)),

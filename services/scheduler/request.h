@@ -24,6 +24,7 @@
 #include "common/structured/grammar_matcher.h"
 #include "common/structured/grammar_trigger.h"
 #include "services/scheduler/beam_search.h"
+#include "services/scheduler/speculation.h"
 #include "services/cachemgr/step_types.h"
 #include "services/worker/engine/step.h"
 
@@ -128,9 +129,9 @@ struct Branch {
   int32_t pending_samples = 0;
   // Speculative decoding (speculation.h): the proposals the step being planned or run
   // verifies after the branch's known tokens (never with pending samples), and the
-  // branch's adaptive proposal count (0: not set yet).
+  // branch's adaptive proposal count and pause.
   std::vector<int32_t> draft;
-  int32_t spec_k = 0;
+  SpeculativeBranch spec;
 
   // Generated tokens, pending ones included.
   int32_t num_tokens(const std::vector<int32_t>& prompt) const {

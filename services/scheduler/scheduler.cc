@@ -507,8 +507,7 @@ int32_t Scheduler::AcceptProposals(const InflightStep::Seq& seq, const worker::S
   }
   b->draft.clear();
   if (options_.speculative.synth_len == 0.0) {  // benchmarks measure a fixed k
-    b->spec_k =
-        NextSpeculativeK(b->spec_k, seq.num_draft, accepted, options_.speculative.num_tokens);
+    AdaptSpeculation(seq.num_draft, accepted, options_.speculative.num_tokens, &b->spec);
   }
   ++state_.stats.num_spec_verifications;
   state_.stats.num_spec_proposed += seq.num_draft;

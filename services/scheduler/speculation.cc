@@ -85,11 +85,27 @@ int32_t SyntheticAccepts(double rate, int32_t k, uint64_t key) {
   return accepted;
 }
 
-int32_t NextSpeculativeK(int32_t k, int32_t proposed, int32_t accepted, int32_t max_k) {
-  if (proposed <= 0) return k;
-  if (accepted == 0) return std::max(1, k / 2);
-  if (accepted == proposed) return std::min(max_k, k + 1);
-  return k;
+void AdaptSpeculation(int32_t proposed, int32_t accepted, int32_t max_k, SpeculativeBranch* s) {
+  if (proposed <= 0) return;
+  if (accepted > 0) s->backoff = 0;
+  if (accepted == proposed) {
+    s->k = std::min(max_k, s->k + 1);
+  } else if (accepted == 0) {
+    // Refused at k = 1 (not merely a short proposal, as an n-gram near its match or a
+    // branch near max_tokens makes): sit out, longer each time in a row.
+    if (s->k <= 1) {
+      s->backoff = s->backoff == 0 ? kFirstSpeculativePause
+                                   : std::min(kMaxSpeculativePause, 2 * s->backoff);
+      s->pause = s->backoff;
+    }
+    s->k = std::max(1, s->k / 2);
+  }
+}
+
+bool ProposesThisStep(SpeculativeBranch* s) {
+  if (s->pause <= 0) return true;
+  --s->pause;
+  return false;
 }
 
 }  // namespace folio::scheduler

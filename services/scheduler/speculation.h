@@ -19,8 +19,11 @@
 // scheduler never sees a proposal, only what was accepted.
 //
 // Adaptive: each branch keeps its own k, starting at the most allowed, halved after a
-// step that accepted nothing and raised by one after a step that accepted everything;
-// and no branch speculates in a step whose decoding branches number more than
+// step that accepted nothing and raised by one after a step that accepted everything. A
+// branch refused again at k = 1 sits out its next decode steps (4, then
+// 8, 16, ... up to 64 while each probe after a pause is refused again; any accepted
+// proposal ends the backoff), so a proposer that is never right costs a verified row once
+// in a while, not every step. And no branch speculates in a step whose decoding branches number more than
 // SpeculativeOptions::max_batch (a batch that large keeps the weights' reads busy
 // enough that verifying k more positions each costs more than it saves).
 //
@@ -89,8 +92,19 @@ double SyntheticRate(double mean_len, int32_t k);
 // rate `rate`, drawn from `key` (a pure function of it).
 int32_t SyntheticAccepts(double rate, int32_t k, uint64_t key);
 
-// A branch's adaptive k after a verification that accepted `accepted` of `proposed`.
-int32_t NextSpeculativeK(int32_t k, int32_t proposed, int32_t accepted, int32_t max_k);
+// A branch's adaptive speculation (see the file comment).
+struct SpeculativeBranch {
+  int32_t k = 0;        // proposals at most; 0: not set yet (the most allowed)
+  int32_t pause = 0;    // decode steps left without proposals
+  int32_t backoff = 0;  // the last pause's length; 0: none since a proposal was accepted
+};
+inline constexpr int32_t kFirstSpeculativePause = 4;
+inline constexpr int32_t kMaxSpeculativePause = 64;
+
+// After a verification that accepted `accepted` of `proposed` (nothing when proposed is 0).
+void AdaptSpeculation(int32_t proposed, int32_t accepted, int32_t max_k, SpeculativeBranch* s);
+// Whether the branch proposes this decode step; a paused one counts the step off.
+bool ProposesThisStep(SpeculativeBranch* s);
 
 }  // namespace folio::scheduler
 

@@ -63,13 +63,50 @@ TEST(SyntheticAcceptanceTest, MeanLengthIsWhatWasAskedFor) {
   EXPECT_EQ(SyntheticAccepts(0.0, 4, 3), 0);
 }
 
-TEST(NextSpeculativeKTest, HalvesOnMissesAndGrowsOnFullAcceptance) {
-  EXPECT_EQ(NextSpeculativeK(4, 4, 0, 8), 2);
-  EXPECT_EQ(NextSpeculativeK(1, 1, 0, 8), 1);
-  EXPECT_EQ(NextSpeculativeK(4, 4, 4, 8), 5);
-  EXPECT_EQ(NextSpeculativeK(8, 8, 8, 8), 8);
-  EXPECT_EQ(NextSpeculativeK(4, 4, 2, 8), 4);
-  EXPECT_EQ(NextSpeculativeK(4, 0, 0, 8), 4);
+// k after one verification from k = `k`.
+int32_t NextK(int32_t k, int32_t proposed, int32_t accepted, int32_t max_k) {
+  SpeculativeBranch s{.k = k};
+  AdaptSpeculation(proposed, accepted, max_k, &s);
+  return s.k;
+}
+
+TEST(AdaptSpeculationTest, HalvesOnMissesAndGrowsOnFullAcceptance) {
+  EXPECT_EQ(NextK(4, 4, 0, 8), 2);
+  EXPECT_EQ(NextK(1, 1, 0, 8), 1);
+  EXPECT_EQ(NextK(4, 4, 4, 8), 5);
+  EXPECT_EQ(NextK(8, 8, 8, 8), 8);
+  EXPECT_EQ(NextK(4, 4, 2, 8), 4);
+  EXPECT_EQ(NextK(4, 0, 0, 8), 4);
+}
+
+// A proposer that is never right: k falls to 1, then each refused single proposal pauses
+// the branch for twice as many steps as the last, up to the cap; one accepted proposal
+// ends the backoff.
+TEST(AdaptSpeculationTest, ABranchThatIsNeverRightSitsOutLongerAndLonger) {
+  SpeculativeBranch s{.k = 4};
+  std::vector<int32_t> proposed_at;  // the decode steps that proposed
+  for (int32_t step = 0; step < 400; ++step) {
+    if (!ProposesThisStep(&s)) continue;
+    proposed_at.push_back(step);
+    AdaptSpeculation(s.k, 0, 4, &s);
+  }
+  // k = 4, 2, 1 (steps 0-2), then probes after pauses of 4, 8, 16, 32, 64, 64, ...
+  ASSERT_GE(proposed_at.size(), 9u);
+  EXPECT_EQ(std::vector<int32_t>(proposed_at.begin(), proposed_at.begin() + 9),
+            (std::vector<int32_t>{0, 1, 2, 7, 16, 33, 66, 131, 196}));
+  EXPECT_EQ(s.backoff, kMaxSpeculativePause);
+  // Accepted at the next probe: no pause, and the next refusal starts again from 4.
+  while (!ProposesThisStep(&s)) {
+  }
+  AdaptSpeculation(1, 1, 4, &s);
+  EXPECT_EQ(s.backoff, 0);
+  EXPECT_EQ(s.k, 2);
+  EXPECT_TRUE(ProposesThisStep(&s));
+  AdaptSpeculation(1, 0, 4, &s);  // a short proposal at k = 2 refused: halved, no pause
+  EXPECT_EQ(s.k, 1);
+  EXPECT_TRUE(ProposesThisStep(&s));
+  AdaptSpeculation(1, 0, 4, &s);
+  EXPECT_EQ(s.pause, kFirstSpeculativePause);
 }
 
 TEST(SpeculativeOptionsTest, BadValuesAreNamed) {

@@ -84,11 +84,12 @@ void StepPlanner::Propose(const Request& r, Branch* b, int32_t room) const {
   const SpeculativeOptions& o = state_->options().speculative;
   int32_t cap = o.num_tokens;
   if (r.spec.num_speculative_tokens > 0) cap = std::min(cap, r.spec.num_speculative_tokens);
-  if (b->spec_k <= 0 || b->spec_k > cap) b->spec_k = cap;
+  if (b->spec.k <= 0 || b->spec.k > cap) b->spec.k = cap;
+  if (!ProposesThisStep(&b->spec)) return;
   // Every accepted proposal and the model's own token must fit the request's limits.
   const int32_t by_tokens = r.spec.max_tokens - static_cast<int32_t>(b->output.size()) - 1;
   const int32_t by_len = r.max_len - b->num_tokens(r.spec.prompt) - 1;
-  const int32_t k = std::min({b->spec_k, by_tokens, by_len, room});
+  const int32_t k = std::min({b->spec.k, by_tokens, by_len, room});
   if (k <= 0) return;
   if (o.mode == SpeculativeMode::kDraft) {
     // Placeholders: the workers' draft model writes its own. The cache manager holds them

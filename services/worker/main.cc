@@ -73,7 +73,7 @@ ABSL_FLAG(std::string, draft_model, "",
           "in this worker, its KV in a pool of the model's blocks (counted in "
           "--kv_cache_bytes). It computes every step's rows whatever the scheduler's "
           "--speculative: give it only with --speculative=draft. CPU backend; with "
-          "--tp_size > 1 every rank runs the whole draft. Empty: none.");
+          "--tp_size > 1 give every rank the same file (rank 0 drafts). Empty: none.");
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "KV cache element type: f16, f32 or q8_0 (8-bit: int8 values and an f32 scale per "
           "token and kv head, about half the bytes of f16; --device=cpu only).");
@@ -155,8 +155,7 @@ void EnsurePassiveOpenMp(char** argv) {
 }
 
 // Where a draft model can run (checked before the backend starts and the model loads).
-// Under tensor parallelism every rank runs the whole draft (it is small); rank 0's
-// proposals are the step's.
+// Under tensor parallelism rank 0 drafts for the group (drafting_runner.h).
 absl::Status CheckDraftPlacement(const std::string& device) {
   if (device != "cpu") {
     return absl::InvalidArgumentError("a draft model runs on the CPU backend only (--device=cpu)");

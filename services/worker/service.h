@@ -51,6 +51,7 @@
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/resident_memory.h"
+#include "services/worker/step_proto.h"
 #include "services/worker/engine/runner_factory.h"
 #include "services/worker/engine/step.h"
 #include "services/worker/kernels/kv_cache_view.h"
@@ -97,18 +98,6 @@ struct WorkerServiceOptions {
 // 1000), case-insensitive, optionally with a space ("512MiB", "2 GiB", "1.5GB").
 // Fractions of a byte are dropped. InvalidArgument for anything else or an overflow.
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
-
-// Proto <-> native step mapping, exposed for unit tests.
-struct NativeStep {
-  StepInput input;
-};
-// The tokenizer as the worker reports it (WorkerInfo.tokenizer): pieces, types, special
-// ids, and for byte-level BPE the merges as id pairs, the pre-tokenizer and no scores.
-folio::internal::v1::TokenizerSpec TokenizerSpecFromVocab(const Vocab& vocab);
-
-absl::StatusOr<NativeStep> StepFromProto(const folio::internal::v1::ExecuteStepRequest& request);
-void StepToProto(const StepOutput& output, const NativeStep& step,
-                 folio::internal::v1::ExecuteStepResponse* response);
 
 class WorkerService final : public folio::internal::v1::Worker::CallbackService {
  public:

@@ -117,7 +117,9 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   }
 
   StepInput verified = step;
-  if (!rows.seqs.empty() || !rows.block_copies.empty()) {  // the copies keep its pool in step
+  // Under tensor parallelism only rank 0 drafts: the others take its proposals below.
+  const bool drafts = group_ == nullptr || group_->rank() == 0;
+  if (drafts && (!rows.seqs.empty() || !rows.block_copies.empty())) {  // copies keep its pool in step
     absl::StatusOr<StepOutput> out = draft_->Execute(rows);
     if (!out.ok()) {
       return absl::Status(out.status().code(),
@@ -162,8 +164,9 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
       }
     }
   }
-  // Every rank drafted the same rows; rank 0's proposals are the step's (the others add
-  // zeros: a token id is exact in f32 below 2^24).
+  // Rank 0's proposals are every rank's (the others add zeros: a token id is exact in f32
+  // below 2^24). Which sequences draft, and how many proposals, is the step's: the same on
+  // every rank of a group whose ranks run one draft model.
   if (group_ != nullptr && !drafting.empty()) {
     std::vector<float> proposals;
     for (const Drafting& d : drafting) {

@@ -30,11 +30,11 @@
 // What the draft's KV does not follow: blocks loaded from the offload tiers (the host and
 // disk transfers copy the target's KV only) keep whatever the draft last wrote there, and
 // a sequence past the draft's own context is not drafted (its placeholders are verified as
-// they are). Both only lower acceptance. Tensor parallelism: every rank runs the whole
-// draft (unsharded: it is small) on the same rows, and rank 0's proposals are summed into
-// the others' by one all-reduce before the target runs (the ranks' draws agree when their
-// arithmetic does; the all-reduce makes the step's tokens the same on every rank even where
-// it does not, e.g. other thread counts). The draft
+// they are). Both only lower acceptance. Tensor parallelism: rank 0 runs the whole draft
+// (unsharded: it is small) and one all-reduce gives its proposals to the other ranks
+// before the model verifies (they add zeros); the other ranks hold a draft pool they do
+// not use. Every rank must be given the same draft model (the sequences drafted depend on
+// its context length). The draft
 // computes every step's rows whether or not the scheduler drafts (--speculative=draft):
 // a worker with a draft model and a scheduler that never drafts pays for it.
 //

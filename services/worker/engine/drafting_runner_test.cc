@@ -132,10 +132,10 @@ TEST_F(DraftingRunnerTest, DraftedVerificationsGivePlainGreedyTokens) {
   }
 }
 
-// Two ranks whose drafts disagree (rank 0 drafts with the model itself, rank 1 with
-// another model): the step's proposals are rank 0's on both, so both verify the same
-// tokens and accept as many (without the exchange rank 1 would accept few and its KV and
-// tokens would part from rank 0's).
+// Two ranks (rank 0's draft is the model itself, rank 1's another model, so a rank 1 that
+// drafted on its own would be refused nearly always): the step's proposals are rank 0's
+// on both, so both verify the same tokens and accept as many (without the exchange rank
+// 1 would verify its placeholders and its KV and tokens would part from rank 0's).
 TEST_F(DraftingRunnerTest, EveryRankOfAGroupVerifiesRankZerosProposals) {
   std::unique_ptr<ModelRunner> plain = Runner(*target_weights_);
   const std::vector<int32_t> reference = Plain(*plain, 60);

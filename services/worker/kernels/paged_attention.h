@@ -40,9 +40,9 @@
 // query's window and hides older keys row by row; a softcap bends each score before the
 // online softmax), decode rows (and every row with tiled_prefill off) on the per-query
 // AVX-512 kernel (its walks start at the window; scores softcapped before the softmax),
-// else the per-query generic body (portable or AVX2 primitives): the AVX2 and portable
-// kernels specialised by group have neither. A one-query tile would serve decode too, but
-// is slower at a serving batch (bench/worker_attention_bench's BM_WindowAttention).
+// else the AVX2 one specialised by group (the same), else the generic body. A one-query
+// tile would serve decode too, but is slower at a serving batch
+// (bench/worker_attention_bench's BM_WindowAttention).
 //
 // Thread-safety: stateless; reads the cache and q, writes only `out`. Work is split over
 // items on the given pool, costliest first: prefill tiles (sequence, query tile, kv head),

@@ -283,6 +283,8 @@ FOLIO_T_AVX2 void AttendAvx2(const PagedAttentionArgs& args, const AttentionSeq&
 // each block front to back (what the hardware prefetcher follows) instead of one 64- or
 // 128-byte row per slot. Every output is the same sequence of fused multiply-adds over the keys in
 // order as in the generic body; only the score dot products are summed in another order.
+// A window starts both walks at the window's first key (keys are grouped from there); a
+// softcap bends the scaled scores before the softmax, as in the generic body.
 template <typename KvT>
 FOLIO_T_AVX2 inline __m256 Load8(const KvT* p) {
   if constexpr (sizeof(KvT) == 1) {  // kQ8 values, unscaled
@@ -306,6 +308,17 @@ FOLIO_T_AVX2 inline __m256 SumEach(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// cap * tanh(x / cap) in each lane: tanh(y) = sign(y) (1 - e) / (1 + e) with
+// e = exp(-2|y|) (avx2::Exp), as the tiled kernel's softcap.
+FOLIO_T_AVX2 inline __m256 Softcap8(__m256 x, float cap) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e =
+      avx2::Exp(_mm256_mul_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(-2.0f / cap)));
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  return _mm256_or_ps(_mm256_mul_ps(_mm256_set1_ps(cap), t), _mm256_and_ps(sign, x));
+}
+
 template <int G, typename KvT>
 FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const AttentionSeq& seq,
                                          int32_t query, int32_t head_begin, int32_t H,
@@ -316,16 +329,19 @@ FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const Attent
   const int64_t slot_stride = kv.slot_stride();
   const int64_t block_stride = kv.block_stride();
   const int64_t num_keys = static_cast<int64_t>(seq.context_len) - seq.num_queries + query + 1;
+  // Keys [first_key, num_keys): all of them, or the window's; n of them.
+  const int64_t first_key = args.window > 0 ? std::max<int64_t>(0, num_keys - args.window) : 0;
+  const int64_t n_keys = num_keys - first_key;
   const int64_t row = static_cast<int64_t>(seq.query_offset) + query;
   const int64_t heads = static_cast<int64_t>(H) * G;  // query heads of this call
   const float* q = args.q + row * args.q_row_stride + static_cast<int64_t>(head_begin) * G * hd;
   float* out = args.out + row * args.out_row_stride + static_cast<int64_t>(head_begin) * G * hd;
 
   std::vector<float>& scratch = Scratch();
-  const size_t need = static_cast<size_t>(heads) * (num_keys + hd);
+  const size_t need = static_cast<size_t>(heads) * (n_keys + hd);
   if (scratch.size() < need) scratch.resize(need);
-  float* scores = scratch.data();          // [H * G][num_keys]
-  float* acc = scores + heads * num_keys;  // [H * G][hd]
+  float* scores = scratch.data();        // [H * G][n_keys]
+  float* acc = scores + heads * n_keys;  // [H * G][hd]
 
   const int64_t rs = kv.row_stride();  // hd, or hd + 4 scale bytes for kQ8
   const KvT* k_base = static_cast<const KvT*>(kv.k) + head_begin * rs;
@@ -335,11 +351,13 @@ FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const Attent
   const __m256 vscale = _mm256_set1_ps(args.scale);
 
   // Pass 1: scores.
-  int64_t next_prefetch = 0;
-  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
+  const int64_t first_block = first_key / block_size;
+  int64_t next_prefetch = first_key;
+  for (int64_t b = first_block, first = b * block_size; first < num_keys;
+       first += block_size, ++b) {
     const int64_t rows = std::min(block_size, num_keys - first);
     const KvT* k_block = k_base + seq.block_table[b] * block_stride;
-    for (int64_t r = 0; r < rows; r += KB) {
+    for (int64_t r = std::max<int64_t>(0, first_key - first); r < rows; r += KB) {
       if (first + r >= next_prefetch) {
         const int64_t from = next_prefetch + kPrefetchAhead;
         PrefetchRows(k_base, seq.block_table, block_size, block_stride, slot_stride, span, from,
@@ -368,34 +386,38 @@ FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const Attent
         }
         alignas(32) float sums[8];
         _mm256_store_ps(sums, _mm256_mul_ps(SumEach(dot), vscale));
-        float* sh = scores + static_cast<int64_t>(h) * G * num_keys + first + r;
+        float* sh = scores + static_cast<int64_t>(h) * G * n_keys + first + r - first_key;
         if constexpr (sizeof(KvT) == 1) {  // kQ8: each key's row scale
           for (int64_t i = 0; i < n; ++i) {
             const float ks = Q8RowScale(krow[i] + h * rs, hd);
             for (int g = 0; g < G; ++g) sums[g * KB + i] *= ks;
           }
         }
+        if (args.softcap > 0.0f) {
+          _mm256_store_ps(sums, Softcap8(_mm256_load_ps(sums), args.softcap));
+        }
         for (int g = 0; g < G; ++g) {
-          for (int64_t i = 0; i < n; ++i) sh[g * num_keys + i] = sums[g * KB + i];
+          for (int64_t i = 0; i < n; ++i) sh[g * n_keys + i] = sums[g * KB + i];
         }
       }
     }
   }
   // Softmax per query head.
   for (int64_t g = 0; g < heads; ++g) {
-    float* s = scores + g * num_keys;
+    float* s = scores + g * n_keys;
     float max = s[0];
-    for (int64_t j = 1; j < num_keys; ++j) max = std::max(max, s[j]);
-    const float inv = 1.0f / Avx2Prims::ExpSum(s, num_keys, max);
-    for (int64_t j = 0; j < num_keys; ++j) s[j] *= inv;
+    for (int64_t j = 1; j < n_keys; ++j) max = std::max(max, s[j]);
+    const float inv = 1.0f / Avx2Prims::ExpSum(s, n_keys, max);
+    for (int64_t j = 0; j < n_keys; ++j) s[j] *= inv;
   }
   // Pass 2: weighted sum of values, four keys at a time (a missing key weighs 0).
   std::fill(acc, acc + heads * hd, 0.0f);
-  next_prefetch = 0;
-  for (int64_t first = 0, b = 0; first < num_keys; first += block_size, ++b) {
+  next_prefetch = first_key;
+  for (int64_t b = first_block, first = b * block_size; first < num_keys;
+       first += block_size, ++b) {
     const int64_t rows = std::min(block_size, num_keys - first);
     const KvT* v_block = v_base + seq.block_table[b] * block_stride;
-    for (int64_t r = 0; r < rows; r += 4) {
+    for (int64_t r = std::max<int64_t>(0, first_key - first); r < rows; r += 4) {
       if (first + r >= next_prefetch) {
         const int64_t from = next_prefetch + kPrefetchAhead;
         PrefetchRows(v_base, seq.block_table, block_size, block_stride, slot_stride, span, from,
@@ -407,7 +429,7 @@ FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const Attent
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) vrow[i] = v_block + (r + std::min<int64_t>(i, n - 1)) * slot_stride;
       for (int h = 0; h < H; ++h) {
-        const float* sh = scores + static_cast<int64_t>(h) * G * num_keys + first + r;
+        const float* sh = scores + static_cast<int64_t>(h) * G * n_keys + first + r - first_key;
         float* ah = acc + static_cast<int64_t>(h) * G * hd;
         float vs[4] = {1.0f, 1.0f, 1.0f, 1.0f};  // kQ8: each value row's scale
         if constexpr (sizeof(KvT) == 1) {
@@ -418,7 +440,7 @@ FOLIO_T_AVX2 void AttendAvx2Blocked(const PagedAttentionArgs& args, const Attent
         for (int i = 0; i < 4; ++i) {
 #pragma GCC unroll 8
           for (int g = 0; g < G; ++g) {
-            p[g][i] = _mm256_set1_ps(i < n ? sh[g * num_keys + i] * vs[i] : 0.0f);
+            p[g][i] = _mm256_set1_ps(i < n ? sh[g * n_keys + i] * vs[i] : 0.0f);
           }
         }
         for (int c = 0; c < hd; c += 8) {
@@ -484,22 +506,6 @@ AttendFn PickAttendFn(CpuIsa isa, KvDType dtype, int group, int head_dim) {
                                  : &AttendPortable<float>;
 }
 
-// The generic body (AttendBody), the one with windows and softcaps.
-AttendFn PickGenericAttendFn(CpuIsa isa, KvDType dtype) {
-#if FOLIO_HAVE_AVX2_PATH
-  if (isa == CpuIsa::kAvx2) {
-    return dtype == KvDType::kF16  ? &AttendAvx2<uint16_t>
-           : dtype == KvDType::kQ8 ? &AttendAvx2<int8_t>
-                                   : &AttendAvx2<float>;
-  }
-#else
-  (void)isa;
-#endif
-  return dtype == KvDType::kF16  ? &AttendPortable<uint16_t>
-         : dtype == KvDType::kQ8 ? &AttendPortable<int8_t>
-                                 : &AttendPortable<float>;
-}
-
 }  // namespace
 
 void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSeq> seqs,
@@ -508,10 +514,8 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   CHECK_EQ(args.num_heads % kv.num_kv_heads, 0)
       << "num_heads " << args.num_heads << " not a multiple of num_kv_heads " << kv.num_kv_heads;
   const int group = args.num_heads / kv.num_kv_heads;
-  // A window or softcap: prefill chunks on the tiled kernel (it has both), decode rows
-  // on the AVX-512 per-query kernel or else the generic body (BM_WindowAttention: a
-  // one-query tile is slower at a serving batch).
-  const bool plain = args.window <= 0 && args.softcap <= 0.0f;
+  // Every kernel has windows and softcaps: the tiled one, the AVX-512 and AVX2 per-query
+  // ones, the generic body.
   // How many of a sequence's queries (its first ones) go to the tiled kernel.
   auto tiled = [&](const AttentionSeq& s) -> int32_t {
     if (!args.tiled_prefill) return 0;
@@ -567,13 +571,10 @@ void PagedAttention(const PagedAttentionArgs& args, absl::Span<const AttentionSe
   // end do not arrive last.
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  // The AVX-512 per-query kernel has windows and softcaps; the AVX2 and portable ones
-  // specialised by group do not, so those take the generic body.
   AttendFn attend = nullptr;
   if (args.isa == CpuIsa::kAvx2 && args.avx512) {
     attend = internal::PickAttendAvx512Fn(kv.dtype, group, kv.head_dim);
   }
-  if (attend == nullptr && !plain) attend = PickGenericAttendFn(args.isa, kv.dtype);
   if (attend == nullptr) attend = PickAttendFn(args.isa, kv.dtype, group, kv.head_dim);
   internal::AttendTileFn attend_tile = nullptr;
   if (args.isa == CpuIsa::kAvx2 && args.avx512) {

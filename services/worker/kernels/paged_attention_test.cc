@@ -415,7 +415,7 @@ TEST(PagedAttentionDecodeTest, MatchesPortableOnRandomShapes) {
 // Sliding windows (Gemma's local layers) and score softcaps (Gemma 2), decode and
 // prefill chunks, windows inside a block, across blocks and wider than the context.
 // Both kernels: the tiled one (decode rows as one-query tiles; the default) and the
-// per-query generic body (tiled_prefill off).
+// per-query one (tiled_prefill off: AVX-512's, AVX2's for group 2, or the generic body).
 TEST(PagedAttentionWindowTest, WindowsAndSoftcapsMatchTheReference) {
   for (Path path : SupportedPaths()) {
     for (bool tiled : {true, false}) {
@@ -434,6 +434,30 @@ TEST(PagedAttentionWindowTest, WindowsAndSoftcapsMatchTheReference) {
         CheckOptions cap_only;
         cap_only.softcap = 0.5f;
         CheckAgainstReference(8, 32, 4, dtype, path, 1, {{33, 1}, {20, 20}}, tiled, 32, cap_only);
+      }
+    }
+  }
+}
+
+// The per-query kernels specialised by group (AVX2: 1, 2, 4, 8 query heads a kv head, so
+// 8, 4, 2, 1 keys a group), with windows that start inside a block, between groups of keys
+// and at a block's start, with and without a softcap; group 3 takes the generic body.
+TEST(PagedAttentionWindowTest, EveryGroupWidthHasWindowsAndSoftcaps) {
+  for (Path path : SupportedPaths()) {
+    for (int gqa : {1, 3, 4, 8}) {
+      for (KvDType dtype : {KvDType::kF16, KvDType::kQ8}) {
+        for (int window : {7, 16, 37}) {
+          for (float softcap : {0.0f, 2.0f}) {
+            SCOPED_TRACE(::testing::Message() << PathName(path) << " gqa " << gqa << " "
+                                              << KvDTypeName(dtype) << " window " << window
+                                              << " softcap " << softcap);
+            CheckOptions opt;
+            opt.window = window;
+            opt.softcap = softcap;
+            CheckAgainstReference(16, 64, gqa, dtype, path, 2, {{70, 1}, {90, 3}, {5, 1}},
+                                  /*tiled=*/false, 34, opt);
+          }
+        }
       }
     }
   }

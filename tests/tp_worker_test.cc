@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "services/scheduler/cluster_setup.h"
 #include "services/scheduler/grpc_clients.h"
+#include "services/worker/model/random_model.h"
 #include "tests/cluster.h"
 #include "tests/service_process.h"
 
@@ -387,6 +388,39 @@ TEST_F(TpWorkerTest, SchedulerRefusesRanksListedOutOfOrder) {
   EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(info.status().message(),
               HasSubstr("reports itself as tensor-parallel rank 1 of 2"));
+}
+
+// Rank 0 drafts for the group (worker::DraftingRunner), so every rank must hold the same
+// draft model: ranks with different ones are refused at set-up, naming both.
+TEST_F(TpWorkerTest, SchedulerRefusesRanksWithDifferentDraftModels) {
+  worker::RandomModelOptions o;
+  o.vocab_from = model_;
+  o.seed = 11;
+  const std::string other = ::testing::TempDir() + "/folio-tp-draft-" + std::to_string(getpid()) + ".gguf";
+  ASSERT_TRUE(worker::WriteRandomModel(o, other).ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> args = {"--model=" + model_, "--kv_cache_bytes=4MiB",
+                                     "--num_threads=1", "--shutdown_grace_ms=0", "--tp_size=2",
+                                     absl::StrCat("--tp_rank=", rank),
+                                     "--draft_model=" + (rank == 0 ? model_ : other)};
+    if (rank > 0) args.push_back("--tp_rendezvous=" + ranks_[0]->address());
+    auto proc = ServiceProcess::Start("folio-worker", args);
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    ranks_.push_back(std::move(*proc));
+  }
+  std::unique_ptr<scheduler::GrpcWorkerClient> client = Client(absl::Seconds(30));
+  scheduler::GrpcCacheClient cache(
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), absl::Seconds(1));
+  scheduler::ClusterSetupOptions options;
+  options.startup_timeout = absl::Seconds(30);
+  options.speculative = true;
+  options.draft_model = true;
+  absl::StatusOr<pb::ClusterInfo> info = scheduler::SetUpCluster(options, *client, cache);
+  std::remove(other.c_str());
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(info.status().message(), HasSubstr("give every rank the same --draft_model"));
+  EXPECT_THAT(info.status().message(), HasSubstr("stories260K"));
 }
 
 }  // namespace

@@ -68,6 +68,12 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
           "--speculative=draft, but worker rank ", rank, " has no draft model: start the "
           "workers with --draft_model=FILE, or the scheduler with --speculative=ngram"));
     }
+    if (options.draft_model && info.draft_model() != first.draft_model()) {
+      // Rank 0 drafts for the group; the others must agree on which sequences it drafts.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker rank ", rank, " has the draft model ", info.draft_model(), ", rank 0 ",
+          first.draft_model(), ": give every rank the same --draft_model"));
+    }
     if (info.kv_bytes_per_token() <= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker rank ", rank, " reports no KV bytes per token"));

@@ -497,6 +497,11 @@ absl::Status GrpcWorkerClient::Restore() {
           "worker rank ", rank, " came back without a draft model (--draft_model), and "
           "--speculative=draft is on"));
     }
+    if (requires_draft_model_ && infos[rank].draft_model() != infos[0].draft_model()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker rank ", rank, " came back with the draft model ", infos[rank].draft_model(),
+          ", rank 0 has ", infos[0].draft_model(), ": every rank needs the same --draft_model"));
+    }
   }
   bool regroup = false;
   bool regroup_for_new_process = false;

@@ -108,8 +108,12 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   info.set_tp_size(options.tp_size);
   info.set_verifies_drafts(!options.make_runner);  // the CPU backend's CpuModelRunner
   if (options.draft_weights != nullptr) {
-    const std::string& name = options.draft_weights->config.name;
-    info.set_draft_model(name.empty() ? "unnamed draft model" : name);
+    // What tells two drafts apart: the ranks of a group must draft alike.
+    const ModelConfig& d = options.draft_weights->config;
+    info.set_draft_model(absl::StrCat(d.name.empty() ? "unnamed draft model" : d.name, " (",
+                                      d.num_layers, " layers, dim ", d.dim, ", context ",
+                                      d.max_seq_len, ", ",
+                                      options.draft_weights->file_bytes(), " bytes)"));
   }
   info.set_kv_host_bytes(options.kv_host_bytes);
   info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));

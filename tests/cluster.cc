@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "common/test_models_dir.h"
@@ -26,9 +25,10 @@ std::string GoldenText(const std::string& models_dir) {
 }
 
 double MetricValue(const std::string& page, const std::string& name) {
-  std::smatch m;
-  if (!std::regex_search(page, m, std::regex("\n" + name + " ([0-9.e+-]+)\n"))) return -1;
-  return std::stod(m[1]);
+  const std::string key = "\n" + name + " ";  // name may carry labels: {k="v"}
+  const size_t at = page.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + key.size()));
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& options) {

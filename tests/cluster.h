@@ -71,7 +71,8 @@ inline constexpr char kModelsDirHelp[] =
 // reference runner prints at the end.
 std::string GoldenText(const std::string& models_dir);
 
-// The value of an unlabelled metric in a /metrics page, or -1 when absent.
+// The value of a metric's sample in a /metrics page, or -1 when absent: `name` as the
+// page writes it, labels included (foo_total{proposer="ngram"}).
 double MetricValue(const std::string& page, const std::string& name);
 
 }  // namespace folio::testing

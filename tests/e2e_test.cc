@@ -276,12 +276,16 @@ TEST_F(E2eTest, SpeculativeDecodingGivesTheSameStreams) {
     std::vector<testing::Stream> got = testing::RunStreams(cluster->frontend(), requests);
     const std::string metrics =
         testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics");
+    // Counted by proposer: the scheduler's --speculative.
+    const std::string label = std::string("{proposer=\"") + mode + "\"}";
     const double proposed =
-        testing::MetricValue(metrics, "folio_scheduler_speculative_proposed_tokens_total");
+        testing::MetricValue(metrics, "folio_scheduler_speculative_proposed_tokens_total" + label);
     const double accepted =
-        testing::MetricValue(metrics, "folio_scheduler_speculative_accepted_tokens_total");
+        testing::MetricValue(metrics, "folio_scheduler_speculative_accepted_tokens_total" + label);
     if (std::string(mode) == "off") {
-      EXPECT_EQ(proposed, 0);
+      EXPECT_EQ(proposed, -1) << "no proposer, no samples";
+      EXPECT_EQ(metrics.find("folio_scheduler_speculative_proposed_tokens_total{"),
+                std::string::npos);
       want = std::move(got);
     } else {
       EXPECT_GT(accepted, 50) << proposed << " proposed";
@@ -336,7 +340,8 @@ TEST_F(E2eTest, SpeculativeDecodingWithTwoTensorParallelRanks) {
     testing::ExpectSameStreams(want, got);
     const double accepted = testing::MetricValue(
         testing::HttpGet(cluster->scheduler_process().metrics_port(), "/metrics"),
-        "folio_scheduler_speculative_accepted_tokens_total");
+        std::string("folio_scheduler_speculative_accepted_tokens_total{proposer=\"") + mode +
+            "\"}");
     EXPECT_GT(accepted, 20);
     EXPECT_TRUE(cluster->WaitForEmptyPool(absl::Seconds(10)));
   }

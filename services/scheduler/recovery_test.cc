@@ -442,7 +442,7 @@ TEST_F(RecoveryTest, SpeculativeStreamsSurviveAWorkerLoss) {
     ExpectSameStreams(want, got);
     ExpectPoolFull();
     EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
-    EXPECT_GT(Metric("folio_scheduler_speculative_accepted_tokens_total"), 0);
+    EXPECT_GT(Metric("folio_scheduler_speculative_accepted_tokens_total{proposer=\"ngram\"}"), 0);
   }
 }
 

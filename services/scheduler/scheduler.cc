@@ -512,9 +512,10 @@ int32_t Scheduler::AcceptProposals(const InflightStep::Seq& seq, const worker::S
   ++state_.stats.num_spec_verifications;
   state_.stats.num_spec_proposed += seq.num_draft;
   state_.stats.num_spec_accepted += accepted;
-  metrics_->spec_proposed.Increment(seq.num_draft);
-  metrics_->spec_accepted.Increment(accepted);
-  metrics_->spec_accepted_len.Observe(accepted + 1);
+  const std::vector<std::string> proposer = {SpeculativeModeName(options_.speculative.mode)};
+  metrics_->spec_proposed.WithLabels(proposer).Increment(seq.num_draft);
+  metrics_->spec_accepted.WithLabels(proposer).Increment(accepted);
+  metrics_->spec_accepted_len.WithLabels(proposer).Observe(accepted + 1);
   return computed;
 }
 

@@ -27,18 +27,21 @@ SchedulerMetrics::SchedulerMetrics(MetricsRegistry* r)
           "folio_scheduler_samples_dropped_total",
           "Tokens a pipelined step sampled for a sequence that had ended (or was "
           "preempted) meanwhile, dropped unseen.")),
-      spec_proposed(r->AddCounter(
+      spec_proposed(r->AddCounterFamily(
           "folio_scheduler_speculative_proposed_tokens_total",
-          "Tokens proposed for verification by speculative decoding (--speculative).")),
-      spec_accepted(r->AddCounter(
+          "Tokens proposed for verification by speculative decoding (--speculative), by "
+          "proposer.",
+          {"proposer"})),
+      spec_accepted(r->AddCounterFamily(
           "folio_scheduler_speculative_accepted_tokens_total",
           "Proposed tokens the model accepted (the model's own token of each verification "
-          "not counted).")),
-      spec_accepted_len(r->AddHistogram(
+          "not counted), by proposer.",
+          {"proposer"})),
+      spec_accepted_len(r->AddHistogramFamily(
           "folio_scheduler_speculative_accepted_length",
           "Tokens a verification step gained for one sequence: accepted proposals plus the "
-          "model's own token.",
-          LinearBuckets(1, 1, 17))),
+          "model's own token, by proposer.",
+          {"proposer"}, LinearBuckets(1, 1, 17))),
       batch_size(r->AddHistogram("folio_scheduler_batch_sequences",
                                  "Sequences computed per step.", ExponentialBuckets(1, 2, 10))),
       batch_tokens(r->AddHistogram("folio_scheduler_batch_tokens", "Tokens computed per step.",

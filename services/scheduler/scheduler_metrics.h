@@ -23,9 +23,10 @@ struct SchedulerMetrics {
   Histogram& step_duration;
   Counter& steps_planned_ahead;
   Counter& samples_dropped;
-  Counter& spec_proposed;
-  Counter& spec_accepted;
-  Histogram& spec_accepted_len;
+  // By proposer (label "proposer": ngram or draft, the scheduler's --speculative).
+  Family<Counter>& spec_proposed;
+  Family<Counter>& spec_accepted;
+  Family<Histogram>& spec_accepted_len;
   Histogram& batch_size;
   Histogram& batch_tokens;
   Histogram& ttft;

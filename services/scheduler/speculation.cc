@@ -16,6 +16,18 @@ absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(const std::string& name) {
       absl::StrCat("--speculative must be off, ngram or draft, got '", name, "'"));
 }
 
+const char* SpeculativeModeName(SpeculativeMode mode) {
+  switch (mode) {
+    case SpeculativeMode::kNgram:
+      return "ngram";
+    case SpeculativeMode::kDraft:
+      return "draft";
+    case SpeculativeMode::kOff:
+      break;
+  }
+  return "off";
+}
+
 absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& o) {
   if (o.num_tokens < 1 || o.num_tokens > kMaxSpeculativeTokens) {
     return absl::InvalidArgumentError(absl::StrCat("--num_speculative_tokens must be in [1, ",

@@ -54,6 +54,8 @@ enum class SpeculativeMode { kOff, kNgram, kDraft };
 
 // "off", "ngram" or "draft"; InvalidArgument naming the value otherwise.
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(const std::string& name);
+// The flag value of `mode` ("off", "ngram", "draft"): the metrics' proposer label.
+const char* SpeculativeModeName(SpeculativeMode mode);
 
 inline constexpr int32_t kMaxSpeculativeTokens = 16;
 

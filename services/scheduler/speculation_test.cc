@@ -115,6 +115,9 @@ TEST(SpeculativeOptionsTest, BadValuesAreNamed) {
   EXPECT_THAT(ParseSpeculativeMode("eagle").status().message(),
               ::testing::HasSubstr("off, ngram or draft"));
   EXPECT_EQ(*ParseSpeculativeMode("ngram"), SpeculativeMode::kNgram);
+  for (SpeculativeMode m : {SpeculativeMode::kOff, SpeculativeMode::kNgram, SpeculativeMode::kDraft}) {
+    EXPECT_EQ(*ParseSpeculativeMode(SpeculativeModeName(m)), m);
+  }
   SpeculativeOptions o;
   o.num_tokens = 0;
   EXPECT_THAT(ValidateSpeculativeOptions(o).message(),

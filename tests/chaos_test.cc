@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -258,6 +259,47 @@ void ChaosTest::HostTierSurvivesARestart(int tp_size, int killed) {
 
 TEST_F(ChaosTest, AWorkerRestartedWithAHostTierServesCachedPromptsFromIt) {
   HostTierSurvivesARestart(/*tp_size=*/1, /*killed=*/0);
+}
+
+// A worker that comes back with other offload settings than it had: recovery tells the
+// cache manager, which opens the disk tier where the worker now writes (and drops it
+// when the worker comes back without one), so no disk hit is promised that the worker
+// cannot load and no file it writes goes unindexed.
+TEST_F(ChaosTest, AWorkerRestartedWithOtherDiskSettingsMovesTheCacheManagersDiskTier) {
+  StartCluster({"--worker_timeout_ms=5000"}, 1, {}, {"--kv_host_bytes=4MiB"});
+  v1::GenerateRequest req;
+  req.set_prompt("Lily and Tom went to the park to play with the ball.");
+  req.mutable_sampling()->set_max_tokens(8);
+  req.mutable_sampling()->set_temperature(0);
+  ASSERT_TRUE(testing::RunStreams(cluster_->frontend(), {req})[0].status.ok());
+  EXPECT_EQ(cluster_->CacheStats().disk_tier_blocks_total(), 0);
+  const std::vector<Stream> first = testing::RunStreams(cluster_->frontend(), {req});
+
+  char disk_pattern[] = "/tmp/folio-kv-disk-XXXXXX";
+  ASSERT_NE(mkdtemp(disk_pattern), nullptr);
+  const std::string disk = disk_pattern;
+  testing::ServiceProcess& worker = cluster_->worker_process();
+  ASSERT_TRUE(worker.Restart(absl::Seconds(30),
+                             {"--kv_disk_dir=" + disk, "--kv_disk_bytes=8MiB"}).ok());
+  const std::vector<Stream> with_disk = testing::RunStreams(cluster_->frontend(), {req});
+  ASSERT_TRUE(with_disk[0].status.ok()) << with_disk[0].status.error_message();
+  EXPECT_EQ(with_disk[0].tokens, first[0].tokens);
+  EXPECT_GT(cluster_->CacheStats().disk_tier_blocks_total(), 0)
+      << "the cache manager opened the worker's new disk tier";
+  EXPECT_GT(cluster_->CacheStats().host_tier_blocks_total(), 0);
+
+  ASSERT_TRUE(worker.Restart().ok());  // the first start's flags: no disk tier
+  const std::vector<Stream> without = testing::RunStreams(cluster_->frontend(), {req});
+  ASSERT_TRUE(without[0].status.ok()) << without[0].status.error_message();
+  EXPECT_EQ(without[0].tokens, first[0].tokens);
+  EXPECT_EQ(cluster_->CacheStats().disk_tier_blocks_total(), 0);
+  const std::string metrics =
+      testing::HttpGet(cluster_->scheduler_process().metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("folio_scheduler_recoveries_total{service=\"worker\"} 2"));
+  const std::string segment = absl::StrCat("/folio-kv-", worker.grpc_port(), "-rank0");
+  cluster_.reset();
+  shm_unlink(segment.c_str());  // clean-up
+  std::filesystem::remove_all(disk);
 }
 
 TEST_F(ChaosTest, ATensorParallelRankRestartedWithAHostTierServesCachedPromptsFromIt) {

@@ -42,7 +42,8 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Spawn(
   return Start(binary, std::move(args), absl::ZeroDuration());
 }
 
-absl::Status ServiceProcess::Restart(absl::Duration timeout) {
+absl::Status ServiceProcess::Restart(absl::Duration timeout,
+                                     std::vector<std::string> extra_args) {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
@@ -52,6 +53,7 @@ absl::Status ServiceProcess::Restart(absl::Duration timeout) {
   std::vector<std::string> same_ports = {absl::StrCat("--port=", grpc_port_),
                                          absl::StrCat("--metrics_port=", metrics_port_)};
   if (http_port_ > 0) same_ports.push_back(absl::StrCat("--http_port=", http_port_));
+  same_ports.insert(same_ports.end(), extra_args.begin(), extra_args.end());
   return Launch(same_ports, timeout);
 }
 

@@ -32,8 +32,11 @@ class ServiceProcess {
 
   // Starts the binary again with the same arguments and the same ports, as Kubernetes
   // restarts a container in place (SIGKILL first if it still runs), and waits until it
-  // listens. The process's incarnation is new; its address is the same.
-  absl::Status Restart(absl::Duration timeout = absl::Seconds(30));
+  // listens. The process's incarnation is new; its address is the same. `extra_args` come
+  // after the first start's (later flags win) for this start only: a container restarted
+  // with changed settings.
+  absl::Status Restart(absl::Duration timeout = absl::Seconds(30),
+                       std::vector<std::string> extra_args = {});
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }

@@ -506,6 +506,17 @@ grpc::ServerUnaryReactor* CacheManagerService::Reset(grpc::CallbackServerContext
     host->DropUnconfirmed();
     tier = absl::StrCat("; host tier kept: ", host->Stats().num_used, " blocks");
   }
+  if (request->set_disk_tier()) {
+    // The workers' disk settings changed: the tier is opened where they now write (what
+    // the files there hold is indexed again), or is gone.
+    config.disk_dir = request->disk_tier_dir();
+    config.disk_blocks = request->disk_tier_blocks();
+    AttachDisk(config, host.get());
+    absl::StrAppend(&tier, "; disk tier ",
+                    disk_ == nullptr ? std::string("off")
+                                     : absl::StrCat("of ", disk_->num_blocks(), " blocks in ",
+                                                    disk_->dir()));
+  }
   absl::StatusOr<std::unique_ptr<KvCacheManager>> manager =
       KvCacheManager::Create(config, std::move(host));
   CHECK(manager.ok()) << manager.status();  // the configuration it had, or checked above

@@ -15,6 +15,17 @@
 
 namespace folio::scheduler {
 
+// The KV offload tiers the worker ranks offer (WorkerClient::tiers): the host tier's
+// segments, as their ids joined by ",", and the fewest blocks one holds (empty and 0
+// without a tier); the disk tier's directory, the same on every rank, and the fewest
+// blocks a rank's budget holds (empty and 0 without one).
+struct OffloadTiers {
+  std::string host_tier_id;
+  int32_t host_blocks = 0;
+  std::string disk_dir;
+  int32_t disk_blocks = 0;
+};
+
 // The cache manager of this replica. Implementations are called from one thread at a time:
 // the scheduler's loop thread, or recovery's restore thread while no step runs.
 class CacheClient {
@@ -32,13 +43,12 @@ class CacheClient {
   // Makes the Restore in flight (on another thread) return soon, and every later one fail
   // at once: the scheduler is shutting down. Thread-safe.
   virtual void CancelRestore() {}
-  // Recovery, after the workers' Restore: the host KV tier's segments are now `blocks`
-  // blocks named `id` (WorkerClient::host_blocks and host_tier_id). Another size or id
-  // than the pool was configured with empties the tier (its bytes are gone), or drops it
-  // at 0 blocks. No sequence may be live.
-  virtual absl::Status SetHostTier(const std::string& id, int32_t blocks) {
-    return absl::OkStatus();
-  }
+  // Recovery, after the workers' Restore: the workers now offer `tiers`
+  // (WorkerClient::tiers). Host segments of another size or id than the pool was
+  // configured with empty the host tier (their bytes are gone), or drop it at 0 blocks;
+  // another disk directory or budget opens the disk tier there (indexing its files), or
+  // drops it. No sequence may be live.
+  virtual absl::Status SetTiers(const OffloadTiers& tiers) { return absl::OkStatus(); }
   // The workers could not load these disk-tier blocks (chained hashes as (hi, lo)): the
   // next Reset or Restore tells the cache manager to drop them for good. Called on the
   // scheduler's loop thread before the recovery that restores the pool.
@@ -74,10 +84,8 @@ class WorkerClient {
   virtual absl::Status Restore() = 0;
   // As CacheClient::CancelRestore. Thread-safe.
   virtual void CancelRestore() {}
-  // The host KV tier's segments on every rank, as their ids joined by ",", and the fewest
-  // blocks one holds (empty and 0 without a tier). Known after allocation.
-  virtual std::string host_tier_id() const { return {}; }
-  virtual int32_t host_blocks() const { return 0; }
+  // The KV offload tiers the ranks offer. Known after allocation.
+  virtual OffloadTiers tiers() const { return {}; }
 
  private:
   absl::StatusOr<worker::StepOutput> started_ = absl::FailedPreconditionError("no step was started");

@@ -164,21 +164,22 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   configure.set_policy(options.policy);
   configure.set_disable_prefix_caching(options.disable_prefix_caching);
   configure.set_scheduler_epoch(epoch);
-  if (workers.host_blocks() > 0) {
+  // Set whether or not the disk tier is on: a worker may come back with one (recovery).
+  configure.set_disk_tier_ranks(workers.num_ranks());
+  const OffloadTiers tiers = workers.tiers();
+  if (tiers.host_blocks > 0) {
     if (options.policy == pb::ALLOCATION_POLICY_CONTIGUOUS || options.disable_prefix_caching) {
       LOG(WARNING) << "the workers have a host KV tier (--kv_host_bytes), but it needs the "
                       "paged policy with prefix caching on: it stays unused";
     } else {
-      configure.set_host_tier_blocks(workers.host_blocks());
-      configure.set_host_tier_id(workers.host_tier_id());
-      LOG(INFO) << "host KV tier: " << workers.host_blocks() << " blocks (segments "
-                << workers.host_tier_id() << ")";
-      if (workers.disk_blocks() > 0) {
-        configure.set_disk_tier_dir(workers.disk_dir());
-        configure.set_disk_tier_blocks(workers.disk_blocks());
-        configure.set_disk_tier_ranks(workers.num_ranks());
-        LOG(INFO) << "disk KV tier: " << workers.disk_blocks() << " blocks in "
-                  << workers.disk_dir();
+      configure.set_host_tier_blocks(tiers.host_blocks);
+      configure.set_host_tier_id(tiers.host_tier_id);
+      LOG(INFO) << "host KV tier: " << tiers.host_blocks << " blocks (segments "
+                << tiers.host_tier_id << ")";
+      if (tiers.disk_blocks > 0) {
+        configure.set_disk_tier_dir(tiers.disk_dir);
+        configure.set_disk_tier_blocks(tiers.disk_blocks);
+        LOG(INFO) << "disk KV tier: " << tiers.disk_blocks << " blocks in " << tiers.disk_dir;
       }
     }
   }

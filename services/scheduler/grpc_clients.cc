@@ -171,22 +171,44 @@ absl::Status GrpcCacheClient::ResetPool(pb::ResetRequest request) {
   return absl::OkStatus();
 }
 
-absl::Status GrpcCacheClient::SetHostTier(const std::string& id, int32_t blocks) {
-  if (!host_tier_allowed_) blocks = 0;  // --policy or prefix caching rule it out
-  if (blocks == 0 && configure_.host_tier_blocks() == 0) return absl::OkStatus();
-  if (blocks == configure_.host_tier_blocks() && id == configure_.host_tier_id()) {
-    return absl::OkStatus();
+absl::Status GrpcCacheClient::SetTiers(const OffloadTiers& offered) {
+  // What the pool takes of them, as start-up does (cluster_setup.cc): no host tier when
+  // --policy or prefix caching rule it out, no disk tier without the host tier.
+  OffloadTiers tiers = offered;
+  if (!host_tier_allowed_ || tiers.host_blocks <= 0) tiers = OffloadTiers{};
+  if (tiers.disk_blocks <= 0 || tiers.disk_dir.empty()) {
+    tiers.disk_blocks = 0;
+    tiers.disk_dir.clear();
   }
+  const bool host_changed = tiers.host_blocks != configure_.host_tier_blocks() ||
+                            tiers.host_tier_id != configure_.host_tier_id();
+  const bool disk_changed = tiers.disk_blocks != configure_.disk_tier_blocks() ||
+                            tiers.disk_dir != configure_.disk_tier_dir();
+  if (!host_changed && !disk_changed) return absl::OkStatus();
   pb::ResetRequest reset_request;
-  reset_request.set_set_host_tier(true);
-  reset_request.set_host_tier_blocks(blocks);
-  reset_request.set_host_tier_id(blocks > 0 ? id : "");
+  reset_request.set_set_host_tier(host_changed);
+  reset_request.set_host_tier_blocks(tiers.host_blocks);
+  reset_request.set_host_tier_id(tiers.host_tier_id);
+  reset_request.set_set_disk_tier(disk_changed);
+  reset_request.set_disk_tier_dir(tiers.disk_dir);
+  reset_request.set_disk_tier_blocks(tiers.disk_blocks);
   if (absl::Status s = ResetPool(reset_request); !s.ok()) return s;
-  LOG(WARNING) << "the workers' host KV segments changed (" << blocks << " blocks, "
-               << (id.empty() ? "none" : id) << "; were " << configure_.host_tier_blocks()
-               << " blocks, " << configure_.host_tier_id() << "): the host tier starts empty";
-  configure_.set_host_tier_blocks(blocks);
-  configure_.set_host_tier_id(blocks > 0 ? id : "");
+  if (host_changed) {
+    LOG(WARNING) << "the workers' host KV segments changed (" << tiers.host_blocks
+                 << " blocks, " << (tiers.host_tier_id.empty() ? "none" : tiers.host_tier_id)
+                 << "; were " << configure_.host_tier_blocks() << " blocks, "
+                 << configure_.host_tier_id() << "): the host tier starts empty";
+  }
+  if (disk_changed) {
+    LOG(WARNING) << "the workers' disk KV tier changed (" << tiers.disk_blocks << " blocks in "
+                 << (tiers.disk_dir.empty() ? "none" : tiers.disk_dir) << "; were "
+                 << configure_.disk_tier_blocks() << " blocks in "
+                 << configure_.disk_tier_dir() << ")";
+  }
+  configure_.set_host_tier_blocks(tiers.host_blocks);
+  configure_.set_host_tier_id(tiers.host_tier_id);
+  configure_.set_disk_tier_blocks(tiers.disk_blocks);
+  configure_.set_disk_tier_dir(tiers.disk_dir);
   return absl::OkStatus();
 }
 
@@ -452,26 +474,30 @@ absl::Status GrpcWorkerClient::AllocateEveryRank(absl::Time deadline) {
       });
   if (absl::Status s = FirstFailure(status, "AllocateKvCache"); !s.ok()) return s;
   std::vector<std::string> ids;
-  int32_t blocks = resps.empty() ? 0 : resps[0].kv_host_blocks();
+  OffloadTiers tiers;
+  tiers.host_blocks = resps.empty() ? 0 : resps[0].kv_host_blocks();
   for (const pb::AllocateKvCacheResponse& r : resps) {
-    blocks = std::min(blocks, r.kv_host_blocks());
+    tiers.host_blocks = std::min(tiers.host_blocks, r.kv_host_blocks());
     ids.push_back(r.kv_host_segment_id());
   }
-  host_blocks_ = blocks;
-  host_tier_id_ = blocks > 0 ? absl::StrJoin(ids, ",") : "";
+  if (tiers.host_blocks > 0) tiers.host_tier_id = absl::StrJoin(ids, ",");
   // The disk tier: one directory (the model's namespace) for every rank, the fewest blocks
   // a rank's budget holds; none unless every rank has it in the same place.
-  disk_dir_ = resps.empty() ? "" : resps[0].kv_disk_dir();
-  disk_blocks_ = resps.empty() ? 0 : resps[0].kv_disk_blocks();
+  tiers.disk_dir = resps.empty() ? "" : resps[0].kv_disk_dir();
+  tiers.disk_blocks = resps.empty() ? 0 : resps[0].kv_disk_blocks();
   for (const pb::AllocateKvCacheResponse& r : resps) {
-    if (r.kv_disk_dir() != disk_dir_) {
-      LOG(WARNING) << "the worker ranks' disk KV tiers differ (" << disk_dir_ << " and "
+    if (r.kv_disk_dir() != tiers.disk_dir) {
+      LOG(WARNING) << "the worker ranks' disk KV tiers differ (" << tiers.disk_dir << " and "
                    << r.kv_disk_dir() << "): the disk tier stays unused";
-      disk_blocks_ = 0;
+      tiers.disk_blocks = 0;
     }
-    disk_blocks_ = std::min(disk_blocks_, r.kv_disk_blocks());
+    tiers.disk_blocks = std::min(tiers.disk_blocks, r.kv_disk_blocks());
   }
-  if (disk_blocks_ <= 0) disk_dir_.clear();
+  if (tiers.disk_blocks <= 0) {
+    tiers.disk_blocks = 0;
+    tiers.disk_dir.clear();
+  }
+  tiers_ = std::move(tiers);
   return absl::OkStatus();
 }
 

@@ -36,7 +36,7 @@ class GrpcCacheClient final : public CacheClient {
   // What start-up configured and the incarnation that answered (cluster_setup.cc).
   void SetConfiguration(const folio::internal::v1::ConfigureRequest& configure,
                         const std::string& incarnation_id);
-  absl::Status SetHostTier(const std::string& id, int32_t blocks) override;
+  absl::Status SetTiers(const OffloadTiers& tiers) override;
   void NoteBadDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>> blocks) override;
 
   folio::internal::v1::CacheManager::Stub& stub() { return *stub_; }
@@ -101,14 +101,9 @@ class GrpcWorkerClient final : public WorkerClient {
   absl::Status FormGroup(int64_t newest, absl::Time deadline);
   // AllocateKvCache(SetAllocation's shape) on every rank at once.
   absl::Status AllocateEveryRank(absl::Time deadline);
-  // The host KV tier the last allocation found: the fewest blocks any rank's segment holds
-  // (0 when a rank has none) and the segments' ids.
-  int32_t host_blocks() const override { return host_blocks_; }
-  std::string host_tier_id() const override { return host_tier_id_; }
-  // The disk KV tier the last allocation found: the ranks' directory (empty: none) and
-  // the fewest blocks a rank's budget holds.
-  const std::string& disk_dir() const { return disk_dir_; }
-  int32_t disk_blocks() const { return disk_blocks_; }
+  // The offload tiers the last allocation found (a tier is off unless every rank has it;
+  // the disk tier also needs the same directory on every rank).
+  OffloadTiers tiers() const override { return tiers_; }
   int64_t group_generation() const { return group_generation_; }
 
   folio::internal::v1::Worker::Stub& stub(int rank) { return *stubs_[rank]; }
@@ -135,10 +130,7 @@ class GrpcWorkerClient final : public WorkerClient {
   int32_t block_size_ = 0;
   std::vector<std::string> incarnation_ids_;  // by rank
   int64_t group_generation_ = 0;              // the group the ranks last formed
-  int32_t host_blocks_ = 0;
-  std::string host_tier_id_;
-  std::string disk_dir_;
-  int32_t disk_blocks_ = 0;
+  OffloadTiers tiers_;
   int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
   bool requires_verification_ = false;
   bool requires_draft_model_ = false;

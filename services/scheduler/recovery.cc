@@ -103,8 +103,9 @@ bool Recovery::Poll(absl::Time now) {
     attempt->cache = cache_done ? absl::OkStatus() : cache_->Restore();
     if (attempt->cache.ok()) attempt->workers = workers_->Restore();
     if (attempt->cache.ok() && attempt->workers.ok()) {
-      // A worker that came back with a new host segment: the tier's index goes too.
-      attempt->workers = cache_->SetHostTier(workers_->host_tier_id(), workers_->host_blocks());
+      // A worker that came back with a new host segment or other disk settings: the
+      // tiers' indexes follow.
+      attempt->workers = cache_->SetTiers(workers_->tiers());
     }
     attempt->done.Notify();
   });

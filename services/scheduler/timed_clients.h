@@ -41,9 +41,7 @@ class TimedCacheClient final : public CacheClient {
   absl::Status Reset() override;
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
-  absl::Status SetHostTier(const std::string& id, int32_t blocks) override {
-    return inner_->SetHostTier(id, blocks);
-  }
+  absl::Status SetTiers(const OffloadTiers& tiers) override { return inner_->SetTiers(tiers); }
   void NoteBadDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>> blocks) override {
     inner_->NoteBadDiskBlocks(std::move(blocks));
   }
@@ -63,8 +61,7 @@ class TimedWorkerClient final : public WorkerClient {
   absl::StatusOr<worker::StepOutput> Finish() override;
   absl::Status Restore() override;
   void CancelRestore() override { inner_->CancelRestore(); }
-  std::string host_tier_id() const override { return inner_->host_tier_id(); }
-  int32_t host_blocks() const override { return inner_->host_blocks(); }
+  OffloadTiers tiers() const override { return inner_->tiers(); }
 
  private:
   WorkerClient* const inner_;

@@ -57,22 +57,10 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
           "scheduler has ", workers.num_ranks(), " worker(s): list every rank of the replica, "
           "rank 0 first, and start each with --tp_size=", workers.num_ranks()));
     }
-    if (options.speculative && !info.verifies_drafts()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--speculative is on, but worker rank ", rank, " does not verify proposed tokens "
-          "(speculative decoding runs on CPU workers; the CUDA backend does not have it yet): "
-          "start the scheduler with --speculative=off"));
-    }
-    if (options.draft_model && info.draft_model().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--speculative=draft, but worker rank ", rank, " has no draft model: start the "
-          "workers with --draft_model=FILE, or the scheduler with --speculative=ngram"));
-    }
-    if (options.draft_model && info.draft_model() != first.draft_model()) {
-      // Rank 0 drafts for the group; the others must agree on which sequences it drafts.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker rank ", rank, " has the draft model ", info.draft_model(), ", rank 0 ",
-          first.draft_model(), ": give every rank the same --draft_model"));
+    if (absl::Status s = CheckSpeculativeRank(info, first, rank, options.speculative,
+                                              options.draft_model, /*came_back=*/false);
+        !s.ok()) {
+      return s;
     }
     if (info.kv_bytes_per_token() <= 0) {
       return absl::FailedPreconditionError(

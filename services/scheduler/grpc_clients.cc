@@ -357,6 +357,29 @@ worker::StepOutput FromProto(const pb::ExecuteStepResponse& response) {
   return out;
 }
 
+absl::Status CheckSpeculativeRank(const pb::WorkerInfo& info, const pb::WorkerInfo& rank0,
+                                  int rank, bool verification, bool draft, bool came_back) {
+  const std::string who = absl::StrCat("worker rank ", rank, came_back ? " came back and" : "");
+  if (verification && !info.verifies_drafts()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " does not verify proposed tokens (speculative decoding runs on CPU workers; "
+        "the CUDA backend and older binaries do not have it), and --speculative is on: start "
+        "the scheduler with --speculative=off"));
+  }
+  if (draft && info.draft_model().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " has no draft model, and --speculative=draft is on: start the workers with "
+        "--draft_model=FILE, or the scheduler with --speculative=ngram"));
+  }
+  if (draft && info.draft_model() != rank0.draft_model()) {
+    // Rank 0 drafts for the group; the others must agree on which sequences it drafts.
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " has the draft model ", info.draft_model(), ", rank 0 ", rank0.draft_model(),
+        ": give every rank the same --draft_model"));
+  }
+  return absl::OkStatus();
+}
+
 GrpcWorkerClient::GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> ranks,
                                    absl::Duration timeout)
     : timeout_(timeout) {
@@ -513,20 +536,11 @@ absl::Status GrpcWorkerClient::Restore() {
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrCat("worker rank ", rank, ": ", s.error_message()));
     }
-    if (requires_verification_ && !infos[rank].verifies_drafts()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker rank ", rank, " came back without speculative verification (another "
-          "backend or an older binary), and --speculative is on"));
-    }
-    if (requires_draft_model_ && infos[rank].draft_model().empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker rank ", rank, " came back without a draft model (--draft_model), and "
-          "--speculative=draft is on"));
-    }
-    if (requires_draft_model_ && infos[rank].draft_model() != infos[0].draft_model()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker rank ", rank, " came back with the draft model ", infos[rank].draft_model(),
-          ", rank 0 has ", infos[0].draft_model(), ": every rank needs the same --draft_model"));
+    if (absl::Status s = CheckSpeculativeRank(infos[rank], infos[0], rank,
+                                              requires_verification_, requires_draft_model_,
+                                              /*came_back=*/true);
+        !s.ok()) {
+      return s;
     }
   }
   bool regroup = false;

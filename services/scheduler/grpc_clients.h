@@ -22,6 +22,14 @@
 
 namespace folio::scheduler {
 
+// Whether worker rank `rank` (`info`) can serve the scheduler's speculative decoding: it
+// verifies proposed tokens when `verification`, and with `draft` it has a draft model, the
+// same as rank 0's (`rank0`). Start-up and recovery both ask; `came_back` words the
+// refusal for the latter. FAILED_PRECONDITION naming the rank and the remedy.
+absl::Status CheckSpeculativeRank(const folio::internal::v1::WorkerInfo& info,
+                                  const folio::internal::v1::WorkerInfo& rank0, int rank,
+                                  bool verification, bool draft, bool came_back);
+
 class GrpcCacheClient final : public CacheClient {
  public:
   GrpcCacheClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);

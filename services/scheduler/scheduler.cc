@@ -39,6 +39,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, CacheClient* cache, Worker
   CHECK_GT(options_.block_size, 0);
   CHECK_GT(options_.max_num_batched_tokens, 0);
   CHECK_GT(options_.max_num_seqs, 0);
+  if (options_.speculative.mode != SpeculativeMode::kOff) {
+    proposer_metrics_ = metrics_->ForProposer(SpeculativeModeName(options_.speculative.mode));
+  }
 }
 
 Scheduler::~Scheduler() {
@@ -512,10 +515,9 @@ int32_t Scheduler::AcceptProposals(const InflightStep::Seq& seq, const worker::S
   ++state_.stats.num_spec_verifications;
   state_.stats.num_spec_proposed += seq.num_draft;
   state_.stats.num_spec_accepted += accepted;
-  const std::vector<std::string> proposer = {SpeculativeModeName(options_.speculative.mode)};
-  metrics_->spec_proposed.WithLabels(proposer).Increment(seq.num_draft);
-  metrics_->spec_accepted.WithLabels(proposer).Increment(accepted);
-  metrics_->spec_accepted_len.WithLabels(proposer).Observe(accepted + 1);
+  proposer_metrics_.proposed->Increment(seq.num_draft);
+  proposer_metrics_.accepted->Increment(accepted);
+  proposer_metrics_.accepted_len->Observe(accepted + 1);
   return computed;
 }
 

@@ -177,6 +177,7 @@ class Scheduler {
   WorkerClient* const workers_;
   std::unique_ptr<MetricsRegistry> own_registry_;  // when none was injected
   std::unique_ptr<SchedulerMetrics> metrics_;
+  ProposerMetrics proposer_metrics_;  // --speculative's, when on
 
   // Inbox, shared with other threads.
   mutable absl::Mutex mu_;

@@ -56,4 +56,9 @@ SchedulerMetrics::SchedulerMetrics(MetricsRegistry* r)
                           "From arrival to the end of the request.",
                           ExponentialBuckets(1e-3, 2, 20))) {}
 
+ProposerMetrics SchedulerMetrics::ForProposer(const std::string& proposer) {
+  return {&spec_proposed.WithLabels({proposer}), &spec_accepted.WithLabels({proposer}),
+          &spec_accepted_len.WithLabels({proposer})};
+}
+
 }  // namespace folio::scheduler

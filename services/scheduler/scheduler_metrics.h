@@ -4,10 +4,18 @@
 #define FOLIO_SERVICES_SCHEDULER_SCHEDULER_METRICS_H_
 
 #include <memory>
+#include <string>
 
 #include "common/metrics.h"
 
 namespace folio::scheduler {
+
+// One proposer's children of the speculative families, looked up once.
+struct ProposerMetrics {
+  Counter* proposed = nullptr;
+  Counter* accepted = nullptr;
+  Histogram* accepted_len = nullptr;
+};
 
 struct SchedulerMetrics {
   // `registry` must outlive the metrics.
@@ -27,6 +35,8 @@ struct SchedulerMetrics {
   Family<Counter>& spec_proposed;
   Family<Counter>& spec_accepted;
   Family<Histogram>& spec_accepted_len;
+  // Their children for `proposer` (a sample each from now on: call only when it is on).
+  ProposerMetrics ForProposer(const std::string& proposer);
   Histogram& batch_size;
   Histogram& batch_tokens;
   Histogram& ttft;

@@ -9,9 +9,10 @@
 namespace folio::scheduler {
 
 absl::StatusOr<SpeculativeMode> ParseSpeculativeMode(const std::string& name) {
-  if (name == "off") return SpeculativeMode::kOff;
-  if (name == "ngram") return SpeculativeMode::kNgram;
-  if (name == "draft") return SpeculativeMode::kDraft;
+  for (SpeculativeMode mode :
+       {SpeculativeMode::kOff, SpeculativeMode::kNgram, SpeculativeMode::kDraft}) {
+    if (name == SpeculativeModeName(mode)) return mode;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("--speculative must be off, ngram or draft, got '", name, "'"));
 }

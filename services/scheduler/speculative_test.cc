@@ -317,7 +317,9 @@ TEST_F(DraftModelTest, GeneratedBlocksEnterThePrefixCacheUnderTheirRealTokens) {
     const Choices next = Run(Spec(history, 4, 0.0f));
     // 80 tokens of history: the full blocks of its first 79 (the last token is computed).
     EXPECT_EQ(next.cached_prompt_tokens, 64);
-    if (mode == SpeculativeMode::kDraft) EXPECT_GT(scheduler_->Stats().num_spec_accepted, 20);
+    if (mode == SpeculativeMode::kDraft) {
+      EXPECT_GT(scheduler_->Stats().num_spec_accepted, 20);
+    }
     ExpectPoolFull(256);
   }
 }

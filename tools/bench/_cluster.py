@@ -213,17 +213,22 @@ def series(result):
     return (result.get("server_metrics") or {}).get("series") or []
 
 
-def counters(url, names, timeout_s=5.0):
-    """{name: value} of the unlabelled samples `names` on the Prometheus page at `url`
-    (one GET); a name the page lacks is left out."""
+def counters(url, names, timeout_s=5.0, sum_labels=False):
+    """{name: value} of the samples `names` on the Prometheus page at `url` (one GET), as
+    counter_values reads them; a name the page lacks is left out."""
     with urllib.request.urlopen(url, timeout=timeout_s) as r:
-        return counter_values(r.read().decode(), names)
+        return counter_values(r.read().decode(), names, sum_labels)
 
 
-def counter_values(text, names):
+def counter_values(text, names, sum_labels=False):
+    """{name: value} of the unlabelled samples `names`; with sum_labels, each name's
+    labelled samples summed instead (a family such as one by proposer)."""
     out = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) >= 2 and fields[0] in names:
-            out[fields[0]] = float(fields[1])
+        if len(fields) < 2 or line.startswith("#"):
+            continue
+        name = fields[0].split("{", 1)[0] if sum_labels else fields[0]
+        if name in names:
+            out[name] = out.get(name, 0.0) + float(fields[-1])
     return out

@@ -35,6 +35,15 @@ class ClusterHelpersTest(unittest.TestCase):
         m = _cluster.counter_values(text, [sharing.FORKS, sharing.PEAK, sharing.COW])
         self.assertEqual(m, {sharing.FORKS: 12.0, sharing.PEAK: 40.5})
 
+    def test_counter_values_can_sum_a_familys_labelled_samples(self):
+        name = "folio_scheduler_speculative_accepted_tokens_total"
+        text = (f"# TYPE {name} counter\n"
+                f'{name}{{proposer="ngram"}} 5\n'
+                f'{name}{{proposer="draft"}} 2.5\n'
+                f"{name}_other 7\n")
+        self.assertEqual(_cluster.counter_values(text, [name], sum_labels=True), {name: 7.5})
+        self.assertEqual(_cluster.counter_values(text, [name]), {})
+
     def test_metrics_args(self):
         self.assertEqual(_cluster.metrics_args("http://h:1/metrics", 100, ["a", "b"]),
                          ["--metrics_url=http://h:1/metrics", "--metrics_interval_ms=100",

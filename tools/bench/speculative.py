@@ -133,18 +133,10 @@ class Sitting:
 def spec_counters(cluster):
     """SPEC_COUNTERS, each summed over its labels (the proposer)."""
     try:
-        with urllib.request.urlopen(cluster.info["scheduler"]["metrics"], timeout=5.0) as r:
-            text = r.read().decode()
+        return _cluster.counters(cluster.info["scheduler"]["metrics"], SPEC_COUNTERS,
+                                 sum_labels=True)
     except OSError:
         return {}
-    out = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and not line.startswith("#"):
-            name = fields[0].split("{", 1)[0]
-            if name in SPEC_COUNTERS:
-                out[name] = out.get(name, 0.0) + float(fields[-1])
-    return out
 
 
 def mean_len(before, after):

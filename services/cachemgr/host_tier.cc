@@ -62,7 +62,15 @@ void HostTier::Touch(int32_t slot) {
 
 void HostTier::NoteLoad(int32_t slot) {
   ++counters_.num_loads;
-  if (slots_[slot].length < block_size_) ++counters_.num_partial_loads;
+  Slot& s = slots_[slot];
+  if (s.length < block_size_) {
+    // A swapped sequence is back: it fills this block and stores it whole, so the entry
+    // is the first to go when a store needs room (never before: the load reads it first,
+    // as the workers run transfers in order).
+    ++counters_.num_partial_loads;
+    lru_.splice(lru_.begin(), lru_, s.lru);
+    return;
+  }
   Touch(slot);
 }
 

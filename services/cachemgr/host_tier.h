@@ -82,8 +82,9 @@ class HostTier {
   bool Contains(const BlockHash& hash) const { return index_.contains(hash); }
   // Marks a slot most recently used (a lookup hit or a block committed again).
   void Touch(int32_t slot);
-  // Counts a load out of `slot` (after Find) and touches it.
-  // (A partial entry's load is counted as one of num_partial_loads too.)
+  // Counts a load out of `slot` (after Find) and touches it. A partial entry's load is
+  // counted as one of num_partial_loads too, and makes it the least recently used
+  // instead: its sequence is back and will store the block whole.
   void NoteLoad(int32_t slot);
 
   struct Stored {

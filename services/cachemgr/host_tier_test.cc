@@ -78,14 +78,16 @@ TEST(HostTierTest, PartialEntriesAreFoundByTheirOwnTokensAndKeptFromTheRouters) 
   EXPECT_EQ(tier.Stats().num_partial_stores, 1);
   EXPECT_EQ(tier.Stats().num_partial_loads, 1);
   EXPECT_EQ(tier.Stats().num_loads, 1);
-  // full_hash is now the least recently used; then the partial entry goes, and says so.
+  // The loaded partial entry goes first (its sequence is back), and says so; then
+  // full_hash, although it was stored before it.
   const HostTier::Stored a = tier.Store(HashOf(10), std::vector<int32_t>{10, 11, 12, 13});
-  EXPECT_FALSE(a.evicted_partial);
-  EXPECT_EQ(a.evicted, full_hash);
-  const HostTier::Stored b = tier.Store(HashOf(20), std::vector<int32_t>{20, 21, 22, 23});
-  EXPECT_TRUE(b.evicted_partial);
-  EXPECT_EQ(b.evicted_tokens, part);
+  EXPECT_TRUE(a.evicted_partial);
+  EXPECT_EQ(a.evicted, part_hash);
+  EXPECT_EQ(a.evicted_tokens, part);
   EXPECT_FALSE(tier.has_partial());
+  const HostTier::Stored b = tier.Store(HashOf(20), std::vector<int32_t>{20, 21, 22, 23});
+  EXPECT_FALSE(b.evicted_partial);
+  EXPECT_EQ(b.evicted, full_hash);
   EXPECT_TRUE(tier.CheckInvariants().ok()) << tier.CheckInvariants();
   // A reset drops an unconfirmed partial entry like any other.
   tier.Store(part_hash, part);

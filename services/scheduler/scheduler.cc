@@ -377,7 +377,8 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
   step.start = absl::Now();
   step.transfers_ticket = plan.transfers_ticket;
   step.had_transfers = !plan.input.host_transfers.empty();
-  // A branch that may speculate next step needs this step's answer first.
+  // A branch that may speculate next step needs this step's answer first; one that sits
+  // out a pause next step does not (StepPlanner::ScheduleRunning counts the step off).
   const bool small_batch = plan.speculative_batch;
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     const Granted& g = plan.batch[i];
@@ -397,7 +398,7 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
       } else if (!r->beam() && EndsByLength(*r, b)) {
         // Its last token: nothing follows it, the next step can go without it.
       } else if (options_.async_steps && Pipelinable(*r) &&
-                 !(small_batch && planner_.MaySpeculate(*r))) {
+                 !(small_batch && planner_.MaySpeculate(*r) && b.spec.pause == 0)) {
         seq.pending = true;
         ++b.pending_samples;
       } else {

@@ -35,7 +35,9 @@
 // step planned ahead of its predecessor's answer. Pipelined steps (--async_steps) and
 // speculation exclude each other: in a batch small enough to speculate, the sampling steps
 // of requests that may speculate are followed synchronously (the next plan needs their
-// last token), whether or not the lookup then finds a match.
+// last token), whether or not the lookup then finds a match; except a branch whose next
+// decode step sits out a pause, which is pipelined like any other (its pause counted off
+// as it goes), so a proposer that is never right also leaves the steps back to back.
 //
 // Thread-compatible; pure functions except the branch state they are given.
 #ifndef FOLIO_SERVICES_SCHEDULER_SPECULATION_H_

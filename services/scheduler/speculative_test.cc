@@ -288,6 +288,30 @@ TEST_F(DraftModelTest, SameStreamsAsPlainDecoding) {
   }
 }
 
+// A draft that is never right: its branches sit out longer and longer pauses, and the
+// steps of a pause go back to back (pipelined) as without speculation, with the same
+// streams. Without the pauses' pipelining every step here would wait for the one before.
+TEST_F(DraftModelTest, BranchesSittingOutAPauseArePipelined) {
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    RequestSpec s = Spec(Prompt(4 + 3 * i), 90, i % 2 == 0 ? 0.0f : 0.8f);
+    s.sampling.seed = 7 + i;
+    s.ignore_eos = true;
+    specs.push_back(s);
+  }
+  MakeWith(SpeculativeMode::kOff, 256);
+  const std::vector<Choices> plain = RunAll(specs);
+  draft_weights_ = random_.get();
+  MakeWith(SpeculativeMode::kDraft, 256);
+  ExpectSame(plain, RunAll(specs));
+  const SchedulerStats stats = scheduler_->Stats();
+  EXPECT_GT(stats.num_spec_verifications, 4);
+  EXPECT_LT(stats.num_spec_accepted, stats.num_spec_proposed / 4);
+  EXPECT_GT(stats.num_steps_planned_ahead, stats.num_steps / 2)
+      << stats.num_steps_planned_ahead << " of " << stats.num_steps << " steps planned ahead";
+  ExpectPoolFull(256);
+}
+
 TEST_F(DraftModelTest, SameStreamsWhenAStarvedPoolPreempts) {
   const std::vector<RequestSpec> specs = Mixed();
   MakeWith(SpeculativeMode::kOff, 24);

@@ -127,10 +127,15 @@ std::vector<Granted> StepPlanner::ScheduleRunning(int32_t* budget,
       // branches wait to fork from it); min_tokens suppresses tokens by count, position by
       // position: only once reached.
       if (speculate && n == 1 && b.num_computed + 1 == b.num_tokens(r->spec.prompt) &&
-          b.pending_samples == 0 && MaySpeculate(*r) &&
-          static_cast<int32_t>(b.output.size()) >= r->spec.min_tokens) {
-        Propose(*r, &b, *budget - 1);
-        n += static_cast<int32_t>(b.draft.size());
+          MaySpeculate(*r) && static_cast<int32_t>(b.output.size()) >= r->spec.min_tokens) {
+        if (b.pending_samples == 0) {
+          Propose(*r, &b, *budget - 1);
+          n += static_cast<int32_t>(b.draft.size());
+        } else {
+          // Pipelined past its pause's steps (Scheduler::Send): its last token is not
+          // known yet, nothing is proposed, and the step counts off the pause.
+          ProposesThisStep(&b.spec);
+        }
       }
       want.push_back({r, static_cast<int32_t>(i), n});
       *budget -= n;

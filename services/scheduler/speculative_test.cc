@@ -33,7 +33,8 @@ class SpeculativeTest : public stories::StoriesSchedulerTest {
   }
 
   void MakeWith(SpeculativeMode mode, int32_t num_blocks, int32_t tp_size = 1,
-                double synth_len = 0.0, bool async = true, int32_t max_batched_tokens = 512) {
+                double synth_len = 0.0, bool async = true, int32_t max_batched_tokens = 512,
+                int32_t host_blocks = 0) {
     SchedulerOptions options;
     options.max_num_batched_tokens = max_batched_tokens;
     options.async_steps = async;
@@ -43,7 +44,7 @@ class SpeculativeTest : public stories::StoriesSchedulerTest {
     options.speculative.ngram_min = 1;
     options.speculative.synth_len = synth_len;
     options.speculative.max_batch = 64;
-    Make(num_blocks, tp_size, options);
+    Make(num_blocks, tp_size, options, host_blocks);
   }
 
   std::vector<RequestSpec> Mixed() {
@@ -310,6 +311,38 @@ TEST_F(DraftModelTest, BranchesSittingOutAPauseArePipelined) {
   EXPECT_GT(stats.num_steps_planned_ahead, stats.num_steps / 2)
       << stats.num_steps_planned_ahead << " of " << stats.num_steps << " steps planned ahead";
   ExpectPoolFull(256);
+}
+
+// A host slot holds the draft's KV of the block after the model's: a conversation whose
+// history comes back from the host tier into a fresh worker (both pools empty) drafts as
+// well as one that computed its history, instead of drafting over blocks the draft never
+// wrote.
+TEST_F(DraftModelTest, BlocksLoadedFromTheHostTierComeBackWithTheDraftsKv) {
+  draft_weights_ = self_.get();
+  RequestSpec first = Spec(Prompt(100), 40, 0.0f);
+  first.ignore_eos = true;
+  MakeWith(SpeculativeMode::kDraft, 64);
+  const Choices answer = Run(first);
+  std::vector<int32_t> history = first.prompt;
+  history.insert(history.end(), answer.tokens.at(0).begin(), answer.tokens.at(0).end());
+  RequestSpec second = Spec(history, 40, 0.0f);
+  second.ignore_eos = true;
+  // The second turn computed from its tokens: what drafting over a right KV accepts.
+  MakeWith(SpeculativeMode::kDraft, 64);
+  const Choices computed = Run(second);
+  const int64_t computed_accepted = scheduler_->Stats().num_spec_accepted;
+  ASSERT_GT(computed_accepted, 20);
+
+  // With the tier: the first turn stores its blocks; a fresh worker loads them.
+  MakeWith(SpeculativeMode::kDraft, 64, 1, 0.0, true, 512, /*host_blocks=*/32);
+  Run(first);
+  MakeWith(SpeculativeMode::kDraft, 64, 1, 0.0, true, 512, /*host_blocks=*/32);
+  const Choices loaded = Run(second);
+  EXPECT_EQ(loaded.tokens, computed.tokens);
+  EXPECT_GE(loaded.cached_prompt_tokens, 128) << "the history came back from the host tier";
+  EXPECT_GE(scheduler_->Stats().num_spec_accepted, computed_accepted * 9 / 10)
+      << "the loaded blocks' draft KV is the draft's own";
+  ExpectPoolFull(64);
 }
 
 TEST_F(DraftModelTest, SameStreamsWhenAStarvedPoolPreempts) {

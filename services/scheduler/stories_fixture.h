@@ -124,13 +124,13 @@ class StoriesSchedulerTest : public ::testing::Test {
     ASSERT_EQ(runner_->num_blocks(), num_blocks);
     if (host_blocks > 0) {
       ASSERT_EQ(tp_size, 1) << "the host tier fixture runs one rank";
-      ASSERT_EQ(draft_weights_, nullptr) << "the host tier fixture runs no draft model";
-      const int64_t per_block =
-          static_cast<worker::CpuModelRunner&>(*runner_).kv_cache().bytes_per_block();
+      // A slot: the model's KV of a block, and a draft model's after it.
+      const int64_t per_block = runner_->host_bytes_per_block();
       host_.reset();
       host_ = *worker::HostKvSegment::Open(
           "folio-test-" + std::to_string(getpid()), worker::HostKvSegment::kHeaderBytes +
-          host_blocks * per_block, per_block, "stories260K");
+          host_blocks * per_block, per_block,
+          draft_weights_ == nullptr ? "stories260K" : "stories260K+draft");
       if (host_tier_ == nullptr || host_tier_->id() != host_->id()) {
         host_tier_ = std::make_shared<cachemgr::HostTier>(host_blocks, 16, host_->id());
       } else {
@@ -139,6 +139,7 @@ class StoriesSchedulerTest : public ::testing::Test {
     }
     if (disk_blocks > 0) {
       ASSERT_GT(host_blocks, 0) << "the disk tier lies below the host tier";
+      ASSERT_EQ(draft_weights_, nullptr) << "the disk tier fixture runs no draft model";
       if (disk_root_.empty()) {
         char pattern[] = "/tmp/folio-disk-tier-XXXXXX";
         ASSERT_NE(mkdtemp(pattern), nullptr);

@@ -11,16 +11,23 @@ namespace folio::worker {
 
 absl::Status WorkerService::AttachOffloadTiers(int64_t bytes_per_block, int32_t block_size) {
   if (options_.kv_host_bytes <= 0) return absl::OkStatus();
+  // A slot holds the runner's whole block: the model's KV, and a draft model's after it.
+  const int64_t slot_bytes = runner_->host_bytes_per_block();
   // The segment outlives this process: a worker that restarts finds its blocks again.
-  if (host_ == nullptr || host_->bytes_per_block() != bytes_per_block) {
+  if (host_ == nullptr || host_->bytes_per_block() != slot_bytes) {
     host_.reset();
     const ModelConfig& c = weights_->config;
-    const std::string fingerprint = absl::StrCat(
+    std::string fingerprint = absl::StrCat(
         "model=", options_.model_identity, ";name=", c.name, ";arch=", c.architecture,
         ";file_bytes=", weights_->file_bytes(), ";layers=", c.num_layers,
         ";kv_heads=", c.num_kv_heads, ";head_dim=", c.head_dim,
         ";kv_dtype=", kernels::KvDTypeName(options_.kv_dtype), ";block_size=", block_size,
         ";tp=", options_.tp_rank, "/", options_.tp_size);
+    if (options_.draft_weights != nullptr) {
+      const ModelConfig& d = options_.draft_weights->config;
+      absl::StrAppend(&fingerprint, ";draft=", d.name, "/", d.num_layers, "/",
+                      options_.draft_weights->file_bytes());
+    }
     std::string name = options_.kv_host_name;
     if (name.empty()) {
       const int port = listen_port_.load();
@@ -32,7 +39,7 @@ absl::Status WorkerService::AttachOffloadTiers(int64_t bytes_per_block, int32_t 
       name = absl::StrCat("folio-kv-", port, "-rank", options_.tp_rank);
     }
     absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
-        name, options_.kv_host_bytes, bytes_per_block, fingerprint);
+        name, options_.kv_host_bytes, slot_bytes, fingerprint);
     if (!host.ok()) {
       metrics_.host_bytes.Set(0);
       absl::MutexLock lock(&info_mu_);

@@ -176,9 +176,10 @@ class WorkerService final : public folio::internal::v1::Worker::CallbackService 
 
   // Reads VmRSS and VmHWM into the resident gauges; logs it against the bound when `log`.
   void UpdateResident(bool log);
-  // --kv_host_bytes (offload_tiers.cc): opens the host segment for blocks of this size (or
-  // keeps the one open) and the disk store under it, and gives them to the runner. On an
-  // error the caller drops the runner.
+  // --kv_host_bytes (offload_tiers.cc): opens the host segment for the runner's blocks
+  // (ModelRunner::host_bytes_per_block: a draft model's KV too), or keeps the one open,
+  // and the disk store under it for the model's blocks of `bytes_per_block`, and gives
+  // them to the runner. On an error the caller drops the runner.
   absl::Status AttachOffloadTiers(int64_t bytes_per_block, int32_t block_size);
   // --kv_disk_dir: opens the disk store for blocks of this shape (or keeps the one open)
   // and gives it to the runner.

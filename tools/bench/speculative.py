@@ -84,6 +84,8 @@ def parse_args(argv):
     p.add_argument("--draft", action="store_true",
                    help="the synthetic part proposes with the draft model on both engines "
                         "(Folio: --speculative=draft; llama-server: -md, as --llama_draft)")
+    p.add_argument("--clients", default="32,4",
+                   help="batched part: concurrent clients (and requests) per run, in order")
     p.add_argument("--spec_max_batch", type=int, default=32,
                    help="the batched part's --spec_max_batch (32: every client may speculate; "
                         "./folio serve's default is 8)")
@@ -298,7 +300,7 @@ def batched(s):
     a = s.a
     model = model_1b(s)
     modes = ["off", "ngram"] + (["draft"] if a.draft else [])
-    for clients in [32, 4]:
+    for clients in [int(c) for c in a.clients.split(",")]:
         for mode in modes:
             extra = ["--speculative=" + mode, f"--spec_max_batch={a.spec_max_batch}"]
             if mode == "draft":

@@ -155,7 +155,8 @@ class CpuModelRunner final : public ModelRunner {
       const ModelWeights& weights, const CpuModelRunnerOptions& options);
 
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
-  absl::Status SetHostSegment(const HostKvSegment* host) override;
+  absl::Status SetHostSegmentAt(const HostKvSegment* host, int64_t offset) override;
+  int64_t host_bytes_per_block() const override { return kv_->bytes_per_block(); }
   absl::Status SetDiskStore(KvDiskStore* disk) override;
 
   const ModelConfig& config() const override { return weights_.config; }
@@ -255,7 +256,8 @@ class CpuModelRunner final : public ModelRunner {
 
   WeightShard weights_;
   std::unique_ptr<KvCache> kv_;
-  const HostKvSegment* host_ = nullptr;  // SetHostSegment
+  const HostKvSegment* host_ = nullptr;  // SetHostSegmentAt
+  int64_t host_offset_ = 0;              // this runner's part of each slot
   KvDiskStore* disk_ = nullptr;          // SetDiskStore
   std::vector<uint8_t> disk_staging_;    // one block read from disk
   std::shared_ptr<kernels::ThreadPool> pool_;  // options.pool, or its own

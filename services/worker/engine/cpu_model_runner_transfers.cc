@@ -13,13 +13,17 @@
 
 namespace folio::worker {
 
-absl::Status CpuModelRunner::SetHostSegment(const HostKvSegment* host) {
-  if (host != nullptr && host->bytes_per_block() != kv_->bytes_per_block()) {
+absl::Status CpuModelRunner::SetHostSegmentAt(const HostKvSegment* host, int64_t offset) {
+  // A slot may hold more than this pool's block (a draft model's after it), never less.
+  if (host != nullptr &&
+      (offset < 0 || offset + kv_->bytes_per_block() > host->bytes_per_block())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host KV segment ", host->name(), " holds blocks of ", host->bytes_per_block(),
-        " bytes, the pool's are ", kv_->bytes_per_block()));
+        " bytes, the pool's are ", kv_->bytes_per_block(),
+        offset > 0 ? absl::StrCat(" at byte ", offset) : ""));
   }
   host_ = host;
+  host_offset_ = offset;
   return absl::OkStatus();
 }
 
@@ -68,15 +72,15 @@ absl::Status CpuModelRunner::RunTransfers(absl::Span<const HostTransfer> transfe
   for (const HostTransfer& t : transfers) {
     switch (t.kind) {
       case HostTransfer::Kind::kStore:
-        kv_->CopyBlockOut(t.block, host_->slot(t.host_slot));
+        kv_->CopyBlockOut(t.block, host_->slot(t.host_slot) + host_offset_);
         break;
       case HostTransfer::Kind::kLoad:
-        kv_->CopyBlockIn(t.block, host_->slot(t.host_slot));
+        kv_->CopyBlockIn(t.block, host_->slot(t.host_slot) + host_offset_);
         break;
       case HostTransfer::Kind::kSpill:
         // Without a disk tier a spill is dropped: the index finds no file, a miss.
         if (disk_ != nullptr) {
-          disk_->Spill(t.hash_hi, t.hash_lo, t.tokens, host_->slot(t.host_slot));
+          disk_->Spill(t.hash_hi, t.hash_lo, t.tokens, host_->slot(t.host_slot) + host_offset_);
         }
         break;
       case HostTransfer::Kind::kLoadDisk: {

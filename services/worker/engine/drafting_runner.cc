@@ -73,6 +73,16 @@ absl::StatusOr<std::unique_ptr<DraftingRunner>> DraftingRunner::Create(
       new DraftingRunner(std::move(target), std::move(draft), group));
 }
 
+absl::Status DraftingRunner::SetHostSegmentAt(const HostKvSegment* host, int64_t offset) {
+  if (absl::Status s = target_->SetHostSegmentAt(host, offset); !s.ok()) return s;
+  const absl::Status s = draft_->SetHostSegmentAt(host, offset + target_->host_bytes_per_block());
+  if (!s.ok()) {
+    target_->SetHostSegmentAt(nullptr, 0).IgnoreError();  // neither, rather than one
+    return absl::Status(s.code(), absl::StrCat("draft model: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   const ModelConfig& c = target_->config();
   StepLimits limits;
@@ -94,6 +104,13 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   std::vector<Drafting> drafting;
   StepInput rows;  // 1. every row the target computes, and the first proposals
   rows.block_copies = step.block_copies;
+  // The host tier's stores and loads of the draft's part of each slot (spills and disk
+  // loads move the target's KV only: see the file comment).
+  for (const HostTransfer& t : step.host_transfers) {
+    if (t.kind == HostTransfer::Kind::kStore || t.kind == HostTransfer::Kind::kLoad) {
+      rows.host_transfers.push_back(t);
+    }
+  }
   const int32_t draft_context = draft_->config().max_seq_len;
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     const SequenceStep& s = step.seqs[i];
@@ -119,7 +136,9 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   StepInput verified = step;
   // Under tensor parallelism only rank 0 drafts: the others take its proposals below.
   const bool drafts = group_ == nullptr || group_->rank() == 0;
-  if (drafts && (!rows.seqs.empty() || !rows.block_copies.empty())) {  // copies keep its pool in step
+  // Copies and transfers keep its pool in step with the target's.
+  if (drafts && (!rows.seqs.empty() || !rows.block_copies.empty() ||
+                 !rows.host_transfers.empty())) {
     absl::StatusOr<StepOutput> out = draft_->Execute(rows);
     if (!out.ok()) {
       return absl::Status(out.status().code(),

@@ -27,10 +27,13 @@
 // there were the accepted proposals); rows past it are written again when the sequence
 // gets there, as the target's are.
 //
-// What the draft's KV does not follow: blocks loaded from the offload tiers (the host and
-// disk transfers copy the target's KV only) keep whatever the draft last wrote there, and
-// a sequence past the draft's own context is not drafted (its placeholders are verified as
-// they are). Both only lower acceptance. Tensor parallelism: rank 0 runs the whole draft
+// The offload tiers: a host slot holds the draft's KV of the block after the target's
+// (host_bytes_per_block is their sum), and the draft runs the step's stores and loads on
+// its part as the target does on its own, so a block loaded from the host tier comes back
+// with its draft KV. The disk tier keeps the target's KV only (its files are shared with
+// replicas that may have no draft): a block loaded from disk keeps whatever the draft last
+// wrote there, as does a sequence past the draft's own context (not drafted: its
+// placeholders are verified as they are). Both only lower acceptance. Tensor parallelism: rank 0 runs the whole draft
 // (unsharded: it is small) and one all-reduce gives its proposals to the other ranks
 // before the model verifies (they add zeros); the other ranks hold a draft pool they do
 // not use. Every rank must be given the same draft model (the sequences drafted depend on
@@ -73,8 +76,10 @@ class DraftingRunner final : public ModelRunner {
   // anything; a bad host transfer is refused by the target after the draft wrote its rows
   // (the draft's KV is only a hint: nothing served depends on it).
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
-  absl::Status SetHostSegment(const HostKvSegment* host) override {
-    return target_->SetHostSegment(host);
+  // The target's part of each slot at `offset`, the draft's right after it.
+  absl::Status SetHostSegmentAt(const HostKvSegment* host, int64_t offset) override;
+  int64_t host_bytes_per_block() const override {
+    return target_->host_bytes_per_block() + draft_->host_bytes_per_block();
   }
   absl::Status SetDiskStore(KvDiskStore* disk) override { return target_->SetDiskStore(disk); }
 

@@ -33,11 +33,16 @@ class ModelRunner {
   virtual absl::StatusOr<StepOutput> Execute(const StepInput& step) = 0;
 
   // The host KV tier's segment (host_kv_segment.h; must outlive the runner, or be
-  // replaced first) that steps' host_transfers copy to and from. Unimplemented for a
-  // backend without a host tier.
-  virtual absl::Status SetHostSegment(const HostKvSegment* host) {
+  // replaced first) that steps' host_transfers copy to and from: a slot holds a block's
+  // host_bytes_per_block() bytes. Unimplemented for a backend without a host tier.
+  absl::Status SetHostSegment(const HostKvSegment* host) { return SetHostSegmentAt(host, 0); }
+  // The same, this runner's part of each slot starting at byte `offset` (a drafting
+  // runner keeps its draft model's KV after the model's: drafting_runner.h).
+  virtual absl::Status SetHostSegmentAt(const HostKvSegment* host, int64_t offset) {
     return absl::UnimplementedError("this backend has no host KV tier");
   }
+  // What a host slot holds for one block of this runner's pool (0: no host tier).
+  virtual int64_t host_bytes_per_block() const { return 0; }
   // The KV disk tier's store (kv_disk_store.h; the same lifetime rule) that steps' spills
   // write and disk loads read. Unimplemented for a backend without one.
   virtual absl::Status SetDiskStore(KvDiskStore* disk) {

@@ -104,8 +104,9 @@ bool Recovery::Poll(absl::Time now) {
     if (attempt->cache.ok()) attempt->workers = workers_->Restore();
     if (attempt->cache.ok() && attempt->workers.ok()) {
       // A worker that came back with a new host segment or other disk settings: the
-      // tiers' indexes follow.
-      attempt->workers = cache_->SetTiers(workers_->tiers());
+      // tiers' indexes follow. A failure counts as the cache manager's, so that the next
+      // attempt restores it first (it may have restarted since: a pool to configure again).
+      attempt->cache = cache_->SetTiers(workers_->tiers());
     }
     attempt->done.Notify();
   });

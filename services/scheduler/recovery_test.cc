@@ -70,6 +70,12 @@ class RestartableCache final : public CacheClient {
     absl::MutexLock lock(&mu_);
     return restores_;
   }
+  // SetTiers fails until Restore has been called `n` times in all: the cache manager
+  // restarted while recovery was under way (its pool must be configured again).
+  void FailSetTiersUntilRestores(int n) {
+    absl::MutexLock lock(&mu_);
+    tiers_after_restores_ = n;
+  }
   // A newer scheduler claimed the pool: every call is refused as fenced.
   void Fence() {
     absl::MutexLock lock(&mu_);
@@ -84,6 +90,13 @@ class RestartableCache final : public CacheClient {
     return manager_->Step(request);
   }
   absl::Status Reset() override { return Restore(); }
+  absl::Status SetTiers(const OffloadTiers&) override {
+    absl::MutexLock lock(&mu_);
+    if (restores_ < tiers_after_restores_) {
+      return absl::UnavailableError("cache manager Reset: the block pool is not configured yet");
+    }
+    return absl::OkStatus();
+  }
   absl::Status Restore() override {
     absl::MutexLock lock(&mu_);
     if (!alive_) return absl::UnavailableError("cache manager: Connection refused");
@@ -107,6 +120,7 @@ class RestartableCache final : public CacheClient {
   bool alive_ ABSL_GUARDED_BY(mu_) = true;
   int kill_after_ ABSL_GUARDED_BY(mu_) = -1;
   int restores_ ABSL_GUARDED_BY(mu_) = 0;
+  int tiers_after_restores_ ABSL_GUARDED_BY(mu_) = 0;
   bool fenced_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -393,6 +407,23 @@ TEST_F(RecoveryTest, AWorkerThatDiesAndRestartsLosesNoStream) {
   EXPECT_EQ(Metric("folio_scheduler_recovering"), 0);
   EXPECT_EQ(Metric("folio_scheduler_recovery_first_token_seconds_count"), 1);
   EXPECT_GE(cache_->restores(), 1) << "the pool was rebuilt: its prefix cache named lost KV";
+}
+
+// The tiers' update after the workers came back fails (the cache manager restarted
+// meanwhile, its pool to configure again): the next attempt restores the cache manager
+// first, rather than updating the tiers of a pool that is not there, attempt after attempt.
+TEST_F(RecoveryTest, AFailedTierUpdateRestoresTheCacheManagerAgain) {
+  const std::vector<Choices> want = Undisturbed();
+  Make(/*recovery_timeout=*/absl::Seconds(10));
+  worker_->KillAfter(12);
+  worker_->RestartAfterProbes(2);
+  const int restores = cache_->restores();
+  cache_->FailSetTiersUntilRestores(restores + 2);
+  const std::vector<Choices> got = Run(Mix());
+  ExpectSameStreams(want, got);
+  ExpectPoolFull();
+  EXPECT_EQ(cache_->restores(), restores + 2);
+  EXPECT_EQ(Metric("folio_scheduler_recoveries_total{service=\"worker\"}"), 1);
 }
 
 TEST_F(RecoveryTest, ACacheManagerThatDiesAndRestartsLosesNoStream) {

@@ -52,7 +52,8 @@ ABSL_FLAG(std::string, kv_host_bytes, "0",
           "(/dev/shm/<--kv_host_name>) that holds a copy of every computed full KV block, so "
           "prefixes evicted from the pool, or lost with a restarted worker, load back instead "
           "of being recomputed. 0 (default): no tier. Same units as --kv_cache_bytes. "
-          "--device=cpu only.");
+          "With --draft_model a slot also holds the draft's KV of its block (fewer blocks "
+          "in the same bytes). --device=cpu only.");
 ABSL_FLAG(std::string, kv_host_name, "",
           "The host tier's shared-memory segment name; it must stay the same across restarts "
           "of this rank for the tier to survive them, and differ between ranks on one machine. "

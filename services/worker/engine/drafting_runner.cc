@@ -134,8 +134,18 @@ absl::StatusOr<StepOutput> DraftingRunner::Execute(const StepInput& step) {
   }
 
   StepInput verified = step;
-  // Under tensor parallelism only rank 0 drafts: the others take its proposals below.
+  // Under tensor parallelism only rank 0 drafts: the others take its proposals below. They
+  // still run the draft's copies and transfers (memory moves only), so that a step whose
+  // transfers the draft refuses is refused by every rank at the same point, before the
+  // proposals' exchange.
   const bool drafts = group_ == nullptr || group_->rank() == 0;
+  if (!drafts && (!rows.block_copies.empty() || !rows.host_transfers.empty())) {
+    rows.seqs.clear();
+    if (absl::StatusOr<StepOutput> out = draft_->Execute(rows); !out.ok()) {
+      return absl::Status(out.status().code(),
+                          absl::StrCat("draft model: ", out.status().message()));
+    }
+  }
   // Copies and transfers keep its pool in step with the target's.
   if (drafts && (!rows.seqs.empty() || !rows.block_copies.empty() ||
                  !rows.host_transfers.empty())) {

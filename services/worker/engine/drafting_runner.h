@@ -72,9 +72,10 @@ class DraftingRunner final : public ModelRunner {
       Communicator* group = nullptr);
 
   // Drafts the proposals of the sequences with draft_by_model, then runs the target (see
-  // the file comment). A step ValidateStep refuses is refused before either model writes
-  // anything; a bad host transfer is refused by the target after the draft wrote its rows
-  // (the draft's KV is only a hint: nothing served depends on it).
+  // the file comment). A step ValidateStep refuses, or with a bad host-tier store or load
+  // (the draft checks them first, on every rank), is refused before either model writes
+  // anything; a bad spill or disk load is refused by the target after the draft wrote its
+  // rows (the draft's KV is only a hint: nothing served depends on it).
   absl::StatusOr<StepOutput> Execute(const StepInput& step) override;
   // The target's part of each slot at `offset`, the draft's right after it.
   absl::Status SetHostSegmentAt(const HostKvSegment* host, int64_t offset) override;

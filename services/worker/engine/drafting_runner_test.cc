@@ -5,6 +5,8 @@
 // models are refused; under tensor parallelism every rank verifies rank 0's proposals.
 #include "services/worker/engine/drafting_runner.h"
 
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "services/worker/dist/gloo_communicator.h"
 #include "services/worker/dist/kv_store.h"
 #include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/host_kv_segment.h"
 #include "services/worker/engine/test_models.h"
 
 namespace folio::worker {
@@ -174,6 +177,54 @@ TEST_F(DraftingRunnerTest, EveryRankOfAGroupVerifiesRankZerosProposals) {
   EXPECT_EQ(drafted[0].tokens, drafted[1].tokens);
   EXPECT_EQ(drafted[0].accepted, drafted[1].accepted);
   EXPECT_GT(comms[1]->counts().all_reduces, 10);
+}
+
+// A host slot holds the draft's KV after the model's; a store or load the draft cannot
+// run (a slot outside the segment) is refused by every rank of a group alike, before the
+// proposals' exchange, rather than by rank 0 alone while the others wait for it.
+TEST_F(DraftingRunnerTest, EveryRankRefusesABadHostTransferBeforeTheExchange) {
+  KvStore store;
+  std::vector<absl::Status> refused(2);
+  std::vector<std::string> segments(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    segments[r] = "folio-drafting-test-" + std::to_string(getpid()) + "-" + std::to_string(r);
+    ranks.emplace_back([&, r] {
+      LocalGlooStore gloo_store(&store, absl::Seconds(30));
+      GlooCommunicatorOptions o;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout = absl::Seconds(5);
+      absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+          GlooCommunicator::Create(o, gloo_store);
+      CHECK(comm.ok()) << comm.status();
+      absl::StatusOr<std::unique_ptr<DraftingRunner>> runner = DraftingRunner::Create(
+          Runner(*target_weights_), Runner(*self_weights_), comm->get());
+      CHECK(runner.ok()) << runner.status();
+      const int64_t per_block = (*runner)->host_bytes_per_block();
+      CHECK_GT(per_block, Runner(*target_weights_)->host_bytes_per_block());
+      absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
+          segments[r], HostKvSegment::kHeaderBytes + 4 * per_block, per_block, "test");
+      CHECK(host.ok()) << host.status();
+      CHECK((*runner)->SetHostSegment(host->get()).ok());
+      StepInput step;
+      SequenceStep s;
+      s.seq_id = 1;
+      s.token_ids = {1, 0, 0};
+      s.num_draft_tokens = 2;
+      s.draft_by_model = true;
+      s.block_table = {0};
+      step.seqs = {s};
+      step.host_transfers.push_back({.kind = HostTransfer::Kind::kStore, .block = 1,
+                                     .host_slot = 4});  // the segment holds slots 0 .. 3
+      refused[r] = (*runner)->Execute(step).status();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(refused[r].code(), absl::StatusCode::kInvalidArgument) << r << ": " << refused[r];
+    EXPECT_TRUE(HostKvSegment::Unlink(segments[r]).ok());
+  }
 }
 
 TEST_F(DraftingRunnerTest, RefusesMalformedStepsAndMismatchedModels) {

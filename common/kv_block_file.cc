@@ -8,7 +8,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -172,36 +175,44 @@ bool ParseKvBlockFileName(absl::string_view name, uint64_t* hash_hi, uint64_t* h
 }
 
 namespace {
-constexpr absl::string_view kDiskBlocksMarker = "disk blocks: ";
-}  // namespace
 
-std::string FormatKvDiskBlocks(absl::Span<const std::pair<uint64_t, uint64_t>> blocks) {
-  std::string out(kDiskBlocksMarker);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? "" : ",", absl::StrFormat("%016x%016x", blocks[i].first,
-                                                             blocks[i].second));
-  }
-  return out;
+void AppendLittleEndian(uint64_t v, std::string* out) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> ParseKvDiskBlocks(absl::string_view message) {
-  // Every list: a refusal of several ranks joins their messages.
+uint64_t ReadLittleEndian(absl::string_view bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+absl::Status WithKvDiskBlocks(absl::Status status,
+                              absl::Span<const std::pair<uint64_t, uint64_t>> blocks) {
+  if (status.ok() || blocks.empty()) return status;
+  std::vector<std::pair<uint64_t, uint64_t>> all = KvDiskBlocksOf(status);
+  for (const auto& b : blocks) {
+    if (std::find(all.begin(), all.end(), b) == all.end()) all.push_back(b);
+  }
+  std::string payload;
+  payload.reserve(all.size() * 16);
+  for (const auto& [hi, lo] : all) {
+    AppendLittleEndian(hi, &payload);
+    AppendLittleEndian(lo, &payload);
+  }
+  status.SetPayload(kKvDiskBlocksPayload, absl::Cord(payload));
+  return status;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> KvDiskBlocksOf(const absl::Status& status) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (size_t at = message.find(kDiskBlocksMarker); at != absl::string_view::npos;
-       at = message.find(kDiskBlocksMarker, at + 1)) {
-    absl::string_view rest = message.substr(at + kDiskBlocksMarker.size());
-    while (rest.size() >= 32) {
-      uint64_t hi = 0, lo = 0;
-      if (!absl::SimpleHexAtoi(rest.substr(0, 16), &hi) ||
-          !absl::SimpleHexAtoi(rest.substr(16, 16), &lo)) {
-        break;
-      }
-      if (std::find(out.begin(), out.end(), std::make_pair(hi, lo)) == out.end()) {
-        out.emplace_back(hi, lo);
-      }
-      rest.remove_prefix(32);
-      if (!absl::ConsumePrefix(&rest, ",")) break;
-    }
+  const auto payload = status.GetPayload(kKvDiskBlocksPayload);  // absl::optional
+  if (!payload.has_value() || payload->size() % 16 != 0) return out;
+  const std::string bytes(*payload);
+  for (size_t at = 0; at < bytes.size(); at += 16) {
+    const absl::string_view block = absl::string_view(bytes).substr(at, 16);
+    out.emplace_back(ReadLittleEndian(block.substr(0, 8)), ReadLittleEndian(block.substr(8)));
   }
   return out;
 }

@@ -62,12 +62,17 @@ std::string KvBlockFileName(uint64_t hash_hi, uint64_t hash_lo, int32_t rank);
 bool ParseKvBlockFileName(absl::string_view name, uint64_t* hash_hi, uint64_t* hash_lo);
 int64_t KvBlockFileBytes(int32_t block_size, int64_t payload_bytes);
 
-// How a worker's DATA_LOSS refusal names the blocks it could not load ("disk blocks:
-// <32 hex digits>,<32 hex digits>" at the end of the message), so that the scheduler can
-// tell the cache manager which to drop; and the blocks such a message names (none when it
-// has no such list).
-std::string FormatKvDiskBlocks(absl::Span<const std::pair<uint64_t, uint64_t>> blocks);
-std::vector<std::pair<uint64_t, uint64_t>> ParseKvDiskBlocks(absl::string_view message);
+// The blocks (chained hashes as (hi, lo)) a worker could not load from disk, carried by
+// its DATA_LOSS refusal as a payload of the status (kKvDiskBlocksPayload: 16 bytes a
+// block, hi then lo, little-endian), which crosses gRPC in the status details
+// (common/grpc_status.h); the scheduler tells the cache manager which to drop.
+// WithKvDiskBlocks adds `blocks` to those `status` names already (each once; a refusal of
+// several ranks gathers theirs); KvDiskBlocksOf reads them (none without the payload, or
+// from one whose length is not a whole number of blocks).
+inline constexpr absl::string_view kKvDiskBlocksPayload = "type.folio.dev/folio.KvDiskBlocks";
+absl::Status WithKvDiskBlocks(absl::Status status,
+                              absl::Span<const std::pair<uint64_t, uint64_t>> blocks);
+std::vector<std::pair<uint64_t, uint64_t>> KvDiskBlocksOf(const absl::Status& status);
 
 struct KvBlockFileKey {
   uint64_t namespace_hash = 0;

@@ -1,12 +1,14 @@
 // libFuzzer target: the disk KV tier's block-file reader (kv_block_file.h) on arbitrary
 // bytes must return a Status, never crash or read past the file; a file it accepts must be
 // exactly the file WriteKvBlockFile writes for the tokens and payload it returned (the
-// format has one spelling, so a damaged file is never taken for a good one). Built only
+// format has one spelling, so a damaged file is never taken for a good one). The same
+// bytes also go through the reader of the disk blocks a refusal carries. Built only
 // with -DFOLIO_FUZZ=ON (clang); see tools/run_fuzz.sh.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "common/kv_block_file.h"
 
 namespace {
@@ -44,7 +47,29 @@ std::vector<uint8_t> ReadWhole(const std::string& path) {
 
 }  // namespace
 
+// The same bytes as the disk blocks a refusal carries (WithKvDiskBlocks' payload): read
+// back only as whole blocks, and written again to the same bytes when they name each
+// block once.
+void CheckDiskBlocksPayload(const uint8_t* data, size_t size) {
+  absl::Status refused = absl::DataLossError("fuzz");
+  refused.SetPayload(folio::kKvDiskBlocksPayload,
+                     absl::Cord(absl::string_view(reinterpret_cast<const char*>(data), size)));
+  const std::vector<std::pair<uint64_t, uint64_t>> blocks = folio::KvDiskBlocksOf(refused);
+  if (size % 16 != 0) {
+    if (!blocks.empty()) std::abort();
+    return;
+  }
+  if (blocks.size() != size / 16) std::abort();
+  std::vector<std::pair<uint64_t, uint64_t>> distinct;
+  for (const auto& b : blocks) {
+    if (std::find(distinct.begin(), distinct.end(), b) == distinct.end()) distinct.push_back(b);
+  }
+  const absl::Status again = folio::WithKvDiskBlocks(absl::DataLossError("fuzz"), blocks);
+  if (folio::KvDiskBlocksOf(again) != distinct) std::abort();
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  CheckDiskBlocksPayload(data, size);
   const std::string& dir = Dir();
   {
     std::ofstream out(Path(dir), std::ios::binary | std::ios::trunc);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc_status.h"
 #include "gtest/gtest.h"
 
 namespace folio {
@@ -145,18 +146,37 @@ TEST(KvBlockFileNamesTest, NamesAndNamespacesRoundTrip) {
   EXPECT_FALSE(ParseKvNamespaceDir("/var/kv").ok());
 }
 
-// A refusal names the blocks it could not load; one of several ranks joins their messages,
-// and every list is read back, each block once.
-TEST(KvDiskBlocksTest, FormatAndParseRoundTripOverSeveralRanks) {
-  const std::vector<std::pair<uint64_t, uint64_t>> a = {{1, 2}, {0xffffffffffffffffULL, 0}};
-  const std::string one = "3 KV block(s) could not be loaded (no file); " + FormatKvDiskBlocks(a);
-  EXPECT_EQ(ParseKvDiskBlocks(one), a);
-  const std::string two = "worker rank 1 of 2: " + one + "; rank 0: x; " +
-                          FormatKvDiskBlocks(std::vector<std::pair<uint64_t, uint64_t>>{{5, 6}, {1, 2}});
-  EXPECT_EQ(ParseKvDiskBlocks(two),
-            (std::vector<std::pair<uint64_t, uint64_t>>{{1, 2}, {0xffffffffffffffffULL, 0}, {5, 6}}));
-  EXPECT_TRUE(ParseKvDiskBlocks("worker rank 0: Socket closed").empty());
-  EXPECT_TRUE(ParseKvDiskBlocks("disk blocks: 12zz").empty());
+// A refusal names the blocks it could not load in a payload; the refusal of several ranks
+// gathers theirs, each block once; and the payload crosses gRPC (status details) intact.
+TEST(KvDiskBlocksTest, RefusalsCarryTheirBlocksOverSeveralRanksAndThroughGrpc) {
+  using Blocks = std::vector<std::pair<uint64_t, uint64_t>>;
+  const Blocks a = {{1, 2}, {0xffffffffffffffffULL, 0}};
+  const absl::Status one =
+      WithKvDiskBlocks(absl::DataLossError("2 KV block(s) could not be loaded"), a);
+  EXPECT_EQ(KvDiskBlocksOf(one), a);
+  EXPECT_EQ(one.message(), "2 KV block(s) could not be loaded");
+  const absl::Status two = WithKvDiskBlocks(one, Blocks{{5, 6}, {1, 2}});
+  EXPECT_EQ(KvDiskBlocksOf(two), (Blocks{{1, 2}, {0xffffffffffffffffULL, 0}, {5, 6}}));
+  EXPECT_TRUE(KvDiskBlocksOf(absl::UnavailableError("worker rank 0: Socket closed")).empty());
+  EXPECT_TRUE(WithKvDiskBlocks(absl::OkStatus(), a).ok());
+  absl::Status cut = absl::DataLossError("x");
+  cut.SetPayload(kKvDiskBlocksPayload, absl::Cord("0123456789abcde"));  // 15 bytes
+  EXPECT_TRUE(KvDiskBlocksOf(cut).empty());
+
+  const grpc::Status wire = ToGrpcStatus(two);
+  EXPECT_EQ(wire.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_FALSE(wire.error_details().empty());
+  const absl::Status back = FromGrpcStatus(wire);
+  EXPECT_EQ(back.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(back.message(), two.message());
+  EXPECT_EQ(KvDiskBlocksOf(back), KvDiskBlocksOf(two));
+  // No payload: no details; details that do not parse leave the code and message.
+  EXPECT_TRUE(ToGrpcStatus(absl::DataLossError("y")).error_details().empty());
+  const absl::Status garbage =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::DATA_LOSS, "z", "\xff\xff\xff"));
+  EXPECT_EQ(garbage.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(garbage.message(), "z");
+  EXPECT_TRUE(KvDiskBlocksOf(garbage).empty());
 }
 
 }  // namespace

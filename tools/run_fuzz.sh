@@ -15,7 +15,7 @@
 #   reasoning_fuzz       the <think> reasoning splitter (whole = streamed, the rules, nothing
 #                        but the tags and whitespace around them dropped)
 #   kv_block_file_fuzz   the disk KV tier's block-file reader (an accepted file is exactly
-#                        what the writer writes)
+#                        what the writer writes) and the disk blocks a refusal carries
 #
 #   tools/run_fuzz.sh [max_total_time_seconds_per_target] [target...]
 #   (default 30; targets default to all; gguf, bpe, openai, jinja, safetensors,

@@ -12,6 +12,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/kv_block_file.h"
 #include "common/scheduler_epoch.h"
 #include "glog/logging.h"
 
@@ -697,14 +698,18 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Finish() {
       absl::StrAppend(&message, " (no answer within the step deadline of ",
                       absl::FormatDuration(timeout_), ")");
     }
+    // The disk blocks any rank could not load (every rank's, each once).
+    std::vector<std::pair<uint64_t, uint64_t>> bad_blocks;
     for (int rank = 0; rank < n; ++rank) {
       const grpc::Status& s = c.calls[rank].status;
+      for (const auto& b : KvDiskBlocksOf(FromGrpcStatus(s))) bad_blocks.push_back(b);
       if (rank == first_failure || s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
         continue;
       }
       absl::StrAppend(&message, "; rank ", rank, ": ", s.error_message());
     }
-    return FromGrpcStatus(grpc::Status(cause.error_code(), message));
+    return WithKvDiskBlocks(
+        absl::Status(static_cast<absl::StatusCode>(cause.error_code()), message), bad_blocks);
   }
   const pb::ExecuteStepResponse& resp = c.calls[0].resp;
   if (resp.outputs_size() != static_cast<int>(c.num_seqs)) {

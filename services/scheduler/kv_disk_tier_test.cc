@@ -261,7 +261,7 @@ TEST_F(KvDiskTierTest, AFailedLoadRunsTheStepAndRefusesItNamingTheBlock) {
   step.seqs.push_back(seq);
   const absl::StatusOr<worker::StepOutput> out = runner.Execute(step);
   ASSERT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << out.status();
-  EXPECT_EQ(ParseKvDiskBlocks(out.status().message()),
+  EXPECT_EQ(KvDiskBlocksOf(out.status()),
             (std::vector<std::pair<uint64_t, uint64_t>>{{5, 6}}));
   std::vector<uint8_t> got(static_cast<size_t>(bytes));
   runner.kv_cache().CopyBlockOut(3, got.data());

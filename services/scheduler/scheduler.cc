@@ -207,7 +207,7 @@ void Scheduler::LoseToDiskLoads(const absl::Status& status) {
   // manager's index counted on it, so it drops the blocks named, its pool is reset and
   // every running request recomputes, token for token.
   ++state_.stats.num_disk_load_refusals;
-  std::vector<std::pair<uint64_t, uint64_t>> bad = ParseKvDiskBlocks(status.message());
+  std::vector<std::pair<uint64_t, uint64_t>> bad = KvDiskBlocksOf(status);
   LOG(WARNING) << "the workers could not load " << bad.size()
                << " KV block(s) from disk; the cache manager drops them, the pool is reset "
                   "and the running requests recompute";

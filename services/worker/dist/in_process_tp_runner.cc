@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/kv_block_file.h"
 #include "services/worker/dist/gloo_communicator.h"
 #include "services/worker/dist/kv_store.h"
 
@@ -72,7 +73,14 @@ absl::StatusOr<StepOutput> InProcessTpRunner::Execute(const StepInput& step) {
   for (std::thread& t : threads) t.join();
   for (int32_t r = 0; r < n; ++r) {
     if (!status[r].ok()) {
-      return absl::Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message()));
+      // The disk blocks any rank could not load go with the first failure.
+      std::vector<std::pair<uint64_t, uint64_t>> bad_blocks;
+      for (const absl::Status& s : status) {
+        for (const auto& b : KvDiskBlocksOf(s)) bad_blocks.push_back(b);
+      }
+      return WithKvDiskBlocks(
+          absl::Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message())),
+          bad_blocks);
     }
   }
   return out;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/kv_block_file.h"
 #include "absl/types/span.h"
 #include "glog/logging.h"
 #include "services/worker/engine/step_validation.h"
@@ -359,7 +360,9 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   if (transfers.ok()) return out;
   if (out.ok()) return transfers;
   // Both: the step's own failure first, the blocks to drop still named at the end.
-  return absl::DataLossError(absl::StrCat(out.status().message(), "; ", transfers.message()));
+  return WithKvDiskBlocks(
+      absl::DataLossError(absl::StrCat(out.status().message(), "; ", transfers.message())),
+      KvDiskBlocksOf(transfers));
 }
 
 absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {

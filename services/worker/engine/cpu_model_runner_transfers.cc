@@ -105,9 +105,10 @@ absl::Status CpuModelRunner::RunTransfers(absl::Span<const HostTransfer> transfe
     }
   }
   if (failed.empty()) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(failed.size(), " KV block(s) on disk could not be "
-                                          "loaded (", first_failure.message(), "); ",
-                                          FormatKvDiskBlocks(failed)));
+  return WithKvDiskBlocks(
+      absl::DataLossError(absl::StrCat(failed.size(), " KV block(s) on disk could not be "
+                                       "loaded (", first_failure.message(), ")")),
+      failed);
 }
 
 }  // namespace folio::worker

@@ -217,6 +217,13 @@ std::vector<std::pair<uint64_t, uint64_t>> KvDiskBlocksOf(const absl::Status& st
   return out;
 }
 
+absl::Status WithKvDiskBlocksOf(absl::Status status, absl::Span<const absl::Status> refusals) {
+  for (const absl::Status& refusal : refusals) {
+    status = WithKvDiskBlocks(std::move(status), KvDiskBlocksOf(refusal));
+  }
+  return status;
+}
+
 int64_t KvBlockFileBytes(int32_t block_size, int64_t payload_bytes) {
   return static_cast<int64_t>(sizeof(KvBlockFileHeader)) +
          int64_t{block_size} * static_cast<int64_t>(sizeof(int32_t)) + payload_bytes;

@@ -73,6 +73,9 @@ inline constexpr absl::string_view kKvDiskBlocksPayload = "type.folio.dev/folio.
 absl::Status WithKvDiskBlocks(absl::Status status,
                               absl::Span<const std::pair<uint64_t, uint64_t>> blocks);
 std::vector<std::pair<uint64_t, uint64_t>> KvDiskBlocksOf(const absl::Status& status);
+// `status` with the disk blocks every one of `refusals` names (a group's ranks' refusals
+// gathered into the one the group answers).
+absl::Status WithKvDiskBlocksOf(absl::Status status, absl::Span<const absl::Status> refusals);
 
 struct KvBlockFileKey {
   uint64_t namespace_hash = 0;

@@ -159,6 +159,13 @@ TEST(KvDiskBlocksTest, RefusalsCarryTheirBlocksOverSeveralRanksAndThroughGrpc) {
   EXPECT_EQ(KvDiskBlocksOf(two), (Blocks{{1, 2}, {0xffffffffffffffffULL, 0}, {5, 6}}));
   EXPECT_TRUE(KvDiskBlocksOf(absl::UnavailableError("worker rank 0: Socket closed")).empty());
   EXPECT_TRUE(WithKvDiskBlocks(absl::OkStatus(), a).ok());
+  // A group's answer gathers its ranks' blocks, each once.
+  const absl::Status gathered = WithKvDiskBlocksOf(
+      absl::UnavailableError("rank 1: lost"),
+      {one, absl::CancelledError("echo"),
+       WithKvDiskBlocks(absl::DataLossError("r2"), Blocks{{5, 6}})});
+  EXPECT_EQ(gathered.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(KvDiskBlocksOf(gathered), (Blocks{{1, 2}, {0xffffffffffffffffULL, 0}, {5, 6}}));
   absl::Status cut = absl::DataLossError("x");
   cut.SetPayload(kKvDiskBlocksPayload, absl::Cord("0123456789abcde"));  // 15 bytes
   EXPECT_TRUE(KvDiskBlocksOf(cut).empty());

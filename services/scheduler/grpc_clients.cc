@@ -699,17 +699,17 @@ absl::StatusOr<worker::StepOutput> GrpcWorkerClient::Finish() {
                       absl::FormatDuration(timeout_), ")");
     }
     // The disk blocks any rank could not load (every rank's, each once).
-    std::vector<std::pair<uint64_t, uint64_t>> bad_blocks;
+    std::vector<absl::Status> refusals;
     for (int rank = 0; rank < n; ++rank) {
       const grpc::Status& s = c.calls[rank].status;
-      for (const auto& b : KvDiskBlocksOf(FromGrpcStatus(s))) bad_blocks.push_back(b);
+      refusals.push_back(FromGrpcStatus(s));
       if (rank == first_failure || s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
         continue;
       }
       absl::StrAppend(&message, "; rank ", rank, ": ", s.error_message());
     }
-    return WithKvDiskBlocks(
-        absl::Status(static_cast<absl::StatusCode>(cause.error_code()), message), bad_blocks);
+    return WithKvDiskBlocksOf(
+        absl::Status(static_cast<absl::StatusCode>(cause.error_code()), message), refusals);
   }
   const pb::ExecuteStepResponse& resp = c.calls[0].resp;
   if (resp.outputs_size() != static_cast<int>(c.num_seqs)) {

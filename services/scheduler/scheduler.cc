@@ -398,7 +398,7 @@ void Scheduler::Launch(PlannedStep plan, const InflightStep* previous,
       } else if (!r->beam() && EndsByLength(*r, b)) {
         // Its last token: nothing follows it, the next step can go without it.
       } else if (options_.async_steps && Pipelinable(*r) &&
-                 !(small_batch && planner_.MaySpeculate(*r) && b.spec.pause == 0)) {
+                 !(small_batch && planner_.MaySpeculate(*r) && b.spec.MayProposeNext())) {
         seq.pending = true;
         ++b.pending_samples;
       } else {

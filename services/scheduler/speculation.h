@@ -101,6 +101,9 @@ struct SpeculativeBranch {
   int32_t k = 0;        // proposals at most; 0: not set yet (the most allowed)
   int32_t pause = 0;    // decode steps left without proposals
   int32_t backoff = 0;  // the last pause's length; 0: none since a proposal was accepted
+
+  // Whether its next decode step would propose (no pause left to sit out).
+  bool MayProposeNext() const { return pause == 0; }
 };
 inline constexpr int32_t kFirstSpeculativePause = 4;
 inline constexpr int32_t kMaxSpeculativePause = 64;

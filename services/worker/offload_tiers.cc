@@ -24,9 +24,7 @@ absl::Status WorkerService::AttachOffloadTiers(int64_t bytes_per_block, int32_t 
         ";kv_dtype=", kernels::KvDTypeName(options_.kv_dtype), ";block_size=", block_size,
         ";tp=", options_.tp_rank, "/", options_.tp_size);
     if (options_.draft_weights != nullptr) {
-      const ModelConfig& d = options_.draft_weights->config;
-      absl::StrAppend(&fingerprint, ";draft=", d.name, "/", d.num_layers, "/",
-                      options_.draft_weights->file_bytes());
+      absl::StrAppend(&fingerprint, ";draft=", DraftModelIdentity(*options_.draft_weights));
     }
     std::string name = options_.kv_host_name;
     if (name.empty()) {

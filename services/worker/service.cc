@@ -108,12 +108,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
   info.set_tp_size(options.tp_size);
   info.set_verifies_drafts(!options.make_runner);  // the CPU backend's CpuModelRunner
   if (options.draft_weights != nullptr) {
-    // What tells two drafts apart: the ranks of a group must draft alike.
-    const ModelConfig& d = options.draft_weights->config;
-    info.set_draft_model(absl::StrCat(d.name.empty() ? "unnamed draft model" : d.name, " (",
-                                      d.num_layers, " layers, dim ", d.dim, ", context ",
-                                      d.max_seq_len, ", ",
-                                      options.draft_weights->file_bytes(), " bytes)"));
+    info.set_draft_model(DraftModelIdentity(*options.draft_weights));
   }
   info.set_kv_host_bytes(options.kv_host_bytes);
   info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));
@@ -420,6 +415,13 @@ grpc::ServerUnaryReactor* WorkerService::JoinGroup(grpc::CallbackServerContext* 
 
 void WorkerService::SetServingCallback(std::function<void(ServingState)> callback) {
   serving_callback_ = std::move(callback);
+}
+
+std::string DraftModelIdentity(const ModelWeights& draft) {
+  const ModelConfig& d = draft.config;
+  return absl::StrCat(d.name.empty() ? "unnamed draft model" : d.name, " (", d.num_layers,
+                      " layers, dim ", d.dim, ", context ", d.max_seq_len, ", ",
+                      draft.file_bytes(), " bytes)");
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetWorkerInfo(grpc::CallbackServerContext* ctx,

@@ -99,6 +99,10 @@ struct WorkerServiceOptions {
 // Fractions of a byte are dropped. InvalidArgument for anything else or an overflow.
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 
+// What tells two draft models apart (the ranks of a group must draft alike, and a host
+// KV segment holds one draft's KV): its name, shape and file size.
+std::string DraftModelIdentity(const ModelWeights& draft);
+
 class WorkerService final : public folio::internal::v1::Worker::CallbackService {
  public:
   // `weights` is the loaded model (owned). `registry` must outlive the service.

@@ -74,13 +74,9 @@ absl::StatusOr<StepOutput> InProcessTpRunner::Execute(const StepInput& step) {
   for (int32_t r = 0; r < n; ++r) {
     if (!status[r].ok()) {
       // The disk blocks any rank could not load go with the first failure.
-      std::vector<std::pair<uint64_t, uint64_t>> bad_blocks;
-      for (const absl::Status& s : status) {
-        for (const auto& b : KvDiskBlocksOf(s)) bad_blocks.push_back(b);
-      }
-      return WithKvDiskBlocks(
+      return WithKvDiskBlocksOf(
           absl::Status(status[r].code(), absl::StrCat("rank ", r, ": ", status[r].message())),
-          bad_blocks);
+          status);
     }
   }
   return out;

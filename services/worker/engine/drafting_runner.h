@@ -33,13 +33,15 @@
 // with its draft KV. The disk tier keeps the target's KV only (its files are shared with
 // replicas that may have no draft): a block loaded from disk keeps whatever the draft last
 // wrote there, as does a sequence past the draft's own context (not drafted: its
-// placeholders are verified as they are). Both only lower acceptance. Tensor parallelism: rank 0 runs the whole draft
-// (unsharded: it is small) and one all-reduce gives its proposals to the other ranks
-// before the model verifies (they add zeros); the other ranks hold a draft pool they do
-// not use. Every rank must be given the same draft model (the sequences drafted depend on
-// its context length). The draft
-// computes every step's rows whether or not the scheduler drafts (--speculative=draft):
-// a worker with a draft model and a scheduler that never drafts pays for it.
+// placeholders are verified as they are). Both only lower acceptance. Tensor parallelism:
+// rank 0 runs the whole draft (unsharded: it is small) and one all-reduce gives its
+// proposals to the other ranks before the model verifies (they add zeros); the other ranks
+// compute no draft rows but run the step's block copies and host transfers on their draft
+// pool (memory moves only), so that every rank refuses a transfer the draft cannot run at
+// the same point, before the exchange. Every rank must be given the same draft model (the
+// sequences drafted depend on its context length). The draft computes every step's rows
+// whether or not the scheduler drafts (--speculative=draft): a worker with a draft model
+// and a scheduler that never drafts pays for it.
 //
 // Thread-compatible: one step thread calls Execute, as for any ModelRunner.
 #ifndef FOLIO_SERVICES_WORKER_ENGINE_DRAFTING_RUNNER_H_

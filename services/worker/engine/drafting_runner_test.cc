@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +24,31 @@ namespace folio::worker {
 namespace {
 
 constexpr int32_t kBlocks = 64;
+
+// Runs `body(rank, communicator)` on two threads joined as one Gloo group. The
+// communicators outlive the threads, so a test can read their counts afterwards.
+std::vector<std::unique_ptr<GlooCommunicator>> OnTwoRanks(
+    absl::Duration timeout, const std::function<void(int, GlooCommunicator*)>& body) {
+  KvStore store;
+  std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      LocalGlooStore gloo_store(&store, timeout);
+      GlooCommunicatorOptions o;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout = timeout;
+      absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+          GlooCommunicator::Create(o, gloo_store);
+      CHECK(comm.ok()) << comm.status();
+      comms[r] = *std::move(comm);
+      body(r, comms[r].get());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return comms;
+}
 
 std::unique_ptr<ModelRunner> Runner(const ModelWeights& w) {
   CpuModelRunnerOptions o;
@@ -142,29 +168,14 @@ TEST_F(DraftingRunnerTest, DraftedVerificationsGivePlainGreedyTokens) {
 TEST_F(DraftingRunnerTest, EveryRankOfAGroupVerifiesRankZerosProposals) {
   std::unique_ptr<ModelRunner> plain = Runner(*target_weights_);
   const std::vector<int32_t> reference = Plain(*plain, 60);
-  KvStore store;
-  std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
   std::vector<Drafted> drafted(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      LocalGlooStore gloo_store(&store, absl::Seconds(30));
-      GlooCommunicatorOptions o;
-      o.rank = r;
-      o.world_size = 2;
-      o.timeout = absl::Seconds(30);
-      absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
-          GlooCommunicator::Create(o, gloo_store);
-      CHECK(comm.ok()) << comm.status();
-      comms[r] = *std::move(comm);
-      absl::StatusOr<std::unique_ptr<DraftingRunner>> runner = DraftingRunner::Create(
-          Runner(*target_weights_), Runner(r == 0 ? *self_weights_ : *other_weights_),
-          comms[r].get());
-      CHECK(runner.ok()) << runner.status();
-      drafted[r] = WithDraft(**runner, 60, 4);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  const std::vector<std::unique_ptr<GlooCommunicator>> comms =
+      OnTwoRanks(absl::Seconds(30), [&](int r, GlooCommunicator* comm) {
+        absl::StatusOr<std::unique_ptr<DraftingRunner>> runner = DraftingRunner::Create(
+            Runner(*target_weights_), Runner(r == 0 ? *self_weights_ : *other_weights_), comm);
+        CHECK(runner.ok()) << runner.status();
+        drafted[r] = WithDraft(**runner, 60, 4);
+      });
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     ASSERT_GE(drafted[r].tokens.size(), reference.size());
@@ -183,44 +194,33 @@ TEST_F(DraftingRunnerTest, EveryRankOfAGroupVerifiesRankZerosProposals) {
 // run (a slot outside the segment) is refused by every rank of a group alike, before the
 // proposals' exchange, rather than by rank 0 alone while the others wait for it.
 TEST_F(DraftingRunnerTest, EveryRankRefusesABadHostTransferBeforeTheExchange) {
-  KvStore store;
   std::vector<absl::Status> refused(2);
   std::vector<std::string> segments(2);
-  std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     segments[r] = "folio-drafting-test-" + std::to_string(getpid()) + "-" + std::to_string(r);
-    ranks.emplace_back([&, r] {
-      LocalGlooStore gloo_store(&store, absl::Seconds(30));
-      GlooCommunicatorOptions o;
-      o.rank = r;
-      o.world_size = 2;
-      o.timeout = absl::Seconds(5);
-      absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
-          GlooCommunicator::Create(o, gloo_store);
-      CHECK(comm.ok()) << comm.status();
-      absl::StatusOr<std::unique_ptr<DraftingRunner>> runner = DraftingRunner::Create(
-          Runner(*target_weights_), Runner(*self_weights_), comm->get());
-      CHECK(runner.ok()) << runner.status();
-      const int64_t per_block = (*runner)->host_bytes_per_block();
-      CHECK_GT(per_block, Runner(*target_weights_)->host_bytes_per_block());
-      absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
-          segments[r], HostKvSegment::kHeaderBytes + 4 * per_block, per_block, "test");
-      CHECK(host.ok()) << host.status();
-      CHECK((*runner)->SetHostSegment(host->get()).ok());
-      StepInput step;
-      SequenceStep s;
-      s.seq_id = 1;
-      s.token_ids = {1, 0, 0};
-      s.num_draft_tokens = 2;
-      s.draft_by_model = true;
-      s.block_table = {0};
-      step.seqs = {s};
-      step.host_transfers.push_back({.kind = HostTransfer::Kind::kStore, .block = 1,
-                                     .host_slot = 4});  // the segment holds slots 0 .. 3
-      refused[r] = (*runner)->Execute(step).status();
-    });
   }
-  for (std::thread& t : ranks) t.join();
+  OnTwoRanks(absl::Seconds(5), [&](int r, GlooCommunicator* comm) {
+    absl::StatusOr<std::unique_ptr<DraftingRunner>> runner =
+        DraftingRunner::Create(Runner(*target_weights_), Runner(*self_weights_), comm);
+    CHECK(runner.ok()) << runner.status();
+    const int64_t per_block = (*runner)->host_bytes_per_block();
+    CHECK_GT(per_block, Runner(*target_weights_)->host_bytes_per_block());
+    absl::StatusOr<std::unique_ptr<HostKvSegment>> host = HostKvSegment::Open(
+        segments[r], HostKvSegment::kHeaderBytes + 4 * per_block, per_block, "test");
+    CHECK(host.ok()) << host.status();
+    CHECK((*runner)->SetHostSegment(host->get()).ok());
+    StepInput step;
+    SequenceStep s;
+    s.seq_id = 1;
+    s.token_ids = {1, 0, 0};
+    s.num_draft_tokens = 2;
+    s.draft_by_model = true;
+    s.block_table = {0};
+    step.seqs = {s};
+    step.host_transfers.push_back({.kind = HostTransfer::Kind::kStore, .block = 1,
+                                   .host_slot = 4});  // the segment holds slots 0 .. 3
+    refused[r] = (*runner)->Execute(step).status();
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(refused[r].code(), absl::StatusCode::kInvalidArgument) << r << ": " << refused[r];
     EXPECT_TRUE(HostKvSegment::Unlink(segments[r]).ok());

@@ -34,6 +34,9 @@ struct PoolStats {
   // Blocks saved by sharing: over the blocks in use, the sum of (ref count - 1), i.e. how
   // many more blocks the live tables would hold if nothing were shared.
   int64_t num_shared_refs = 0;
+  // Blocks window layer groups gave back as their sequences outgrew the window
+  // (paged_policy.h).
+  int64_t num_window_releases = 0;
 };
 
 class AllocationPolicy {

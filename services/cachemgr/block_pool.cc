@@ -22,12 +22,12 @@ BlockPool::BlockPool(int32_t num_blocks, int32_t block_size)
 void BlockPool::Reset() {
   Block& s = blocks_[sentinel_];
   s.prev = s.next = sentinel_;
+  for (const auto& [hash, id] : cached_) {
+    if (blocks_[id.value].logged) LogLeaving(hash);
+  }
   for (int32_t i = 0; i < num_blocks_; ++i) {
     blocks_[i] = Block{};
     PushBack(i);
-  }
-  for (const auto& [hash, id] : cached_) {
-    LogLeaving(hash);
   }
   cached_.clear();
   num_free_ = num_blocks_;
@@ -61,8 +61,9 @@ void BlockPool::Unlink(int32_t id) {
 void BlockPool::EvictHash(int32_t id) {
   Block& b = blocks_[id];
   cached_.erase(b.hash);
-  LogLeaving(b.hash);
+  if (b.logged) LogLeaving(b.hash);
   b.hashed = false;
+  b.logged = false;
   b.hash = BlockHash{};
   ++num_evictions_;
 }
@@ -114,20 +115,26 @@ std::optional<BlockId> BlockPool::FindCached(const BlockHash& hash,
 std::vector<BlockHash> BlockPool::SnapshotHashes() const {
   std::vector<BlockHash> hashes;
   hashes.reserve(cached_.size());
-  for (const auto& [hash, id] : cached_) hashes.push_back(hash);
+  for (const auto& [hash, id] : cached_) {
+    if (blocks_[id.value].logged) hashes.push_back(hash);
+  }
   return hashes;
 }
 
-bool BlockPool::Register(BlockId id, const BlockHash& hash, absl::Span<const int32_t> tokens) {
+bool BlockPool::Register(BlockId id, const BlockHash& hash, absl::Span<const int32_t> tokens,
+                         Logged logged) {
   Block& b = blocks_[id.value];
   CHECK_GT(b.ref_count, 0) << "register of free block " << id.value;
   CHECK_EQ(static_cast<int32_t>(tokens.size()), block_size_);
   if (b.hashed || cached_.contains(hash)) return false;
   b.hashed = true;
   b.hash = hash;
+  b.logged = logged == Logged::kLogged;
   cached_.emplace(hash, id);
   // Entering memory (from nowhere, or from the disk alone).
-  if (BelowOf(hash) != Below::kMemory) events_.Append(BlockEvent::Kind::kStored, hash);
+  if (b.logged && BelowOf(hash) != Below::kMemory) {
+    events_.Append(BlockEvent::Kind::kStored, hash);
+  }
   std::copy(tokens.begin(), tokens.end(),
             &block_tokens_[static_cast<size_t>(id.value) * block_size_]);
   return true;

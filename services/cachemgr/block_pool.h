@@ -64,8 +64,11 @@ class BlockPool {
 
   // Enters a full, computed, in-use block into the prefix-cache index. Returns false
   // (and changes nothing) when the hash is already cached by another block or the block
-  // already has a hash.
-  bool Register(BlockId id, const BlockHash& hash, absl::Span<const int32_t> tokens);
+  // already has a hash. kUnlogged: the hash is the pool's own business (a window layer
+  // group's block, paged_policy.h), never in events() or SnapshotHashes.
+  enum class Logged { kLogged, kUnlogged };
+  bool Register(BlockId id, const BlockHash& hash, absl::Span<const int32_t> tokens,
+                Logged logged = Logged::kLogged);
 
   bool is_cached(BlockId id) const { return blocks_[id.value].hashed; }
 
@@ -102,6 +105,7 @@ class BlockPool {
     int32_t prev = -1;  // free-queue links; kSentinel-terminated circular list
     int32_t next = -1;
     bool hashed = false;
+    bool logged = false;  // its hash is in the event log (Register's Logged)
     BlockHash hash;
   };
 

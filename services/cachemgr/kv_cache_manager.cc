@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
   std::unique_ptr<AllocationPolicy> policy;
   if (config.policy == PolicyKind::kPaged) {
     policy = std::make_unique<PagedPolicy>(config.num_blocks, config.block_size,
-                                           config.prefix_caching, host.get());
+                                           config.prefix_caching, host.get(), config.windows);
   } else {
     policy = std::make_unique<ContiguousPolicy>(config.num_blocks, config.block_size,
                                                 config.rounding);
@@ -48,6 +48,29 @@ absl::Status KvCacheManager::CheckConfig(const CacheConfig& config, bool with_ho
     return absl::InvalidArgumentError(absl::StrCat(
         "num_blocks * block_size must be at most ", kMaxPoolSlots, ", got ",
         int64_t{config.num_blocks} * config.block_size));
+  }
+  if (!config.windows.empty()) {
+    if (config.policy != PolicyKind::kPaged) {
+      return absl::InvalidArgumentError(
+          "window layer groups need the paged policy (the contiguous baseline keeps every "
+          "layer's whole context)");
+    }
+    if (static_cast<int32_t>(config.windows.size()) > kMaxWindowGroups) {
+      return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxWindowGroups,
+                                                     " window layer groups, got ",
+                                                     config.windows.size()));
+    }
+    for (size_t g = 0; g < config.windows.size(); ++g) {
+      if (config.windows[g] <= 0 || config.windows[g] > kMaxSequenceLength) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "window layer group ", g, ": the window must be in [1, ", kMaxSequenceLength,
+            "] tokens, got ", config.windows[g]));
+      }
+    }
+    if (with_host) {
+      return absl::InvalidArgumentError(
+          "the host KV tier does not hold window layer groups' blocks yet");
+    }
   }
   if (with_host) {
     if (!TakesHostTier(config)) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,6 +39,10 @@ struct CacheConfig {
   int32_t block_size = 16;  // tokens per block
   PagedPolicy::PrefixCaching prefix_caching = PagedPolicy::PrefixCaching::kEnabled;
   ContiguousPolicy::Rounding rounding = ContiguousPolicy::Rounding::kExact;
+  // Window layer groups (paged_policy.h): each group's sliding window in tokens, whose
+  // blocks go back to the pool as sequences outgrow it. Empty: every layer attends to the
+  // whole context (one table per sequence). Paged policy only, no host tier yet.
+  std::vector<int32_t> windows;
   // The host offload tier (host_tier.h): blocks the workers' host segments hold (0: no
   // tier), and the segments' id. Read by the service, which owns the tier.
   int32_t host_blocks = 0;
@@ -50,6 +55,7 @@ struct CacheConfig {
   int32_t disk_ranks = 1;
 };
 inline constexpr int32_t kMaxHostBlocks = 1 << 24;
+inline constexpr int32_t kMaxWindowGroups = 64;
 
 // Limits that keep a bad configure request from allocating without bound.
 inline constexpr int32_t kMaxBlockSize = 1024;
@@ -101,6 +107,11 @@ class KvCacheManager {
   // CacheStats::num_swap_outs, without the rest of Stats.
   int64_t num_swap_outs() const { return counters_.num_swap_outs; }
   std::vector<BlockHash> DiskOnlyHashes() const;
+
+  // How many leading tokens of `prompt` a create's prefix lookup would attach now.
+  int32_t CountCachedTokens(absl::Span<const int32_t> prompt) const {
+    return policy_->CountCachedTokens(prompt);
+  }
 
   // The record of a live sequence, or nullptr.
   const Sequence* Find(SeqId id) const;

@@ -11,12 +11,19 @@
 // as a partial host entry; creates of the same stems load such entries back, and the
 // shadow worker's read-back checks their tokens like any other's.
 // A shadow router replays the block event log after every step: it must hold exactly the
-// hashes the pool and the host tier hold (partial entries never among them).
+// hashes the pool and the host tier hold (partial entries never among them). With window
+// layer groups every token is written into each group's block too, and each group reads
+// back every position from its first held block on (the invariants check that nothing a
+// later query could see was released).
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "services/cachemgr/kv_cache_manager.h"
 
@@ -28,13 +35,20 @@ struct Param {
   int32_t block_size;
   int32_t num_blocks;
   int32_t host_slots = -1;  // -1: no host tier
+  std::vector<int32_t> windows = {};  // window layer groups (CacheConfig::windows)
 };
+
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << PolicyKindName(p.policy) << " block " << p.block_size << " pool " << p.num_blocks
+      << " host " << p.host_slots << " windows {" << absl::StrJoin(p.windows, ",") << "}";
+}
 
 class PropertyTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
   const Param p = GetParam();
-  const CacheConfig config{.policy = p.policy, .num_blocks = p.num_blocks, .block_size = p.block_size};
+  const CacheConfig config{.policy = p.policy, .num_blocks = p.num_blocks,
+                           .block_size = p.block_size, .windows = p.windows};
   std::shared_ptr<HostTier> host;
   if (p.host_slots >= 0) host = std::make_shared<HostTier>(p.host_slots, p.block_size, "shm-1");
   auto mgr = *KvCacheManager::Create(config, host);
@@ -98,6 +112,10 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
       const int32_t pos = start + static_cast<int32_t>(i);
       const BlockId b = seq->table[pos / p.block_size];
       slots[static_cast<size_t>(b.value) * p.block_size + pos % p.block_size] = tokens[i];
+      for (const WindowTable& w : seq->windows) {
+        const BlockId wb = w.blocks[pos / p.block_size - w.first_block];
+        slots[static_cast<size_t>(wb.value) * p.block_size + pos % p.block_size] = tokens[i];
+      }
     }
   };
 
@@ -277,6 +295,20 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
         ASSERT_EQ(slots[static_cast<size_t>(b.value) * p.block_size + pos % p.block_size],
                   want)
             << "sequence " << id << " position " << pos << " after op " << iter;
+        for (size_t g = 0; g < seq->windows.size(); ++g) {
+          const WindowTable& w = seq->windows[g];
+          // A query at the next position to compute sees this one: it must be held.
+          ASSERT_TRUE(pos < seq->num_computed - p.windows[g] + 1 ||
+                      pos / p.block_size >= w.first_block)
+              << "sequence " << id << " window group " << g << " released position " << pos
+              << " with " << seq->num_computed << " computed, after op " << iter;
+          if (pos / p.block_size < w.first_block) continue;  // released
+          const BlockId wb = w.blocks[pos / p.block_size - w.first_block];
+          ASSERT_EQ(slots[static_cast<size_t>(wb.value) * p.block_size + pos % p.block_size],
+                    want)
+              << "sequence " << id << " window group " << g << " position " << pos
+              << " after op " << iter;
+        }
       }
     }
   }
@@ -309,6 +341,10 @@ TEST_P(PropertyTest, RandomOperationsKeepEveryInvariant) {
     }
   }
   EXPECT_GT(swap_outs, 0);
+  if (!p.windows.empty()) {
+    EXPECT_GT(mgr->Stats().pool.num_window_releases, 0)
+        << "the test should exercise window groups giving blocks back";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -316,8 +352,18 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Param{PolicyKind::kPaged, 1, 200}, Param{PolicyKind::kPaged, 4, 60},
                       Param{PolicyKind::kPaged, 16, 16}, Param{PolicyKind::kPaged, 4, 40, 0},
                       Param{PolicyKind::kPaged, 4, 40, 30}, Param{PolicyKind::kPaged, 1, 120, 90},
+                      Param{PolicyKind::kPaged, 4, 80, -1, {5}},
+                      Param{PolicyKind::kPaged, 2, 240, -1, {3, 9, 3, 17, 5, 1, 40}},
                       Param{PolicyKind::kContiguous, 4, 80},
-                      Param{PolicyKind::kContiguous, 16, 24}));
+                      Param{PolicyKind::kContiguous, 16, 24}),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      const Param& p = info.param;
+      std::string name = absl::StrCat(PolicyKindName(p.policy), "_block", p.block_size, "_pool",
+                                      p.num_blocks);
+      if (p.host_slots >= 0) absl::StrAppend(&name, "_host", p.host_slots);
+      if (!p.windows.empty()) absl::StrAppend(&name, "_windows_", absl::StrJoin(p.windows, "_"));
+      return name;
+    });
 
 }  // namespace
 }  // namespace folio::cachemgr

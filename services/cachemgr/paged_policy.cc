@@ -6,20 +6,18 @@
 #include "glog/logging.h"
 
 namespace folio::cachemgr {
-namespace {
-
-int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 PagedPolicy::PagedPolicy(int32_t num_blocks, int32_t block_size, PrefixCaching prefix_caching,
-                         HostTier* host)
+                         HostTier* host, std::vector<int32_t> windows)
     : block_size_(block_size),
       prefix_caching_(prefix_caching),
+      windows_(std::move(windows)),
       pool_(num_blocks, block_size),
       host_(host),
       fill_(num_blocks, 0) {
   CHECK(host == nullptr || prefix_caching == PrefixCaching::kEnabled);
+  CHECK(host == nullptr || windows_.empty()) << "host tiers do not hold window groups yet";
+  for (int32_t w : windows_) CHECK_GT(w, 0);
   // Routers see the pool and the host tier as one cache (a block in either is a hit in
   // memory), and the disk tier below them as a cheaper kind of miss.
   if (host != nullptr) {
@@ -50,6 +48,12 @@ void PagedPolicy::Lookup(absl::Span<const int32_t> prompt, std::vector<BlockId>*
 
 int32_t PagedPolicy::CountCachedTokens(absl::Span<const int32_t> prompt) const {
   if (prefix_caching_ == PrefixCaching::kDisabled || prompt.empty()) return 0;
+  if (!windows_.empty()) {
+    std::vector<BlockId> blocks;
+    std::vector<BlockHash> hashes;
+    Lookup(prompt, &blocks, &hashes);
+    return WindowedHits(prompt, hashes, nullptr) * block_size_;
+  }
   const int32_t max_blocks = (static_cast<int32_t>(prompt.size()) - 1) / block_size_;
   BlockHash parent = kRootBlockHash;
   int32_t found = 0;
@@ -232,9 +236,14 @@ void PagedPolicy::Drop(BlockId id) {
 SeqResult PagedPolicy::Create(Sequence& seq, absl::Span<const int32_t> prompt) {
   int32_t cached = 0;
   if (host_ == nullptr) {
-    Lookup(prompt, &seq.table, &seq.hashes);
-    for (BlockId id : seq.table) Acquire(id);
-    cached = static_cast<int32_t>(seq.table.size()) * block_size_;
+    std::vector<BlockId> blocks;
+    std::vector<BlockHash> hashes;
+    Lookup(prompt, &blocks, &hashes);
+    std::vector<std::vector<BlockId>> found;
+    const int32_t k = windows_.empty() ? static_cast<int32_t>(blocks.size())
+                                       : WindowedHits(prompt, hashes, &found);
+    AttachPrefix(seq, blocks, hashes, found, k);
+    cached = k * block_size_;
   } else {
     cached = LookupThroughHost(prompt, seq);
   }
@@ -244,6 +253,11 @@ SeqResult PagedPolicy::Create(Sequence& seq, absl::Span<const int32_t> prompt) {
   result.entries = seq.table;
   result.num_tokens = cached;
   result.num_cached_tokens = cached;
+  for (const WindowTable& w : seq.windows) {
+    result.windows.push_back(
+        WindowResult{.first_block = w.first_block, .table_offset = w.first_block,
+                     .entries = w.blocks});
+  }
   return result;
 }
 
@@ -252,49 +266,58 @@ SeqResult PagedPolicy::Fork(const Sequence& parent, Sequence& child) {
   child.table = parent.table;
   child.num_computed = parent.num_computed;
   child.hashes = parent.hashes;
+  child.windows = parent.windows;
   for (BlockId id : child.table) Acquire(id);
   SeqResult result{.seq = child.id};
   result.entries = child.table;
   result.num_tokens = child.num_tokens();
+  for (const WindowTable& w : child.windows) {
+    for (BlockId id : w.blocks) Acquire(id);
+    result.windows.push_back(
+        WindowResult{.first_block = w.first_block, .table_offset = w.first_block,
+                     .entries = w.blocks});
+  }
   return result;
 }
 
 SeqResult PagedPolicy::Grant(Sequence& seq, absl::Span<const int32_t> tokens) {
   const int32_t old_len = seq.num_tokens();
   const int32_t new_len = old_len + static_cast<int32_t>(tokens.size());
-  const int32_t table_len = static_cast<int32_t>(seq.table.size());
-  // A partial last block held by others must be copied before this sequence writes.
-  const bool copy_on_write =
-      old_len % block_size_ != 0 && pool_.ref_count(seq.table.back()) > 1;
-  const int32_t blocks_needed =
-      CeilDiv(new_len, block_size_) - table_len + (copy_on_write ? 1 : 0);
+  int32_t blocks_needed = BlocksToGrow(seq.table, 0, old_len, new_len);
+  // Window groups give back what no later query sees before they grow; blocks only
+  // this sequence holds are free again at once.
+  std::vector<int32_t> release(num_windows(), 0);
+  int32_t freed = 0;
+  for (int32_t g = 0; g < num_windows(); ++g) {
+    const WindowTable& w = seq.windows[g];
+    release[g] = std::max(0, FirstNeededBlock(g, seq.num_computed) - w.first_block);
+    for (int32_t j = 0; j < release[g]; ++j) freed += pool_.ref_count(w.blocks[j]) == 1;
+    blocks_needed += BlocksToGrow(w.blocks, w.first_block, old_len, new_len);
+  }
 
   SeqResult result{.seq = seq.id};
-  if (blocks_needed > pool_.num_free()) {
+  if (blocks_needed > pool_.num_free() + freed) {
     result.status = SeqStatus::kNoRoom;
-    result.table_offset = table_len;
+    result.table_offset = static_cast<int32_t>(seq.table.size());
     result.num_tokens = old_len;
     return result;
   }
-  result.table_offset = copy_on_write ? table_len - 1 : table_len;
-  if (copy_on_write) {
-    const BlockId src = seq.table.back();
-    const BlockId dst = AllocateEmpty();
-    fill_[dst.value] = fill_[src.value];
-    num_tokens_stored_ += fill_[dst.value];
-    Drop(src);
-    seq.table.back() = dst;
-    result.copies.push_back(BlockCopy{src, dst});
+  for (int32_t g = 0; g < num_windows(); ++g) {
+    WindowTable& w = seq.windows[g];
+    // Oldest first: the free queue evicts them first.
+    for (int32_t j = 0; j < release[g]; ++j) Drop(w.blocks[j]);
+    w.blocks.erase(w.blocks.begin(), w.blocks.begin() + release[g]);
+    w.first_block += release[g];
+    num_window_releases_ += release[g];
   }
-  for (int32_t pos = old_len; pos < new_len; ++pos) {
-    if (pos / block_size_ == static_cast<int32_t>(seq.table.size())) {
-      seq.table.push_back(AllocateEmpty());
-    }
-    ++fill_[seq.table[pos / block_size_].value];
-  }
-  num_tokens_stored_ += new_len - old_len;
-  seq.tokens.insert(seq.tokens.end(), tokens.begin(), tokens.end());
+  result.table_offset = GrowTable(seq.table, 0, old_len, new_len, &result.copies);
   result.entries.assign(seq.table.begin() + result.table_offset, seq.table.end());
+  for (WindowTable& w : seq.windows) {
+    WindowResult& r = result.windows.emplace_back(WindowResult{.first_block = w.first_block});
+    r.table_offset = GrowTable(w.blocks, w.first_block, old_len, new_len, &result.copies);
+    r.entries.assign(w.blocks.begin() + (r.table_offset - w.first_block), w.blocks.end());
+  }
+  seq.tokens.insert(seq.tokens.end(), tokens.begin(), tokens.end());
   result.num_tokens = new_len;
   return result;
 }
@@ -310,6 +333,13 @@ void PagedPolicy::Commit(Sequence& seq, int32_t num_computed) {
     // A block whose content another block already caches stays unhashed; the chain
     // goes on regardless, so later blocks still hash by content.
     pool_.Register(seq.table[i], hash, tokens);
+    for (int32_t g = 0; g < num_windows(); ++g) {
+      const WindowTable& w = seq.windows[g];
+      if (i >= w.first_block) {
+        pool_.Register(w.blocks[i - w.first_block], WindowHash(hash, g), tokens,
+                       BlockPool::Logged::kUnlogged);
+      }
+    }
     seq.hashes.push_back(hash);
     if (host_ != nullptr && host_->num_slots() > 0) {
       // Write-through: the tier gets every computed block once (host_tier.h).
@@ -378,22 +408,9 @@ void PagedPolicy::SwapOut(Sequence& seq) {
 }
 
 absl::Status PagedPolicy::CheckTruncate(const Sequence& seq, int32_t num_tokens) const {
-  // The kept last block loses tokens only if it was partly cut: its fill is every
-  // holder's, so it must be this sequence's alone (a grant after a fork copies it first,
-  // so tokens granted since the fork are always in blocks of its own), and not cached.
-  if (num_tokens % block_size_ == 0 || num_tokens == seq.num_tokens()) return absl::OkStatus();
-  const BlockId last = seq.table[num_tokens / block_size_];
-  if (pool_.ref_count(last) > 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "truncate: sequence ", seq.id.value, " would cut tokens out of block ", last.value,
-        ", which other sequences share"));
-  }
-  // A block that was shared when a fork of this sequence computed and committed it is in
-  // the prefix cache now: its tokens are that fork's, cached for others to find.
-  if (pool_.is_cached(last)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "truncate: sequence ", seq.id.value, " would cut tokens out of block ", last.value,
-        ", which the prefix cache holds"));
+  if (absl::Status s = CheckCut(seq, seq.table, 0, num_tokens); !s.ok()) return s;
+  for (const WindowTable& w : seq.windows) {
+    if (absl::Status s = CheckCut(seq, w.blocks, w.first_block, num_tokens); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -402,24 +419,20 @@ void PagedPolicy::Truncate(Sequence& seq, int32_t num_tokens) {
   const int32_t old_len = seq.num_tokens();
   CHECK_GE(num_tokens, seq.num_computed);
   CHECK_LE(num_tokens, old_len);
-  const int32_t keep = CeilDiv(num_tokens, block_size_);
-  if (num_tokens % block_size_ != 0) {
-    const BlockId last = seq.table[keep - 1];
-    const int32_t cut = std::min(old_len, keep * block_size_) - num_tokens;
-    fill_[last.value] -= cut;
-    num_tokens_stored_ -= cut;
-  }
-  // Tail first, as Free gives blocks back.
-  while (static_cast<int32_t>(seq.table.size()) > keep) {
-    Drop(seq.table.back());
-    seq.table.pop_back();
-  }
+  CutTable(seq.table, 0, old_len, num_tokens);
+  for (WindowTable& w : seq.windows) CutTable(w.blocks, w.first_block, old_len, num_tokens);
   seq.tokens.resize(num_tokens);
 }
 
 void PagedPolicy::Free(Sequence& seq) {
   // Tail blocks first: in the free queue they come before the prefix blocks, so they are
   // evicted first, and the shared prefixes live longest.
+  // The window groups' blocks go first: a prefix hit needs the full-attention blocks of
+  // the whole prefix and only the windows' last blocks.
+  for (WindowTable& w : seq.windows) {
+    for (auto it = w.blocks.rbegin(); it != w.blocks.rend(); ++it) Drop(*it);
+    w.blocks.clear();
+  }
   for (auto it = seq.table.rbegin(); it != seq.table.rend(); ++it) Drop(*it);
   seq.table.clear();
 }
@@ -434,6 +447,7 @@ PoolStats PagedPolicy::Stats() const {
   s.num_tokens_stored = num_tokens_stored_;
   s.num_evictions = pool_.num_evictions();
   s.num_shared_refs = num_shared_refs_;
+  s.num_window_releases = num_window_releases_;
   return s;
 }
 
@@ -442,20 +456,22 @@ absl::Status PagedPolicy::CheckInvariants(const SequenceMap& seqs) const {
   std::vector<int32_t> holders(pool_.num_blocks(), 0);
   for (const auto& [id, seq] : seqs) {
     const int32_t n = seq.num_tokens();
-    if (static_cast<int32_t>(seq.table.size()) != CeilDiv(n, block_size_)) {
-      return absl::InternalError(absl::StrCat("sequence ", id.value, " holds ",
-                                              seq.table.size(), " blocks for ", n, " tokens"));
+    if (absl::Status s = CheckTable(id, seq.table, 0, n, &holders); !s.ok()) return s;
+    if (static_cast<int32_t>(seq.windows.size()) != num_windows()) {
+      return absl::InternalError(absl::StrCat("sequence ", id.value, " has ",
+                                              seq.windows.size(), " window tables, not ",
+                                              num_windows()));
     }
-    for (size_t i = 0; i < seq.table.size(); ++i) {
-      const BlockId b = seq.table[i];
-      ++holders[b.value];
-      // Every holder of a block sees the same fill: a shared block written in place
-      // would break this for its other holders.
-      const int32_t expected = std::min(block_size_, n - static_cast<int32_t>(i) * block_size_);
-      if (fill_[b.value] != expected) {
-        return absl::InternalError(absl::StrCat("block ", b.value, " of sequence ", id.value,
-                                                " has ", fill_[b.value], " tokens, expected ",
-                                                expected));
+    for (int32_t g = 0; g < num_windows(); ++g) {
+      const WindowTable& w = seq.windows[g];
+      // Nothing a later query could see was given back.
+      if (w.first_block > FirstNeededBlock(g, seq.num_computed)) {
+        return absl::InternalError(absl::StrCat(
+            "sequence ", id.value, " window group ", g, " released block ", w.first_block - 1,
+            " with ", seq.num_computed, " tokens computed (window ", windows_[g], ")"));
+      }
+      if (absl::Status s = CheckTable(id, w.blocks, w.first_block, n, &holders); !s.ok()) {
+        return s;
       }
     }
   }

@@ -92,6 +92,16 @@ enum class SeqStatus {
   kNoRoom,
 };
 
+// What changed in a window layer group's table (sequence.h WindowTable): the logical
+// blocks before `first_block` were released, and those from `table_offset` on (logical
+// indices) are replaced by `entries`.
+struct WindowResult {
+  int32_t first_block = 0;
+  int32_t table_offset = 0;
+  std::vector<BlockId> entries;
+  bool operator==(const WindowResult&) const = default;
+};
+
 // What changed in one sequence's block table: entries from `table_offset` on are
 // replaced by `entries` (the table's new length is table_offset + entries.size()).
 struct SeqResult {
@@ -102,6 +112,9 @@ struct SeqResult {
   std::vector<BlockCopy> copies;  // to run before the step writes
   int32_t num_tokens = 0;         // the sequence's token count afterwards
   int32_t num_cached_tokens = 0;  // creates only: tokens found in the prefix cache
+  // With window layer groups (CacheConfig::windows), one per group, unless kNoRoom. The
+  // copies above include theirs.
+  std::vector<WindowResult> windows;
 };
 
 struct StepResponse {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <thread>
 #include <utility>
 
@@ -44,6 +45,9 @@ absl::StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(
   shape.head_dim = c.head_dim;
   shape.block_size = options.block_size;
   shape.dtype = options.kv_dtype;
+  const KvLayerGroups groups =
+      options.window_layer_groups ? WindowLayerGroups(c) : DenseLayerGroups(c.num_layers);
+  if (groups.num_window_groups() > 0) shape.layer_plane = groups.plane;
   absl::StatusOr<std::unique_ptr<KvCache>> kv =
       KvCache::Create(shape, options.kv_cache_bytes, options.max_num_blocks);
   if (!kv.ok()) return kv.status();
@@ -169,6 +173,8 @@ CpuModelRunner::CpuModelRunner(const ModelWeights& model, WeightShard weights,
                                std::unique_ptr<k::OnednnGemm> onednn)
     : weights_(std::move(weights)),
       kv_(std::move(kv)),
+      layer_groups_(options.window_layer_groups ? WindowLayerGroups(weights_.config)
+                                                : DenseLayerGroups(weights_.config.num_layers)),
       pool_(options.pool != nullptr ? options.pool
                                      : std::make_shared<k::ThreadPool>(num_threads)),
       isa_(options.isa),
@@ -349,6 +355,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::Execute(const StepInput& step) {
   limits.vocab_size = c.vocab_size;
   limits.max_seq_len = c.max_seq_len;
   limits.verifies_drafts = true;
+  limits.windows = layer_groups_.windows;
   if (absl::Status s = ValidateStep(step, limits); !s.ok()) return s;
   if (absl::Status s = CheckTransfers(step.host_transfers); !s.ok()) return s;
 
@@ -371,7 +378,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
   if (!step.block_copies.empty()) {
     std::vector<k::BlockCopy> copies;
     for (const BlockCopy& bc : step.block_copies) copies.push_back({bc.src_block, bc.dst_block});
-    for (int32_t l = 0; l < c.num_layers; ++l) k::CopyBlocks(copies, kv_->layer(l));
+    for (int32_t p = 0; p < kv_->shape().num_planes(); ++p) k::CopyBlocks(copies, kv_->plane(p));
   }
   // A step of transfers alone (the scheduler's SendTransfers): no forward pass. Every
   // tensor-parallel rank gets the same step, so none waits in a collective for this one.
@@ -380,8 +387,13 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
   // Flatten the batch: row r of every activation matrix is token r of the step.
   const int32_t block_size = kv_->shape().block_size;
   std::vector<int32_t> tokens, positions;
-  std::vector<int64_t> slots;
-  std::vector<k::AttentionSeq> attn_seqs;
+  // Per layer group (0: full attention, 1 + g: window group g): the step's slots and the
+  // sequences' attention, each over that group's tables. A window group's table is read
+  // as a whole one whose entries before first_block are never reached (0 stands there).
+  const int32_t num_groups = 1 + layer_groups_.num_window_groups();
+  std::vector<std::vector<int64_t>> slots(num_groups);
+  std::vector<std::vector<k::AttentionSeq>> attn_seqs(num_groups);
+  std::deque<std::vector<int32_t>> window_tables;  // [seq * window groups + g]
   // Step rows whose logits are needed, and how many of them each sequence has: its last
   // row, or (verifying proposals) its last num_draft_tokens + 1 rows, or none.
   std::vector<int64_t> logit_rows;
@@ -399,12 +411,23 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
     } else if (seq.decode_from_pos >= 0) {
       a.tiled_queries = std::clamp(seq.decode_from_pos - seq.start_pos, 0, a.num_queries);
     }
-    attn_seqs.push_back(a);
+    attn_seqs[0].push_back(a);
+    for (const WindowBlockTable& w : seq.window_tables) {
+      std::vector<int32_t>& table = window_tables.emplace_back(w.first_block, 0);
+      table.insert(table.end(), w.blocks.begin(), w.blocks.end());
+    }
+    for (int32_t g = 1; g < num_groups; ++g) {
+      k::AttentionSeq wa = a;
+      wa.block_table = window_tables[window_tables.size() - (num_groups - g)].data();
+      attn_seqs[g].push_back(wa);
+    }
     for (int32_t i = 0; i < a.num_queries; ++i) {
       const int32_t pos = seq.start_pos + i;
       tokens.push_back(seq.token_ids[i]);
       positions.push_back(pos);
-      slots.push_back(k::SlotForPosition(seq.block_table.data(), block_size, pos));
+      for (int32_t g = 0; g < num_groups; ++g) {
+        slots[g].push_back(k::SlotForPosition(attn_seqs[g].back().block_table, block_size, pos));
+      }
     }
     const bool needs_logits = seq.num_samples > 0 || seq.num_logprobs > 0 ||
                               seq.num_candidates > 0 || seq.return_logits;
@@ -485,6 +508,7 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
     const ShardLayer& w = weights_.layers[l];
     const LayerLinears& lin = linears_[l];
     const k::KvCacheView kv = kv_->layer(l);
+    const int32_t group = layer_groups_.group[l];
     const bool local = c.is_local(l);
     const k::RopeParams& rope = local ? rope_local_ : rope_;
     attn_args.window = local ? c.sliding_window : 0;
@@ -494,8 +518,8 @@ absl::StatusOr<StepOutput> CpuModelRunner::RunStep(const StepInput& step) {
     k::ParallelFor(T > 16 ? pool_.get() : nullptr, T, row_grain, [&](int64_t b, int64_t e) {
       PrepareQk(w, rope, qkv, qkv_dim, b, e, positions.data());
     });
-    k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots, kv);
-    k::PagedAttention(attn_args, attn_seqs, kv, pool_.get());
+    k::WriteKv(qkv + q_dim, qkv + q_dim + kv_dim, qkv_dim, slots[group], kv);
+    k::PagedAttention(attn_args, attn_seqs[group], kv, pool_.get());
     if (c.post_norms) {
       Gemm(attn, q_dim, T, lin.wo, 0.0f, xb, dim);
       if (absl::Status s = post_norm_add(w.post_attn_norm); !s.ok()) return s;

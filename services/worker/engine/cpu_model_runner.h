@@ -72,6 +72,7 @@
 #include "services/worker/engine/cpu_weights.h"
 #include "services/worker/engine/weight_shard.h"
 #include "services/worker/engine/kv_cache.h"
+#include "services/worker/engine/kv_layer_groups.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/engine/moe_routing.h"
 #include "services/worker/engine/sampler.h"
@@ -144,6 +145,11 @@ struct CpuModelRunnerOptions {
   // neither pool's idle spin takes a core from the other's loops); null: a pool of its own
   // with num_threads threads. num_threads is then the pool's.
   std::shared_ptr<kernels::ThreadPool> pool;
+  // Sliding-window layers in window layer groups of their own (kv_layer_groups.h), so the
+  // cache manager can give their old blocks back: each step's sequences then carry one
+  // window table per group. Off (or a model without both local and full-attention
+  // layers): one group, every layer in every block.
+  bool window_layer_groups = false;
 };
 
 class CpuModelRunner final : public ModelRunner {
@@ -164,6 +170,8 @@ class CpuModelRunner final : public ModelRunner {
   int64_t num_blocks() const override { return kv_->num_blocks(); }
 
   const KvCache& kv_cache() const { return *kv_; }
+  // How the layers share the pool's blocks (CpuModelRunnerOptions::window_layer_groups).
+  const KvLayerGroups& layer_groups() const { return layer_groups_; }
   // This rank's weights (its shard under tensor parallelism): its shape, the norms and
   // the views of every projection.
   const WeightShard& weights() const { return weights_; }
@@ -256,6 +264,7 @@ class CpuModelRunner final : public ModelRunner {
 
   WeightShard weights_;
   std::unique_ptr<KvCache> kv_;
+  KvLayerGroups layer_groups_;
   const HostKvSegment* host_ = nullptr;  // SetHostSegmentAt
   int64_t host_offset_ = 0;              // this runner's part of each slot
   KvDiskStore* disk_ = nullptr;          // SetDiskStore

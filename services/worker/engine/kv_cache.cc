@@ -1,5 +1,6 @@
 #include "services/worker/engine/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -8,8 +9,13 @@
 
 namespace folio::worker {
 
+int32_t KvCacheShape::num_planes() const {
+  if (layer_plane.empty()) return num_layers;
+  return 1 + *std::max_element(layer_plane.begin(), layer_plane.end());
+}
+
 int64_t KvBytesPerBlock(const KvCacheShape& shape) {
-  return int64_t{2} * shape.num_layers * shape.block_size * shape.num_kv_heads *
+  return int64_t{2} * shape.num_planes() * shape.block_size * shape.num_kv_heads *
          kernels::KvRowBytes(shape.dtype, shape.head_dim);
 }
 
@@ -28,6 +34,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& sha
         "KV cache shape needs positive sizes; got layers=", shape.num_layers,
         " kv_heads=", shape.num_kv_heads, " head_dim=", shape.head_dim,
         " block_size=", shape.block_size));
+  }
+  if (!shape.layer_plane.empty()) {
+    if (static_cast<int32_t>(shape.layer_plane.size()) != shape.num_layers ||
+        *std::min_element(shape.layer_plane.begin(), shape.layer_plane.end()) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV cache shape: ", shape.layer_plane.size(), " layer planes for ",
+          shape.num_layers, " layers (or a negative plane)"));
+    }
   }
   int64_t num_blocks = NumBlocksThatFit(shape, byte_budget);
   if (max_blocks > 0 && num_blocks > max_blocks) num_blocks = max_blocks;
@@ -53,11 +67,17 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheShape& sha
 kernels::KvCacheView KvCache::layer(int32_t layer) const {
   CHECK_GE(layer, 0);
   CHECK_LT(layer, shape_.num_layers);
+  return plane(shape_.layer_plane.empty() ? layer : shape_.layer_plane[layer]);
+}
+
+kernels::KvCacheView KvCache::plane(int32_t plane) const {
+  CHECK_GE(plane, 0);
+  CHECK_LT(plane, shape_.num_planes());
   const int64_t layer_bytes = num_blocks_ * shape_.block_size * shape_.num_kv_heads *
                               kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
   kernels::KvCacheView view;
-  view.k = data_.get() + 2 * layer * layer_bytes;
-  view.v = data_.get() + (2 * layer + 1) * layer_bytes;
+  view.k = data_.get() + 2 * plane * layer_bytes;
+  view.v = data_.get() + (2 * plane + 1) * layer_bytes;
   view.dtype = shape_.dtype;
   view.num_blocks = num_blocks_;
   view.block_size = shape_.block_size;

@@ -1,9 +1,12 @@
 // KvCache: the worker's paged KV tensors for every layer, allocated once from a byte
-// budget. Per layer, K and V are each [num_blocks, block_size, num_kv_heads, head_dim]
+// budget. Per plane, K and V are each [num_blocks, block_size, num_kv_heads, head_dim]
 // (layout diagram in kernels/paged_attention.h); block id b names the same slot range
-// in every layer, so
-//   bytes_per_block = 2 * num_layers * block_size * num_kv_heads * row_bytes,
+// in every plane, so
+//   bytes_per_block = 2 * num_planes * block_size * num_kv_heads * row_bytes,
 // row_bytes = head_dim * dtype bytes (head_dim + 4 for kQ8: int8 values and a scale).
+// A layer's KV lives in one plane: layer l in plane l (num_planes = num_layers), or, with
+// window layer groups (kv_layer_groups.h), in plane layer_plane[l] of the blocks its
+// group's table names (several layers share a plane, never a block).
 // The memory is zeroed at creation and 2 MiB aligned (transparent huge pages where
 // the system allows them). KvCache owns it; views handed out stay valid for
 // its lifetime. Thread-compatible: the step thread writes; nothing else touches it.
@@ -12,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -27,9 +31,13 @@ struct KvCacheShape {
   int32_t head_dim = 0;
   int32_t block_size = 16;   // tokens per block
   kernels::KvDType dtype = kernels::KvDType::kF16;
+  // Per layer: its plane (kv_layer_groups.h); empty: layer l in plane l.
+  std::vector<int32_t> layer_plane;
+
+  int32_t num_planes() const;
 };
 
-// 2 * num_layers * block_size * num_kv_heads * KvRowBytes(dtype, head_dim).
+// 2 * num_planes * block_size * num_kv_heads * KvRowBytes(dtype, head_dim).
 int64_t KvBytesPerBlock(const KvCacheShape& shape);
 
 class KvCache {
@@ -49,8 +57,10 @@ class KvCache {
   int64_t bytes_per_block() const { return KvBytesPerBlock(shape_); }
   int64_t size_bytes() const { return num_blocks_ * bytes_per_block(); }
 
-  // Layer `layer`'s K and V tensors, for the kernels.
+  // Layer `layer`'s K and V tensors (its plane's), for the kernels.
   kernels::KvCacheView layer(int32_t layer) const;
+  // Plane `plane`'s K and V tensors.
+  kernels::KvCacheView plane(int32_t plane) const;
 
   // Block `block`'s bytes in every layer, K then V per layer, to or from `bytes`
   // (bytes_per_block() of them): how the host offload tier stores a block
@@ -76,15 +86,15 @@ class KvCache {
     const int64_t per_layer = shape_.block_size * shape_.num_kv_heads *
                               kernels::KvRowBytes(shape_.dtype, shape_.head_dim);
     const int64_t layer_bytes = num_blocks_ * per_layer;
-    for (int64_t part = 0; part < 2 * shape_.num_layers; ++part) {
+    for (int64_t part = 0; part < 2 * shape_.num_planes(); ++part) {
       fn(data_.get() + part * layer_bytes + block * per_layer, part * per_layer, per_layer);
     }
   }
 
   const KvCacheShape shape_;
   const int64_t num_blocks_;
-  // Layer l's K at l * 2 * layer_bytes, its V right after; layer_bytes =
-  // num_blocks * block_size * num_kv_heads * head_dim * dtype bytes.
+  // Plane p's K at p * 2 * plane_bytes, its V right after; plane_bytes =
+  // num_blocks * block_size * num_kv_heads * row bytes.
   kernels::AlignedBuffer<uint8_t> data_;
 };
 

@@ -65,11 +65,23 @@ struct BlockCopy {
   int32_t dst_block = 0;
 };
 
+// A window layer group's table (kv_layer_groups.h): blocks[j] holds logical block
+// first_block + j; the blocks before first_block went back to the pool (no query of the
+// step sees them: they lie before its first position's window).
+struct WindowBlockTable {
+  int32_t first_block = 0;
+  std::vector<int32_t> blocks;
+};
+
 struct SequenceStep {
   uint64_t seq_id = 0;             // the scheduler's id; echoed in the output
   std::vector<int32_t> token_ids;  // new tokens, at positions start_pos, start_pos + 1, ...
   int32_t start_pos = 0;           // tokens of this sequence already in the KV cache
   std::vector<int32_t> block_table;  // the whole table; covers start_pos + token_ids.size()
+  // With window layer groups, one table per window group (the pool's, StepLimits::windows),
+  // each covering the same positions from its first_block on; `block_table` is then the
+  // full-attention layers'. Empty without window groups.
+  std::vector<WindowBlockTable> window_tables;
   SamplingParams sampling;
   TokenHistory history;  // for the logits transform; see TokenHistory
   // Tokens to sample for the position after the last new token, with sample indices

@@ -70,6 +70,38 @@ absl::Status ValidateStep(const StepInput& step, const StepLimits& limits) {
                                              " blocks"));
       }
     }
+    if (seq.window_tables.size() != limits.windows.size()) {
+      return SeqError(i, seq, absl::StrCat(seq.window_tables.size(), " window tables for a pool of ",
+                                           limits.windows.size(), " window layer groups"));
+    }
+    for (size_t g = 0; g < seq.window_tables.size(); ++g) {
+      const WindowBlockTable& w = seq.window_tables[g];
+      const int64_t first_seen = std::max<int64_t>(0, seq.start_pos - limits.windows[g] + 1);
+      if (w.first_block < 0 || w.first_block > first_seen / limits.block_size) {
+        return SeqError(i, seq, absl::StrCat("window group ", g, "'s table starts at block ",
+                                             w.first_block, ", but position ", seq.start_pos,
+                                             " sees keys from position ", first_seen));
+      }
+      const int64_t covered =
+          (w.first_block + static_cast<int64_t>(w.blocks.size())) * limits.block_size;
+      if (end > covered) {
+        return SeqError(i, seq, absl::StrCat("position ", end - 1, " is outside window group ",
+                                             g, "'s table (", covered, " slots)"));
+      }
+      for (size_t b = 0; b < w.blocks.size(); ++b) {
+        if (w.blocks[b] < 0 || w.blocks[b] >= limits.num_blocks) {
+          return SeqError(i, seq, absl::StrCat("window group ", g, "'s table entry ",
+                                               w.first_block + static_cast<int64_t>(b), " = ",
+                                               w.blocks[b], " is outside the pool of ",
+                                               limits.num_blocks, " blocks"));
+        }
+      }
+      for (int64_t pos = seq.start_pos; pos < end; ++pos) {
+        written_slots.push_back(
+            static_cast<int64_t>(w.blocks[pos / limits.block_size - w.first_block]) *
+                limits.block_size + pos % limits.block_size);
+      }
+    }
     for (int64_t t = 0; t < n; ++t) {
       const int32_t id = seq.token_ids[t];
       if (id < 0 || id >= limits.vocab_size) {

@@ -6,6 +6,7 @@
 #define FOLIO_SERVICES_WORKER_ENGINE_STEP_VALIDATION_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "services/worker/engine/step.h"
@@ -23,6 +24,9 @@ struct StepLimits {
   // Whether the backend drafts proposals with a model of its own
   // (SequenceStep::draft_by_model).
   bool drafts_with_model = false;
+  // The pool's window layer groups (kv_layer_groups.h), each group's window: every
+  // sequence carries one window table per group.
+  std::vector<int32_t> windows;
 };
 
 // OK, or InvalidArgument with a message naming the sequence (by id and index) and what
@@ -32,8 +36,10 @@ struct StepLimits {
 // a bad token history (logits_processor.h), or bad counts; proposed tokens to verify on
 // a backend that does not, or with anything but one sample free of suppressed tokens and
 // grammar masks; proposals to draft with a model (draft_by_model) on a backend without
-// one, or without proposals; a repeated sequence id; a block copy with a block outside the pool, onto itself, or
-// onto a block an earlier copy already wrote.
+// one, or without proposals; a repeated sequence id; a block copy with a block outside the
+// pool, onto itself, or onto a block an earlier copy already wrote; window tables not one
+// per window group, short of the step's positions, with a block outside the pool, or
+// starting after a block the step's first position's window reaches.
 absl::Status ValidateStep(const StepInput& step, const StepLimits& limits);
 
 }  // namespace folio::worker

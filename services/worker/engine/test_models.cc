@@ -37,9 +37,13 @@ std::unique_ptr<ModelWeights> RandomModelOrDie(uint64_t seed) {
   o.context_length = 256;
   o.seed = seed;
   o.weight_std = 0.2f;  // larger than the default so logits are not nearly flat
+  return RandomModelOrDie(o);
+}
+
+std::unique_ptr<ModelWeights> RandomModelOrDie(const RandomModelOptions& o) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("folio_engine_test_" + std::to_string(::getpid()) + "_" +
-                             std::to_string(seed) + ".gguf")).string();
+                             o.architecture + "_" + std::to_string(o.seed) + ".gguf")).string();
   absl::Status s = WriteRandomModel(o, path);
   CHECK(s.ok()) << s;
   std::unique_ptr<ModelWeights> m = LoadOrDie(path);

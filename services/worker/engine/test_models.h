@@ -10,6 +10,7 @@
 #include "common/test_models_dir.h"
 #include "services/worker/engine/cpu_model_runner.h"
 #include "services/worker/engine/model_runner.h"
+#include "services/worker/model/random_model.h"
 #include "services/worker/model/weights.h"
 
 namespace folio::worker::testing {
@@ -28,6 +29,8 @@ std::unique_ptr<ModelWeights> LoadOrDie(const std::string& path);
 // A small random Llama model (GGUF written to a temp file and loaded back), for tests
 // that need no model files: dim 64, 4 heads / 2 kv heads, 2 layers, vocab 300.
 std::unique_ptr<ModelWeights> RandomModelOrDie(uint64_t seed);
+// The model `options` describe, written to a temp file and loaded back.
+std::unique_ptr<ModelWeights> RandomModelOrDie(const RandomModelOptions& options);
 
 // Block table 0..n-1 shuffled with `seed` (scattered over the pool).
 std::vector<int32_t> ScatteredBlocks(int32_t n, uint64_t seed);

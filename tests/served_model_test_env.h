@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "folio/v1/folio.grpc.pb.h"
@@ -24,7 +25,9 @@ class ServedModelTest : public ::testing::Test {
 
   // A whole cluster serving `model` (a file or a folder) with a 16 MiB KV cache and one
   // worker thread.
-  static absl::StatusOr<std::unique_ptr<Cluster>> Serve(const std::string& model);
+  // `worker_args` are added to the workers' flags.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Serve(
+      const std::string& model, const std::vector<std::string>& worker_args = {});
   // The frontend's GetModelInfo.
   static absl::StatusOr<folio::v1::ModelInfo> ModelInfo(Cluster& cluster);
   // Complete on the frontend with a 60 s deadline.

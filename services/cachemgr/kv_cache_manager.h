@@ -106,6 +106,8 @@ class KvCacheManager {
   std::vector<BlockHash> CachedHashes() const;
   // CacheStats::num_swap_outs, without the rest of Stats.
   int64_t num_swap_outs() const { return counters_.num_swap_outs; }
+  // PoolStats::num_window_releases, without the rest of Stats.
+  int64_t num_window_releases() const { return policy_->Stats().num_window_releases; }
   std::vector<BlockHash> DiskOnlyHashes() const;
 
   // How many leading tokens of `prompt` a create's prefix lookup would attach now.

@@ -84,6 +84,12 @@ void ToProto(const SeqResult& in, pb::SequenceResult* out) {
   }
   out->set_num_tokens(in.num_tokens);
   out->set_num_cached_tokens(in.num_cached_tokens);
+  for (const WindowResult& w : in.windows) {
+    pb::WindowTableResult* window = out->add_windows();
+    window->set_first_block(w.first_block);
+    window->set_table_offset(w.table_offset);
+    for (BlockId b : w.entries) window->add_entries(b.value);
+  }
 }
 
 pb::AllocationPolicy ToProto(PolicyKind kind) {
@@ -121,6 +127,10 @@ CacheManagerService::Metrics::Metrics(MetricsRegistry* r)
                                    "Creates, forks and grants answered NO_ROOM.")),
       cow_copies(r->AddCounter("folio_cachemgr_cow_copies_total",
                                "Blocks copied before a write (copy-on-write).")),
+      window_releases(r->AddCounter(
+          "folio_cachemgr_window_releases_total",
+          "KV blocks window layer groups gave back as sequences outgrew their sliding "
+          "window (Gemma's local layers).")),
       forks(r->AddCounter("folio_cachemgr_forks_total",
                           "Sequences forked (a child sharing its parent's blocks).")),
       shared_refs(r->AddGauge("folio_cachemgr_blocks_shared_refs",
@@ -327,6 +337,7 @@ grpc::ServerUnaryReactor* CacheManagerService::Configure(grpc::CallbackServerCon
   config.disk_dir = request->disk_tier_dir();
   config.disk_blocks = request->disk_tier_blocks();
   config.disk_ranks = std::max(1, request->disk_tier_ranks());
+  config.windows.assign(request->windows().begin(), request->windows().end());
   if (absl::Status fenced = fence_.Admit(request->scheduler_epoch(), "Configure"); !fenced.ok()) {
     LOG(WARNING) << fenced;
     return Finish(ctx, fenced);
@@ -352,17 +363,21 @@ absl::StatusOr<pb::CacheStepResponse> CacheManagerService::DoStep(
   const StepRequest native = FromProto(request);
   absl::StatusOr<StepResponse> result;
   int64_t swap_outs = 0;
+  int64_t window_releases = 0;
   {
     absl::MutexLock lock(&mu_);
     if (manager_ == nullptr) {
       return absl::FailedPreconditionError("the block pool is not configured yet");
     }
     const int64_t swapped = manager_->num_swap_outs();
+    const int64_t released = manager_->num_window_releases();
     result = manager_->Step(native);
     swap_outs = manager_->num_swap_outs() - swapped;
+    window_releases = manager_->num_window_releases() - released;
   }
   if (!result.ok()) return result.status();
   metrics_.swap_outs.Increment(static_cast<double>(swap_outs));
+  metrics_.window_releases.Increment(static_cast<double>(window_releases));
   pb::CacheStepResponse response;
   auto count = [&](const SeqResult& r) {
     if (r.status == SeqStatus::kNoRoom) metrics_.grant_failures.Increment();
@@ -440,6 +455,7 @@ grpc::ServerUnaryReactor* CacheManagerService::GetStats(grpc::CallbackServerCont
   response->set_num_shared_block_refs(s.pool.num_shared_refs);
   response->set_num_blocks_used_peak(s.num_blocks_used_peak);
   response->set_num_swap_outs(s.num_swap_outs);
+  response->set_num_window_releases(s.pool.num_window_releases);
   if (manager_->host_tier() != nullptr) {
     response->set_host_tier_partial_stores(s.host.num_partial_stores);
     response->set_host_tier_partial_loads(s.host.num_partial_loads);

@@ -62,6 +62,7 @@ class CacheManagerService final : public folio::internal::v1::CacheManager::Call
     Counter& prefix_hit_tokens;
     Counter& grant_failures;
     Counter& cow_copies;
+    Counter& window_releases;
     Counter& forks;
     Gauge& shared_refs;
     Gauge& blocks_used_peak;

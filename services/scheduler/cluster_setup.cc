@@ -29,6 +29,18 @@ absl::Status CallWithStartupDeadline(absl::Time deadline, const std::string& wha
 
 }  // namespace
 
+int64_t WindowBlocksPerSequence(const std::vector<int32_t>& windows, int32_t max_len,
+                                int32_t block_size, int32_t max_batched_tokens) {
+  const int64_t whole = (int64_t{max_len} + block_size - 1) / block_size;
+  int64_t blocks = 0;
+  for (int32_t w : windows) {
+    // From the block of committed - w + 1 to that of committed + 2 steps, inclusive.
+    const int64_t held = (2 * int64_t{max_batched_tokens} + w + block_size - 2) / block_size + 1;
+    blocks += std::min(whole, held);
+  }
+  return blocks;
+}
+
 absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
                                              GrpcWorkerClient& workers, GrpcCacheClient& cache) {
   const absl::Time deadline = absl::Now() + options.startup_timeout;
@@ -42,6 +54,13 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     if (!s.ok()) return s;
   }
   const pb::WorkerInfo& first = infos[0];
+  const std::vector<int32_t> windows(first.kv_windows().begin(), first.kv_windows().end());
+  if (!windows.empty() && options.policy == pb::ALLOCATION_POLICY_CONTIGUOUS) {
+    return absl::FailedPreconditionError(
+        "the workers keep their sliding-window layers in window layer groups, which the "
+        "contiguous policy does not have: start them with --window_layer_groups=false, or "
+        "use --policy=paged");
+  }
   int64_t num_blocks = std::numeric_limits<int32_t>::max();
   for (int rank = 0; rank < workers.num_ranks(); ++rank) {
     const pb::WorkerInfo& info = infos[rank];
@@ -62,6 +81,9 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = CheckLayerGroups(info, windows, rank, /*came_back=*/false); !s.ok()) {
+      return s;
+    }
     if (info.kv_bytes_per_token() <= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker rank ", rank, " reports no KV bytes per token"));
@@ -80,13 +102,18 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     }
     max_model_len = options.max_model_len;
   }
-  const int64_t needed = (max_model_len + options.block_size - 1) / options.block_size;
+  const int64_t window_blocks = WindowBlocksPerSequence(
+      windows, max_model_len, options.block_size, options.max_num_batched_tokens);
+  const int64_t needed =
+      (max_model_len + options.block_size - 1) / options.block_size + window_blocks;
   if (num_blocks < needed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the KV pool holds ", num_blocks, " blocks of ", options.block_size, " tokens (",
         num_blocks * options.block_size, " tokens), but one sequence of the full context (",
-        max_model_len, " tokens) needs ", needed,
-        " blocks; give the workers more --kv_cache_bytes or lower --max_model_len"));
+        max_model_len, " tokens) needs ", needed, " blocks",
+        window_blocks > 0 ? absl::StrCat(" (", window_blocks, " of its window layer groups)")
+                          : "",
+        "; give the workers more --kv_cache_bytes or lower --max_model_len"));
   }
 
   // A scheduler that restarted finds the replica its predecessor left (workers allocated,
@@ -123,7 +150,7 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
     newest_group = std::max(newest_group, w.group().generation());
   }
   workers.SetAllocation(static_cast<int32_t>(num_blocks), options.block_size,
-                        std::move(incarnations));
+                        std::move(incarnations), windows);
   if (workers.num_ranks() > 1) {
     // The ranks join no group at start-up: a rank that restarts must not read an old
     // group's addresses, so every group is formed here, with a generation of its own.
@@ -152,6 +179,12 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   configure.set_policy(options.policy);
   configure.set_disable_prefix_caching(options.disable_prefix_caching);
   configure.set_scheduler_epoch(epoch);
+  configure.mutable_windows()->Add(windows.begin(), windows.end());
+  if (!windows.empty()) {
+    LOG(INFO) << "window layer groups: " << windows.size() << " (window "
+              << windows.front() << " tokens): their blocks go back to the pool as "
+              << "sequences outgrow the window";
+  }
   // Set whether or not the disk tier is on: a worker may come back with one (recovery).
   configure.set_disk_tier_ranks(workers.num_ranks());
   const OffloadTiers tiers = workers.tiers();
@@ -197,6 +230,8 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   info.set_block_size(options.block_size);
   info.set_num_blocks(static_cast<int32_t>(num_blocks));
   info.set_tp_size(workers.num_ranks());
+  info.mutable_kv_windows()->Add(windows.begin(), windows.end());
+  info.set_window_blocks_per_sequence(static_cast<int32_t>(window_blocks));
   LOG(INFO) << "cluster ready: model " << first.model().name() << ", " << num_blocks
             << " KV blocks of " << options.block_size << " tokens, max_model_len "
             << max_model_len << ", " << workers.num_ranks() << " worker rank(s)";

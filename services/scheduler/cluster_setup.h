@@ -21,8 +21,19 @@ struct ClusterSetupOptions {
   bool speculative = false;  // every rank must verify proposed tokens
   bool draft_model = false;  // --speculative=draft: every rank must have a draft model
   bool swap_preemption = false;  // --preemption=swap: the workers must have a host KV tier
+  // Tokens a step computes at most (--max_num_batched_tokens): with window layer groups, a
+  // sequence's window tables hold the blocks of its window and of two steps' grants.
+  int32_t max_num_batched_tokens = 512;
   absl::Duration startup_timeout = absl::Minutes(5);  // waiting for services to answer
 };
+
+// The most blocks a sequence of up to `max_len` tokens holds at once in the window tables
+// of groups with `windows` (cachemgr paged_policy.h): a group keeps the blocks from its
+// window's first before the committed tokens to the end of what is granted, at most two
+// steps of `max_batched_tokens` past them (pipelined steps), and never more than the
+// whole sequence's.
+int64_t WindowBlocksPerSequence(const std::vector<int32_t>& windows, int32_t max_len,
+                                int32_t block_size, int32_t max_batched_tokens);
 
 // Runs the start-up sequence; returns what the frontends are told.
 absl::StatusOr<folio::internal::v1::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,

@@ -40,6 +40,12 @@ cachemgr::SeqResult FromProto(const pb::SequenceResult& in) {
   }
   out.num_tokens = in.num_tokens();
   out.num_cached_tokens = in.num_cached_tokens();
+  for (const pb::WindowTableResult& w : in.windows()) {
+    cachemgr::WindowResult& window = out.windows.emplace_back();
+    window.first_block = w.first_block();
+    window.table_offset = w.table_offset();
+    for (int32_t b : w.entries()) window.entries.push_back(cachemgr::BlockId{b});
+  }
   return out;
 }
 
@@ -304,6 +310,11 @@ pb::ExecuteStepRequest ToProto(const worker::StepInput& step) {
     out->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
     out->set_start_pos(s.start_pos);
     out->mutable_block_table()->Add(s.block_table.begin(), s.block_table.end());
+    for (const worker::WindowBlockTable& w : s.window_tables) {
+      pb::WindowBlockTable* table = out->add_window_tables();
+      table->set_first_block(w.first_block);
+      table->mutable_blocks()->Add(w.blocks.begin(), w.blocks.end());
+    }
     pb::SamplingParams* sp = out->mutable_sampling();
     sp->set_temperature(s.sampling.temperature);
     sp->set_top_p(s.sampling.top_p);
@@ -358,6 +369,17 @@ worker::StepOutput FromProto(const pb::ExecuteStepResponse& response) {
   return out;
 }
 
+absl::Status CheckLayerGroups(const pb::WorkerInfo& info, const std::vector<int32_t>& windows,
+                              int rank, bool came_back) {
+  const std::vector<int32_t> own(info.kv_windows().begin(), info.kv_windows().end());
+  if (own == windows) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker rank ", rank, came_back ? " came back and" : "", " keeps ", own.size(),
+      " window layer groups (windows ", absl::StrJoin(own, ","), "), the replica ",
+      windows.size(), " (", absl::StrJoin(windows, ","), "): start every rank with the same "
+      "--window_layer_groups and --kv_host_bytes"));
+}
+
 absl::Status CheckSpeculativeRank(const pb::WorkerInfo& info, const pb::WorkerInfo& rank0,
                                   int rank, bool verification, bool draft, bool came_back) {
   const std::string who = absl::StrCat("worker rank ", rank, came_back ? " came back and" : "");
@@ -388,7 +410,9 @@ GrpcWorkerClient::GrpcWorkerClient(std::vector<std::shared_ptr<grpc::Channel>> r
 }
 
 void GrpcWorkerClient::SetAllocation(int32_t num_blocks, int32_t block_size,
-                                     std::vector<std::string> incarnation_ids) {
+                                     std::vector<std::string> incarnation_ids,
+                                     std::vector<int32_t> windows) {
+  windows_ = std::move(windows);
   num_blocks_ = num_blocks;
   block_size_ = block_size;
   incarnation_ids_ = std::move(incarnation_ids);
@@ -540,6 +564,10 @@ absl::Status GrpcWorkerClient::Restore() {
     if (absl::Status s = CheckSpeculativeRank(infos[rank], infos[0], rank,
                                               requires_verification_, requires_draft_model_,
                                               /*came_back=*/true);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckLayerGroups(infos[rank], windows_, rank, /*came_back=*/true);
         !s.ok()) {
       return s;
     }

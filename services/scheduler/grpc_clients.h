@@ -26,6 +26,10 @@ namespace folio::scheduler {
 // verifies proposed tokens when `verification`, and with `draft` it has a draft model, the
 // same as rank 0's (`rank0`). Start-up and recovery both ask; `came_back` words the
 // refusal for the latter. FAILED_PRECONDITION naming the rank and the remedy.
+// Why a rank whose pool keeps the window layer groups `info.kv_windows` cannot serve a
+// replica set up with `windows` (every rank's pool, and the cache manager, alike), or OK.
+absl::Status CheckLayerGroups(const folio::internal::v1::WorkerInfo& info,
+                              const std::vector<int32_t>& windows, int rank, bool came_back);
 absl::Status CheckSpeculativeRank(const folio::internal::v1::WorkerInfo& info,
                                   const folio::internal::v1::WorkerInfo& rank0, int rank,
                                   bool verification, bool draft, bool came_back);
@@ -103,7 +107,8 @@ class GrpcWorkerClient final : public WorkerClient {
 
   // What start-up allocates and the incarnation of each rank (cluster_setup.cc).
   void SetAllocation(int32_t num_blocks, int32_t block_size,
-                     std::vector<std::string> incarnation_ids);
+                     std::vector<std::string> incarnation_ids,
+                     std::vector<int32_t> windows = {});
   // Every rank joins the group of generation `newest` + 1 at once, where `newest` is the
   // newest generation the ranks reported or this client sent. The first failure, by rank.
   absl::Status FormGroup(int64_t newest, absl::Time deadline);
@@ -142,6 +147,7 @@ class GrpcWorkerClient final : public WorkerClient {
   int64_t last_generation_sent_ = 0;          // the newest JoinGroup sent
   bool requires_verification_ = false;
   bool requires_draft_model_ = false;
+  std::vector<int32_t> windows_;  // the window layer groups set up (SetAllocation)
 
   // The calls of a Restore, so that CancelRestore can cancel them from another thread.
   absl::Mutex cancel_mu_;

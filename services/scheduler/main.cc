@@ -228,6 +228,7 @@ int main(int argc, char** argv) {
   setup.draft_model = options.speculative.mode == sched::SpeculativeMode::kDraft;
   workers.set_requires_draft_model(setup.draft_model);
   setup.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  setup.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   absl::StatusOr<pb::ClusterInfo> info = sched::SetUpCluster(setup, workers, cache);
   if (!info.ok()) {
     LOG(ERROR) << "start-up failed: " << info.status();
@@ -239,6 +240,7 @@ int main(int argc, char** argv) {
   options.eos_id = info->tokenizer().eos_id();
   options.eog_ids.assign(info->tokenizer().eog_ids().begin(), info->tokenizer().eog_ids().end());
   options.num_blocks = info->num_blocks();
+  options.window_blocks_per_sequence = info->window_blocks_per_sequence();
   {
     // Structured output matches the bytes each token decodes to: the workers' vocabulary.
     absl::StatusOr<folio::Vocab> vocab = folio::VocabFromSpec(info->tokenizer());
@@ -256,7 +258,8 @@ int main(int argc, char** argv) {
   }
   options.reserve_max_model_len = absl::GetFlag(FLAGS_reserve_max_model_len);
   if (options.reserve_max_model_len && options.num_blocks > 0 &&
-      static_cast<int64_t>(options.num_blocks) * options.block_size < options.max_model_len) {
+      (static_cast<int64_t>(options.num_blocks) - options.window_blocks_per_sequence) *
+              options.block_size < options.max_model_len) {
     LOG(ERROR) << "--reserve_max_model_len: the pool's " << options.num_blocks << " blocks of "
                << options.block_size << " tokens cannot hold one sequence of max_model_len "
                << options.max_model_len << "; lower --max_model_len";

@@ -102,9 +102,11 @@ using EventSink = std::function<void(const RequestEvent&)>;
 struct Branch {
   int32_t index = 0;         // parallel sampling: the sample index (stream index, rng key)
   // Live while running: the cache manager's sequence (0 while it holds no blocks), its
-  // block table mirror and the number of its tokens whose KV is computed.
+  // block table mirror (and its window layer groups' tables, cachemgr paged_policy.h)
+  // and the number of its tokens whose KV is computed.
   uint64_t seq_id = 0;
   std::vector<int32_t> block_table;
+  std::vector<worker::WindowBlockTable> window_tables;
   int32_t num_computed = 0;
   std::vector<int32_t> output;   // generated tokens
   std::vector<float> logprobs;   // beam search: the log-prob of each output token

@@ -113,7 +113,7 @@ absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& op
     // Worst case: the full prompt blocks shared, every other block private to a branch.
     const int64_t shared = static_cast<int64_t>(spec.prompt.size()) / options.block_size;
     const int64_t own = (total + options.block_size - 1) / options.block_size - shared;
-    const int64_t need = shared + width * own;
+    const int64_t need = shared + width * (own + options.window_blocks_per_sequence);
     if (need > options.num_blocks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the request may need ", need, " KV blocks (", width, " sequences of up to ", total,
@@ -197,6 +197,20 @@ void RequestState::QueueCommit(uint64_t seq_id, int32_t num_computed) {
 void RequestState::ApplyTable(Branch* branch, const cachemgr::SeqResult& result) {
   branch->block_table.resize(result.table_offset);
   for (cachemgr::BlockId b : result.entries) branch->block_table.push_back(b.value);
+  if (result.windows.empty()) return;
+  branch->window_tables.resize(result.windows.size());
+  for (size_t g = 0; g < result.windows.size(); ++g) {
+    const cachemgr::WindowResult& r = result.windows[g];
+    worker::WindowBlockTable& t = branch->window_tables[g];
+    // The blocks before first_block went back to the pool; then entries from
+    // table_offset on are replaced.
+    const int32_t released = std::clamp(r.first_block - t.first_block, 0,
+                                        static_cast<int32_t>(t.blocks.size()));
+    t.blocks.erase(t.blocks.begin(), t.blocks.begin() + released);
+    t.first_block = r.first_block;
+    t.blocks.resize(std::max(0, r.table_offset - r.first_block));
+    for (cachemgr::BlockId b : r.entries) t.blocks.push_back(b.value);
+  }
 }
 
 void RequestState::ReleaseSeq(uint64_t seq_id) {
@@ -266,6 +280,7 @@ void RequestState::Lose(LostService service, const absl::Status& cause) {
     for (Branch& b : r->branches) {
       b.seq_id = 0;
       b.block_table.clear();
+      b.window_tables.clear();
       b.num_computed = 0;
       b.candidates.clear();
       b.pending_samples = 0;  // its steps' outputs are dropped; it is sampled again
@@ -312,6 +327,7 @@ void RequestState::Preempt(Request* victim, bool may_swap) {
     ReleaseSeq(b.seq_id);
     b.seq_id = 0;
     b.block_table.clear();
+    b.window_tables.clear();
     b.num_computed = 0;
     b.candidates.clear();
     b.pending_samples = 0;  // its steps' outputs are dropped; it is sampled again
@@ -329,7 +345,8 @@ absl::Status RequestState::CheckInvariants() const {
   for (const Request* r : waiting) {
     if (!seen.insert(r).second) return absl::InternalError("a request is queued twice");
     for (const Branch& b : r->branches) {
-      if (b.seq_id != 0 || !b.block_table.empty() || b.num_computed != 0) {
+      if (b.seq_id != 0 || !b.block_table.empty() || !b.window_tables.empty() ||
+          b.num_computed != 0) {
         return absl::InternalError(absl::StrCat("waiting request ", r->spec.request_id,
                                                 " holds a sequence"));
       }

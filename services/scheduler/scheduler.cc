@@ -507,7 +507,11 @@ int32_t Scheduler::AcceptProposals(const InflightStep::Seq& seq, const worker::S
   b->num_computed = computed;
   if (accepted < seq.num_draft) {
     state_.pending_truncates.push_back({SeqId{seq.seq_id}, computed});
-    b->block_table.resize((computed + options_.block_size - 1) / options_.block_size);
+    const int32_t blocks = (computed + options_.block_size - 1) / options_.block_size;
+    b->block_table.resize(blocks);
+    for (worker::WindowBlockTable& w : b->window_tables) {
+      w.blocks.resize(std::max(0, blocks - w.first_block));
+    }
   }
   b->draft.clear();
   if (options_.speculative.synth_len == 0.0) {  // benchmarks measure a fixed k

@@ -55,6 +55,7 @@ void Sharing::AdvanceSamples(
         Branch& child = r->branches[j];
         child.seq_id = state_->NewSeqId();
         child.block_table = root.block_table;
+        child.window_tables = root.window_tables;
         child.num_computed = root.num_computed;
         QueueFork(r, root.seq_id, child.seq_id);
       }
@@ -224,6 +225,7 @@ void Sharing::AdvanceBeams(
     } else {
       b.seq_id = state_->NewSeqId();
       b.block_table = parent.block_table;
+      b.window_tables = parent.window_tables;
       b.num_computed = parent.num_computed;
       b.output = parent.output;
       b.logprobs = parent.logprobs;
@@ -330,6 +332,7 @@ void Sharing::ForkFromRoot(Request* r) {
     if (b.seq_id != 0) continue;
     b.seq_id = state_->NewSeqId();
     b.block_table = root.block_table;
+    b.window_tables = root.window_tables;
     b.num_computed = root.num_computed;
     QueueFork(r, root.seq_id, b.seq_id);
   }

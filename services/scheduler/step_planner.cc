@@ -309,6 +309,7 @@ std::vector<Granted> StepPlanner::AdmitWaiting(int32_t* budget,
     state_->pending_frees.push_back(SeqId{root.seq_id});
     root.seq_id = 0;
     root.block_table.clear();
+    root.window_tables.clear();
     root.num_computed = 0;
   }
   admitted.resize(first_refused);
@@ -336,6 +337,7 @@ worker::SequenceStep StepPlanner::MakeStep(const Request& r, const Granted& g) c
     s.token_ids.push_back(b.TokenAt(r.spec.prompt, b.num_computed + i));
   }
   s.block_table = b.block_table;
+  s.window_tables = b.window_tables;
   s.decode_from_pos = r.prompt_len();  // the sampled tokens attend as they were decoded
   s.sampling = r.spec.sampling;
   s.num_logprobs = r.spec.num_logprobs;

@@ -54,6 +54,12 @@ ABSL_FLAG(std::string, kv_host_bytes, "0",
           "of being recomputed. 0 (default): no tier. Same units as --kv_cache_bytes. "
           "With --draft_model a slot also holds the draft's KV of its block (fewer blocks "
           "in the same bytes). --device=cpu only.");
+ABSL_FLAG(bool, window_layer_groups, true,
+          "Keep a model's sliding-window layers (Gemma 2/3's local layers) in KV blocks of "
+          "their own, so that the blocks a sequence's window has passed go back to the pool "
+          "(a long Gemma 3 context holds about a sixth of the KV of a dense one). Off: every "
+          "block holds every layer. Not with --kv_host_bytes (the offload tiers hold whole "
+          "blocks: off there) or --device=cuda.");
 ABSL_FLAG(std::string, kv_host_name, "",
           "The host tier's shared-memory segment name; it must stay the same across restarts "
           "of this rank for the tier to survive them, and differ between ranks on one machine. "
@@ -241,6 +247,7 @@ int main(int argc, char** argv) {
   }
   options.kv_host_bytes = *host_bytes;
   options.kv_host_name = absl::GetFlag(FLAGS_kv_host_name);
+  options.window_layer_groups = absl::GetFlag(FLAGS_window_layer_groups);
   // A segment named after a port picked at random is found by no later start: it is
   // removed when this process stops cleanly, and the tier does not outlive a crash.
   const bool host_segment_is_ours =

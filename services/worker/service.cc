@@ -24,16 +24,23 @@ namespace pb = folio::internal::v1;
 
 namespace {
 
+// WorkerServiceOptions::window_layer_groups, where the worker takes it.
+bool UsesWindowGroups(const WorkerServiceOptions& options) {
+  return options.window_layer_groups && !options.make_runner && options.kv_host_bytes == 0;
+}
+
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
-// The KV cache shape of one rank of `tp_size` (each holds num_kv_heads / tp_size heads).
+// The KV cache shape of one rank of `tp_size` (each holds num_kv_heads / tp_size heads),
+// its layers in `groups`' planes (null: a plane each).
 KvCacheShape ShapeFor(const ModelConfig& config, int32_t tp_size, kernels::KvDType dtype,
-                      int32_t block_size) {
+                      int32_t block_size, const KvLayerGroups* groups = nullptr) {
   KvCacheShape shape;
+  if (groups != nullptr && groups->num_window_groups() > 0) shape.layer_plane = groups->plane;
   shape.num_layers = config.num_layers;
   shape.num_kv_heads = config.num_kv_heads / std::max(1, tp_size);
   shape.head_dim = config.head_dim;
@@ -46,8 +53,9 @@ KvCacheShape ShapeFor(const ModelConfig& config, int32_t tp_size, kernels::KvDTy
 // draft model, the draft's (its pool has the same blocks).
 int64_t PoolBytesPerBlock(const ModelConfig& config, const WorkerServiceOptions& options,
                           int32_t block_size) {
-  int64_t bytes =
-      KvBytesPerBlock(ShapeFor(config, options.tp_size, options.kv_dtype, block_size));
+  const KvLayerGroups groups = PoolLayerGroups(config, options);
+  int64_t bytes = KvBytesPerBlock(
+      ShapeFor(config, options.tp_size, options.kv_dtype, block_size, &groups));
   if (options.draft_weights != nullptr) {
     bytes += KvBytesPerBlock(ShapeFor(options.draft_weights->config, 1, options.kv_dtype,
                                       block_size));
@@ -56,11 +64,13 @@ int64_t PoolBytesPerBlock(const ModelConfig& config, const WorkerServiceOptions&
 }
 
 // `pool`: the thread pool to share (a draft model runs on its target's); null: its own.
+// `window_groups`: CpuModelRunnerOptions::window_layer_groups.
 absl::StatusOr<RunnerResources> MakeCpuRunner(
     const ModelWeights& weights, const RunnerRequest& request,
-    const WorkerServiceOptions& service,
+    const WorkerServiceOptions& service, bool window_groups,
     std::shared_ptr<kernels::ThreadPool> pool = nullptr) {
   CpuModelRunnerOptions options;
+  options.window_layer_groups = window_groups;
   options.pool = std::move(pool);
   options.bf16_gemm = service.bf16_gemm;
   options.onednn_min_rows = service.onednn_min_rows;
@@ -111,6 +121,7 @@ pb::WorkerInfo MakeStaticInfo(const ModelWeights& weights, const WorkerServiceOp
     info.set_draft_model(DraftModelIdentity(*options.draft_weights));
   }
   info.set_kv_host_bytes(options.kv_host_bytes);
+  for (int32_t w : PoolLayerGroups(c, options).windows) info.add_kv_windows(w);
   info.set_num_kv_heads(c.num_kv_heads / std::max(1, options.tp_size));
   return info;
 }
@@ -417,6 +428,11 @@ void WorkerService::SetServingCallback(std::function<void(ServingState)> callbac
   serving_callback_ = std::move(callback);
 }
 
+KvLayerGroups PoolLayerGroups(const ModelConfig& config, const WorkerServiceOptions& options) {
+  return UsesWindowGroups(options) ? WindowLayerGroups(config)
+                                   : DenseLayerGroups(config.num_layers);
+}
+
 std::string DraftModelIdentity(const ModelWeights& draft) {
   const ModelConfig& d = draft.config;
   return absl::StrCat(d.name.empty() ? "unnamed draft model" : d.name, " (", d.num_layers,
@@ -476,15 +492,17 @@ absl::StatusOr<int64_t> WorkerService::Allocate(int32_t num_blocks, int32_t bloc
   RunnerRequest request;
   request.num_blocks = num_blocks;
   request.block_size = block_size;
+  const KvLayerGroups groups = PoolLayerGroups(weights_->config, options_);
   const int64_t bytes_per_block = KvBytesPerBlock(
-      ShapeFor(weights_->config, options_.tp_size, options_.kv_dtype, block_size));
+      ShapeFor(weights_->config, options_.tp_size, options_.kv_dtype, block_size, &groups));
   request.kv_cache_bytes = int64_t{num_blocks} * bytes_per_block;
   request.kv_dtype = options_.kv_dtype;
   request.num_threads = options_.num_threads;
   request.communicator = communicator_.get();
   absl::StatusOr<RunnerResources> runner = options_.make_runner
                                                ? options_.make_runner(*weights_, request)
-                                               : MakeCpuRunner(*weights_, request, options_);
+                                               : MakeCpuRunner(*weights_, request, options_,
+                                                               UsesWindowGroups(options_));
   if (!runner.ok()) return runner.status();
   CHECK_EQ(runner->runner->num_blocks(), num_blocks) << "the pool is sized to the request";
   if (options_.draft_weights != nullptr) {
@@ -536,7 +554,8 @@ absl::Status WorkerService::AddDraftModel(RunnerResources* target, const RunnerR
   // The CPU backend (the worker refuses a draft model on another): one pool for both.
   auto* cpu = dynamic_cast<CpuModelRunner*>(target->runner.get());
   absl::StatusOr<RunnerResources> runner =
-      MakeCpuRunner(draft, d, options_, cpu == nullptr ? nullptr : cpu->thread_pool());
+      MakeCpuRunner(draft, d, options_, /*window_groups=*/false,
+                    cpu == nullptr ? nullptr : cpu->thread_pool());
   if (!runner.ok()) {
     return absl::Status(runner.status().code(),
                         absl::StrCat("draft model: ", runner.status().message()));

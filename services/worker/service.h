@@ -49,6 +49,7 @@
 #include "folio/internal/v1/worker.grpc.pb.h"
 #include "services/worker/dist/communicator.h"
 #include "services/worker/engine/cpu_model_runner.h"
+#include "services/worker/engine/kv_layer_groups.h"
 #include "services/worker/engine/model_runner.h"
 #include "services/worker/resident_memory.h"
 #include "services/worker/step_proto.h"
@@ -91,7 +92,16 @@ struct WorkerServiceOptions {
   // null for none. CPU backend, one rank. Its KV pool has the model's block ids, and its
   // bytes per token count in kv_bytes_per_token and the budget.
   std::shared_ptr<const ModelWeights> draft_weights;
+  // Sliding-window layers in window layer groups of their own (engine/kv_layer_groups.h),
+  // so the cache manager gives their old blocks back (--window_layer_groups). Taken only
+  // on the CPU backend without a host tier (the offload tiers hold whole blocks of every
+  // layer); a model without both local and full-attention layers has one group anyway.
+  bool window_layer_groups = true;
 };
+
+// The layer groups the worker's pool keeps for `config` under `options` (see
+// WorkerServiceOptions::window_layer_groups).
+KvLayerGroups PoolLayerGroups(const ModelConfig& config, const WorkerServiceOptions& options);
 
 // Parses a byte count: a non-negative integer ("268435456") or a number with a unit,
 // binary (KiB, MiB, GiB, TiB: powers of 1024) or decimal (B, KB, MB, GB, TB: powers of

@@ -80,6 +80,11 @@ absl::StatusOr<NativeStep> StepFromProto(const pb::ExecuteStepRequest& request) 
     seq.token_ids.assign(in.token_ids().begin(), in.token_ids().end());
     seq.start_pos = in.start_pos();
     seq.block_table.assign(in.block_table().begin(), in.block_table().end());
+    for (const pb::WindowBlockTable& w : in.window_tables()) {
+      seq.window_tables.push_back(
+          WindowBlockTable{.first_block = w.first_block(),
+                           .blocks = std::vector<int32_t>(w.blocks().begin(), w.blocks().end())});
+    }
     const pb::SamplingParams& s = in.sampling();
     seq.sampling.temperature = s.temperature();
     seq.sampling.top_k = s.top_k();

@@ -27,11 +27,13 @@ void ServedModelTest::SetUp() {
 void ServedModelTest::TearDown() { std::filesystem::remove_all(dir_); }
 
 absl::StatusOr<std::unique_ptr<Cluster>> ServedModelTest::Serve(
-    const std::string& model, const std::vector<std::string>& worker_args) {
+    const std::string& model, const std::vector<std::string>& worker_args,
+    const std::vector<std::string>& scheduler_args) {
   ClusterOptions options;
   options.model = model;
   options.worker_args = {"--kv_cache_bytes=16MiB", "--num_threads=1"};
   options.worker_args.insert(options.worker_args.end(), worker_args.begin(), worker_args.end());
+  options.scheduler_args = scheduler_args;
   return Cluster::Start(options);
 }
 

@@ -25,9 +25,11 @@ class ServedModelTest : public ::testing::Test {
 
   // A whole cluster serving `model` (a file or a folder) with a 16 MiB KV cache and one
   // worker thread.
-  // `worker_args` are added to the workers' flags.
+  // `worker_args` and `scheduler_args` are added to those services' flags (a later
+  // --kv_cache_bytes replaces the 16 MiB).
   static absl::StatusOr<std::unique_ptr<Cluster>> Serve(
-      const std::string& model, const std::vector<std::string>& worker_args = {});
+      const std::string& model, const std::vector<std::string>& worker_args = {},
+      const std::vector<std::string>& scheduler_args = {});
   // The frontend's GetModelInfo.
   static absl::StatusOr<folio::v1::ModelInfo> ModelInfo(Cluster& cluster);
   // Complete on the frontend with a 60 s deadline.

@@ -29,6 +29,8 @@ class WindowGroupsServingTest : public ServedModelTest {
  protected:
   static Served ServeAndGenerate(const std::string& model,
                                  const std::vector<std::string>& worker_args);
+  // The model of these tests, written into dir_.
+  std::string WriteGemma3();
 };
 
 Served WindowGroupsServingTest::ServeAndGenerate(const std::string& model,
@@ -65,7 +67,7 @@ Served WindowGroupsServingTest::ServeAndGenerate(const std::string& model,
   return out;
 }
 
-TEST_F(WindowGroupsServingTest, Gemma3WritesTheSameTextAndGivesBlocksBack) {
+std::string WindowGroupsServingTest::WriteGemma3() {
   worker::RandomModelOptions o;
   o.name = "window-gemma3";
   o.architecture = "gemma3";
@@ -83,8 +85,12 @@ TEST_F(WindowGroupsServingTest, Gemma3WritesTheSameTextAndGivesBlocksBack) {
   o.embedding_std = 0.5f;
   o.dtype = worker::DType::kF16;
   const std::string model = dir_ + "/window-gemma3.gguf";
-  ASSERT_TRUE(worker::WriteRandomModel(o, model).ok());
+  EXPECT_TRUE(worker::WriteRandomModel(o, model).ok());
+  return model;
+}
 
+TEST_F(WindowGroupsServingTest, Gemma3WritesTheSameTextAndGivesBlocksBack) {
+  const std::string model = WriteGemma3();
   const Served grouped = ServeAndGenerate(model, {});
   const Served dense = ServeAndGenerate(model, {"--window_layer_groups=false"});
   ASSERT_EQ(grouped.greedy.size(), 2u);
@@ -119,6 +125,41 @@ TEST_F(WindowGroupsServingTest, Gemma3WritesTheSameTextAndGivesBlocksBack) {
             << grouped.stats.num_blocks_total() << " blocks grouped, "
             << dense.stats.num_blocks_used_peak() << " of " << dense.stats.num_blocks_total()
             << " dense\n";
+}
+
+// A pool of 440 KiB holds 146 tokens of the dense model (3,072 bytes a token: 6 layers, 2
+// heads of 64, f16) but 55 blocks of 16 one-layer tokens grouped: a 448-token sequence,
+// three times what the dense pool could hold, runs in it with the text the dense model
+// writes in a large pool (the same scheduler flags: steps of 16 tokens, so the window
+// tables hold 4 blocks a group at most and one sequence needs 28 + 5 * 4 blocks).
+TEST_F(WindowGroupsServingTest, ASequenceThreeTimesWhatTheDensePoolHoldsRuns) {
+  const std::string model = WriteGemma3();
+  const std::vector<std::string> scheduler = {"--max_num_batched_tokens=16",
+                                              "--max_model_len=448"};
+  v1::GenerateRequest req;
+  for (int i = 0; i < 40; ++i) req.add_prompt_token_ids(3 + (i * 61) % 500);
+  req.mutable_sampling()->set_max_tokens(408);
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_ignore_eos(true);
+  std::vector<std::vector<int32_t>> texts;
+  for (const std::vector<std::string>& workers :
+       {std::vector<std::string>{"--window_layer_groups=false"},
+        std::vector<std::string>{"--kv_cache_bytes=440KiB"}}) {
+    absl::StatusOr<std::unique_ptr<Cluster>> cluster = Serve(model, workers, scheduler);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    v1::CompleteResponse resp;
+    grpc::Status s = Complete(**cluster, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    std::vector<int32_t>& tokens = texts.emplace_back();
+    for (const v1::TokenInfo& t : resp.tokens()) tokens.push_back(t.token_id());
+    if (texts.size() == 2) {
+      const internal::v1::CacheStats stats = (*cluster)->CacheStats();
+      EXPECT_EQ(stats.num_blocks_total(), 55);
+      EXPECT_LE(stats.num_blocks_used_peak(), 28 + 5 * 4);
+    }
+  }
+  ASSERT_EQ(texts[0].size(), 408u);
+  EXPECT_EQ(texts[1], texts[0]);
 }
 
 }  // namespace

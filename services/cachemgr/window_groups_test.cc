@@ -4,6 +4,7 @@
 // hits attach the window blocks they need (and only as far as those are cached), and bad
 // configurations are refused by name.
 #include <algorithm>
+#include <iostream>
 #include <numeric>
 #include <vector>
 
@@ -24,10 +25,10 @@ std::vector<int32_t> Iota(int32_t n, int32_t start = 100) {
 
 class WindowGroupsTest : public ::testing::Test {
  protected:
-  void Make(int32_t blocks, std::vector<int32_t> windows) {
+  void Make(int32_t blocks, std::vector<int32_t> windows, int32_t block_size = 4) {
     absl::StatusOr<std::unique_ptr<KvCacheManager>> mgr = KvCacheManager::Create(
-        CacheConfig{.policy = PolicyKind::kPaged, .num_blocks = blocks, .block_size = 4,
-                    .windows = std::move(windows)});
+        CacheConfig{.policy = PolicyKind::kPaged, .num_blocks = blocks,
+                    .block_size = block_size, .windows = std::move(windows)});
     ASSERT_TRUE(mgr.ok()) << mgr.status();
     mgr_ = *std::move(mgr);
   }
@@ -191,6 +192,39 @@ TEST_F(WindowGroupsTest, ForksShareWindowBlocksAndCopyOnWrite) {
   EXPECT_EQ(g.copies.size(), 2u);
   EXPECT_NE(mgr_->Find(SeqId{2})->windows[0].blocks.back(),
             mgr_->Find(SeqId{1})->windows[0].blocks.back());
+}
+
+// Gemma 3 1B's shape: 26 layers, 4 global and 22 local with a window of 512, one KV head
+// of 256, f16. A dense block of 16 tokens holds 2 * 26 * 16 * 256 * 2 = 425,984 bytes; in
+// window groups a block is a page of 4 layers (65,536 bytes) and the locals fill 6 groups.
+// One sequence prefills 8,192 tokens in chunks of 512, then decodes 64: the KV it holds
+// then, and at its peak (a 512-token chunk's window blocks), against the dense pool's.
+TEST_F(WindowGroupsTest, ALongGemma3ContextHoldsAFifthOfTheDenseKv) {
+  constexpr int64_t kDenseBlockBytes = 2 * 26 * 16 * 256 * 2;
+  constexpr int64_t kPageBytes = 2 * 4 * 16 * 256 * 2;
+  Make(8192, std::vector<int32_t>(6, 512), 16);
+  Create(1, {}, 8192 + 64);
+  const std::vector<int32_t> tokens = Iota(8192 + 64);
+  for (int32_t at = 0; at < 8192; at += 512) {
+    ASSERT_EQ(CommitAndGrant(1, std::vector<int32_t>(tokens.begin() + at,
+                                                     tokens.begin() + at + 512)).status,
+              SeqStatus::kOk);
+  }
+  for (int32_t at = 8192; at < 8192 + 64; ++at) {
+    ASSERT_EQ(CommitAndGrant(1, {tokens[at]}).status, SeqStatus::kOk);
+  }
+  const int64_t dense_bytes = int64_t{(8192 + 64) / 16} * kDenseBlockBytes;
+  const int64_t held_bytes = mgr_->Stats().pool.num_blocks_used * kPageBytes;
+  const int64_t peak_bytes = mgr_->Stats().num_blocks_used_peak * kPageBytes;
+  std::cout << "8,256 tokens of Gemma 3 1B: dense " << dense_bytes << " bytes ("
+            << dense_bytes / (8192 + 64) << " a token); window groups " << held_bytes
+            << " bytes (" << held_bytes / (8192 + 64) << " a token), " << peak_bytes
+            << " at the peak\n";
+  // 516 full-attention blocks, and per group the blocks from that of position 8,255 - 511
+  // (block 484) on: 32.
+  EXPECT_EQ(mgr_->Stats().pool.num_blocks_used, 516 + 6 * 32);
+  EXPECT_LT(held_bytes * 4, dense_bytes);
+  EXPECT_LT(peak_bytes * 3, dense_bytes);
 }
 
 TEST_F(WindowGroupsTest, BadConfigurationsAreRefusedByName) {

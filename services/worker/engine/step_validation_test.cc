@@ -1,6 +1,9 @@
 #include "services/worker/engine/step_validation.h"
 
+#include <algorithm>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -117,6 +120,75 @@ TEST(StepValidationTest, DraftsWithAModelOnlyWhereThereIsOne) {
   const absl::Status s = ValidateStep(step, limits);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("draft_by_model without proposals"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace folio::worker
+
+namespace folio::worker {
+namespace {
+
+// Random window tables (any first block, length and ids, some out of range): whatever
+// ValidateStep accepts is safe to run, by an independent reading of what the runner
+// touches: every written slot inside the pool and written once, every key a query of a
+// window group sees held by its table.
+TEST(StepValidationTest, AcceptedWindowTablesAreSafeToRun) {
+  std::mt19937 rng(17);
+  StepLimits limits = Limits();
+  limits.num_blocks = 24;
+  limits.windows = {5, 9};
+  int accepted = 0;
+  int refused = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    StepInput step;
+    const int32_t start = static_cast<int32_t>(rng() % 40);
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 6);
+    std::vector<int32_t> table;
+    for (int32_t b = 0; b < (start + n + 3) / 4; ++b) table.push_back(b);
+    SequenceStep s = Seq(1, start, n, table);
+    for (size_t g = 0; g < limits.windows.size() + (rng() % 8 == 0 ? 1 : 0); ++g) {
+      // Near what a window of 7 needs (the groups' windows are 5 and 9): one block
+      // either side of its first and last.
+      WindowBlockTable w;
+      w.first_block = std::max(0, start - 6) / 4 + static_cast<int32_t>(rng() % 3) - 1;
+      const int32_t len = (start + n + 3) / 4 - w.first_block + static_cast<int32_t>(rng() % 3) - 1;
+      for (int32_t j = 0; j < len; ++j) {
+        w.blocks.push_back(12 + static_cast<int32_t>(rng() % 13));  // 24: outside the pool
+      }
+      s.window_tables.push_back(w);
+    }
+    step.seqs = {s};
+    const absl::Status status = ValidateStep(step, limits);
+    if (!status.ok()) {
+      ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      ++refused;
+      continue;
+    }
+    ++accepted;
+    ASSERT_EQ(s.window_tables.size(), limits.windows.size());
+    std::vector<int64_t> written;
+    for (int32_t pos = start; pos < start + n; ++pos) written.push_back(table[pos / 4] * 4 + pos % 4);
+    for (size_t g = 0; g < limits.windows.size(); ++g) {
+      const WindowBlockTable& w = s.window_tables[g];
+      // The first query (the earliest position) sees keys from start - window + 1.
+      const int32_t first_key = std::max(0, start - limits.windows[g] + 1);
+      ASSERT_GE(w.first_block, 0);
+      ASSERT_LE(w.first_block * 4, first_key) << "a key the window sees was released";
+      for (int32_t pos = first_key; pos < start + n; ++pos) {
+        const int32_t at = pos / 4 - w.first_block;
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, static_cast<int32_t>(w.blocks.size())) << "position " << pos;
+        ASSERT_GE(w.blocks[at], 0);
+        ASSERT_LT(w.blocks[at], limits.num_blocks);
+        if (pos >= start) written.push_back(int64_t{w.blocks[at]} * 4 + pos % 4);
+      }
+    }
+    std::sort(written.begin(), written.end());
+    ASSERT_EQ(std::adjacent_find(written.begin(), written.end()), written.end())
+        << "a slot written twice";
+  }
+  EXPECT_GT(accepted, 50);
+  EXPECT_GT(refused, 1000);
 }
 
 }  // namespace

@@ -231,7 +231,10 @@ absl::StatusOr<pb::ClusterInfo> SetUpCluster(const ClusterSetupOptions& options,
   info.set_num_blocks(static_cast<int32_t>(num_blocks));
   info.set_tp_size(workers.num_ranks());
   info.mutable_kv_windows()->Add(windows.begin(), windows.end());
-  info.set_window_blocks_per_sequence(static_cast<int32_t>(window_blocks));
+  for (int32_t w : windows) {
+    info.add_window_held_blocks(static_cast<int32_t>(WindowBlocksPerSequence(
+        {w}, max_model_len, options.block_size, options.max_num_batched_tokens)));
+  }
   LOG(INFO) << "cluster ready: model " << first.model().name() << ", " << num_blocks
             << " KV blocks of " << options.block_size << " tokens, max_model_len "
             << max_model_len << ", " << workers.num_ranks() << " worker rank(s)";

@@ -240,7 +240,10 @@ int main(int argc, char** argv) {
   options.eos_id = info->tokenizer().eos_id();
   options.eog_ids.assign(info->tokenizer().eog_ids().begin(), info->tokenizer().eog_ids().end());
   options.num_blocks = info->num_blocks();
-  options.window_blocks_per_sequence = info->window_blocks_per_sequence();
+  options.window_held_blocks.assign(info->window_held_blocks().begin(),
+                                    info->window_held_blocks().end());
+  int64_t window_blocks = 0;
+  for (int32_t held : options.window_held_blocks) window_blocks += held;
   {
     // Structured output matches the bytes each token decodes to: the workers' vocabulary.
     absl::StatusOr<folio::Vocab> vocab = folio::VocabFromSpec(info->tokenizer());
@@ -258,7 +261,7 @@ int main(int argc, char** argv) {
   }
   options.reserve_max_model_len = absl::GetFlag(FLAGS_reserve_max_model_len);
   if (options.reserve_max_model_len && options.num_blocks > 0 &&
-      (static_cast<int64_t>(options.num_blocks) - options.window_blocks_per_sequence) *
+      (static_cast<int64_t>(options.num_blocks) - window_blocks) *
               options.block_size < options.max_model_len) {
     LOG(ERROR) << "--reserve_max_model_len: the pool's " << options.num_blocks << " blocks of "
                << options.block_size << " tokens cannot hold one sequence of max_model_len "

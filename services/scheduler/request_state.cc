@@ -113,7 +113,12 @@ absl::Status ValidateRequest(const RequestSpec& spec, const SchedulerOptions& op
     // Worst case: the full prompt blocks shared, every other block private to a branch.
     const int64_t shared = static_cast<int64_t>(spec.prompt.size()) / options.block_size;
     const int64_t own = (total + options.block_size - 1) / options.block_size - shared;
-    const int64_t need = shared + width * (own + options.window_blocks_per_sequence);
+    // Each window group's table: the most its blocks hold at once, or the whole sequence.
+    int64_t window = 0;
+    for (int32_t held : options.window_held_blocks) {
+      window += std::min<int64_t>(held, (total + options.block_size - 1) / options.block_size);
+    }
+    const int64_t need = shared + width * (own + window);
     if (need > options.num_blocks) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the request may need ", need, " KV blocks (", width, " sequences of up to ", total,

@@ -77,6 +77,23 @@ TEST_F(RequestStateTest, ValidateRequestNamesWhatIsWrong) {
   EXPECT_THAT(ValidateRequest(spec, options).message(), HasSubstr("must not exceed beam_width"));
 }
 
+// With window layer groups each branch also holds each group's blocks: at most what the
+// group holds at once, or the branch's whole length when it is shorter.
+TEST_F(RequestStateTest, ValidateRequestCountsWindowGroupsBlocks) {
+  SchedulerOptions options{.block_size = 4, .max_model_len = 64, .vocab_size = 32,
+                           .num_blocks = 40, .window_held_blocks = {4, 4}};
+  RequestSpec spec;
+  spec.prompt = {1, 2};
+  spec.max_tokens = 6;  // 8 tokens: 2 blocks a table
+  spec.n = 4;
+  EXPECT_TRUE(ValidateRequest(spec, options).ok());  // 4 x (2 + 2 + 2) = 24
+  spec.max_tokens = 18;  // 20 tokens: 5 blocks, windows 4 each
+  EXPECT_THAT(ValidateRequest(spec, options).message(),
+              HasSubstr("may need 52 KV blocks"));  // 4 x (5 + 4 + 4)
+  options.window_held_blocks.clear();
+  EXPECT_TRUE(ValidateRequest(spec, options).ok());  // 4 x 5
+}
+
 TEST_F(RequestStateTest, MarkRunningKeepsArrivalOrder) {
   Request* a = Add(1);
   Request* b = Add(2);

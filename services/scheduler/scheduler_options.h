@@ -44,9 +44,9 @@ struct SchedulerOptions {
   // may include eos_id.
   std::vector<int32_t> eog_ids;
   int32_t num_blocks = 0;                // the pool's size; 0: unknown (no size check)
-  // With window layer groups: the most blocks a sequence's window tables hold at once
-  // (ClusterInfo.window_blocks_per_sequence), beside its full-attention blocks.
-  int32_t window_blocks_per_sequence = 0;
+  // With window layer groups: the most blocks a sequence's table of each group holds at
+  // once (ClusterInfo.window_held_blocks), beside its full-attention blocks.
+  std::vector<int32_t> window_held_blocks;
   int32_t max_n = 16;                    // choices per request, at most
   int32_t max_beam_width = 8;            // beam width, at most
   // Each sequence asks the cache manager for max_model_len tokens rather than its prompt

@@ -59,7 +59,7 @@ ABSL_FLAG(bool, window_layer_groups, true,
           "their own, so that the blocks a sequence's window has passed go back to the pool "
           "(a long Gemma 3 context holds about a sixth of the KV of a dense one). Off: every "
           "block holds every layer. Not with --kv_host_bytes (the offload tiers hold whole "
-          "blocks: off there) or --device=cuda.");
+          "blocks), --draft_model or --device=cuda: off there.");
 ABSL_FLAG(std::string, kv_host_name, "",
           "The host tier's shared-memory segment name; it must stay the same across restarts "
           "of this rank for the tier to survive them, and differ between ranks on one machine. "

@@ -26,7 +26,8 @@ namespace {
 
 // WorkerServiceOptions::window_layer_groups, where the worker takes it.
 bool UsesWindowGroups(const WorkerServiceOptions& options) {
-  return options.window_layer_groups && !options.make_runner && options.kv_host_bytes == 0;
+  return options.window_layer_groups && !options.make_runner && options.kv_host_bytes == 0 &&
+         options.draft_weights == nullptr;
 }
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {

@@ -95,7 +95,9 @@ struct WorkerServiceOptions {
   // Sliding-window layers in window layer groups of their own (engine/kv_layer_groups.h),
   // so the cache manager gives their old blocks back (--window_layer_groups). Taken only
   // on the CPU backend without a host tier (the offload tiers hold whole blocks of every
-  // layer); a model without both local and full-attention layers has one group anyway.
+  // layer) or a draft model (its dense pool shares the block ids: every window block
+  // would hold the draft's bytes too); a model without both local and full-attention
+  // layers has one group anyway.
   bool window_layer_groups = true;
 };
 

@@ -106,6 +106,33 @@ TEST(ParseByteSizeTest, RejectsGarbage) {
   }
 }
 
+// The worker keeps window layer groups only where nothing needs whole blocks of every
+// layer: not with a host tier, a draft model (its dense pool shares the block ids) or
+// another backend.
+TEST(PoolLayerGroupsTest, OnlyWhereEveryBlockNeedNotHoldEveryLayer) {
+  ModelConfig gemma;
+  gemma.num_layers = 4;
+  gemma.sliding_window = 8;
+  gemma.local_layers = {true, false, true, false};
+  WorkerServiceOptions options;
+  EXPECT_EQ(PoolLayerGroups(gemma, options).windows, std::vector<int32_t>{8});
+  WorkerServiceOptions off = options;
+  off.window_layer_groups = false;
+  EXPECT_TRUE(PoolLayerGroups(gemma, off).windows.empty());
+  WorkerServiceOptions host = options;
+  host.kv_host_bytes = 1 << 20;
+  EXPECT_TRUE(PoolLayerGroups(gemma, host).windows.empty());
+  WorkerServiceOptions draft = options;
+  draft.draft_weights = testing::RandomModelOrDie(/*seed=*/3);
+  EXPECT_TRUE(PoolLayerGroups(gemma, draft).windows.empty());
+  WorkerServiceOptions other = options;
+  other.make_runner = [](const ModelWeights&, const RunnerRequest&) {
+    return absl::StatusOr<RunnerResources>(absl::UnimplementedError("none"));
+  };
+  EXPECT_TRUE(PoolLayerGroups(gemma, other).windows.empty());
+  EXPECT_EQ(PoolLayerGroups(gemma, other).num_planes, 4);
+}
+
 TEST(StepMappingTest, MapsFieldsAndDefaultsTopP) {
   pb::ExecuteStepRequest req;
   pb::BlockCopy* copy = req.add_copies();

@@ -1,21 +1,15 @@
 #include "services/cachemgr/kv_cache_manager.h"
 
-#include <numeric>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/cachemgr/test_tokens.h"
 
 namespace folio::cachemgr {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<int32_t> Iota(int32_t n, int32_t start = 100) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
 
 class PagedTest : public ::testing::Test {
  protected:

@@ -5,23 +5,17 @@
 // configurations are refused by name.
 #include <algorithm>
 #include <iostream>
-#include <numeric>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/cachemgr/kv_cache_manager.h"
+#include "services/cachemgr/test_tokens.h"
 
 namespace folio::cachemgr {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<int32_t> Iota(int32_t n, int32_t start = 100) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
 
 class WindowGroupsTest : public ::testing::Test {
  protected:

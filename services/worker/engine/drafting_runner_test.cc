@@ -25,6 +25,17 @@ namespace {
 
 constexpr int32_t kBlocks = 64;
 
+// Sequence 1 at its start: one token and two placeholders for the draft to propose.
+SequenceStep TwoDraftedTokens(std::vector<int32_t> block_table) {
+  SequenceStep s;
+  s.seq_id = 1;
+  s.token_ids = {1, 0, 0};
+  s.num_draft_tokens = 2;
+  s.draft_by_model = true;
+  s.block_table = std::move(block_table);
+  return s;
+}
+
 // Runs `body(rank, communicator)` on two threads joined as one Gloo group. The
 // communicators outlive the threads, so a test can read their counts afterwards.
 std::vector<std::unique_ptr<GlooCommunicator>> OnTwoRanks(
@@ -210,13 +221,7 @@ TEST_F(DraftingRunnerTest, EveryRankRefusesABadHostTransferBeforeTheExchange) {
     CHECK(host.ok()) << host.status();
     CHECK((*runner)->SetHostSegment(host->get()).ok());
     StepInput step;
-    SequenceStep s;
-    s.seq_id = 1;
-    s.token_ids = {1, 0, 0};
-    s.num_draft_tokens = 2;
-    s.draft_by_model = true;
-    s.block_table = {0};
-    step.seqs = {s};
+    step.seqs = {TwoDraftedTokens({0})};
     step.host_transfers.push_back({.kind = HostTransfer::Kind::kStore, .block = 1,
                                    .host_slot = 4});  // the segment holds slots 0 .. 3
     refused[r] = (*runner)->Execute(step).status();
@@ -230,12 +235,7 @@ TEST_F(DraftingRunnerTest, EveryRankRefusesABadHostTransferBeforeTheExchange) {
 TEST_F(DraftingRunnerTest, RefusesMalformedStepsAndMismatchedModels) {
   std::unique_ptr<DraftingRunner> runner = Make(*self_weights_);
   StepInput step;
-  SequenceStep s;
-  s.seq_id = 1;
-  s.token_ids = {1, 0, 0};
-  s.num_draft_tokens = 2;
-  s.draft_by_model = true;
-  s.block_table = {kBlocks};  // outside the pool
+  SequenceStep s = TwoDraftedTokens({kBlocks});  // outside the pool
   step.seqs = {s};
   EXPECT_EQ(runner->Execute(step).status().code(), absl::StatusCode::kInvalidArgument);
   step.seqs[0].block_table = {0};
